@@ -1,0 +1,159 @@
+"""The normalized profile: every collector (torch trace, nsys export) is parsed once into these
+frames, and everything downstream (metrics, roofline, rules, reports) reads only them.
+
+Times are int64 nanoseconds on one clock per profile (the collector's own); only differences and
+containment are meaningful. `step` is the measured step index (0-based) an event belongs to, or -1
+when it falls outside every measured step. Device work belongs to the step whose range enclosed
+its *launch* on the host, not to the range its execution happens to overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+# Column contracts. Loaders must produce exactly these columns (extra columns are allowed only where
+# listed as optional); `empty_frame` builds an empty frame with the right dtypes.
+STEP_COLUMNS = {"step": "int64", "name": "object", "start_ns": "int64", "end_ns": "int64"}
+
+KERNEL_COLUMNS = {
+    "name": "object",  # demangled kernel name
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "stream": "int64",
+    "device": "int64",
+    "correlation": "int64",
+    "launch_ns": "int64",  # host start of the launch API call (-1 when unknown)
+    "grid_x": "int64", "grid_y": "int64", "grid_z": "int64",
+    "block_x": "int64", "block_y": "int64", "block_z": "int64",
+    "registers": "int64",  # per thread, -1 when unknown
+    "shared_bytes": "int64",  # static + dynamic per block, -1 when unknown
+    "step": "int64",
+    "layer": "object",  # innermost module NVTX range open at launch, None when none
+}
+
+# kind: HtoD, DtoH, DtoD, HtoH, PtoP. host_pinned: True pinned, False pageable, None unknown.
+MEMCPY_COLUMNS = {
+    "kind": "object",
+    "bytes": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "stream": "int64",
+    "host_pinned": "object",
+    "step": "int64",
+}
+
+MEMSET_COLUMNS = {"bytes": "int64", "start_ns": "int64", "end_ns": "int64", "stream": "int64", "step": "int64"}
+
+# Host time blocked waiting for the device. kind: stream, device, event, memcpy (a synchronous copy
+# API such as cudaMemcpy DtoH), other. start/end are the *host* blocked interval.
+SYNC_COLUMNS = {"kind": "object", "api": "object", "start_ns": "int64", "end_ns": "int64", "step": "int64"}
+
+# Host-side launch API calls (cudaLaunchKernel, cuLaunchKernelEx, ...).
+LAUNCH_COLUMNS = {
+    "api": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "correlation": "int64",
+    "tid": "int64",
+    "step": "int64",
+}
+
+# torch operators (torch pass only). shapes/dtypes are the recorded input dims and types (lists).
+# flops is torch's estimate (NaN when the op has none). device_ns is the GPU time of kernels the op
+# launched itself (self), cpu_self_ns its CPU time minus children. top_level marks ops with no
+# parent op (used for CPU-residency attribution without double counting).
+OP_COLUMNS = {
+    "name": "object",
+    "tid": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "cpu_self_ns": "int64",
+    "device_ns": "int64",
+    "shapes": "object",
+    "dtypes": "object",
+    "flops": "float64",
+    "top_level": "bool",
+    "step": "int64",
+}
+
+# Module ranges (NVTX module ranges under nsys; record_function/module hierarchy in torch):
+# one row per call, host interval; GPU time is derived by the kernels' `layer` column.
+LAYER_COLUMNS = {"name": "object", "depth": "int64", "start_ns": "int64", "end_ns": "int64", "step": "int64"}
+
+FRAME_COLUMNS = {
+    "steps": STEP_COLUMNS,
+    "kernels": KERNEL_COLUMNS,
+    "memcpys": MEMCPY_COLUMNS,
+    "memsets": MEMSET_COLUMNS,
+    "syncs": SYNC_COLUMNS,
+    "launches": LAUNCH_COLUMNS,
+    "ops": OP_COLUMNS,
+    "layers": LAYER_COLUMNS,
+}
+
+
+def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+
+
+def conform(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """Order and type a loader's frame to its contract; a missing column is a loader bug."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"frame lacks columns {missing}")
+    out = frame[list(columns)].copy()
+    for name, dtype in columns.items():
+        if dtype != "object":
+            out[name] = out[name].astype(dtype)
+    return out.reset_index(drop=True)
+
+
+@dataclass
+class DeviceInfo:
+    """What the collector saw of the GPU. Peaks come from hardware.py, not from here."""
+
+    name: str | None = None  # e.g. "NVIDIA H200"; None when no GPU was used
+    sm_count: int | None = None
+    sm_clock_hz: float | None = None
+    memory_bytes: int | None = None
+    memory_bandwidth_bytes_per_s: float | None = None  # as the export reports it (nsys)
+    l2_bytes: int | None = None
+    compute_capability: str | None = None  # "9.0"
+    max_warps_per_sm: int | None = None
+    source: str = "none"  # which collector filled this in
+
+
+@dataclass
+class Profile:
+    """Parsed once from the artifacts of one or more passes; `sources` says which collector each
+    frame came from (a provenance value such as 'measured:nsys')."""
+
+    steps: pd.DataFrame = field(default_factory=lambda: empty_frame(STEP_COLUMNS))
+    kernels: pd.DataFrame = field(default_factory=lambda: empty_frame(KERNEL_COLUMNS))
+    memcpys: pd.DataFrame = field(default_factory=lambda: empty_frame(MEMCPY_COLUMNS))
+    memsets: pd.DataFrame = field(default_factory=lambda: empty_frame(MEMSET_COLUMNS))
+    syncs: pd.DataFrame = field(default_factory=lambda: empty_frame(SYNC_COLUMNS))
+    launches: pd.DataFrame = field(default_factory=lambda: empty_frame(LAUNCH_COLUMNS))
+    ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
+    layers: pd.DataFrame = field(default_factory=lambda: empty_frame(LAYER_COLUMNS))
+    device: DeviceInfo = field(default_factory=DeviceInfo)
+    sources: dict[str, str] = field(default_factory=dict)
+    # How steps were found: "nvtx:hybrid" (our injector), "nvtx:<NAME>" (--step-range), "pattern",
+    # "whole-capture", "torch:annotation".
+    step_source: str = "none"
+    # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
+    extras: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        for name, columns in FRAME_COLUMNS.items():
+            frame = getattr(self, name)
+            missing = [c for c in columns if c not in frame.columns]
+            if missing:
+                raise ValueError(f"Profile.{name} lacks columns {missing}")
+
+    @property
+    def measured_steps(self) -> int:
+        return int(len(self.steps))
