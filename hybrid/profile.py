@@ -82,6 +82,34 @@ OP_COLUMNS = {
 # one row per call, host interval; GPU time is derived by the kernels' `layer` column.
 LAYER_COLUMNS = {"name": "object", "depth": "int64", "start_ns": "int64", "end_ns": "int64", "step": "int64"}
 
+# Hardware counters from the ncu pass: one row per profiled kernel instance, matched back to all
+# instances in `kernels` by (name, grid, block). NaN where a metric was not collected (an older
+# ncu, a metric the chip lacks); rules that need it say so. Units: bytes, percent, operations.
+COUNTER_COLUMNS = {
+    "name": "object",
+    "grid_x": "int64", "grid_y": "int64", "grid_z": "int64",
+    "block_x": "int64", "block_y": "int64", "block_z": "int64",
+    "duration_ns": "float64",
+    "dram_read_bytes": "float64",
+    "dram_write_bytes": "float64",
+    "l2_bytes": "float64",
+    "l2_hit_pct": "float64",
+    "l1_hit_pct": "float64",
+    "fp64_flops": "float64",  # SASS add + mul + 2*fma, all threads
+    "fp32_flops": "float64",
+    "fp16_flops": "float64",
+    "tensor_flops": "float64",  # all precisions; per-precision detail in `tensor_flops_by_precision`
+    "tensor_flops_by_precision": "object",  # {"bf16": ops, "fp16": ..., "tf32": ..., "fp8": ..., "fp64": ...}
+    "tensor_pipe_pct": "float64",
+    "sm_throughput_pct": "float64",
+    "memory_throughput_pct": "float64",
+    "achieved_occupancy_pct": "float64",
+    "theoretical_occupancy_pct": "float64",
+    "occupancy_limiter": "object",  # "registers" | "shared_memory" | "block_size" | "warps" | None
+    "global_load_sectors_per_request": "float64",
+    "sm_clock_hz": "float64",
+}
+
 FRAME_COLUMNS = {
     "steps": STEP_COLUMNS,
     "kernels": KERNEL_COLUMNS,
@@ -91,6 +119,7 @@ FRAME_COLUMNS = {
     "launches": LAUNCH_COLUMNS,
     "ops": OP_COLUMNS,
     "layers": LAYER_COLUMNS,
+    "counters": COUNTER_COLUMNS,
 }
 
 
@@ -138,6 +167,7 @@ class Profile:
     launches: pd.DataFrame = field(default_factory=lambda: empty_frame(LAUNCH_COLUMNS))
     ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
     layers: pd.DataFrame = field(default_factory=lambda: empty_frame(LAYER_COLUMNS))
+    counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
     device: DeviceInfo = field(default_factory=DeviceInfo)
     sources: dict[str, str] = field(default_factory=dict)
     # How steps were found: "nvtx:hybrid" (our injector), "nvtx:<NAME>" (--step-range), "pattern",
