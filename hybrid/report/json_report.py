@@ -1,0 +1,59 @@
+"""results.json: strict JSON (no NaN/Infinity tokens, which many JSON readers reject), written
+atomically so a reader or an interrupted run never sees half a file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from hybrid.errors import UsageError
+
+
+def to_jsonable(value: object) -> object:
+    """Plain JSON types: numpy scalars and arrays to Python, NaN/inf to None (a missing number, not a
+    value), dataclasses (Finding, Metric) to dicts, paths and other objects to strings."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(item) for item in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if hasattr(value, "tolist"):  # numpy scalars and arrays, without importing numpy here
+        return to_jsonable(value.tolist())
+    return str(value)
+
+
+def results_to_json(results: dict) -> str:
+    return json.dumps(to_jsonable(results), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_results(results: dict, path: str | os.PathLike) -> Path:
+    """Write results.json atomically (temporary file in the same directory, then rename)."""
+    target = Path(path)
+    text = results_to_json(results)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
+                                             suffix=".tmp", delete=False)
+    except OSError as error:
+        raise UsageError(f"cannot write {target}: {error.strerror or error}",
+                         "choose an output directory you can write to") from error
+    try:
+        with handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, target)
+    except OSError as error:
+        Path(handle.name).unlink(missing_ok=True)
+        raise UsageError(f"cannot write {target}: {error.strerror or error}",
+                         "check free disk space and permissions of the output directory") from error
+    return target
