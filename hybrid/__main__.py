@@ -1,0 +1,3 @@
+from hybrid.cli import main
+
+main()

@@ -1,0 +1,274 @@
+"""The command line. Commands only parse options and call into the package; a HybridError becomes
+its exit code here and nowhere else (DESIGN.md: 0 done, 1 finding at/above --fail-on, 2 usage or
+unreadable input, 3 workload failed, 4 profiler failed, 130 interrupted)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+
+from hybrid.errors import EXIT_FINDING_AT_OR_ABOVE, HybridError, UsageError
+
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Diagnose why a PyTorch training or inference step is slow on the GPU.")
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    hybrid = "hybrid"
+    nsys = "nsys"
+    torch = "torch"
+
+
+class Severity(str, Enum):
+    CRITICAL = "CRITICAL"
+    SEVERE = "SEVERE"
+    MODERATE = "MODERATE"
+    LOW = "LOW"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    tf32 = "tf32"
+    bf16_amp = "bf16-amp"
+    fp16_amp = "fp16-amp"
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def handles_errors(command: Callable) -> Callable:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except HybridError as error:
+            _stderr(error.message())
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            _stderr("interrupted: stopped the workload; what was gathered so far is kept in the run directory")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return wrapper
+
+
+def _default_out(stem: str) -> Path:
+    return Path("hybrid-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, verbose: bool,
+          include_paths: bool, fail_on: Severity | None) -> None:
+    """Write results.json (and report.txt / report.html) into the run directory, print the report,
+    and exit 1 when a finding reaches --fail-on."""
+    from hybrid.report.json_report import results_to_json, write_results
+    from hybrid.report.terminal import print_report, render_terminal
+
+    if run_dir is not None:
+        write_results(results, run_dir / "results.json")
+        (run_dir / "report.txt").write_text(render_terminal(results, verbose=True, color=False))
+        if html:
+            from hybrid.report.html_report import render_html
+
+            (run_dir / "report.html").write_text(render_html(results, include_paths=include_paths))
+    if as_json:
+        sys.stdout.write(results_to_json(results) + "\n")
+    else:
+        from rich.console import Console
+
+        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose)
+        if run_dir is not None:
+            _stderr(f"run directory: {run_dir}  (results.json{', report.html' if html else ''})")
+    if fail_on is not None:
+        from hybrid.rules.base import SEVERITY_RANK
+
+        threshold = SEVERITY_RANK[fail_on.value]
+        if any(SEVERITY_RANK[f["severity"]] >= threshold and not f.get("not_measured")
+               for f in results["diagnosis"]["bottlenecks"]):
+            raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
+
+
+def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: bool, quiet: bool,
+                        include_paths: bool, fail_on: Severity | None, model: str | None = None) -> None:
+    from hybrid.orchestrate import Orchestrator
+    from hybrid.pipeline import analyze_run_dir
+    from hybrid.progress import progress_view
+
+    orchestrator = Orchestrator(target, options)
+    if model:
+        orchestrator.run_dir.update_run_json(model=model)
+    with progress_view(quiet=quiet or as_json) as progress:
+        orchestrator.progress = progress
+        try:
+            orchestrator.run()
+        except KeyboardInterrupt:
+            _stderr(f"interrupted: partial run kept in {orchestrator.run_dir.path}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    results = analyze_run_dir(orchestrator.run_dir.path)
+    _emit(results, run_dir=orchestrator.run_dir.path, as_json=as_json, html=html, verbose=verbose,
+          include_paths=include_paths, fail_on=fail_on)
+
+
+# Options shared by `run` and `diagnose`.
+ModeOpt = typer.Option(Mode.auto, "--mode", help="auto: every collector available; hybrid: torch+nsys+ncu "
+                       "(fail if one is missing); nsys: torch+nsys; torch: torch.profiler only")
+OutOpt = typer.Option(None, "--out", "-o", help="run directory (default hybrid-runs/NAME-TIME)")
+JsonOpt = typer.Option(False, "--json", help="print results.json to stdout instead of the report")
+HtmlOpt = typer.Option(False, "--html", help="also write report.html into the run directory")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="add top-kernel and per-layer tables, all findings")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
+FailOnOpt = typer.Option(None, "--fail-on", help="exit 1 when a finding at or above this severity exists")
+PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in report.html")
+BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no collector, the reference "
+                           "for profiler overhead")
+NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@handles_errors
+def run(
+    script: str = typer.Argument(..., help="the training/inference script (run as __main__)"),
+    args: Optional[List[str]] = typer.Argument(None, help="arguments passed to the script unchanged"),
+    steps: int = typer.Option(20, "--steps", help="measured steps"),
+    warmup: int = typer.Option(5, "--warmup", help="steps run before measuring (excluded)"),
+    mode: Mode = ModeOpt,
+    out: Optional[Path] = OutOpt,
+    nvtx_modules: bool = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
+                                      help="an NVTX range per module forward call (per-layer table)"),
+    baseline: bool = BaselineOpt,
+    ncu_kernels: int = NcuKernelsOpt,
+    as_json: bool = JsonOpt,
+    html: bool = HtmlOpt,
+    verbose: bool = VerboseOpt,
+    quiet: bool = QuietOpt,
+    include_paths: bool = PathsOpt,
+    fail_on: Optional[Severity] = FailOnOpt,
+) -> None:
+    """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found through the optimizer."""
+    from hybrid.orchestrate import RunOptions, Target
+
+    target = Target(argv=[script, *(args or [])])
+    options = RunOptions(out_dir=out or _default_out(Path(script).stem), mode=mode.value, warmup=warmup,
+                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
+    _profile_and_report(target, options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
+                        include_paths=include_paths, fail_on=fail_on)
+
+
+@app.command()
+@handles_errors
+def diagnose(
+    model: str = typer.Option(..., "--model", "-m", help="resnet50, transformer or simple_cnn"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b"),
+    steps: Optional[int] = typer.Option(None, "--steps"),
+    warmup: Optional[int] = typer.Option(None, "--warmup"),
+    precision: Precision = typer.Option(Precision.fp32, "--precision"),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
+    mode: Mode = ModeOpt,
+    out: Optional[Path] = OutOpt,
+    nvtx_modules: bool = typer.Option(True, "--nvtx-modules/--no-nvtx-modules"),
+    baseline: bool = BaselineOpt,
+    ncu_kernels: int = NcuKernelsOpt,
+    as_json: bool = JsonOpt,
+    html: bool = HtmlOpt,
+    verbose: bool = VerboseOpt,
+    quiet: bool = QuietOpt,
+    include_paths: bool = PathsOpt,
+    fail_on: Optional[Severity] = FailOnOpt,
+) -> None:
+    """Diagnose a built-in workload: `hybrid diagnose --model resnet50 --batch-size 32 --steps 50`."""
+    from hybrid.models import MODEL_NAMES, cpu_defaults
+    from hybrid.orchestrate import RunOptions, Target
+
+    if model not in MODEL_NAMES:
+        raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")
+    if device is None:
+        device = "cuda" if _cuda_available() else "cpu"
+    if device == "cpu":
+        shrunk = cpu_defaults(model)
+        given = {"batch_size": batch_size, "steps": steps, "warmup": warmup}
+        applied = {k: v for k, v in shrunk.items() if given.get(k) is None}
+        batch_size = batch_size or shrunk.get("batch_size")
+        steps = steps or shrunk.get("steps")
+        warmup = warmup if warmup is not None else shrunk.get("warmup")
+        if applied and not quiet:
+            _stderr("no CUDA device: GPU analysis is not possible here; running a small CPU version "
+                    f"({', '.join(f'{k}={v}' for k, v in shrunk.items())})")
+    steps = steps or 20
+    warmup = warmup if warmup is not None else 5
+    model_args = [model, "--steps", str(steps + warmup + 5), "--precision", precision.value, "--device", device]
+    if batch_size:
+        model_args += ["--batch-size", str(batch_size)]
+    target = Target(argv=["hybrid.models", *model_args], is_module=True)
+    options = RunOptions(out_dir=out or _default_out(model), mode=mode.value, warmup=warmup, steps=steps,
+                         nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
+    _profile_and_report(target, options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
+                        include_paths=include_paths, fail_on=fail_on, model=model)
+
+
+@app.command()
+@handles_errors
+def report(
+    path: Path = typer.Argument(..., help="a run directory, or an nsys .sqlite export made elsewhere"),
+    ncu: Optional[Path] = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) to add counters"),
+    step_range: Optional[str] = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
+    as_json: bool = JsonOpt,
+    html: bool = HtmlOpt,
+    verbose: bool = VerboseOpt,
+    include_paths: bool = PathsOpt,
+    fail_on: Optional[Severity] = FailOnOpt,
+) -> None:
+    """Re-analyze saved artifacts offline: a run directory or someone's nsys export."""
+    from hybrid.pipeline import analyze_export, analyze_run_dir
+
+    if not path.exists():
+        raise UsageError(f"{path} does not exist", "pass a run directory or an .sqlite export")
+    if path.is_dir():
+        results = analyze_run_dir(path, step_range=step_range)
+        run_dir: Path | None = path
+    else:
+        if ncu is not None and not ncu.is_file():
+            raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
+        results = analyze_export(path, ncu_csv=ncu, step_range=step_range)
+        run_dir = None
+        if html:
+            from hybrid.report.html_report import render_html
+
+            html_path = path.with_suffix(".report.html")
+            html_path.write_text(render_html(results, include_paths=include_paths))
+            _stderr(f"wrote {html_path}")
+    _emit(results, run_dir=run_dir, as_json=as_json, html=html and run_dir is not None, verbose=verbose,
+          include_paths=include_paths, fail_on=fail_on)
+
+
+@app.command()
+@handles_errors
+def doctor(as_json: bool = JsonOpt) -> None:
+    """Check Python, torch, CUDA, the GPU, nsys and ncu, and say which mode `hybrid run` would use."""
+    from hybrid.doctor import diagnose_environment, render_doctor
+
+    facts = diagnose_environment()
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(facts, indent=1) + "\n")
+    else:
+        sys.stdout.write(render_doctor(facts))
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def main() -> None:
+    app(prog_name="hybrid")

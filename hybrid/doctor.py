@@ -1,0 +1,93 @@
+"""`hybrid doctor`: what this machine can measure, and which mode `hybrid run` would use and why."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# A CUDA kernel small enough to profile in seconds, to learn whether counters are permitted.
+_COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); print(float((x * 2).sum()))"
+COUNTER_PROBE_TIMEOUT_S = 120
+
+
+def _torch_facts() -> dict:
+    try:
+        import torch
+    except ImportError as error:
+        return {"torch": None, "torch_error": str(error), "cuda_available": False}
+    facts = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
+             "cuda_available": torch.cuda.is_available()}
+    if facts["cuda_available"]:
+        props = torch.cuda.get_device_properties(0)
+        facts.update(gpu=props.name, gpu_count=torch.cuda.device_count(),
+                     gpu_memory_bytes=props.total_memory, sm_count=props.multi_processor_count,
+                     compute_capability=f"{props.major}.{props.minor}")
+    return facts
+
+
+def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
+    """Run ncu on a one-kernel program: the only reliable test of ERR_NVGPUCTRPERM."""
+    from nsight import ncu
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(ncu_path), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+                "--csv", "--log-file", f"{tmp}/ncu.log", sys.executable, "-c", _COUNTER_PROBE]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=COUNTER_PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"ncu did not finish a one-kernel probe in {COUNTER_PROBE_TIMEOUT_S} s"
+        log = Path(f"{tmp}/ncu.log").read_text(errors="replace") if Path(f"{tmp}/ncu.log").exists() else ""
+        error = ncu.check_counter_permission(log + done.stdout + done.stderr)
+        if error is not None:
+            return False, error.message()
+        return done.returncode == 0, "counters readable" if done.returncode == 0 else log[-500:]
+
+
+def diagnose_environment(*, probe_counters: bool = True) -> dict:
+    from nsight import ncu, nsys
+
+    facts: dict = {"python": sys.version.split()[0], "platform": platform.platform(), **_torch_facts()}
+    nsys_path, ncu_path = nsys.find_nsys(), ncu.find_ncu()
+    facts["nsys"] = str(nsys_path) if nsys_path else None
+    facts["nsys_version"] = nsys.nsys_version(nsys_path) if nsys_path else None
+    facts["ncu"] = str(ncu_path) if ncu_path else None
+    facts["ncu_version"] = ncu.ncu_version(ncu_path) if ncu_path else None
+    facts["counters_permitted"], facts["counters_detail"] = (None, "not checked")
+    if probe_counters and ncu_path and facts["cuda_available"]:
+        facts["counters_permitted"], facts["counters_detail"] = _counters_permitted(ncu_path)
+    facts["mode"], facts["mode_reason"] = _would_use(facts)
+    return facts
+
+
+def _would_use(facts: dict) -> tuple[str, str]:
+    if not facts.get("torch"):
+        return "none", "torch is not installed: pip install torch"
+    if not facts["cuda_available"]:
+        return "cpu-only", "no CUDA device is visible: the torch pass runs on the CPU and GPU analysis is skipped"
+    if not facts["nsys"]:
+        return "torch-only", "nsys not found (install Nsight Systems or set HYBRID_NSYS)"
+    if not facts["ncu"]:
+        return "nsys", "ncu not found (install Nsight Compute or set HYBRID_NCU)"
+    if facts["counters_permitted"] is False:
+        return "nsys", "ncu cannot read GPU counters here (ERR_NVGPUCTRPERM): see the fix above"
+    return "hybrid", "torch.profiler, nsys and ncu are all available"
+
+
+def render_doctor(facts: dict) -> str:
+    def show(value) -> str:
+        return "not found" if value is None else str(value)
+
+    lines = [
+        f"python      {facts['python']}  ({facts['platform']})",
+        f"torch       {show(facts.get('torch'))}  (CUDA build {show(facts.get('torch_cuda'))})",
+        f"GPU         {facts.get('gpu', 'none visible')}"
+        + (f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""),
+        f"nsys        {show(facts['nsys'])}  {facts['nsys_version'] or ''}".rstrip(),
+        f"ncu         {show(facts['ncu'])}  {facts['ncu_version'] or ''}".rstrip(),
+        f"counters    {show(facts['counters_permitted'])}  ({facts['counters_detail']})",
+        f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,348 @@
+"""Plans and runs the collection passes of one `hybrid run`, each in its own child process and each
+under exactly one collector (CUPTI takes one subscriber: torch.profiler under nsys or ncu would fail
+or silently lose data). Knows nothing about analysis: it leaves a run directory behind.
+
+Order: plain (optional baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
+steps at all; the nsys pass tells which kernels are worth ncu's replay cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hybrid import __version__
+from hybrid.errors import ProfilerError, UsageError, WorkloadError
+from hybrid.rundir import RunDir
+
+MODES = ("auto", "hybrid", "nsys", "torch")
+PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
+
+
+@dataclass
+class Target:
+    """What to profile: a script path (or, with is_module, a module run as __main__) and its args."""
+
+    argv: list[str]
+    is_module: bool = False
+
+    @property
+    def display(self) -> str:
+        return shlex.join((["-m"] if self.is_module else []) + self.argv)
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    mode: str = "auto"
+    warmup: int = 5
+    steps: int = 20
+    nvtx_modules: bool = False
+    # A plain pass without any collector, the exact reference for profiler overhead. Off by default:
+    # each pass also times its unprofiled warmup steps, which gives the overhead within the same run.
+    baseline: bool = False
+    ncu_kernels: int = 12  # cap on kernel names replayed by ncu
+    ncu_coverage: float = 0.9
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
+        if self.steps <= 0:
+            raise UsageError(f"--steps must be at least 1 (got {self.steps})", "pass --steps 20, for example")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup cannot be negative (got {self.warmup})", "pass --warmup 5, for example")
+
+
+@dataclass
+class PassResult:
+    name: str
+    status: str  # ok | failed | skipped | interrupted
+    wall_s: float = 0.0
+    returncode: int | None = None
+    message: str = ""
+    command: list[str] = field(default_factory=list)
+    inject: dict | None = None  # the injector's inject.json
+
+    @property
+    def step_time_ms(self) -> float | None:
+        return (self.inject or {}).get("step_time_ms")
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["step_time_ms"] = self.step_time_ms
+        out.pop("inject")
+        return out
+
+
+# progress(pass_name, event, detail): event is "start", "step", "line" or "end"
+Progress = Callable[[str, str, str], None]
+
+
+def _quiet(_name: str, _event: str, _detail: str) -> None:
+    return None
+
+
+class Orchestrator:
+    def __init__(self, target: Target, options: RunOptions, progress: Progress = _quiet) -> None:
+        options.validate()
+        self.target = target
+        self.options = options
+        self.progress = progress
+        self.run_dir = RunDir.create(options.out_dir)
+        self.passes: list[PassResult] = []
+        self.mode_reasons: list[str] = []
+        self._child: subprocess.Popen | None = None
+
+    # -- planning ---------------------------------------------------------------------------------
+    def _check_target(self) -> None:
+        if self.target.is_module:
+            return
+        script = Path(self.target.argv[0])
+        if not script.is_file():
+            raise UsageError(f"script not found: {script}",
+                             "check the path (it is resolved from the current directory)")
+
+    def _tools(self) -> dict:
+        """Which collectors exist, and why a pass will be skipped. Imported lazily: nsight/ is
+        torch-free but not needed for torch-only runs."""
+        from nsight import ncu, nsys
+
+        nsys_path = nsys.find_nsys()
+        ncu_path = ncu.find_ncu()
+        return {
+            "nsys": str(nsys_path) if nsys_path else None,
+            "nsys_version": nsys.nsys_version(nsys_path) if nsys_path else None,
+            "ncu": str(ncu_path) if ncu_path else None,
+            "ncu_version": ncu.ncu_version(ncu_path) if ncu_path else None,
+        }
+
+    # -- running ----------------------------------------------------------------------------------
+    def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
+        argv = [sys.executable, "-m", "hybrid.inject", "--pass", pass_name,
+                "--out", str(self.run_dir.pass_dir(pass_name)),
+                "--warmup", str(self.options.warmup), "--steps", str(steps)]
+        if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
+            argv.append("--nvtx-modules")
+        if whole_run:
+            argv.append("--whole-run")
+        if self.target.is_module:
+            argv.append("--module")
+        return argv + ["--", *self.target.argv]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The child must import this very package, also when it runs from a source checkout.
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.options.extra_env)
+        return env
+
+    def _run_child(self, name: str, argv: list[str]) -> PassResult:
+        log_path = self.run_dir.pass_dir(name) / "console.log"
+        self.run_dir.write_text(f"{name}/command.txt", shlex.join(argv) + "\n")
+        self.progress(name, "start", shlex.join(argv))
+        started = time.monotonic()
+        result = PassResult(name=name, status="ok", command=argv)
+        with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+            # A new process group, so Ctrl-C here reaches the whole tree (nsys/ncu and the script).
+            self._child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           env=self._env(), start_new_session=True, text=True,
+                                           errors="replace", bufsize=1)
+            reader = threading.Thread(target=self._pump, args=(name, self._child, log), daemon=True)
+            reader.start()
+            try:
+                result.returncode = self._child.wait()
+            except KeyboardInterrupt:
+                self._interrupt_child()
+                reader.join(timeout=5)
+                result.status = "interrupted"
+                result.wall_s = time.monotonic() - started
+                result.inject = self.run_dir.read_inject(name)
+                self._record(result)
+                raise
+            reader.join(timeout=10)
+        self._child = None
+        result.wall_s = round(time.monotonic() - started, 3)
+        result.inject = self.run_dir.read_inject(name)
+        if result.returncode != 0:
+            result.status = "failed"
+        self.progress(name, "end", result.status)
+        return result
+
+    def _pump(self, name: str, child: subprocess.Popen, log) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            log.write(line)
+            if line.startswith(PROGRESS_PREFIX):
+                self.progress(name, "step", line[len(PROGRESS_PREFIX):].strip())
+            else:
+                self.progress(name, "line", line.rstrip("\n"))
+        log.flush()
+
+    def _interrupt_child(self) -> None:
+        child = self._child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            os.killpg(child.pid, signal.SIGINT)
+            child.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _record(self, result: PassResult) -> None:
+        self.passes = [p for p in self.passes if p.name != result.name] + [result]
+        self.run_dir.update_run_json(passes=[p.to_dict() for p in self.passes],
+                                     mode_reasons=self.mode_reasons)
+
+    def _workload_failure(self, result: PassResult) -> WorkloadError | None:
+        """The user's script itself failed (not the profiler): exit 3, with its traceback."""
+        inject = result.inject or {}
+        outcome = inject.get("outcome")
+        if outcome == "exception" or (outcome == "completed" and inject.get("exit_code") not in (0, None)):
+            tb = (inject.get("traceback") or "").strip()
+            cause = f"the workload failed in the {result.name} pass (exit status {inject.get('exit_code')})"
+            if tb:
+                cause += ":\n" + tb
+            return WorkloadError(cause, "fix the script so it runs on its own: "
+                                 f"python {self.target.display}",
+                                 kept=str(self.run_dir.path))
+        return None
+
+    # -- the passes -------------------------------------------------------------------------------
+    def run(self) -> list[PassResult]:
+        self._check_target()
+        opts = self.options
+        tools = self._tools() if opts.mode != "torch" else {}
+        self.run_dir.update_run_json(
+            hybrid_version=__version__, command=self.target.display, target=asdict(self.target),
+            options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
+            tools=tools, python=sys.version.split()[0], started_at=time.time())
+        want_nsys, want_ncu = self._plan_collectors(tools)
+
+        if opts.baseline:
+            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=True))
+        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps, whole_run=True))
+        inject = torch_result.inject or {}
+        stepless = inject.get("step_source") == "none"
+        if not inject.get("cuda_available"):
+            if want_nsys or want_ncu:
+                self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
+                               "run on a machine with an NVIDIA GPU")
+            want_nsys = want_ncu = False
+        if want_nsys:
+            self._nsys_pass(tools, stepless)
+            if want_ncu and self._ok("nsys"):
+                self._ncu_pass(tools, stepless)
+        self.run_dir.update_run_json(finished_at=time.time())
+        return self.passes
+
+    def _ok(self, name: str) -> bool:
+        return any(p.name == name and p.status == "ok" for p in self.passes)
+
+    def _plan_collectors(self, tools: dict) -> tuple[bool, bool]:
+        mode = self.options.mode
+        if mode == "torch":
+            self.mode_reasons.append("torch-only mode was asked for (--mode torch)")
+            return False, False
+        want_nsys = want_ncu = True
+        if not tools.get("nsys"):
+            self._fallback("Nsight Systems (nsys) was not found",
+                           "install Nsight Systems, put nsys on PATH, or set HYBRID_NSYS=/path/to/nsys")
+            want_nsys = want_ncu = False
+        if mode != "nsys" and not tools.get("ncu") and want_ncu:
+            self._fallback("Nsight Compute (ncu) was not found",
+                           "install Nsight Compute, put ncu on PATH, or set HYBRID_NCU=/path/to/ncu")
+            want_ncu = False
+        if mode == "nsys":
+            want_ncu = False
+            self.mode_reasons.append("ncu pass skipped: --mode nsys")
+        return want_nsys, want_ncu
+
+    def _fallback(self, cause: str, fix: str) -> None:
+        """Under --mode auto a missing collector only narrows the run; an explicit mode fails."""
+        if self.options.mode in ("hybrid", "nsys"):
+            raise ProfilerError(f"{cause}, and --mode {self.options.mode} needs it", fix,
+                                kept=str(self.run_dir.path))
+        self.mode_reasons.append(f"{cause}: falling back ({fix})")
+
+    def _run_and_check(self, name: str, argv: list[str]) -> PassResult:
+        result = self._run_child(name, argv)
+        self._record(result)
+        failure = self._workload_failure(result)
+        if failure is not None:
+            raise failure
+        if result.status != "ok":
+            raise ProfilerError(f"the {name} pass exited with status {result.returncode} without a "
+                                f"usable result; see {self.run_dir.pass_dir(name) / 'console.log'}",
+                                "read the log; rerun with --mode torch to narrow it down",
+                                kept=str(self.run_dir.path))
+        return result
+
+    def _collector_failed(self, name: str, error: ProfilerError) -> None:
+        result = next((p for p in self.passes if p.name == name), PassResult(name=name, status="failed"))
+        result.status = "failed"
+        result.message = error.message()
+        self._record(result)
+        if self.options.mode in ("hybrid", "nsys") and not (name == "ncu" and self.options.mode == "nsys"):
+            raise error
+        self.mode_reasons.append(f"{name} pass failed, falling back: {error.cause}")
+
+    def _nsys_pass(self, tools: dict, stepless: bool) -> None:
+        from nsight import nsys
+
+        out_base = self.run_dir.pass_dir("nsys") / "profile"
+        inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=stepless)
+        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless)
+        result = self._run_child("nsys", argv)
+        self._record(result)
+        failure = self._workload_failure(result)
+        if failure is not None:
+            raise failure
+        try:
+            log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
+            nsys.check_export(out_base, result.returncode, log)
+        except ProfilerError as error:
+            self._collector_failed("nsys", error)
+
+    def _ncu_pass(self, tools: dict, stepless: bool) -> None:
+        from hybrid.ncu_pass import select_kernels
+        from hybrid.nsys_pass import load_nsys_export
+        from nsight import ncu, ncu_metrics
+
+        profile = load_nsys_export(self.run_dir.nsys_export())
+        kernel_names = select_kernels(profile.kernels, coverage=self.options.ncu_coverage,
+                                      cap=self.options.ncu_kernels)
+        if not kernel_names:
+            self._collector_failed("ncu", ProfilerError("the nsys pass captured no kernels to replay under ncu",
+                                                        "check that the workload launches CUDA kernels"))
+            return
+        self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
+        ncu_dir = self.run_dir.pass_dir("ncu")
+        # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
+        inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
+        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", ncu_dir / "ncu.log", inner,
+                                     kernel_names=kernel_names, nvtx_step=None if stepless else 0,
+                                     metrics=ncu_metrics.METRICS)
+        result = self._run_child("ncu", argv)
+        self._record(result)
+        failure = self._workload_failure(result)
+        if failure is not None:
+            raise failure
+        try:
+            ncu.check_run(ncu_dir / "counters.csv", ncu_dir / "ncu.log", result.returncode)
+        except ProfilerError as error:
+            self._collector_failed("ncu", error)

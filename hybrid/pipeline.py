@@ -1,0 +1,147 @@
+"""One analysis pipeline for fresh runs, saved run directories and foreign exports alike:
+artifacts -> Profile (merged from the passes that ran) -> analyze -> the results.json document."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hybrid import __version__
+from hybrid.errors import InputError
+from hybrid.profile import Profile
+from hybrid.rundir import RunDir
+from hybrid.schema import SCHEMA_VERSION
+
+# Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
+# shapes, dtypes, FLOP estimates) which nsys cannot see.
+NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
+
+
+def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profile:
+    if nsys_profile is None:
+        if torch_profile is None:
+            raise InputError("no torch trace and no nsys export to analyze",
+                             "pass a run directory written by `hybrid run`, or an nsys .sqlite export")
+        return torch_profile
+    if torch_profile is None:
+        return nsys_profile
+    merged = nsys_profile
+    merged.ops = torch_profile.ops
+    merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
+    merged.extras = {**torch_profile.extras, **nsys_profile.extras}
+    merged.warnings = torch_profile.warnings + nsys_profile.warnings
+    if not merged.device.name:
+        merged.device = torch_profile.device
+    return merged
+
+
+def _attach_ncu(profile: Profile, csv_path: Path) -> Profile:
+    from hybrid.ncu_pass import attach_counters
+    from nsight.ncu_csv import parse_ncu_csv
+
+    return attach_counters(profile, parse_ncu_csv(csv_path))
+
+
+def _inject_facts(run: RunDir) -> dict:
+    """Facts the injector recorded in the process (peak memory, graph breaks, batch size); the torch
+    pass is preferred since it ran the full measured window."""
+    for name in ("torch", "nsys", "plain", "ncu"):
+        inject = run.read_inject(name)
+        if inject:
+            return inject
+    return {}
+
+
+def _mode(profile: Profile, facts: dict) -> str:
+    if len(profile.counters):
+        return "hybrid"
+    if profile.sources.get("kernels") == "measured:nsys":
+        return "nsys"
+    if facts.get("cuda_available") or len(profile.kernels):
+        return "torch-only"
+    return "cpu-only"
+
+
+def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
+    rows = []
+    for entry in run_json.get("passes", []):
+        inject = run.read_inject(entry["name"]) or {}
+        row = dict(entry)
+        unprofiled = inject.get("unprofiled_step_time_ms")
+        row["unprofiled_step_time_ms"] = unprofiled
+        step_ms = row.get("step_time_ms")
+        row["overhead_pct"] = (round(100.0 * (step_ms / unprofiled - 1.0), 1)
+                               if step_ms and unprofiled else None)
+        rows.append(row)
+    return rows
+
+
+def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
+                    extra_warnings: list[str] | None = None, facts: dict | None = None) -> dict:
+    from hybrid.analyze import analyze
+
+    facts = facts or {}
+    analysis = analyze(profile)
+    results = {
+        "schema_version": SCHEMA_VERSION,
+        "mode": _mode(profile, facts),
+        "tools": {"hybrid": __version__, "python": sys.version.split()[0], **tools},
+        "workload": workload,
+        **analysis,
+        "passes": passes,
+        "warnings": list(dict.fromkeys((extra_warnings or []) + profile.warnings)),
+    }
+    results.setdefault("limitations", [])
+    return results
+
+
+def analyze_run_dir(path: Path, *, step_range: str | None = None) -> dict:
+    """Re-analyze a run directory written by `hybrid run` (offline, on any machine)."""
+    run = RunDir.open(path)
+    run_json = run.run_json()
+    trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv()
+    if trace is None and export is None:
+        raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
+                         "point at a run directory written by `hybrid run`; if a pass failed, its "
+                         "console.log in that folder says why")
+    torch_profile = nsys_profile = None
+    if trace is not None:
+        from hybrid.torch_pass import load_torch_trace
+
+        torch_profile = load_torch_trace(trace)
+    if export is not None:
+        from hybrid.nsys_pass import load_nsys_export
+
+        nsys_profile = load_nsys_export(export, step_range=step_range)
+    profile = merge(torch_profile, nsys_profile)
+    facts = _inject_facts(run)
+    profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
+    if csv is not None and nsys_profile is not None:
+        profile = _attach_ncu(profile, csv)
+    workload = {
+        "command": run_json.get("command"),
+        "steps_measured": profile.measured_steps,
+        "warmup_steps": facts.get("warmup_steps"),
+        "batch_size": facts.get("batch_size"),
+        "step_source": profile.step_source,
+        "model": run_json.get("model"),
+    }
+    tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
+    tools["torch"] = facts.get("torch_version")
+    return analyze_profile(profile, workload=workload, tools=tools, passes=_pass_rows(run_json, run),
+                           extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
+                           facts=facts)
+
+
+def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
+    """Analyze an nsys SQLite export made by the user's own `nsys profile` (and optionally an ncu CSV)."""
+    from hybrid.nsys_pass import load_nsys_export
+
+    profile = load_nsys_export(export, step_range=step_range)
+    if ncu_csv is not None:
+        profile = _attach_ncu(profile, ncu_csv)
+    workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
+                "warmup_steps": None, "step_source": profile.step_source}
+    nsys_facts = profile.extras.get("nsys", {})
+    return analyze_profile(profile, workload=workload,
+                           tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])

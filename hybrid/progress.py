@@ -1,0 +1,71 @@
+"""What the user sees while passes run: the pass, its elapsed time and the steps done. A live rich
+line on a terminal; one plain line per pass start/end otherwise; nothing with --quiet."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+PASS_TITLES = {
+    "plain": "baseline run (no collector)",
+    "torch": "torch.profiler pass",
+    "nsys": "Nsight Systems pass",
+    "ncu": "Nsight Compute pass (hardware counters)",
+}
+
+
+class _View:
+    def __init__(self, console: Console, live: bool) -> None:
+        self.console = console
+        self.live = live
+        self.status: Status | None = None
+        self.started: dict[str, float] = {}
+        self.detail = ""
+
+    def __call__(self, name: str, event: str, detail: str) -> None:
+        title = PASS_TITLES.get(name, name)
+        if event == "start":
+            self.started[name] = time.monotonic()
+            self.detail = "starting"
+            if self.live:
+                self.status = self.console.status(f"{title}: starting")
+                self.status.start()
+            else:
+                self.console.print(f"hybrid: {title} started", highlight=False)
+        elif event == "step" and self.status is not None:
+            self.detail = detail
+            elapsed = time.monotonic() - self.started.get(name, time.monotonic())
+            self.status.update(f"{title}: {escape(detail)}  [{elapsed:.0f} s]")
+        elif event == "end":
+            elapsed = time.monotonic() - self.started.get(name, time.monotonic())
+            if self.status is not None:
+                self.status.stop()
+                self.status = None
+            self.console.print(f"hybrid: {title} {escape(detail)} in {elapsed:.1f} s", highlight=False)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def _silent(_name: str, _event: str, _detail: str) -> None:
+    return None
+
+
+@contextmanager
+def progress_view(*, quiet: bool) -> Iterator:
+    if quiet:
+        yield _silent
+        return
+    console = Console(file=sys.stderr)
+    view = _View(console, live=console.is_terminal)
+    try:
+        yield view
+    finally:
+        view.close()
