@@ -1,0 +1,41 @@
+# Two commands a newcomer pastes on a fresh machine (README):
+#   make setup diagnose MODEL=resnet50
+#   make test
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The torch/torchvision pair to install. Override for your CUDA version, e.g.
+#   make setup TORCH_SPEC="torch torchvision --index-url https://download.pytorch.org/whl/cu126"
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+MODEL ?= resnet50
+BATCH ?=
+STEPS ?=
+MODE ?= auto
+ARGS ?=
+
+.PHONY: setup diagnose test test-gpu lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+diagnose: setup
+	$(BIN)/hybrid diagnose --model $(MODEL) --mode $(MODE) $(if $(BATCH),--batch-size $(BATCH)) $(if $(STEPS),--steps $(STEPS)) $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+# On a machine with an NVIDIA GPU, nsys and ncu.
+test-gpu: setup
+	$(BIN)/python -m pytest -q -m gpu
+
+lint: setup
+	$(BIN)/ruff check hybrid nsight tests benchmarks
+
+clean:
+	rm -rf build dist *.egg-info hybrid-runs .pytest_cache
