@@ -19,6 +19,7 @@ from hybrid.errors import EXIT_FINDING_AT_OR_ABOVE, HybridError, UsageError
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_show_locals=False,
                   help="Diagnose why a PyTorch training or inference step is slow on the GPU.")
 
 

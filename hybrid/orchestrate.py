@@ -234,10 +234,19 @@ class Orchestrator:
         want_nsys, want_ncu = self._plan_collectors(tools)
 
         if opts.baseline:
-            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=True))
-        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps, whole_run=True))
+            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=False))
+        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps, whole_run=False))
         inject = torch_result.inject or {}
-        stepless = inject.get("step_source") == "none"
+        stepless = not inject.get("measured_steps")
+        if stepless:
+            # Nothing was measured: profile the whole script as one step, and say how to mark steps.
+            seen = inject.get("steps_seen") or 0
+            self.mode_reasons.append(
+                f"the script ended during warmup after {seen} steps (lower --warmup): the whole run was "
+                "profiled as one step" if seen else
+                "the script never stepped: the whole run was profiled as one step")
+            torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=1, whole_run=True))
+            inject = torch_result.inject or {}
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
                 self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
