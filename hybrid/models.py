@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from hybrid.errors import HybridError, UsageError
+from hybrid.stepping import name_modules, set_batch_size
 
 MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
 PRECISIONS = ("fp32", "tf32", "bf16-amp", "fp16-amp")
@@ -201,16 +202,6 @@ def _build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
 
-def _declare_to_hybrid(model: nn.Module, batch_size: int) -> None:
-    """Name modules for --nvtx-modules ranges and declare the batch size; no-ops outside a run."""
-    try:
-        from hybrid.stepping import name_modules, set_batch_size
-    except ImportError:  # hybrid.stepping is optional at import time of this module
-        return
-    name_modules(model)
-    set_batch_size(batch_size)
-
-
 def build_workload(
     name: str,
     batch_size: int | None = None,
@@ -260,7 +251,10 @@ def build_workload(
             optimizer.step()
         return loss.detach()
 
-    _declare_to_hybrid(model, batch_size)
+    # Qualified names for the --nvtx-modules ranges, batch size for throughput; outside a
+    # hybrid session name_modules only tags attributes and set_batch_size does nothing.
+    name_modules(model)
+    set_batch_size(batch_size)
     return Workload(name, model, optimizer, batch_size, input_size, precision, resolved,
                     make_batch, train_step)
 

@@ -12,6 +12,7 @@ import torch
 
 from hybrid import models
 from hybrid.errors import UsageError
+from hybrid.stepping import MODULE_NAME_ATTR
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +38,12 @@ def test_simple_cnn_trains(precision: str) -> None:
     assert images.shape == (4, 3, 32, 32) and images.device.type == "cpu"
     assert labels.max() < models.CIFAR_CLASSES
     _run_and_check(workload)
+
+
+def test_modules_carry_qualified_names_for_nvtx_ranges() -> None:
+    workload = models.build_workload("simple_cnn", batch_size=2, device="cpu")
+    assert getattr(workload.model.features[0], MODULE_NAME_ATTR) == "features.0"
+    assert getattr(workload.model.head, MODULE_NAME_ATTR) == "head"
 
 
 def test_transformer_trains() -> None:
