@@ -71,14 +71,14 @@ def _summary(results: dict, w: _Writer) -> str:
     rows = [
         ("Primary bottleneck", primary_html),
         ("Step time", f"{step} {w.source(timing.get('source'))}"),
-        ("GPU busy", f"{w.value(timing.get('gpu_busy_ms'), 'ms')} ({w.value(timing.get('gpu_util_pct'), '%')} "
-                     f"utilization) {w.source(timing.get('source'))}"),
-        ("Compute (kernels)", f"{w.value(timing.get('kernel_time_ms'), 'ms')} "
-                              f"({w.value(timing.get('compute_util_pct'), '%')}) {w.source(timing.get('source'))}"),
-        ("Device", f"{w.text(device.get('name') or 'no GPU')}, {w.value(device.get('sm_count'))} SMs "
-                   f"{w.source(device.get('source'))}"),
-        ("Mode", f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} steps measured after "
-                 f"{w.value(workload.get('warmup_steps'))} warmup"),
+        ("GPU busy", (f"{w.value(timing.get('gpu_busy_ms'), 'ms')} ({w.value(timing.get('gpu_util_pct'), '%')} "
+                     f"utilization) {w.source(timing.get('source'))}")),
+        ("Compute (kernels)", (f"{w.value(timing.get('kernel_time_ms'), 'ms')} "
+                              f"({w.value(timing.get('compute_util_pct'), '%')}) {w.source(timing.get('source'))}")),
+        ("Device", (f"{w.text(device.get('name') or 'no GPU')}, {w.value(device.get('sm_count'))} SMs "
+                   f"{w.source(device.get('source'))}")),
+        ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} steps measured after "
+                 f"{w.value(workload.get('warmup_steps'))} warmup")),
     ]
     body = "".join(f"<tr><td>{label}</td><td>{cell}</td></tr>" for label, cell in rows)
     return f'<h2>Summary</h2><table class="summary">{body}</table>'
@@ -117,8 +117,8 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     inner_h = PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     px = _log_scale(x_low, x_high, MARGIN_LEFT, inner_w)
     py = _log_scale(y_low, y_high, MARGIN_TOP, inner_h, invert=True)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" '
-             f'width="{PLOT_WIDTH}" role="img" aria-label="roofline">',
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" '
+             f'width="{PLOT_WIDTH}" role="img" aria-label="roofline">'),
              "<title>Roofline: achieved FLOP/s against arithmetic intensity (log-log)</title>"]
     for exponent in range(round(math.log10(x_low)), round(math.log10(x_high)) + 1):
         x = px(10 ** exponent)

@@ -41,7 +41,8 @@ def write_results(results: dict, path: str | os.PathLike) -> Path:
     text = results_to_json(results)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",
+        # Closed by the `with handle` below; opened here so a failure to create it is told apart.
+        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",  # noqa: SIM115
                                              suffix=".tmp", delete=False)
     except OSError as error:
         raise UsageError(f"cannot write {target}: {error.strerror or error}",

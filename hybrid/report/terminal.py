@@ -62,11 +62,11 @@ def _summary(results: dict) -> list[Text]:
     lines = [Text.assemble(("hybrid", "bold"), f" · {device.get('name') or 'no GPU'} · mode {results.get('mode')} · "
                            f"{workload.get('steps_measured')} steps measured, {workload.get('warmup_steps')} warmup")]
     if primary:
-        lines.append(Text.assemble(("Primary bottleneck: ", "bold"), _badge(primary.get("severity", "")), " ",
+        lines.append(Text.assemble(("Primary: ", "bold"), _badge(primary.get("severity", "")), " ",
                                    str(primary.get("category", "")), "  ", str(primary.get("title", "")), "  ",
                                    _time_lost(primary)))
     else:
-        lines.append(Text("Primary bottleneck: none found", style="bold"))
+        lines.append(Text("Primary: no bottleneck found", style="bold"))
     step = Text.assemble(("Step time: ", "bold"), format_value(timing.get("step_time_ms"), "ms"))
     if timing.get("step_time_std_ms") is not None:
         step.append(f" ± {format_value(timing['step_time_std_ms'], 'ms')}")
@@ -101,9 +101,9 @@ def _roofline(results: dict) -> list[Text]:
     line = Text.assemble(("Roofline: ", "bold"), f"{roof.get('bound')}-bound · AI "
                          f"{format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} · ridge "
                          f"{format_value(roof.get('ridge_point'), 'FLOP/B')}{precision} · "
-                         f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable · DRAM "
-                         f"{format_value(roof.get('memory_bw_pct_of_peak'), '%')} of peak · compute "
-                         f"{format_value(roof.get('compute_pct_of_peak'), '%')} of peak")
+                         f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable · "
+                         f"peak DRAM {format_value(roof.get('memory_bw_pct_of_peak'), '%')}, "
+                         f"compute {format_value(roof.get('compute_pct_of_peak'), '%')}")
     line.append(f"  [{source_label(str(roof.get('source', '')))}]", style="cyan")
     return [line]
 
@@ -131,10 +131,12 @@ def _finding_full(finding: dict, verbose: bool) -> Text:
 
 
 def _finding_line(finding: dict) -> Text:
-    sources = ", ".join(sources_of(finding)) or "no evidence"
-    return Text.assemble(_badge(finding.get("severity", "")), " ", str(finding.get("category", "")), "  ",
-                         str(finding.get("title", "")), "  ",
-                         (f"{format_value(finding.get('time_lost_ms'), 'ms')}/step est. · {sources}", "dim"))
+    line = Text.assemble(_badge(finding.get("severity", "")), " ", str(finding.get("category", "")), "  ",
+                         str(finding.get("title", "")))
+    if finding.get("time_lost_ms"):
+        line.append(f"  {format_value(finding['time_lost_ms'], 'ms')}/step est.", style="magenta")
+    line.append(f"  ({', '.join(sources_of(finding)) or 'no evidence'})", style="dim")
+    return line
 
 
 def _findings(results: dict, verbose: bool) -> list:
@@ -152,14 +154,16 @@ def _findings(results: dict, verbose: bool) -> list:
 
 
 def _recommendations(results: dict, verbose: bool) -> list[Text]:
-    picks = [(f, f["suggestions"][0]) for f in findings_by_impact(results) if f.get("suggestions")]
-    if not verbose:
-        picks = picks[:RECOMMENDATIONS_DEFAULT]
-    if not picks:
+    picks: dict[str, str] = {}  # suggestion -> category of the highest-ranked finding that made it
+    for finding in findings_by_impact(results):
+        if finding.get("suggestions"):
+            picks.setdefault(str(finding["suggestions"][0]), str(finding.get("category", "")))
+    shown = list(picks.items()) if verbose else list(picks.items())[:RECOMMENDATIONS_DEFAULT]
+    if not shown:
         return []
     lines = [Text("Top recommendations", style="bold underline")]
-    for number, (finding, fix) in enumerate(picks, start=1):
-        lines.append(Text.assemble(f"{number:>2}. ", str(fix), (f"  ({finding.get('category')})", "dim")))
+    for number, (fix, category) in enumerate(shown, start=1):
+        lines.append(Text.assemble(f"{number:>2}. ", fix, (f"  ({category})", "dim")))
     return lines
 
 
