@@ -50,5 +50,5 @@ def test_slower_run_with_one_finding_fixed_and_one_new(results):
 
 def test_different_modes_are_flagged(results):
     other = copy.deepcopy(results)
-    other["mode"] = "torch-only"
+    other["mode"] = "cpu-only" if results["mode"] != "cpu-only" else "hybrid"
     assert any("modes differ" in note for note in compare_results(results, other)["notes"])
