@@ -167,10 +167,15 @@ def _no_table_error(text: str, source: str) -> InputError:
         "`ncu --import REPORT --csv --page raw`; see ncu.log next to it for why ncu wrote none")
 
 
-def parse_ncu_csv(text: str, *, source: str = "ncu CSV",
-                  metrics: tuple[str, ...] = METRICS) -> NcuCounters:
-    """Parse ncu CSV text (either layout) into counters. Raises InputError when there is no table
-    or the table has no kernel rows."""
+def parse_ncu_csv(source: Path | str, *, metrics: tuple[str, ...] = METRICS) -> NcuCounters:
+    """Parse ncu CSV (either layout) into counters: a Path is read from disk, a str is the CSV text.
+    Raises InputError when the file cannot be read, holds no table, or the table has no kernel."""
+    if isinstance(source, Path):
+        return read_ncu_csv(source, metrics=metrics)
+    return _parse_text(source, "ncu CSV", metrics)
+
+
+def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters:
     tables = _tables(text)
     if not tables:
         raise _no_table_error(text, source)
@@ -230,4 +235,4 @@ def read_ncu_csv(path: str | Path, *, metrics: tuple[str, ...] = METRICS) -> Ncu
     except OSError as exc:
         raise InputError(f"cannot read ncu CSV {path}: {exc.strerror}",
                          "check the path; the ncu pass writes RUN_DIR/ncu/counters.csv") from exc
-    return parse_ncu_csv(text, source=str(path), metrics=metrics)
+    return _parse_text(text, str(path), metrics)

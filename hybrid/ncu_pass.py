@@ -1,0 +1,209 @@
+"""The ncu pass's two jobs around the profiler run: choose which kernels are worth replaying (from the
+nsys timeline), and match the counters ncu measured back to every kernel instance in the Profile.
+
+Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
+so kernels are matched on their function base name plus launch configuration (grid, block), and,
+within one step, on launch order: the k-th launch of a (name, grid, block) in a step gets the k-th
+profiled launch of it. ncu profiles one measured step, so this pairs instances exactly wherever the
+steps launch the same sequence, which a training or inference loop does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from hybrid.profile import COUNTER_COLUMNS, Profile, conform
+from hybrid.provenance import MEASURED_NCU
+from nsight.ncu import NCCL_PREFIX, function_base_name
+from nsight.ncu_csv import NcuCounters
+
+DEFAULT_COVERAGE = 0.9
+# More names cost more replay time for little: GPU time is usually concentrated in a handful of
+# kernels, and those past the cap are listed as not profiled.
+DEFAULT_CAP = 12
+# How many unprofiled kernels extras["ncu"] lists by name (largest GPU time first).
+NOT_PROFILED_LISTED = 20
+# Below this share of measured GPU time with counters, the report warns that ncu saw too little.
+LOW_COVERAGE_PCT = 50.0
+
+# Match levels, strongest first, as recorded per kernel in extras["ncu"]["kernel_match"].
+MATCH_LAUNCH = "launch"  # same name, grid, block and position in the step
+MATCH_CONFIG = "config"  # same name, grid and block; another launch of it was profiled
+MATCH_NAME = "name"  # same name, other launch configuration: counters are indicative only
+MATCH_NONE = "none"
+
+_KEY = ["base", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+
+
+def is_nccl(name: str) -> bool:
+    return function_base_name(name).lower().startswith(NCCL_PREFIX)
+
+
+def _durations(kernels: pd.DataFrame) -> pd.Series:
+    return (kernels["end_ns"] - kernels["start_ns"]).clip(lower=0)
+
+
+def representative_step(kernels: pd.DataFrame) -> int | None:
+    """The measured step whose kernel time is the median one (the first and last steps are the most
+    likely to hold one-off work); None when no kernel lies in a measured step."""
+    measured = kernels[kernels["step"] >= 0]
+    if measured.empty:
+        return None
+    per_step = _durations(measured).groupby(measured["step"]).sum().sort_values(kind="stable")
+    return int(per_step.index[(len(per_step) - 1) // 2])
+
+
+def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, cap: int = DEFAULT_CAP, *,
+                   step: int | None = None) -> list[str]:
+    """The fewest kernel names whose GPU time in one measured step reaches `coverage` of that step's
+    kernel time, at most `cap` of them, largest first. NCCL kernels are never chosen (they hang
+    when replayed). `step` defaults to representative_step; with no measured step, the whole capture
+    is used."""
+    candidates = kernels[~kernels["name"].map(is_nccl)] if len(kernels) else kernels
+    if step is None:
+        step = representative_step(candidates)
+    if step is not None:
+        candidates = candidates[candidates["step"] == step]
+    if candidates.empty or cap <= 0:
+        return []
+    per_name = _durations(candidates).groupby(candidates["name"]).sum()
+    # Largest first; ties by name so the choice is reproducible.
+    ordered = sorted(per_name.items(), key=lambda item: (-item[1], item[0]))
+    total = float(per_name.sum())
+    chosen: list[str] = []
+    covered = 0.0
+    for name, time_ns in ordered[:cap]:
+        chosen.append(name)
+        covered += float(time_ns)
+        if total <= 0 or covered >= coverage * total:
+            break
+    return chosen
+
+
+def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    keyed = frame.copy()
+    keyed["base"] = keyed["name"].map(function_base_name)
+    return keyed
+
+
+def _kernel_order(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Kernels with their key and launch position within their step (by host launch time when
+    known, else device start)."""
+    keyed = _with_keys(kernels)
+    keyed["row"] = range(len(keyed))
+    keyed["order_ns"] = keyed["launch_ns"].where(keyed["launch_ns"] >= 0, keyed["start_ns"])
+    keyed = keyed.sort_values(["step", "order_ns", "start_ns"], kind="stable")
+    keyed["occurrence"] = keyed.groupby(["step", *_KEY], sort=False).cumcount()
+    return keyed.sort_values("row")
+
+
+def _match(kernels: pd.DataFrame, counters: pd.DataFrame) -> tuple[list[int], list[str]]:
+    """For each kernel row, the counter row it takes (-1 for none) and the match level."""
+    kern = _kernel_order(kernels)
+    ctr = _with_keys(counters)
+    ctr["counter_row"] = range(len(ctr))
+    ctr["occurrence"] = ctr.groupby(_KEY, sort=False).cumcount()
+
+    rows = pd.Series(-1, index=kern["row"].to_numpy(), dtype="int64")
+    levels = pd.Series(MATCH_NONE, index=kern["row"].to_numpy(), dtype="object")
+
+    by_launch = kern.merge(ctr[[*_KEY, "occurrence", "counter_row"]], on=[*_KEY, "occurrence"], how="inner")
+    rows[by_launch["row"].to_numpy()] = by_launch["counter_row"].to_numpy()
+    levels[by_launch["row"].to_numpy()] = MATCH_LAUNCH
+
+    first_per_config = ctr.drop_duplicates(_KEY)[[*_KEY, "counter_row"]]
+    rest = kern[rows.loc[kern["row"]].to_numpy() < 0]
+    by_config = rest.merge(first_per_config, on=_KEY, how="inner")
+    rows[by_config["row"].to_numpy()] = by_config["counter_row"].to_numpy()
+    levels[by_config["row"].to_numpy()] = MATCH_CONFIG
+
+    first_per_name = ctr.drop_duplicates("base")[["base", "counter_row"]]
+    rest = kern[rows.loc[kern["row"]].to_numpy() < 0]
+    by_name = rest.merge(first_per_name, on="base", how="inner")
+    rows[by_name["row"].to_numpy()] = by_name["counter_row"].to_numpy()
+    levels[by_name["row"].to_numpy()] = MATCH_NAME
+    return rows.sort_index().tolist(), levels.sort_index().tolist()
+
+
+def _renamed_counters(counters: pd.DataFrame, kernels: pd.DataFrame, rows: list[int],
+                      levels: list[str]) -> tuple[pd.DataFrame, dict[str, str], int]:
+    """Counters named as profile.kernels names them, so consumers can join on (name, grid, block);
+    also the nsys -> ncu name map and how many counter rows matched no kernel."""
+    renamed = counters.copy()
+    ncu_names: dict[str, str] = {}
+    unmatched = 0
+    for counter_row in range(len(counters)):
+        strong = [i for i, (r, lvl) in enumerate(zip(rows, levels))
+                  if r == counter_row and lvl in (MATCH_LAUNCH, MATCH_CONFIG)]
+        if not strong:
+            unmatched += 1
+            continue
+        nsys_name = kernels["name"].iloc[strong].mode().iloc[0]
+        ncu_names[nsys_name] = counters["name"].iloc[counter_row]
+        renamed.iloc[counter_row, renamed.columns.get_loc("name")] = nsys_name
+    return renamed, ncu_names, unmatched
+
+
+def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> Profile:
+    """A copy of `profile` with ncu's counters attached.
+
+    `profile.counters` gets the counter rows, renamed to the kernel names of `profile.kernels`
+    wherever a launch matched (so a join on name + grid + block works); `extras["ncu"]` records, per
+    kernel row, the counter row it takes and how strongly it matched (counters_per_kernel joins them),
+    the share of measured GPU time covered, the kernels not profiled, replay passes and missing
+    metrics.
+    """
+    parsed = counters if isinstance(counters, NcuCounters) else NcuCounters(frame=counters)
+    frame = conform(parsed.frame, COUNTER_COLUMNS)
+    kernels = profile.kernels.reset_index(drop=True)
+    rows, levels = _match(kernels, frame) if len(kernels) and len(frame) else (
+        [-1] * len(kernels), [MATCH_NONE] * len(kernels))
+    renamed, ncu_names, unmatched = _renamed_counters(frame, kernels, rows, levels)
+
+    durations = _durations(kernels)
+    in_steps = (kernels["step"] >= 0) if (kernels["step"] >= 0).any() else pd.Series(True, index=kernels.index)
+    level = pd.Series(levels, index=kernels.index, dtype="object")
+    total_ns = float(durations[in_steps].sum())
+
+    def share(mask: pd.Series) -> float:
+        return round(100.0 * float(durations[in_steps & mask].sum()) / total_ns, 2) if total_ns > 0 else 0.0
+
+    covered_pct = share(level.isin([MATCH_LAUNCH, MATCH_CONFIG]))
+    missed = durations[in_steps & (level == MATCH_NONE)].groupby(kernels["name"]).sum()
+    missed = missed.sort_values(ascending=False, kind="stable").head(NOT_PROFILED_LISTED)
+
+    warnings = list(profile.warnings)
+    if total_ns > 0 and covered_pct < LOW_COVERAGE_PCT:
+        warnings.append(f"ncu counters cover only {covered_pct:.0f}% of the measured GPU time; "
+                        "kernel-level conclusions rest on the kernels listed in extras.ncu")
+    extras = dict(profile.extras)
+    extras["ncu"] = {
+        "kernel_counter_rows": rows,
+        "kernel_match": levels,
+        "covered_gpu_time_pct": covered_pct,
+        "name_only_gpu_time_pct": share(level == MATCH_NAME),
+        "kernels_not_profiled": [{"name": name, "gpu_time_ns": int(ns)} for name, ns in missed.items()],
+        "unmatched_counter_rows": unmatched,
+        "ncu_names": ncu_names,
+        "replay_passes": parsed.replay_passes,
+        "missing_metrics": list(parsed.missing_metrics),
+        "notes": list(parsed.notes),
+    }
+    sources = dict(profile.sources)
+    sources["counters"] = MEASURED_NCU
+    return dataclasses.replace(profile, counters=renamed, extras=extras, sources=sources, warnings=warnings)
+
+
+def counters_per_kernel(profile: Profile) -> pd.DataFrame:
+    """profile.kernels with the counter columns of the counter row each kernel matched (NaN where
+    none) and a `counter_match` column (launch / config / name / none)."""
+    kernels = profile.kernels.reset_index(drop=True)
+    ncu = profile.extras.get("ncu")
+    if not ncu or len(ncu["kernel_counter_rows"]) != len(kernels):
+        return kernels.assign(counter_match=MATCH_NONE)
+    values = profile.counters.drop(columns=["name", *_KEY[1:]]).reset_index(drop=True)
+    rows = pd.Series(ncu["kernel_counter_rows"])
+    picked = values.reindex(rows.where(rows >= 0)).reset_index(drop=True)
+    return pd.concat([kernels, picked], axis=1).assign(counter_match=ncu["kernel_match"])

@@ -1,0 +1,268 @@
+"""Find the Nsight Compute CLI, build its command line, run it, and check what it left.
+
+Torch-free and pandas-free: the orchestrator imports this before deciding which passes to run.
+
+Output layout: ncu writes everything it prints (its `==PROF==`/`==WARNING==`/`==ERROR==` lines and
+the CSV table) to `--log-file`, which is the counters CSV; the workload's own stdout/stderr stays on
+ncu's stdout, so program output never lands inside the table. `check_run` then copies ncu's message
+lines into ncu.log for people to read; the CSV reader skips them.
+
+CSV layout: `--page raw` (one row per kernel, one column per metric, a units row), not the default
+long details page (one row per kernel and metric): a kernel name full of commas is one cell per
+kernel instead of one per metric, a metric ncu did not collect is an absent column rather than
+absent rows, and the raw page also carries `profiler__replayer_passes`, which says how many replay
+passes each kernel cost. nsight/ncu_csv.py reads both layouts.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hybrid.errors import ProfilerError
+from nsight.ncu_metrics import METRICS
+
+NCU_ENV = "HYBRID_NCU"
+
+# Searched after $HYBRID_NCU and PATH; within one pattern the newest version wins.
+NCU_GLOBS = ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu")
+
+# The injector's step ranges (push/pop, NVTX domain "hybrid"). ncu's NVTX filter syntax is
+# "<domain>@<range>" and a push/pop range is written with a trailing "/" (without it ncu looks for a
+# start/end range of that name and matches nothing).
+NVTX_DOMAIN = "hybrid"
+
+# NCCL kernels wait for peers; replayed alone under ncu they hang the job. Always excluded.
+NCCL_PREFIX = "nccl"
+
+# ncu replays each profiled launch once per pass, saving and restoring the memory it writes, which
+# costs milliseconds per launch. A step of a large model can hold thousands of launches of the
+# selected kernels; this cap keeps the pass to minutes. Launches past it get counters from an
+# earlier profiled launch of the same kernel and launch configuration (hybrid/ncu_pass.py).
+DEFAULT_MAX_LAUNCHES = 500
+
+LOG_TAIL_LINES = 20
+
+# ncu's own output lines start with "==PROF==", "==WARNING==", "==ERROR==".
+_MESSAGE_LINE = re.compile(r"^==[A-Z]+==")
+
+# What ncu prints when the user may not read GPU performance counters.
+PERMISSION_MARKERS = (
+    "ERR_NVGPUCTRPERM",
+    "does not have permission to access NVIDIA GPU Performance Counters",
+    "does not have permission to profile",
+)
+PERMISSION_FIX = (
+    "GPU performance counters are restricted to administrators on this machine. Either run hybrid as "
+    "root (sudo -E), or allow all users: put `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in "
+    "/etc/modprobe.d/nvidia-profiling.conf and reload the driver (or reboot); in a container, start it "
+    "with `--cap-add SYS_ADMIN`. See https://developer.nvidia.com/ERR_NVGPUCTRPERM. "
+    "Or skip counters with --mode nsys."
+)
+
+
+@dataclass(frozen=True)
+class NcuRun:
+    returncode: int
+    csv_path: Path
+    log_path: Path
+    partial: bool  # ncu exited non-zero but left a table: the kernels profiled before it stopped
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def find_ncu() -> Path | None:
+    """The ncu CLI to use: $HYBRID_NCU (binary or install folder), PATH, then the usual install
+    folders (newest first)."""
+    forced = os.environ.get(NCU_ENV)
+    if forced:
+        path = Path(forced)
+        for candidate in (path, path / "ncu"):
+            if _is_executable(candidate):
+                return candidate
+        return None
+    on_path = shutil.which("ncu")
+    if on_path:
+        return Path(on_path)
+    for pattern in NCU_GLOBS:
+        for match in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if _is_executable(Path(match)):
+                return Path(match)
+    return None
+
+
+def parse_ncu_version(text: str) -> str | None:
+    """'Version 2025.3.1.0 (build 36398880) (public-release)' -> '2025.3.1.0'."""
+    match = re.search(r"Version\s+(\d{4}\.\d+(?:\.\d+)*)", text)
+    return match.group(1) if match else None
+
+
+def ncu_version(ncu: Path) -> str | None:
+    """The version ncu reports, or None when it does not run or says something unexpected (the
+    pass then fails with ncu's own message; the version is informational)."""
+    try:
+        proc = subprocess.run([str(ncu), "--version"], check=False, capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_ncu_version(proc.stdout + proc.stderr)
+
+
+def function_base_name(demangled: str) -> str:
+    """The function name ncu matches with `--kernel-name-base function`: no return type, no
+    namespaces, no template arguments, no parameters.
+
+    'void at::native::<unnamed>::reduce_kernel<(int)512, ...>(T3)' -> 'reduce_kernel'. nsys and ncu
+    demangle differently ('at::native::...<(int)4, ...>' vs 'at::...<4, ...>'), so this base name is
+    what the two tools agree on.
+    """
+    name = demangled.replace("(anonymous namespace)", "").replace("<unnamed>", "")
+    depth = 0
+    kept: list[str] = []
+    for char in name:
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            if char == "(":
+                break  # the parameter list
+            kept.append(char)
+    head = "".join(kept).strip()
+    last = head.split("::")[-1].strip()
+    return last.split()[-1] if last.split() else demangled.strip()
+
+
+def _ecma_escape(text: str) -> str:
+    """Escape for ncu's regex (ECMAScript syntax): only the metacharacters, so the pattern stays
+    readable in command.txt."""
+    return re.sub(r"([\\^$.*+?()\[\]{}|/])", r"\\\1", text)
+
+
+def kernel_name_filter(kernel_names: Sequence[str]) -> str:
+    """The `--kernel-name` value: an anchored alternation of the selected kernels' function base
+    names, with NCCL kernels excluded; with no names, every kernel but NCCL's."""
+    bases = sorted({function_base_name(name) for name in kernel_names})
+    guard = f"^(?!{NCCL_PREFIX})"
+    if not bases:
+        return f"regex:{guard}"
+    return f"regex:{guard}(?:{'|'.join(_ecma_escape(b) for b in bases)})$"
+
+
+def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
+                      kernel_names: Sequence[str], nvtx_step: int | None,
+                      launch_count: int | None = DEFAULT_MAX_LAUNCHES,
+                      metrics: Sequence[str] = METRICS) -> list[str]:
+    """The argv of the ncu pass: the given metrics for the selected kernels launched inside measured
+    step `nvtx_step` (the injector's range "step N" in domain "hybrid"; None profiles the whole run).
+
+    Kernels are matched on their function base name (`--kernel-name-base function`): exact,
+    immune to the two tools demangling templates differently, and free of the regex escaping of
+    C++ names full of `()<>*&,`. It matches every instantiation of a template, which is why
+    attach_counters matches back by name and launch configuration.
+    """
+    argv = [
+        str(ncu),
+        "--csv", "--page", "raw",
+        "--print-units", "base",
+        "--log-file", str(csv_path),
+        # ncu otherwise locks clocks to base, and durations stop being comparable with nsys.
+        "--clock-control", "none",
+        # Flush caches before each replay pass so every pass sees the same (cold) memory state;
+        # this is ncu's default, stated so the DRAM bytes' meaning is visible in command.txt.
+        "--cache-control", "all",
+        "--target-processes", "all",
+        "--metrics", ",".join(metrics),
+        "--kernel-name-base", "function",
+        "--kernel-name", kernel_name_filter(kernel_names),
+    ]
+    if nvtx_step is not None:
+        argv += ["--nvtx", "--nvtx-include", f"{NVTX_DOMAIN}@step {nvtx_step}/"]
+    if launch_count is not None:
+        argv += ["--launch-count", str(launch_count)]
+    return argv + list(target_argv)
+
+
+def check_counter_permission(output: str) -> ProfilerError | None:
+    """A ProfilerError naming the fixes when ncu's output says counters are not accessible."""
+    for marker in PERMISSION_MARKERS:
+        if marker in output:
+            line = next((ln.strip() for ln in output.splitlines() if marker in ln), marker)
+            return ProfilerError(f"ncu may not read GPU performance counters: {line}", PERMISSION_FIX)
+    return None
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(kept[-lines:]) if kept else "(no output)"
+
+
+def _has_table(text: str) -> bool:
+    return any(line.startswith('"ID","Process ID"') for line in text.splitlines())
+
+
+def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = "") -> bool:
+    """Check an ncu pass after it ran: write ncu's message lines from the CSV (and `console`, the
+    run's stdout/stderr, when the caller kept it) into `log_path`; raise ProfilerError, keeping what
+    exists, when counters were not permitted or no table was written. Returns True when the table is
+    partial (ncu exited non-zero after profiling some kernels); the CSV is never rewritten.
+    """
+    csv_path, log_path = Path(csv_path), Path(log_path)
+    text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.is_file() else ""
+    messages = "\n".join(line for line in text.splitlines() if _MESSAGE_LINE.match(line))
+    log = messages + "\n" if messages else ""
+    if console:
+        log += f"--- workload and ncu console output ---\n{console}"
+    log_path.write_text(log, encoding="utf-8")
+    output = f"{console}\n{messages}"
+    denied = check_counter_permission(output)
+    if denied is not None:
+        denied.kept = f"{csv_path} and {log_path}"
+        raise denied
+    if not _has_table(text):
+        raise ProfilerError(
+            f"ncu exited with status {returncode} and wrote no counter table; its output ends:\n"
+            f"{_tail(output)}",
+            "read ncu.log and the pass's console log; a filter that matched no kernel prints "
+            "'No kernels were profiled'",
+            kept=f"{csv_path} and {log_path}")
+    return returncode != 0
+
+
+def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str], *,
+            kernel_names: Sequence[str], nvtx_step: int | None,
+            launch_count: int | None = DEFAULT_MAX_LAUNCHES, metrics: Sequence[str] = METRICS,
+            env: dict[str, str] | None = None, timeout_s: float | None = None) -> NcuRun:
+    """Run one ncu pass outside the orchestrator (benchmarks, tests). Whatever the CSV holds is kept
+    when ncu or the workload stops early; `log_path` gets ncu's messages and the console output."""
+    csv_path, log_path = Path(csv_path), Path(log_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    argv = build_ncu_command(ncu, csv_path, target_argv, kernel_names=kernel_names, nvtx_step=nvtx_step,
+                             launch_count=launch_count, metrics=metrics)
+    # Own process group: a timeout must stop ncu and the workload it launched, not only ncu.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env=env, start_new_session=True)
+    try:
+        console, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        console, _ = proc.communicate()
+        log_path.write_text(console, encoding="utf-8")
+        raise ProfilerError(f"ncu did not finish within {timeout_s:.0f} s",
+                            "select fewer kernels or launches (coverage, cap), or raise the timeout",
+                            kept=f"{csv_path} and {log_path}") from exc
+    partial = check_run(csv_path, log_path, proc.returncode, console)
+    return NcuRun(proc.returncode, csv_path, log_path, partial)
