@@ -1,0 +1,211 @@
+"""End-to-end CLI tests on the CPU: real `python -m hybrid` subprocesses on real scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hybrid.schema import missing_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def script_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """One real `hybrid run` of a small training script, shared by the tests that read its outputs."""
+    base = tmp_path_factory.mktemp("run")
+    out, record = base / "run", base / "record.json"
+    done = hybrid("run", "--steps", "4", "--warmup", "2", "--out", str(out), "--json",
+                  str(SCRIPTS / "train_optimizer.py"), "--iters", "40", "--record", str(record))
+    return done, out, record
+
+
+def test_run_writes_a_valid_results_document(script_run):
+    done, out, record = script_run
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert missing_keys(results) == []
+    assert results == json.loads((out / "results.json").read_text())
+    assert results["mode"] == "cpu-only"
+    assert results["workload"]["steps_measured"] == 4
+    assert results["workload"]["warmup_steps"] == 2
+    # The script was stopped after warmup + measured steps, and saw its own argv.
+    recorded = json.loads(record.read_text())
+    assert recorded["argv"][1:] == ["--iters", "40", "--record", str(record)]
+    assert recorded["iters_done"] == 6
+    for artifact in ("run.json", "report.txt", "torch/trace.json", "torch/inject.json", "torch/console.log"):
+        assert (out / artifact).is_file(), artifact
+
+
+def test_cpu_only_run_says_gpu_analysis_was_not_possible(script_run):
+    _done, out, _record = script_run
+    results = json.loads((out / "results.json").read_text())
+    text = " ".join(results["limitations"] + results["warnings"]).lower()
+    assert "gpu" in text and "not possible" in text
+
+
+def test_report_reanalyzes_a_run_directory_offline(script_run):
+    _done, out, _record = script_run
+    first = json.loads((out / "results.json").read_text())
+    again = hybrid("report", str(out), "--json")
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["diagnosis"] == first["diagnosis"]
+    assert second["timing"] == first["timing"]
+
+
+def test_terminal_report_is_plain_without_a_tty(script_run):
+    _done, out, _record = script_run
+    shown = hybrid("report", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b[" not in shown.stdout
+    assert "step" in shown.stdout.lower()
+
+
+@pytest.mark.slow
+def test_diagnose_simple_cnn_on_cpu(tmp_path):
+    done = hybrid("diagnose", "--model", "simple_cnn", "--steps", "3", "--warmup", "1", "--out", str(tmp_path / "r"),
+                  "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert missing_keys(results) == []
+    assert results["workload"]["steps_measured"] == 3
+    assert "GPU analysis is not possible" in done.stderr
+
+
+def test_doctor_reports_tools_and_mode():
+    done = hybrid("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["torch"]
+    if not facts["cuda_available"]:
+        assert facts["mode"] == "cpu-only"
+    plain = hybrid("doctor")
+    assert "would use" in plain.stdout
+
+
+def test_profile_model_api_returns_results(tmp_path):
+    import torch
+
+    from hybrid import profile_model
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    results = profile_model(model, lambda: torch.randn(8, 16), steps=3, warmup=1, optimizer=optimizer,
+                            out_dir=tmp_path / "api")
+    assert missing_keys(results) == []
+    assert results["workload"]["steps_measured"] == 3
+    assert "bottlenecks" in results["diagnosis"] and "primary_bottleneck" in results["diagnosis"]
+
+
+# -- bad input: a clear message, a documented exit code, nothing lost ------------------------------------
+
+def test_missing_script_is_a_usage_error(tmp_path):
+    done = hybrid("run", "--out", str(tmp_path / "r"), str(tmp_path / "nope.py"))
+    assert done.returncode == 2
+    assert "script not found" in done.stderr and "fix:" in done.stderr
+
+
+def test_raising_script_exits_3_with_its_traceback_and_keeps_the_run(tmp_path):
+    out = tmp_path / "r"
+    done = hybrid("run", "--steps", "2", "--warmup", "0", "--out", str(out), str(SCRIPTS / "raises.py"))
+    assert done.returncode == 3
+    assert "planted failure after two steps" in done.stderr
+    assert "ValueError" in done.stderr
+    inject = json.loads((out / "torch" / "inject.json").read_text())
+    assert inject["outcome"] == "exception"
+    assert json.loads((out / "run.json").read_text())["passes"][0]["status"] == "failed"
+
+
+def test_unknown_model_is_a_usage_error():
+    done = hybrid("diagnose", "--model", "vgg_nope")
+    assert done.returncode == 2
+    assert "unknown model" in done.stderr and "resnet50" in done.stderr
+
+
+@pytest.mark.parametrize("steps", ["0", "-3"])
+def test_nonpositive_steps_is_a_usage_error(tmp_path, steps):
+    done = hybrid("run", "--steps", steps, "--out", str(tmp_path / "r"), str(SCRIPTS / "never_steps.py"))
+    assert done.returncode == 2
+    assert "--steps must be at least 1" in done.stderr
+
+
+def test_unwritable_output_directory_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = hybrid("run", "--out", str(blocker / "run"), str(SCRIPTS / "never_steps.py"))
+    assert done.returncode == 2
+    assert "cannot write the run directory" in done.stderr and "--out" in done.stderr
+
+
+def test_corrupt_trace_in_report_is_an_input_error(tmp_path):
+    run = tmp_path / "r"
+    (run / "torch").mkdir(parents=True)
+    (run / "torch" / "trace.json").write_text('{"traceEvents": [')
+    done = hybrid("report", str(run))
+    assert done.returncode == 2
+    assert "trace.json" in done.stderr and "fix:" in done.stderr
+
+
+def test_foreign_trace_in_report_is_an_input_error(tmp_path):
+    run = tmp_path / "r"
+    (run / "torch").mkdir(parents=True)
+    (run / "torch" / "trace.json").write_text(json.dumps({"hello": "not a trace"}))
+    done = hybrid("report", str(run))
+    assert done.returncode == 2
+    assert "fix:" in done.stderr
+
+
+def test_report_on_a_folder_without_artifacts(tmp_path):
+    done = hybrid("report", str(tmp_path))
+    assert done.returncode == 2
+    assert "neither" in done.stderr
+
+
+def test_stepless_script_is_profiled_as_one_range_with_a_warning(tmp_path):
+    out = tmp_path / "r"
+    done = hybrid("run", "--out", str(out), "--json", str(SCRIPTS / "never_steps.py"))
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["workload"]["steps_measured"] == 1
+    assert any("hybrid.mark_step()" in w for w in results["warnings"])
+
+
+def test_ctrl_c_keeps_the_partial_run(tmp_path):
+    out = tmp_path / "r"
+    slow = tmp_path / "slow.py"
+    slow.write_text(
+        "import time, torch\n"
+        "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for i in range(10_000):\n"
+        "    m(torch.randn(2, 4)).sum().backward(); o.step(); time.sleep(0.05)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1",
+                             "--out", str(out), str(slow)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out / "torch" / "console.log").exists():
+        time.sleep(0.2)
+    time.sleep(4)  # let the script get into its measured steps
+    proc.send_signal(signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in stderr and str(out) in stderr
+    inject = json.loads((out / "torch" / "inject.json").read_text())
+    assert inject["outcome"] == "interrupted"
+    passes = json.loads((out / "run.json").read_text())["passes"]
+    assert passes[-1]["status"] == "interrupted"
