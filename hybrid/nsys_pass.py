@@ -1,0 +1,486 @@
+"""Turn an Nsight Systems SQLite export into the normalized Profile.
+
+Steps, in order of preference:
+  1. our injector's NVTX ranges `step N` in domain `hybrid`            -> step_source "nvtx:hybrid"
+  2. the user's ranges named `step_range` (exact text, else prefix)     -> "nvtx:<NAME>"
+  3. a repeating NVTX range name (see _repeating_ranges)               -> "pattern"
+  4. the whole capture as one step                                      -> "whole-capture"
+Device work belongs to the step open in its *process* when it was launched: step ranges are pushed
+on the main thread, while PyTorch launches backward kernels from its autograd thread, so matching
+on the launching thread would drop the whole backward pass. Module ranges (`hybrid.modules`) are
+matched on the launching thread, since they wrap forward calls on that thread.
+
+Torch-free on purpose (`hybrid report X.sqlite` must start fast): numpy and pandas only.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InputError
+from hybrid.profile import (
+    KERNEL_COLUMNS,
+    LAUNCH_COLUMNS,
+    LAYER_COLUMNS,
+    MEMCPY_COLUMNS,
+    MEMSET_COLUMNS,
+    STEP_COLUMNS,
+    SYNC_COLUMNS,
+    DeviceInfo,
+    Profile,
+    conform,
+)
+from hybrid.provenance import MEASURED_NSYS
+from nsight.intervals import NO_RANGE, depths, nesting_parents, stab_disjoint, stab_innermost
+from nsight.sqlite_export import NsysExport, open_export
+
+HYBRID_DOMAIN = "hybrid"
+MODULE_DOMAIN = "hybrid.modules"
+OUR_STEP_TEXT = re.compile(r"^step (\d+)$")
+
+# globalTid = (vm << 48) | (pid << 24) | tid; clearing the tid gives the globalPid that device
+# activity rows carry.
+TID_BITS = 24
+TID_MASK = (1 << TID_BITS) - 1
+PID_MASK = (1 << 24) - 1
+# CUPTI correlation ids are 32-bit and unique within a process: (pid << 32 | correlation) is a
+# unique key in one int64.
+CORRELATION_BITS = 32
+
+# Pattern detection: a range name must repeat at least this often to be taken for a step (two
+# could be "train" and "eval" phases; three is the fewest that looks like a loop).
+MIN_PATTERN_REPEATS = 3
+# Names that say "one iteration" win over longer repeating ranges such as epochs.
+STEP_LIKE_WORDS = re.compile(r"step|iter|batch", re.IGNORECASE)
+TRAILING_INDEX = re.compile(r"[\s_#:.-]*\d+$")
+
+# OS-runtime calls at least this long count as blocking in the summary: below 100 us a call cannot
+# explain a visible gap in a millisecond-scale step (and nsys was told to skip calls under 10 us).
+OSRT_BLOCKING_MIN_NS = 100_000
+OSRT_SUMMARY_TOP = 10
+
+LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
+COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
+
+
+def _pid_of(global_ids: np.ndarray) -> np.ndarray:
+    return (global_ids >> TID_BITS) & PID_MASK
+
+
+def _keys(global_ids: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+    return (_pid_of(global_ids) << CORRELATION_BITS) | (correlation & ((1 << CORRELATION_BITS) - 1))
+
+
+def sync_kind(api: str) -> str | None:
+    """What a host API waits for, or None when it does not block the host on the device.
+    Synchronous copies (cudaMemcpy, cuMemcpyDtoH, ...: no 'Async') wait for the copy."""
+    if "Synchronize" in api:
+        for word, kind in (("Stream", "stream"), ("Event", "event"), ("Device", "device"), ("Ctx", "device")):
+            if word in api:
+                return kind
+        return "other"
+    if api.startswith(COPY_PREFIXES) and "Async" not in api:
+        return "memcpy"
+    return None
+
+
+class _Runtime:
+    """The host API calls of interest, with a (pid, correlation) index for device activity."""
+
+    def __init__(self, export: NsysExport) -> None:
+        frame = export.int_frame("runtime_calls")
+        if frame is None:
+            frame = pd.DataFrame({c: np.empty(0, np.int64) for c in
+                                  ("name_id", "start_ns", "end_ns", "correlation", "global_tid")})
+        self.frame = frame
+        names = export.strings(frame["name_id"].to_numpy())
+        self.names = names
+        keys = _keys(frame["global_tid"].to_numpy(), frame["correlation"].to_numpy())
+        self._order = np.argsort(keys, kind="stable")
+        self._sorted_keys = keys[self._order]
+
+    def rows_with_names(self, predicate) -> np.ndarray:
+        ids = [i for i, name in self.names.items() if predicate(name)]
+        return np.flatnonzero(np.isin(self.frame["name_id"].to_numpy(), ids))
+
+    def launch_of(self, global_pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
+        """Row of the API call that launched each device activity, -1 when not captured."""
+        keys = _keys(global_pid, correlation)
+        if len(self._sorted_keys) == 0:
+            return np.full(len(keys), -1, dtype=np.int64)
+        pos = np.clip(np.searchsorted(self._sorted_keys, keys), 0, len(self._sorted_keys) - 1)
+        return np.where(self._sorted_keys[pos] == keys, self._order[pos], -1)
+
+
+class _Steps:
+    """Step ranges, kept per process for attribution; `frame` is the Profile.steps view."""
+
+    def __init__(self, ranges: pd.DataFrame, source: str) -> None:
+        # ranges: step, name, start_ns, end_ns, global_pid
+        self.ranges = ranges.sort_values("start_ns").reset_index(drop=True)
+        self.source = source
+        union = (self.ranges.groupby("step", sort=True)
+                 .agg(name=("name", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+                 .reset_index())
+        self.frame = conform(union, STEP_COLUMNS)
+
+    def assign(self, times: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
+        """Step of each event (host time `times`, thread or process id `global_ids`), -1 outside."""
+        steps = self.frame["step"].to_numpy()
+        idx = stab_disjoint(times, self.frame["start_ns"].to_numpy(), self.frame["end_ns"].to_numpy())
+        out = np.where(idx == NO_RANGE, -1, steps[np.clip(idx, 0, None)] if len(steps) else -1)
+        pids = self.ranges["global_pid"].unique()
+        if len(pids) > 1:  # one set of step ranges per rank: each process follows its own
+            event_pids = _pid_of(global_ids)
+            for pid in pids:
+                own = self.ranges[self.ranges["global_pid"] == pid]
+                mask = event_pids == _pid_of(np.array([pid]))[0]
+                idx = stab_disjoint(times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy())
+                out[mask] = np.where(idx == NO_RANGE, -1, own["step"].to_numpy()[np.clip(idx, 0, None)])
+        return out.astype(np.int64)
+
+
+def _nvtx_ranges(export: NsysExport) -> pd.DataFrame:
+    frame = export.frame("nvtx_ranges")
+    if frame is None or frame.empty:
+        return pd.DataFrame({"start_ns": np.empty(0, np.int64), "end_ns": np.empty(0, np.int64),
+                             "text": pd.Series(dtype=object), "global_tid": np.empty(0, np.int64),
+                             "domain": pd.Series(dtype=object)})
+    frame["start_ns"] = frame["start_ns"].astype(np.int64)
+    frame["end_ns"] = frame["end_ns"].astype(np.int64)
+    frame["global_tid"] = frame["global_tid"].astype(np.int64)
+    return frame
+
+
+def _with_pid(ranges: pd.DataFrame) -> pd.DataFrame:
+    out = ranges.copy()
+    out["global_pid"] = out["global_tid"].to_numpy() & ~TID_MASK
+    return out
+
+
+def _outermost(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Drop ranges that lie inside another of the same set and process (a nested 'step' range)."""
+    kept = []
+    for _, group in ranges.sort_values(["start_ns", "end_ns"], ascending=[True, False]).groupby("global_pid"):
+        reach = np.maximum.accumulate(group["end_ns"].to_numpy())
+        inside = np.zeros(len(group), dtype=bool)
+        inside[1:] = group["end_ns"].to_numpy()[1:] <= reach[:-1]
+        kept.append(group[~inside])
+    return pd.concat(kept) if kept else ranges
+
+
+def _numbered(ranges: pd.DataFrame, source: str) -> _Steps:
+    """Number ranges 0.. in time order within each process."""
+    ranges = _outermost(_with_pid(ranges)).sort_values("start_ns")
+    ranges["step"] = ranges.groupby("global_pid").cumcount()
+    ranges = ranges.rename(columns={"text": "name"})
+    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], source)
+
+
+def _our_steps(nvtx: pd.DataFrame) -> _Steps | None:
+    ours = nvtx[(nvtx["domain"] == HYBRID_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
+    if ours.empty:
+        return None
+    ranges = _with_pid(ours).rename(columns={"text": "name"})
+    ranges["step"] = ranges["name"].str.extract(OUR_STEP_TEXT, expand=False).astype(np.int64)
+    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{HYBRID_DOMAIN}")
+
+
+def _named_steps(nvtx: pd.DataFrame, name: str) -> _Steps:
+    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN])]
+    text = user["text"].fillna("")
+    matched = user[text == name]
+    if matched.empty:
+        matched = user[text.str.startswith(name)]
+    if matched.empty:
+        seen = ", ".join(repr(t) for t in text.value_counts().index[:10]) or "none"
+        raise InputError(f"no NVTX range is named {name!r} or starts with it (ranges in the export: {seen})",
+                         "pass --step-range with the text of the range that wraps one training step")
+    return _numbered(matched, f"nvtx:{name}")
+
+
+def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
+    """The user's NVTX ranges that look like a loop body: same name once the trailing index is
+    removed ('step3' -> 'step'), on one thread, at least MIN_PATTERN_REPEATS times, not
+    overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
+    ranges cover the most time (the iteration encloses its forward/backward ranges)."""
+    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN]) & nvtx["text"].notna()].copy()
+    if user.empty:
+        return None
+    user["base"] = user["text"].str.replace(TRAILING_INDEX, "", regex=True)
+    best, best_score = None, None
+    for (_, base), group in user.groupby(["global_tid", "base"]):
+        if len(group) < MIN_PATTERN_REPEATS:
+            continue
+        ordered = group.sort_values("start_ns")
+        if (ordered["start_ns"].to_numpy()[1:] < ordered["end_ns"].to_numpy()[:-1]).any():
+            continue
+        score = (bool(STEP_LIKE_WORDS.search(base)), int((ordered["end_ns"] - ordered["start_ns"]).sum()))
+        if best_score is None or score > best_score:
+            best, best_score = ordered, score
+    if best is None:
+        return None
+    return _numbered(best.drop(columns="base"), "pattern")
+
+
+def _whole_capture(bounds: tuple[int, int]) -> _Steps:
+    ranges = pd.DataFrame({"step": [0], "name": ["capture"], "start_ns": [bounds[0]], "end_ns": [bounds[1]],
+                           "global_pid": [-1]})
+    return _Steps(ranges, "whole-capture")
+
+
+def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, int],
+                warnings: list[str]) -> _Steps:
+    if step_range:
+        steps = _named_steps(nvtx, step_range)
+        warnings.append(f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
+                        "(--step-range), not hybrid's own step markers")
+        return steps
+    steps = _our_steps(nvtx)
+    if steps is not None:
+        return steps
+    steps = _repeating_ranges(nvtx)
+    if steps is not None:
+        warnings.append(f"no hybrid step markers in the export; steps were guessed from {len(steps.frame)} "
+                        f"repeating NVTX ranges ({steps.frame['name'].iloc[0]!r}, ...); pass --step-range "
+                        "NAME to choose the range yourself")
+        return steps
+    warnings.append("no step markers and no repeating NVTX ranges: the whole capture is treated as one step, "
+                    "so per-step figures are totals; run through `hybrid run` or pass --step-range NAME")
+    return _whole_capture(bounds)
+
+
+def _categorical(ids: np.ndarray, names: dict[int, str]) -> pd.Categorical:
+    """Kernel names as a categorical over the distinct StringIds: one string per distinct name."""
+    unique_ids, codes = np.unique(ids, return_inverse=True)
+    labels = [names.get(int(i), f"<unknown string {int(i)}>") for i in unique_ids]
+    categories, label_codes = np.unique(np.array(labels, dtype=object), return_inverse=True)
+    return pd.Categorical.from_codes(label_codes[codes], categories=categories)
+
+
+def _launch_times(runtime: _Runtime, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(host launch start, launching globalTid) of device activity rows; -1 where not captured."""
+    rows = runtime.launch_of(frame["global_pid"].to_numpy(), frame["correlation"].to_numpy())
+    found = rows >= 0
+    launch = np.full(len(rows), -1, dtype=np.int64)
+    tid = np.full(len(rows), -1, dtype=np.int64)
+    launch[found] = runtime.frame["start_ns"].to_numpy()[rows[found]]
+    tid[found] = runtime.frame["global_tid"].to_numpy()[rows[found]]
+    return launch, tid
+
+
+def _module_layers(nvtx: pd.DataFrame, steps: _Steps) -> tuple[pd.DataFrame, dict[int, tuple]]:
+    """Profile.layers, and per launching thread the arrays stab_innermost needs."""
+    modules = nvtx[nvtx["domain"] == MODULE_DOMAIN]
+    per_thread: dict[int, tuple] = {}
+    layers = []
+    for tid, group in modules.groupby("global_tid"):
+        ordered = group.sort_values(["start_ns", "end_ns"], ascending=[True, False])
+        starts, ends = ordered["start_ns"].to_numpy(), ordered["end_ns"].to_numpy()
+        parents = nesting_parents(ends)
+        names = ordered["text"].to_numpy()
+        per_thread[int(tid)] = (starts, ends, parents, names)
+        layers.append(pd.DataFrame({
+            "name": names, "depth": depths(parents), "start_ns": starts, "end_ns": ends,
+            "step": steps.assign(starts, np.full(len(starts), tid, dtype=np.int64)),
+        }))
+    frame = pd.concat(layers, ignore_index=True) if layers else pd.DataFrame(columns=list(LAYER_COLUMNS))
+    return conform(frame, LAYER_COLUMNS), per_thread
+
+
+def _kernel_layers(launch: np.ndarray, tid: np.ndarray, per_thread: dict[int, tuple]) -> pd.Categorical:
+    """Innermost module range open on the launching thread at launch, NaN when none."""
+    names: list[str] = sorted({str(n) for (_, _, _, thread_names) in per_thread.values() for n in thread_names})
+    code_of = {name: i for i, name in enumerate(names)}
+    codes = np.full(len(launch), -1, dtype=np.int64)
+    for thread, (starts, ends, parents, thread_names) in per_thread.items():
+        mask = (tid == thread) & (launch >= 0)
+        if not mask.any():
+            continue
+        idx = stab_innermost(launch[mask], starts, ends, parents)
+        name_codes = np.array([code_of[str(n)] for n in thread_names], dtype=np.int64)
+        codes[mask] = np.where(idx >= 0, name_codes[np.clip(idx, 0, None)], -1)
+    return pd.Categorical.from_codes(codes, categories=names)
+
+
+def _kernels(raw: pd.DataFrame | None, export: NsysExport, runtime: _Runtime, steps_for: callable,
+             per_thread: dict[int, tuple]) -> tuple[pd.DataFrame, int]:
+    if raw is None or raw.empty:
+        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in KERNEL_COLUMNS.items()}), 0
+    raw = raw.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    launch, tid = _launch_times(runtime, raw)
+    unlaunched = int((launch < 0).sum())
+    when = np.where(launch >= 0, launch, raw["start_ns"].to_numpy())
+    who = np.where(tid >= 0, tid, raw["global_pid"].to_numpy())
+    frame = raw.drop(columns=["name_id", "global_pid"])
+    frame.insert(0, "name", _categorical(raw["name_id"].to_numpy(), export.strings(raw["name_id"].to_numpy())))
+    frame["launch_ns"] = launch
+    frame["step"] = steps_for(when, who)
+    frame["layer"] = _kernel_layers(launch, tid, per_thread)
+    return conform(frame, KERNEL_COLUMNS), unlaunched
+
+
+def _device_rows(export: NsysExport, query: str, runtime: _Runtime, steps_for: callable,
+                 columns: dict[str, str]) -> pd.DataFrame:
+    raw = export.frame(query)
+    if raw is None or raw.empty:
+        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in columns.items()})
+    raw = raw.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    for column in ("start_ns", "end_ns", "correlation", "global_pid", "bytes", "stream"):
+        raw[column] = raw[column].astype(np.int64)
+    launch, tid = _launch_times(runtime, raw)
+    raw["step"] = steps_for(np.where(launch >= 0, launch, raw["start_ns"].to_numpy()),
+                            np.where(tid >= 0, tid, raw["global_pid"].to_numpy()))
+    if "host_memory" in raw:
+        pinned = {"CUDA_MEMOPR_MEMORY_KIND_PINNED": True, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE": False}
+        raw["host_pinned"] = [pinned.get(m) for m in raw["host_memory"]]
+    return conform(raw, columns)
+
+
+def _launches(runtime: _Runtime, steps_for: callable) -> pd.DataFrame:
+    rows = runtime.rows_with_names(lambda name: name.startswith(LAUNCH_PREFIXES))
+    calls = runtime.frame.iloc[rows].sort_values("start_ns", kind="stable")
+    api_ids = calls["name_id"].to_numpy()
+    tids = calls["global_tid"].to_numpy()
+    frame = pd.DataFrame({
+        "api": _categorical(api_ids, runtime.names),
+        "start_ns": calls["start_ns"].to_numpy(),
+        "end_ns": calls["end_ns"].to_numpy(),
+        "correlation": calls["correlation"].to_numpy(),
+        "tid": tids & TID_MASK,
+        "step": steps_for(calls["start_ns"].to_numpy(), tids),
+    })
+    return conform(frame, LAUNCH_COLUMNS)
+
+
+def _syncs(runtime: _Runtime, steps_for: callable) -> pd.DataFrame:
+    rows = runtime.rows_with_names(lambda name: sync_kind(name) is not None)
+    calls = runtime.frame.iloc[rows].sort_values("start_ns", kind="stable")
+    apis = [runtime.names[int(i)] for i in calls["name_id"]]
+    frame = pd.DataFrame({
+        "kind": [sync_kind(api) for api in apis],
+        "api": apis,
+        "start_ns": calls["start_ns"].to_numpy(),
+        "end_ns": calls["end_ns"].to_numpy(),
+        "step": steps_for(calls["start_ns"].to_numpy(), calls["global_tid"].to_numpy()),
+    })
+    return conform(frame, SYNC_COLUMNS)
+
+
+def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
+    gpus = export.frame("gpu_info")
+    if gpus is None or gpus.empty:
+        return DeviceInfo()
+    if not kernels.empty:  # the GPU that ran most of the kernels
+        busiest = int(kernels["device"].value_counts().idxmax())
+        chosen = gpus[gpus["device"] == busiest]
+        gpu = (chosen if not chosen.empty else gpus).iloc[0]
+    else:
+        gpu = gpus.iloc[0]
+
+    def number(key: str, kind=int):
+        value = gpu[key]
+        return None if value is None or pd.isna(value) else kind(value)
+
+    cc = None if pd.isna(gpu["cc_major"]) else f"{int(gpu['cc_major'])}.{int(gpu['cc_minor'])}"
+    return DeviceInfo(name=gpu["name"], sm_count=number("sm_count"), sm_clock_hz=number("clock_hz", float),
+                      memory_bytes=number("memory_bytes"),
+                      memory_bandwidth_bytes_per_s=number("memory_bandwidth_bytes_per_s", float),
+                      l2_bytes=number("l2_bytes"), compute_capability=cc,
+                      max_warps_per_sm=number("max_warps_per_sm"), source=MEASURED_NSYS)
+
+
+def _capture_bounds(raw_kernels: pd.DataFrame | None, runtime: _Runtime) -> tuple[int, int]:
+    frames = [f for f in (raw_kernels, runtime.frame) if f is not None and not f.empty]
+    if not frames:
+        return (0, 0)
+    return (int(min(f["start_ns"].min() for f in frames)), int(max(f["end_ns"].max() for f in frames)))
+
+
+def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
+    window = (int(steps["start_ns"].min()), int(steps["end_ns"].max())) if not steps.empty else (0, 0)
+    overhead = export.frame("profiler_overhead", {"start_ns": window[0], "end_ns": window[1]})
+    osrt = export.frame("osrt_blocking", {"min_ns": OSRT_BLOCKING_MIN_NS, "limit": OSRT_SUMMARY_TOP,
+                                           "start_ns": window[0], "end_ns": window[1]})
+    sync_events = export.frame("sync_events")
+    return {
+        "schema_version": export.schema_version,
+        "product_version": export.product_version,
+        "profiler_overhead_ns": None if overhead is None else int(overhead["total_ns"].iloc[0]),
+        "profiler_overhead_in_steps_ns": None if overhead is None else int(overhead["in_window_ns"].iloc[0]),
+        "osrt_blocking_min_ns": OSRT_BLOCKING_MIN_NS,
+        "osrt_blocking": [] if osrt is None else osrt.to_dict("records"),
+        # As the exporter labels them; nsys 2025.3 files cudaStreamSynchronize under syncType 2
+        # ("Stream wait sync"), so the Profile's syncs come from the host API calls instead.
+        "sync_events": [] if sync_events is None else sync_events.to_dict("records"),
+        "kernels_without_launch_record": unlaunched,
+    }
+
+
+def load_nsys_export(path: str | Path, *, step_range: str | None = None) -> Profile:
+    """Parse an nsys SQLite export (or a run directory holding nsys/profile.sqlite) into a Profile.
+    InputError when the file is not a readable export or --step-range names no range."""
+    with closing(open_export(path)) as export:
+        warnings = list(export.warnings)
+        runtime = _Runtime(export)
+        nvtx = _nvtx_ranges(export)
+        raw_kernels = export.int_frame("kernels")
+        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), warnings)
+        layers, per_thread = _module_layers(nvtx, steps)
+        kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
+        del raw_kernels
+        profile = Profile(
+            steps=steps.frame,
+            kernels=kernels,
+            memcpys=_device_rows(export, "memcpys", runtime, steps.assign, MEMCPY_COLUMNS),
+            memsets=_device_rows(export, "memsets", runtime, steps.assign, MEMSET_COLUMNS),
+            syncs=_syncs(runtime, steps.assign),
+            launches=_launches(runtime, steps.assign),
+            layers=layers,
+            device=_device_info(export, kernels),
+            step_source=steps.source,
+            extras={"nsys": _extras(export, steps.frame, unlaunched)},
+        )
+        if kernels.empty:
+            warnings.append(f"the export holds no kernels: {explain_no_kernels(export)}")
+        elif unlaunched:
+            warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
+                            "capture started or from an untraced API); they are placed by their GPU start time")
+    profile.sources = {name: MEASURED_NSYS for name in
+                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")}
+    profile.warnings = warnings
+    return profile
+
+
+def explain_no_kernels(path_or_export: str | Path | NsysExport) -> str:
+    """Why a capture has no kernels, as far as the export tells: nothing recorded at all (the
+    capture range never opened), CUDA calls but no launches, or steps in one process while the
+    CUDA work ran in another."""
+    if isinstance(path_or_export, NsysExport):
+        return _explain(path_or_export)
+    with closing(open_export(path_or_export)) as export:
+        return _explain(export)
+
+
+def _explain(export: NsysExport) -> str:
+    processes = export.frame("cuda_processes")
+    nvtx = _nvtx_ranges(export)
+    if (processes is None or processes.empty) and nvtx.empty:
+        return ("nothing was recorded: the capture range never opened (cudaProfilerStart was not reached, "
+                "e.g. the script stopped during warmup or never called the step hook) or CUDA was never used. "
+                "Check the workload's output in nsys.log, or rerun with --whole-run")
+    if processes is None or processes.empty:
+        return ("NVTX ranges were recorded but no CUDA API call: the GPU work ran in a process nsys did not "
+                "trace (a fork without exec: pass --trace-fork-before-exec=true) or the model ran on the CPU")
+    step_pids = set(_pid_of(nvtx["global_tid"].to_numpy()).tolist()) if not nvtx.empty else set()
+    cuda_pids = set(processes["pid"].astype(int).tolist())
+    if step_pids and not step_pids & cuda_pids:
+        return (f"the NVTX ranges are in process {sorted(step_pids)} but the CUDA calls in {sorted(cuda_pids)}: "
+                "the work ran in a child process outside the measured steps")
+    return ("CUDA API calls were recorded but no kernel ran: the tensors may be on the CPU, or kernel "
+            "tracing was off (nsys -t must include cuda)")

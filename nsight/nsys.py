@@ -1,0 +1,205 @@
+"""Find the Nsight Systems CLI, build its command line, run it, and check it left an export.
+
+Torch-free and pandas-free: the orchestrator imports this before deciding which passes to run.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hybrid.errors import ProfilerError
+
+NSYS_ENV = "HYBRID_NSYS"
+
+# Searched in order after $HYBRID_NSYS and PATH; within one pattern the newest version wins. Nsight
+# Compute ships an nsys CLI inside its own folder, which is often the only one on a CUDA image.
+NSYS_GLOBS = (
+    "/opt/nvidia/nsight-systems*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/usr/local/cuda*/nsight-systems*/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    "/opt/nvidia/nsight-compute/*/target-linux-x64/nsys",
+)
+
+# Every flag build_nsys_command passes (--cuda-graph-trace, --capture-range-end, --osrt-threshold,
+# --osrt-backtrace-threshold, --cpuctxsw) is in the CLI of 2023.1 and later; the oldest release we
+# have seen take all of them together. Older ones fail with "unrecognised option", which says
+# nothing useful, so we refuse them up front with a message naming the fix.
+MIN_NSYS_VERSION = (2023, 1)
+
+# OS-runtime tracing is what shows a data loader blocked in read()/poll() or a futex held by the
+# GIL; only calls long enough to matter are worth their trace cost. nsys records every call longer
+# than --osrt-threshold (default 1 us, which on a busy loader thread means hundreds of thousands of
+# events) and unwinds a backtrace for every call longer than --osrt-backtrace-threshold (default
+# 80 us). A call under 10 us cannot explain a millisecond-scale step gap, and nothing here reads the
+# backtraces (OSRT_CALLCHAINS), so unwinding is pushed out to calls over one second.
+OSRT_THRESHOLD_NS = 10_000
+OSRT_BACKTRACE_THRESHOLD_NS = 1_000_000_000
+
+LOG_TAIL_LINES = 20
+
+_TOO_OLD = (f"this nsys is too old for the flags hybrid passes; install Nsight Systems "
+            f"{MIN_NSYS_VERSION[0]}.{MIN_NSYS_VERSION[1]} or newer")
+
+# Lines nsys prints when it fails, and what to do about each. Matched case-insensitively.
+KNOWN_FAILURES = (
+    ("libdw.so.1", (f"install elfutils' libdw (Debian/Ubuntu: `apt-get install libdw1`), or point {NSYS_ENV} "
+                    "at a full Nsight Systems install rather than the CLI bundled with Nsight Compute")),
+    ("unrecognised option", _TOO_OLD),
+    ("unrecognized option", _TOO_OLD),
+    ("permission denied", "make the output folder writable and nsys executable by this user"),
+    ("no space left", "free disk space in the run directory (an nsys report can take gigabytes)"),
+)
+
+
+@dataclass(frozen=True)
+class NsysRun:
+    returncode: int
+    log: str  # nsys's stdout and stderr, merged
+    rep_path: Path
+    sqlite_path: Path
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def find_nsys() -> Path | None:
+    """The nsys CLI to use: $HYBRID_NSYS, then PATH, then the usual install folders (newest first)."""
+    forced = os.environ.get(NSYS_ENV)
+    if forced:
+        path = Path(forced)
+        # Accept the folder of an install as well as the binary itself.
+        for candidate in (path, path / "nsys", path / "bin" / "nsys"):
+            if _is_executable(candidate):
+                return candidate
+        return None
+    on_path = shutil.which("nsys")
+    if on_path:
+        return Path(on_path)
+    for pattern in NSYS_GLOBS:
+        for match in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            path = Path(match)
+            # Some Nsight Compute layouts hold nsys as a folder with the binary in bin/.
+            for candidate in (path, path / "bin" / "nsys"):
+                if _is_executable(candidate):
+                    return candidate
+    return None
+
+
+def parse_nsys_version(text: str) -> tuple[int, ...] | None:
+    """'NVIDIA Nsight Systems version 2025.3.1.90-253135822842v0' -> (2025, 3, 1, 90)."""
+    match = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", text)
+    if not match:
+        return None
+    return tuple(int(g) for g in match.groups() if g is not None)
+
+
+def nsys_version(nsys: Path) -> tuple[int, ...]:
+    """The version of an nsys binary; ProfilerError when it does not run or says something else."""
+    try:
+        proc = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProfilerError(f"could not run `{nsys} --version`: {exc}",
+                            f"check that {nsys} is a working Nsight Systems CLI, or set {NSYS_ENV}") from exc
+    output = proc.stdout + proc.stderr
+    version = parse_nsys_version(output)
+    if proc.returncode != 0 or version is None:
+        raise ProfilerError(f"`{nsys} --version` failed: {_tail(output)}", _fix_for(output)
+                            or f"check the Nsight Systems install, or set {NSYS_ENV} to another nsys")
+    return version
+
+
+def check_nsys_version(version: tuple[int, ...]) -> None:
+    if version[:2] < MIN_NSYS_VERSION:
+        have = ".".join(map(str, version))
+        need = ".".join(map(str, MIN_NSYS_VERSION))
+        raise ProfilerError(f"nsys {have} is too old: hybrid needs {need} or newer "
+                            "(for --cuda-graph-trace and --capture-range-end)",
+                            f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}")
+
+
+def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
+                       trace: str = "cuda,nvtx,osrt") -> list[str]:
+    """The argv of one nsys pass. `out_base` has no extension: nsys adds .nsys-rep and .sqlite.
+
+    With `capture_range`, only what lies between the injector's cudaProfilerStart (end of warmup) and
+    cudaProfilerStop (after the last measured step) is recorded, and nsys stops there.
+    """
+    argv = [
+        str(nsys), "profile",
+        "-t", trace,
+        "-s", "none",  # no CPU IP sampling: it costs overhead and the analysis does not use it
+        "--cpuctxsw=none",
+        # Without this, a CUDA graph replay is one opaque row and its kernels are invisible.
+        "--cuda-graph-trace=node",
+        "--export", "sqlite",
+        "-o", str(out_base),
+        "--force-overwrite", "true",
+    ]
+    if "osrt" in trace.split(","):
+        argv += [f"--osrt-threshold={OSRT_THRESHOLD_NS}",
+                 f"--osrt-backtrace-threshold={OSRT_BACKTRACE_THRESHOLD_NS}"]
+    if capture_range:
+        argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    return argv + list(target_argv)
+
+
+def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(kept[-lines:]) if kept else "(no output)"
+
+
+def _fix_for(log: str) -> str | None:
+    lowered = log.lower()
+    for needle, fix in KNOWN_FAILURES:
+        if needle in lowered:
+            return fix
+    return None
+
+
+def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
+             env: dict[str, str] | None = None, log_path: Path | None = None,
+             timeout_s: float | None = None) -> NsysRun:
+    """Run one nsys pass and check it produced `out_base`.sqlite.
+
+    The workload's own exit status is returned, not judged: the caller tells a failed workload
+    (WorkloadError) from a failed profiler. A missing export is always a profiler failure.
+    """
+    check_nsys_version(nsys_version(nsys))
+    out_base = Path(out_base)
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    argv = build_nsys_command(nsys, out_base, target_argv, capture_range=capture_range)
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", env=env, timeout=timeout_s, check=False)
+        returncode, log = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        if log_path is not None:
+            log_path.write_text(partial)
+        raise ProfilerError(f"nsys did not finish within {timeout_s:.0f} s",
+                            "measure fewer steps or raise the pass timeout", kept=str(log_path or "")) from exc
+    if log_path is not None:
+        log_path.write_text(log)
+    run = NsysRun(returncode, log, Path(f"{out_base}.nsys-rep"), Path(f"{out_base}.sqlite"))
+    if not run.sqlite_path.is_file():
+        raise ProfilerError(
+            f"nsys exited with status {returncode} and wrote no {run.sqlite_path.name}; its output ends:\n"
+            f"{_tail(log)}",
+            _fix_for(log) or "read the nsys log above; rerun with the same command to reproduce it",
+            kept=str(log_path) if log_path is not None else None,
+        )
+    return run

@@ -1,0 +1,164 @@
+"""Read an Nsight Systems SQLite export through the queries in sql/.
+
+The export is opened read-only. Each query's header names the tables it needs; since nsys creates
+tables lazily (no copies captured, no MEMCPY table), a missing table means "no such events" and the
+query answers None rather than failing. Queries are package data read with importlib.resources,
+so they work from a wheel as well as from a checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InputError
+
+# Schema majors this code was written against (3.x: Nsight Systems 2023.x through 2025.x). Another
+# major may rename tables or columns; we still try, and say so.
+KNOWN_SCHEMA_MAJORS = (3,)
+
+# Rows per fetch when reading numeric columns into numpy: big enough that the per-chunk numpy
+# conversion dominates, small enough that the Python tuples of one chunk stay a few tens of MB.
+FETCH_CHUNK_ROWS = 65_536
+
+# Tables every nsys export has, whatever was traced; a database without them is not an export.
+EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
+
+# Where `hybrid run` leaves the export inside a run directory.
+RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    sql: str
+    requires: tuple[str, ...]
+
+
+@cache
+def load_query(name: str) -> Query:
+    """The query sql/<name>.sql with the tables its `-- requires:` header lists."""
+    resource = files("sql").joinpath(f"{name}.sql")
+    sql = resource.read_text(encoding="utf-8")
+    match = re.search(r"^--\s*requires:\s*(.+)$", sql, flags=re.MULTILINE)
+    if not match:
+        raise ValueError(f"sql/{name}.sql has no '-- requires:' header")
+    requires = tuple(t.strip() for t in match.group(1).split(",") if t.strip())
+    return Query(name, sql, requires)
+
+
+def resolve_export_path(path: str | Path) -> Path:
+    """An export file, or a run directory holding nsys/profile.sqlite (or a profile.sqlite)."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / RUN_DIR_EXPORT, path / RUN_DIR_EXPORT.name):
+            if candidate.is_file():
+                return candidate
+        raise InputError(f"{path} is a directory without an Nsight Systems export ({RUN_DIR_EXPORT})",
+                         "pass the .sqlite file itself, or a run directory whose nsys pass finished "
+                         "(see run.json for the status of each pass)")
+    if not path.is_file():
+        raise InputError(f"{path} does not exist", "check the path to the .sqlite export or run directory")
+    return path
+
+
+class NsysExport:
+    """A read-only connection to one export, with its schema facts and warnings. Close it, e.g.
+    with contextlib.closing."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = resolve_export_path(path)
+        if self.path.stat().st_size == 0:
+            raise InputError(f"{self.path} is empty (0 bytes)",
+                             "the export was interrupted; export it again with "
+                             "`nsys export --type sqlite REPORT.nsys-rep`")
+        with self.path.open("rb") as handle:
+            if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                raise InputError(f"{self.path} is not an SQLite database",
+                                 "export the report with `nsys export --type sqlite REPORT.nsys-rep`, "
+                                 "or pass the .sqlite file that `nsys profile --export sqlite` wrote")
+        self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        self.warnings: list[str] = []
+        try:
+            self.tables = {row[0] for row in self.connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise InputError(f"{self.path} cannot be read as SQLite: {exc}",
+                             "the file is damaged or truncated; export it again from the .nsys-rep") from exc
+        missing = [t for t in EXPORT_MARKER_TABLES if t not in self.tables]
+        if missing:
+            self.close()
+            shown = ", ".join(sorted(self.tables)[:8]) or "no tables"
+            raise InputError(f"{self.path} is an SQLite database but not an Nsight Systems export "
+                             f"(it lacks {', '.join(missing)}; it has {shown})",
+                             "pass the .sqlite written by `nsys export --type sqlite` or by a hybrid run")
+        meta = dict(self.frame("export_meta").itertuples(index=False))
+        self.schema_version: str | None = meta.get("EXPORT_SCHEMA_VERSION")
+        self.product_version: str | None = meta.get("EXPORT_PRODUCT_VERSION")
+        major = (meta.get("EXPORT_SCHEMA_VERSION_MAJOR") or (self.schema_version or "").split(".")[0])
+        if not str(major).isdigit() or int(major) not in KNOWN_SCHEMA_MAJORS:
+            self.warnings.append(
+                f"unknown nsys export schema version {self.schema_version or '(none recorded)'} "
+                f"(exported by Nsight Systems {self.product_version or 'unknown'}); hybrid knows schema "
+                f"major {', '.join(map(str, KNOWN_SCHEMA_MAJORS))}: figures may be missing or wrong")
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def missing_tables(self, name: str) -> list[str]:
+        return [t for t in load_query(name).requires if t not in self.tables]
+
+    def _execute(self, name: str, params: dict | None) -> sqlite3.Cursor | None:
+        if self.missing_tables(name):
+            return None
+        bound = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in (params or {}).items()}
+        try:
+            return self.connection.execute(load_query(name).sql, bound)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"query sql/{name}.sql failed on {self.path}: {exc}",
+                             "the export's schema differs from what hybrid expects; re-export it with "
+                             "a supported Nsight Systems (see the schema warning, if any)") from exc
+
+    def frame(self, name: str, params: dict | None = None) -> pd.DataFrame | None:
+        """A small query's rows as a DataFrame; None when a table it needs is absent."""
+        cursor = self._execute(name, params)
+        if cursor is None:
+            return None
+        columns = [d[0] for d in cursor.description]
+        return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
+
+    def int_frame(self, name: str, params: dict | None = None) -> pd.DataFrame | None:
+        """A large all-integer query as one int64 block, fetched in chunks so that no Python
+        object per cell outlives its chunk. The query must coalesce NULLs away."""
+        cursor = self._execute(name, params)
+        if cursor is None:
+            return None
+        columns = [d[0] for d in cursor.description]
+        chunks = []
+        while rows := cursor.fetchmany(FETCH_CHUNK_ROWS):
+            chunks.append(np.array(rows, dtype=np.int64))
+        block = np.concatenate(chunks) if chunks else np.empty((0, len(columns)), dtype=np.int64)
+        return pd.DataFrame(block, columns=columns, copy=False)
+
+    def strings(self, ids: np.ndarray) -> dict[int, str]:
+        """StringIds values for the given ids (the distinct ones only are sent)."""
+        unique = [int(i) for i in np.unique(ids)]
+        if not unique:
+            return {}
+        found = self.frame("strings", {"ids": unique})
+        return {} if found is None else dict(zip(found["id"].astype(int), found["value"]))
+
+
+def open_export(path: str | Path) -> NsysExport:
+    return NsysExport(path)
