@@ -1,0 +1,111 @@
+"""Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
+
+    python -m hybrid.inject --pass P --out DIR --warmup W --steps N [--nvtx-modules] [--whole-run]
+                            [--module] -- TARGET [ARGS...]
+
+The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
+under `python -m`), its own directory first on sys.path, and the caller's cwd. The process exits
+with the script's status: 0 when stopped at the step limit, 1 (traceback printed) when it raised,
+its own code on SystemExit, 130 on Ctrl-C. OUT/inject.json is written in every case.
+
+This module imports only the standard library and hybrid.stepping (no pandas): it runs inside
+every profiled process, before the user's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from types import TracebackType
+
+from hybrid.errors import EXIT_USAGE, HybridError
+from hybrid.stepping import EXCEPTION, PASSES, SessionConfig, StepSession, outcome_of
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hybrid.inject",
+        description="Run TARGET as __main__ under one hybrid profiling pass.",
+        usage="%(prog)s --pass P --out DIR [options] -- TARGET [ARGS...]",
+    )
+    parser.add_argument("--pass", dest="pass_name", required=True, choices=PASSES)
+    parser.add_argument("--out", required=True, type=Path, help="directory for inject.json (and trace.json)")
+    parser.add_argument("--warmup", type=int, default=1, help="steps to run before measuring")
+    parser.add_argument("--steps", type=int, default=5, help="steps to measure, then stop the script")
+    parser.add_argument("--nvtx-modules", action="store_true", help="NVTX range per module forward")
+    parser.add_argument("--whole-run", action="store_true", help="capture the whole script as one step")
+    parser.add_argument("--module", action="store_true", help="TARGET is a module name, run as with -m")
+    return parser
+
+
+def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Options before `--`, the target command after it (the target's own options stay its own)."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """Drop the leading frames of this injector and runpy, so the printed traceback starts in the
+    user's code, as it would without hybrid."""
+    own_files = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    while tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in own_files:
+        tb = tb.tb_next
+    return tb
+
+
+def _run_target(target: str, as_module: bool) -> None:
+    if as_module:
+        # alter_sys: argv[0] becomes the module's file and __main__ is that module, as under `python -m`.
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(target, run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, command = _split_argv(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args = parser.parse_args(options)
+    if not command:
+        parser.error("no target: put the script (or, with --module, the module) after `--`")
+    target, target_args = command[0], command[1:]
+    if not args.module and not os.path.isfile(target):
+        print(f"error: script {target!r} not found (cwd {os.getcwd()})\n"
+              "fix: pass an existing script path, or use --module for a module name", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        session = StepSession(SessionConfig(
+            pass_name=args.pass_name, out_dir=args.out, warmup_steps=args.warmup, measured_steps=args.steps,
+            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run,
+        ))
+        session.begin()
+    except HybridError as exc:
+        print(exc.message(), file=sys.stderr)
+        return exc.exit_code
+
+    sys.argv = [target, *target_args]
+    if not args.module:
+        # As `python script.py` does: the script's directory replaces this injector's path entry.
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+    try:
+        _run_target(target, args.module)
+        ended: BaseException | None = None
+    except BaseException as exc:  # noqa: BLE001 - every ending is recorded, then reported as Python would
+        ended = exc
+    outcome, exit_code, traceback_text = outcome_of(ended)
+    if outcome == EXCEPTION:
+        traceback_text = "".join(traceback.format_exception(type(ended), ended, _user_frames(ended.__traceback__)))
+        sys.stderr.write(traceback_text)
+    elif isinstance(ended, SystemExit) and exit_code == 1 and not isinstance(ended.code, int):
+        print(ended.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
+    session.finish(outcome, exit_code, traceback_text)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""Step marking and collector control inside the profiled process.
+
+A `StepSession` counts the user's training/inference steps, skips the warmup steps, opens the
+collector of its pass for exactly the measured steps, times that window, writes
+`OUT/inject.json`, and stops the script at the step limit. The injector (`hybrid.inject`) and the
+in-process API both drive it.
+
+Steps are found without edits to the user's script through a global optimizer step post-hook;
+scripts without an optimizer call `hybrid.mark_step()` or wrap each step in `with hybrid.step():`.
+Outside a session these functions do nothing, so a script runs unchanged without hybrid.
+
+torch is imported lazily: `import hybrid` must stay cheap and must not touch CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback as traceback_module
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hybrid.errors import UsageError
+from hybrid.nvtx_ranges import RangeStack
+
+PASSES = ("plain", "torch", "nsys", "ncu")
+NVTX_PASSES = ("nsys", "ncu")  # passes whose collector reads NVTX ranges
+
+STEP_DOMAIN = "hybrid"  # NVTX domain of `warmup` and `step N` ranges
+MODULE_DOMAIN = "hybrid.modules"  # NVTX domain of module ranges (--nvtx-modules)
+TORCH_STEP_PREFIX = "hybrid/step "  # record_function name of measured step N in the torch trace
+INJECT_FILE = "inject.json"
+TRACE_FILE = "trace.json"
+# torch.profiler computes FLOPs per operator (with_flops) but recent versions leave them out of the
+# Chrome trace; they are saved beside it, keyed by the operator's `External id` in the trace.
+OP_FLOPS_FILE = "op_flops.json"
+MODULE_NAME_ATTR = "_hybrid_qualified_name"
+
+# step_source values in inject.json
+SOURCE_OPTIMIZER = "optimizer_hook"
+SOURCE_MARK = "mark_step"
+SOURCE_NONE = "none"
+
+# Outcomes in inject.json
+COMPLETED = "completed"
+STEP_LIMIT = "step_limit"
+EXCEPTION = "exception"
+INTERRUPTED = "interrupted"
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT (128 + 2)
+
+HOW_TO_MARK = (
+    "no training step was seen (no optimizer.step() and no hybrid.mark_step()); mark the end of each "
+    "step with `hybrid.mark_step()` or wrap each step in `with hybrid.step():`"
+)
+
+
+class StepLimitReached(SystemExit):
+    """Stops the script after the last measured step. A SystemExit, so that the script's
+    `except Exception:` does not swallow it while its finally-blocks and context managers still run."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+@dataclass
+class SessionConfig:
+    pass_name: str  # plain | torch | nsys | ncu
+    out_dir: Path
+    warmup_steps: int = 1
+    measured_steps: int = 5
+    nvtx_modules: bool = False
+    whole_run: bool = False  # the collector covers the whole script as one step
+    stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if self.pass_name not in PASSES:
+            raise UsageError(f"unknown pass {self.pass_name!r}", f"use one of {', '.join(PASSES)}")
+        if self.warmup_steps < 0 or self.measured_steps < 1:
+            raise UsageError(
+                f"bad step counts: warmup {self.warmup_steps}, measured {self.measured_steps}",
+                "use warmup >= 0 and at least one measured step",
+            )
+
+
+_active: StepSession | None = None
+
+
+def active_session() -> StepSession | None:
+    return _active
+
+
+def mark_step() -> None:
+    """Mark the end of one step. Does nothing outside a hybrid session."""
+    session = _active
+    if session is not None:
+        session.mark(SOURCE_MARK)
+
+
+@contextlib.contextmanager
+def step() -> Iterator[None]:
+    """`with hybrid.step():` around one step; a step whose body raises is not counted."""
+    yield
+    mark_step()
+
+
+def set_batch_size(batch_size: int) -> None:
+    """Declare the workload's batch size (reported with throughput). No-op outside a session."""
+    session = _active
+    if session is not None:
+        session.batch_size = int(batch_size)
+
+
+def name_modules(model: Any) -> None:
+    """Tag every submodule of `model` with its qualified name (`layer1.0.conv1`), the name its NVTX
+    module range carries; the root gets its class name."""
+    for qualified_name, module in model.named_modules():
+        # Write to __dict__ directly: nn.Module.__setattr__ would search params/buffers first.
+        module.__dict__[MODULE_NAME_ATTR] = qualified_name or type(model).__name__
+
+
+def outcome_of(exc: BaseException | None) -> tuple[str, int, str | None]:
+    """(outcome, exit status, traceback text) for how the script ended."""
+    if exc is None:
+        return COMPLETED, 0, None
+    if isinstance(exc, StepLimitReached):
+        return STEP_LIMIT, 0, None
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED, EXIT_INTERRUPTED, None
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        # Python's own rule: None is 0, an int is itself, anything else is printed and exits 1.
+        return COMPLETED, 0 if code is None else code if isinstance(code, int) else 1, None
+    text = "".join(traceback_module.format_exception(type(exc), exc, exc.__traceback__))
+    return EXCEPTION, 1, text
+
+
+class StepSession:
+    """One pass of one process. `begin()` before the workload, `finish()` after it (or use it as a
+    context manager, which also swallows its own StepLimitReached)."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.batch_size: int | None = None
+        self.warnings: list[str] = []
+        self.steps_seen = 0  # warmup + measured steps counted so far
+        self.step_source = SOURCE_NONE
+        self.step_end_ns: list[int] = []  # host time since window start at each measured step end
+        self.window_ns: int | None = None
+        self.trace_path: Path | None = None
+        self._explicit_seen = False
+        self._state = "idle"  # idle -> warmup -> measuring -> done
+        self._pid = os.getpid()
+        self._window_start_ns = 0
+        self._optimizer_hook: Any = None
+        self._module_hooks: list[Any] = []
+        self._profiler: Any = None
+        self._torch_step_range: Any = None
+        self._step_ranges = RangeStack(STEP_DOMAIN, enabled=config.pass_name in NVTX_PASSES)
+        self._result: dict | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        global _active
+        if _active is not None:
+            raise UsageError("a hybrid step session is already active in this process",
+                             "finish the running session before starting another")
+        try:
+            self.config.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create output directory {self.config.out_dir}: {exc}",
+                             "pass a writable --out directory") from exc
+        # torch is imported before the workload so the optimizer hook exists before its first step;
+        # importing torch does not initialize CUDA, so the script can still pick its devices.
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _active = self
+        self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        if self.config.whole_run:
+            self._start_window()
+        elif self.config.warmup_steps > 0:
+            self._step_ranges.push("warmup")
+            self._state = "warmup"
+        else:
+            # No warmup: step 0 starts here and so includes the script's setup.
+            self._start_window()
+
+    def finish(self, outcome: str, exit_code: int, traceback: str | None = None) -> dict:
+        """Close what is open, stop the collector, write inject.json; returns its content.
+        Idempotent; does nothing in a forked child (DataLoader workers inherit the session)."""
+        global _active
+        if self._result is not None:
+            return self._result
+        if os.getpid() != self._pid:
+            return {}
+        if self._state == "measuring":
+            if self.config.whole_run:
+                self._synchronize()
+                self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
+                self._close_step_range()
+            else:
+                # The step in progress is cut short by the script's end: its range stays open so that
+                # trace loaders do not count it (torch marks it unfinished), and it is not timed.
+                self.warnings.append(
+                    f"the script ended after {len(self.step_end_ns)} of {self.config.measured_steps} "
+                    "measured steps; step time is the mean of those, without a final device synchronize"
+                )
+            self._stop_collection()
+        elif self._state == "warmup":
+            self._step_ranges.pop()
+            if self.steps_seen:
+                self.warnings.append(
+                    f"the script ended during warmup after {self.steps_seen} steps; nothing was measured "
+                    f"(it needs {self.config.warmup_steps} warmup + {self.config.measured_steps} measured steps)"
+                )
+        if self.steps_seen == 0:
+            self.warnings.append(HOW_TO_MARK if self.config.whole_run
+                                 else HOW_TO_MARK + ", or re-run capturing the whole run as one step")
+        if self.step_end_ns:
+            self.window_ns = self.step_end_ns[-1]
+        if self._optimizer_hook is not None:
+            self._optimizer_hook.remove()
+        self._result = self._report(outcome, exit_code, traceback)
+        _write_json_atomic(self.config.out_dir / INJECT_FILE, self._result)
+        if _active is self:
+            _active = None
+        return self._result
+
+    def __enter__(self) -> StepSession:  # noqa: PYI034 - py3.10 has no typing.Self
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        self.finish(*outcome_of(exc))
+        return isinstance(exc, StepLimitReached)
+
+    # -- step marks ------------------------------------------------------------------------------
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.mark(SOURCE_OPTIMIZER)
+
+    def mark(self, source: str) -> None:
+        """Count the end of one step (from the optimizer hook or an explicit mark)."""
+        if self._state in ("idle", "done") or os.getpid() != self._pid:
+            return
+        if source == SOURCE_OPTIMIZER and self._explicit_seen:
+            return
+        if source != SOURCE_OPTIMIZER and not self._explicit_seen:
+            self._explicit_seen = True
+            if self.step_source == SOURCE_OPTIMIZER:
+                # A script that both steps an optimizer and marks steps: the hook already counted
+                # this iteration a moment ago, so this first explicit mark is the same step.
+                self.step_source = source
+                return
+        self.step_source = source
+        self.steps_seen += 1
+        if self.config.whole_run:
+            return
+        if self._state == "warmup":
+            if self.steps_seen == self.config.warmup_steps:
+                self._step_ranges.pop()
+                self._start_window()
+            return
+        last = len(self.step_end_ns) + 1 == self.config.measured_steps
+        if last:
+            self._synchronize()  # so the window covers the device work of the last step
+        self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
+        self._close_step_range()
+        if not last:
+            self._open_step_range(len(self.step_end_ns))
+            return
+        self._stop_collection()
+        if self.config.stop_at_limit:
+            raise StepLimitReached()
+
+    # -- measured window -------------------------------------------------------------------------
+
+    def _start_window(self) -> None:
+        import torch
+
+        # Synchronize at the window's edges only: a per-step sync would change what is measured.
+        if self._synchronize():
+            torch.cuda.reset_peak_memory_stats()
+        self._start_collection()
+        self._state = "measuring"
+        self._window_start_ns = time.perf_counter_ns()
+        self._open_step_range(0)
+
+    def _start_collection(self) -> None:
+        import torch
+
+        pass_name = self.config.pass_name
+        if pass_name == "torch":
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(
+                activities=activities, record_shapes=True, with_flops=True, profile_memory=False
+            )
+            self._profiler.start()
+        elif pass_name in NVTX_PASSES:
+            # nsys captures with --capture-range=cudaProfilerApi; ncu may use --profile-from-start off.
+            # A whole-run capture needs no start call.
+            if torch.cuda.is_available() and not self.config.whole_run:
+                torch.cuda.profiler.start()
+            if self.config.nvtx_modules:
+                self._install_module_ranges()
+
+    def _stop_collection(self) -> None:
+        import torch
+
+        self._state = "done"
+        for handle in self._module_hooks:
+            handle.remove()
+        self._module_hooks = []
+        if self._profiler is not None:
+            self._profiler.stop()
+            trace_path = self.config.out_dir / TRACE_FILE
+            try:
+                self._profiler.export_chrome_trace(str(trace_path))
+                self.trace_path = trace_path
+                _write_json_atomic(self.config.out_dir / OP_FLOPS_FILE, _op_flops(self._profiler))
+            except (OSError, RuntimeError) as exc:
+                self.warnings.append(f"could not write the torch trace {trace_path}: {exc}")
+            self._profiler = None
+        elif self.config.pass_name in NVTX_PASSES and torch.cuda.is_available() and not self.config.whole_run:
+            torch.cuda.profiler.stop()
+
+    def _open_step_range(self, index: int) -> None:
+        self._step_ranges.push(f"step {index}")
+        if self._profiler is not None:
+            from torch.autograd.profiler import record_function
+
+            self._torch_step_range = record_function(f"{TORCH_STEP_PREFIX}{index}")
+            self._torch_step_range.__enter__()
+
+    def _close_step_range(self) -> None:
+        self._step_ranges.pop()
+        if self._torch_step_range is not None:
+            self._torch_step_range.__exit__(None, None, None)
+            self._torch_step_range = None
+
+    def _install_module_ranges(self) -> None:
+        # Forward only: a global backward hook wraps every module's inputs/outputs in
+        # BackwardHookFunction, which breaks in-place ops on them (ResNet's ReLU(inplace=True)).
+        import torch.nn.modules.module as nn_module
+
+        ranges = RangeStack(MODULE_DOMAIN)
+
+        def push(module: Any, args: Any) -> None:
+            if ranges.depth == 0 and MODULE_NAME_ATTR not in module.__dict__:
+                name_modules(module)  # the outermost call is the model: its tree gives qualified names
+            ranges.push(module.__dict__.get(MODULE_NAME_ATTR) or type(module).__name__)
+
+        def pop(module: Any, args: Any, output: Any) -> None:
+            ranges.pop()
+
+        self._module_hooks = [
+            nn_module.register_module_forward_pre_hook(push),
+            # always_call: pop even when forward raises, so ranges stay balanced.
+            nn_module.register_module_forward_hook(pop, always_call=True),
+        ]
+
+    def _synchronize(self) -> bool:
+        """Wait for the device if the script uses CUDA; never initializes CUDA itself."""
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            return True
+        return False
+
+    # -- report ----------------------------------------------------------------------------------
+
+    def _report(self, outcome: str, exit_code: int, traceback: str | None) -> dict:
+        import torch
+
+        config = self.config
+        measured = len(self.step_end_ns)
+        cuda_used = torch.cuda.is_available() and torch.cuda.is_initialized()
+        device_name = peak_memory = capacity = None
+        if cuda_used:
+            device = torch.cuda.current_device()
+            device_name = torch.cuda.get_device_name(device)
+            peak_memory = int(torch.cuda.max_memory_allocated(device))
+            capacity = int(torch.cuda.get_device_properties(device).total_memory)
+        return {
+            "pass": config.pass_name,
+            "outcome": outcome,
+            "exit_code": exit_code,
+            "traceback": traceback,
+            "warmup_steps": config.warmup_steps,
+            "measured_steps": measured,
+            "requested_steps": config.measured_steps,
+            "steps_seen": self.steps_seen,
+            "step_source": self.step_source,
+            "whole_run": config.whole_run,
+            "window_ns": self.window_ns,
+            "step_time_ms": self.window_ns / measured / 1e6 if measured and self.window_ns else None,
+            "step_end_ns": self.step_end_ns,
+            "cuda_available": torch.cuda.is_available(),
+            "device_name": device_name,
+            "peak_memory_bytes": peak_memory,  # since the window started (reset there)
+            "memory_capacity_bytes": capacity,
+            "torch_version": torch.__version__,
+            "graph_breaks": _graph_breaks(),
+            "batch_size": self.batch_size,
+            "trace": self.trace_path.name if self.trace_path else None,
+            "nvtx_domains": self._step_ranges.uses_domain if config.pass_name in NVTX_PASSES else None,
+            "warnings": self.warnings,
+        }
+
+
+def _graph_breaks() -> list[dict]:
+    """torch.compile graph breaks by reason; empty when dynamo never ran (not imported here, as
+    importing it is slow and would change nothing)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return []
+    breaks = dynamo_utils.counters.get("graph_break", {})
+    return [{"reason": str(reason), "count": int(count)}
+            for reason, count in sorted(breaks.items(), key=lambda item: -item[1])]
+
+
+def _op_flops(profiler: Any) -> dict:
+    """{External id: FLOPs} of the operators torch estimated FLOPs for. Reads the profiler's raw
+    events (FunctionEvent.id is their correlation id, which the trace writes as `External id`)
+    rather than `profiler.events()`, which would rebuild the whole event tree."""
+    events = profiler.profiler.kineto_results.events()
+    return {str(event.correlation_id()): int(event.flops()) for event in events if event.flops()}
+
+
+def _write_json_atomic(path: Path, content: dict) -> None:
+    # Write-then-rename: a reader never sees half a file, even if the process is killed meanwhile.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(content, indent=2, default=str))
+    os.replace(partial, path)
