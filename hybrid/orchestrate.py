@@ -343,7 +343,7 @@ class Orchestrator:
         ncu_dir = self.run_dir.pass_dir("ncu")
         # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
-        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", ncu_dir / "ncu.log", inner,
+        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", inner,
                                      kernel_names=kernel_names, nvtx_step=None if stepless else 0,
                                      metrics=ncu_metrics.METRICS)
         result = self._run_child("ncu", argv)
@@ -352,6 +352,8 @@ class Orchestrator:
         if failure is not None:
             raise failure
         try:
-            ncu.check_run(ncu_dir / "counters.csv", ncu_dir / "ncu.log", result.returncode)
+            console = (ncu_dir / "console.log").read_text(errors="replace")
+            if ncu.check_run(ncu_dir / "counters.csv", ncu_dir / "ncu.log", result.returncode, console):
+                self.mode_reasons.append("ncu stopped early: counters cover only the kernels it profiled")
         except ProfilerError as error:
             self._collector_failed("ncu", error)
