@@ -1,0 +1,118 @@
+"""Profile -> the analysis half of results.json: device and peaks, timing, metrics, roofline,
+per-layer and top-kernel tables, ranked diagnosis and limitations. The lead's orchestrator adds
+schema_version, mode, tools, workload, passes and warnings around it."""
+
+from __future__ import annotations
+
+from hybrid.hardware import Peaks, peaks_for
+from hybrid.metrics import compute_metrics, layer_table, top_kernels
+from hybrid.profile import Profile
+from hybrid.provenance import Metric
+from hybrid.roofline import roofline
+from hybrid.rules.base import SEVERITY_RANK, Context, Finding
+from hybrid.rules.registry import GPU_CATEGORIES, RULES
+
+
+def _has_gpu(profile: Profile) -> bool:
+    if profile.extras.get("cuda_available") is False:
+        return False
+    return bool(profile.device.name) or not profile.kernels.empty
+
+
+def _rule_peaks(peaks: Peaks) -> dict:
+    """Plain numbers for rules (their sources are in the device block)."""
+    return {
+        "dram_bytes_per_s": peaks.dram,
+        "flops_per_s": {p: peaks.flops(p) for p in peaks.flops_per_s},
+        "pinned_copy_bytes_per_s": peaks.pinned_copy_bytes_per_s,
+        "sm_count": None if peaks.sm_count is None else peaks.sm_count.value,
+    }
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Most time lost first; severity breaks ties; `not_measured` notes go last."""
+    return sorted(findings, key=lambda f: (f.not_measured, -f.time_lost_ms, -SEVERITY_RANK[f.severity], f.id))
+
+
+def primary(findings: list[Finding]) -> Finding | None:
+    measured = [f for f in findings if not f.not_measured and f.time_lost_ms > 0]
+    return max(measured, key=lambda f: f.time_lost_ms) if measured else None
+
+
+def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
+    findings = []
+    for rule in RULES:
+        if not gpu and rule.category in GPU_CATEGORIES:
+            continue
+        result = rule.evaluate(ctx)
+        if result is not None:
+            findings.append(result)
+    return rank(findings)
+
+
+def _timing(metrics: dict[str, Metric]) -> dict:
+    def v(name):
+        m = metrics.get(name)
+        return None if m is None else m.value
+
+    return {
+        "step_time_ms": v("step_time_ms"), "step_time_std_ms": v("step_time_std_ms"),
+        "step_time_median_ms": v("step_time_median_ms"), "step_time_cv_pct": v("step_time_cv_pct"),
+        "slowest_step": v("slowest_step"), "steps_excluded": v("steps_excluded"),
+        "gpu_busy_ms": v("gpu_busy_ms"), "gpu_idle_ms": v("gpu_idle_ms"), "gpu_util_pct": v("gpu_util_pct"),
+        "idle_breakdown_ms": {cause: v(f"idle_{cause}_ms") for cause in ("sync", "memcpy", "launch", "host")},
+        "source": metrics["step_time_ms"].source if "step_time_ms" in metrics else None,
+    }
+
+
+def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roof: dict, gpu: bool) -> list[str]:
+    out = []
+    if not gpu:
+        out.append("No CUDA GPU was used: GPU analysis (kernels, copies, syncs, roofline) was not possible; "
+                   "only host-side timing is reported.")
+    if profile.steps.empty:
+        out.append("No measured steps were found: mark steps with hybrid.mark_step() or pass --step-range.")
+    if gpu and profile.counters.empty:
+        out.append("No hardware counters (ncu): DRAM bytes, cache hit rates, occupancy and tensor-pipe use are "
+                   "not measured; FLOPs and bytes are estimated from operator shapes where the torch pass ran.")
+    if gpu and peaks.unknown:
+        out.append(f"Unknown peaks for {profile.device.name!r}: {', '.join(peaks.unknown)}; "
+                   "percent-of-peak figures that need them are omitted.")
+    if roof.get("reason"):
+        out.append(f"Roofline not placed: {roof['reason']}.")
+    excluded = metrics.get("steps_excluded")
+    if excluded is not None and excluded.value:
+        out.append(f"{excluded.value} outlier step(s) (over 3x the median, slowest: {metrics['slowest_step'].value}) "
+                   "are excluded from per-step averages.")
+    if gpu and profile.ops.empty:
+        out.append("No torch operator data: CPU-residency checks (CPU-heavy ops, tensors created on the CPU), "
+                   "matmul shapes and FLOP estimates need the torch pass.")
+    return out
+
+
+def analyze(profile: Profile) -> dict:
+    """The analysis keys of results.json for one Profile."""
+    profile.validate()
+    gpu = _has_gpu(profile)
+    peaks = peaks_for(profile.device)
+    metrics = compute_metrics(profile, peaks)
+    roof = roofline(profile, peaks) if gpu else {
+        "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
+        "source": None, "kernels": [], "reason": "no GPU"}
+    ctx = Context(profile=profile, metrics=metrics, roofline=roof, peaks=_rule_peaks(peaks))
+    findings = run_rules(ctx, gpu)
+    top = primary(findings)
+    device = profile.device
+    return {
+        "device": {"name": device.name, "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
+                   "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
+                   "peaks": peaks.to_dict(), "source": device.source},
+        "timing": _timing(metrics),
+        "metrics": {name: m.to_dict() for name, m in metrics.items()},
+        "roofline": roof,
+        "layers": layer_table(profile),
+        "top_kernels": top_kernels(profile),
+        "diagnosis": {"primary_bottleneck": None if top is None else top.to_dict(),
+                      "bottlenecks": [f.to_dict() for f in findings]},
+        "limitations": _limitations(profile, peaks, metrics, roof, gpu),
+    }

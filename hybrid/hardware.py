@@ -1,0 +1,209 @@
+"""Peak figures per GPU model, so metrics can say "x% of what this chip can do".
+
+Every figure is a datasheet value (source `spec`) unless the collector measured or reported it for
+the actual device (nsys `TARGET_INFO_GPU`: memory bandwidth, SM count, clock, L2 size), in which
+case the export value wins and its source says so. A GPU missing from the table gets no invented
+numbers: its peaks stay None and `Peaks.unknown` lists them.
+
+Tensor FLOP/s are *dense* (NVIDIA datasheets print the 2:4-sparse figure, twice as large, with an
+asterisk; we halve those). FP32 and FP64 are the non-tensor CUDA-core rates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hybrid.profile import DeviceInfo
+from hybrid.provenance import MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, SPEC, Metric
+
+TERA = 1e12
+GIGA = 1e9
+MIB = 1024 * 1024
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+
+# One host link per direction. PCIe x16 theoretical per direction: Gen4 32 GB/s, Gen5 64 GB/s
+# (PCI-SIG; NVIDIA datasheets print the bidirectional 64 / 128 GB/s).
+PCIE_GEN4_X16 = 32 * GIGA
+PCIE_GEN5_X16 = 64 * GIGA
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    model: str
+    match: tuple[str, ...]  # all substrings (lower case) the device name must contain
+    exclude: tuple[str, ...]  # none of these may appear (tells SXM from PCIe/NVL variants)
+    dram_bytes_per_s: float
+    flops_per_s: dict[str, float | None]  # None: the chip has no such path (A100 has no FP8)
+    l2_bytes: int
+    sm_count: int
+    boost_clock_hz: float
+    host_link_bytes_per_s: float
+    reference: str
+
+
+# Figures and where they come from; order matters (more specific entries first).
+SPECS: tuple[GpuSpec, ...] = (
+    # H200 NVL datasheet (NVIDIA H200 Tensor Core GPU datasheet, 2024): 4.8 TB/s HBM3e, FP64 30 TF,
+    # FP32 60 TF, TF32 835 / BF16-FP16 1671 / FP8 3341 TF sparse -> halved. SMs and L2 from GH100.
+    GpuSpec("H200 NVL", ("h200", "nvl"), (), 4.8 * TERA,
+            {"fp64": 30 * TERA, "fp32": 60 * TERA, "tf32": 417.5 * TERA, "fp16": 835.5 * TERA,
+             "bf16": 835.5 * TERA, "fp8": 1670.5 * TERA},
+            50 * 1000 * 1000, 132, 1.785 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (NVL column)"),
+    # H200 SXM datasheet: 4.8 TB/s, FP64 34 TF, FP32 67 TF, TF32 989 / BF16-FP16 1979 / FP8 3958 TF
+    # sparse -> halved; same GH100 configuration as H100 SXM5 (132 SMs, 1.98 GHz boost).
+    GpuSpec("H200 SXM", ("h200",), ("nvl",), 4.8 * TERA,
+            {"fp64": 34 * TERA, "fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA,
+             "bf16": 989.4 * TERA, "fp8": 1978.9 * TERA},
+            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (SXM column)"),
+    # H100 PCIe (H100 datasheet, PCIe column): 2.0 TB/s, FP64 26, FP32 51, TF32 756 / FP16 1513 /
+    # FP8 3026 TF sparse -> halved; 114 SMs (Hopper whitepaper), 1.755 GHz boost.
+    GpuSpec("H100 PCIe", ("h100", "pcie"), (), 2.0 * TERA,
+            {"fp64": 26 * TERA, "fp32": 51 * TERA, "tf32": 378 * TERA, "fp16": 756 * TERA,
+             "bf16": 756 * TERA, "fp8": 1513 * TERA},
+            50 * 1000 * 1000, 114, 1.755 * GIGA, PCIE_GEN5_X16, "NVIDIA H100 datasheet (PCIe column)"),
+    # H100 SXM5 (H100 datasheet, SXM column): 3.35 TB/s, FP64 34, FP32 67, TF32 989 / FP16 1979 /
+    # FP8 3958 TF sparse -> halved; 132 SMs, 50 MB L2 (Hopper whitepaper), 1.98 GHz boost.
+    GpuSpec("H100 SXM", ("h100",), ("pcie", "nvl"), 3.35 * TERA,
+            {"fp64": 34 * TERA, "fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA,
+             "bf16": 989.4 * TERA, "fp8": 1978.9 * TERA},
+            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H100 datasheet (SXM column)"),
+    # A100 SXM4 80GB (A100 datasheet): 2039 GB/s HBM2e; FP64 9.7, FP32 19.5, TF32 156 / FP16 312 TF
+    # dense (datasheet lists 312 / 624 sparse); no FP8. 108 SMs, 40 MB L2, 1.41 GHz boost.
+    GpuSpec("A100 SXM 80GB", ("a100", "80gb"), ("pcie",), 2039 * GIGA,
+            {"fp64": 9.7 * TERA, "fp32": 19.5 * TERA, "tf32": 156 * TERA, "fp16": 312 * TERA,
+             "bf16": 312 * TERA, "fp8": None},
+            40 * 1000 * 1000, 108, 1.41 * GIGA, PCIE_GEN4_X16, "NVIDIA A100 datasheet (80GB SXM)"),
+    # A100 SXM4 40GB: 1555 GB/s HBM2, otherwise as above (A100 datasheet, 40GB column).
+    GpuSpec("A100 SXM 40GB", ("a100",), ("pcie", "80gb"), 1555 * GIGA,
+            {"fp64": 9.7 * TERA, "fp32": 19.5 * TERA, "tf32": 156 * TERA, "fp16": 312 * TERA,
+             "bf16": 312 * TERA, "fp8": None},
+            40 * 1000 * 1000, 108, 1.41 * GIGA, PCIE_GEN4_X16, "NVIDIA A100 datasheet (40GB SXM)"),
+    # L40S datasheet: 864 GB/s GDDR6, FP32 91.6 TF, TF32 366 / BF16-FP16 733 / FP8 1466 TF sparse ->
+    # halved; FP64 is 1/64 of FP32 on Ada (Ada whitepaper). 142 SMs, 96 MB L2, 2.52 GHz boost.
+    GpuSpec("L40S", ("l40s",), (), 864 * GIGA,
+            {"fp64": 91.6 * TERA / 64, "fp32": 91.6 * TERA, "tf32": 183 * TERA, "fp16": 366 * TERA,
+             "bf16": 366 * TERA, "fp8": 733 * TERA},
+            96 * MIB, 142, 2.52 * GIGA, PCIE_GEN4_X16, "NVIDIA L40S datasheet; Ada whitepaper (FP64)"),
+    # L4 datasheet: 300 GB/s, FP32 30.3 TF, TF32 120 / FP16 242 / FP8 485 TF sparse -> halved;
+    # FP64 1/64 of FP32 (Ada whitepaper). 58 SMs, 48 MB L2, 2.04 GHz boost.
+    GpuSpec("L4", ("l4",), ("l40",), 300 * GIGA,
+            {"fp64": 30.3 * TERA / 64, "fp32": 30.3 * TERA, "tf32": 60 * TERA, "fp16": 121 * TERA,
+             "bf16": 121 * TERA, "fp8": 242.5 * TERA},
+            48 * MIB, 58, 2.04 * GIGA, PCIE_GEN4_X16, "NVIDIA L4 datasheet; Ada whitepaper (FP64)"),
+    # RTX 4090 (Ada whitepaper, appendix): 1008 GB/s GDDR6X, FP32 82.6 TF, tensor FP16/BF16 with FP32
+    # accumulate 165.2 TF dense (GeForce runs FP32-accumulate at half rate; PyTorch accumulates in
+    # FP32), TF32 82.6 dense, FP8 (FP32 acc.) 330.3 dense, FP64 1.29 TF. 128 SMs, 72 MB L2.
+    GpuSpec("RTX 4090", ("4090",), (), 1008 * GIGA,
+            {"fp64": 1.29 * TERA, "fp32": 82.6 * TERA, "tf32": 82.6 * TERA, "fp16": 165.2 * TERA,
+             "bf16": 165.2 * TERA, "fp8": 330.3 * TERA},
+            72 * MIB, 128, 2.52 * GIGA, PCIE_GEN4_X16, "NVIDIA Ada Lovelace whitepaper (RTX 4090)"),
+)
+
+# Pinned copies over PCIe reach about this share of the link's theoretical rate (cudaMemcpy
+# bandwidthTest: ~26 GB/s of 32 on Gen4 x16, ~53 GB/s of 64 on Gen5 x16). Used to estimate what a
+# pinned copy would achieve; such values are labelled `estimated`.
+PINNED_ACHIEVABLE_FRACTION = 0.8
+
+# The export's figures differ from the table's by more than this before we rescale FLOP peaks.
+RESCALE_TOLERANCE = 0.01
+
+
+@dataclass
+class Peaks:
+    """Peaks of one device; a None figure is unknown (listed in `unknown`), never guessed."""
+
+    model: str | None
+    dram_bytes_per_s: Metric | None
+    flops_per_s: dict[str, Metric | None]
+    l2_bytes: Metric | None
+    sm_count: Metric | None
+    host_link_bytes_per_s: Metric | None
+    unknown: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def flops(self, precision: str) -> float | None:
+        metric = self.flops_per_s.get(precision)
+        return None if metric is None else float(metric.value)
+
+    @property
+    def dram(self) -> float | None:
+        return None if self.dram_bytes_per_s is None else float(self.dram_bytes_per_s.value)
+
+    @property
+    def pinned_copy_bytes_per_s(self) -> float | None:
+        link = self.host_link_bytes_per_s
+        return None if link is None else float(link.value) * PINNED_ACHIEVABLE_FRACTION
+
+    def to_dict(self) -> dict:
+        def plain(metric: Metric | None):
+            return None if metric is None else metric.to_dict()
+
+        return {
+            "model": self.model,
+            "dram_bytes_per_s": plain(self.dram_bytes_per_s),
+            "flops_per_s": {k: plain(v) for k, v in self.flops_per_s.items()},
+            "l2_bytes": plain(self.l2_bytes),
+            "sm_count": plain(self.sm_count),
+            "host_link_bytes_per_s": plain(self.host_link_bytes_per_s),
+            "unknown": list(self.unknown),
+            "notes": list(self.notes),
+        }
+
+
+def match_spec(name: str | None) -> GpuSpec | None:
+    """The table entry for a device name such as 'NVIDIA H100 80GB HBM3', or None."""
+    if not name:
+        return None
+    lowered = name.lower()
+    for spec in SPECS:
+        if all(m in lowered for m in spec.match) and not any(x in lowered for x in spec.exclude):
+            return spec
+    return None
+
+
+def _device_source(device: DeviceInfo) -> str:
+    # Only a collector that read the device's properties may override the datasheet.
+    return device.source if device.source in (MEASURED_NSYS, MEASURED_NCU, MEASURED_TORCH) else MEASURED_NSYS
+
+
+def peaks_for(device: DeviceInfo) -> Peaks:
+    """Peaks for `device`: datasheet figures for its model, overridden by what the export reported."""
+    spec = match_spec(device.name)
+    src = _device_source(device)
+    notes: list[str] = []
+
+    dram = Metric(spec.dram_bytes_per_s, "B/s", SPEC) if spec else None
+    if device.memory_bandwidth_bytes_per_s:
+        dram = Metric(float(device.memory_bandwidth_bytes_per_s), "B/s", src)
+        notes.append(f"DRAM bandwidth from the device's reported properties ({src})")
+    sm_count = Metric(spec.sm_count, "SMs", SPEC) if spec else None
+    if device.sm_count:
+        sm_count = Metric(int(device.sm_count), "SMs", src)
+    l2 = Metric(spec.l2_bytes, "B", SPEC) if spec else None
+    if device.l2_bytes:
+        l2 = Metric(int(device.l2_bytes), "B", src)
+
+    flops: dict[str, Metric | None] = {p: None for p in PRECISIONS}
+    if spec:
+        scale = 1.0
+        if device.sm_count and device.sm_clock_hz:
+            scale = (device.sm_count * device.sm_clock_hz) / (spec.sm_count * spec.boost_clock_hz)
+        rescaled = abs(scale - 1.0) > RESCALE_TOLERANCE
+        if rescaled:
+            notes.append(f"FLOP/s peaks scaled by SM count x clock reported by the device "
+                         f"({device.sm_count} SMs at {device.sm_clock_hz / GIGA:.2f} GHz vs the "
+                         f"{spec.model} datasheet's {spec.sm_count} at {spec.boost_clock_hz / GIGA:.2f})")
+        for precision, value in spec.flops_per_s.items():
+            if value is not None:
+                # A rescaled datasheet value is our estimate, not the datasheet's.
+                flops[precision] = Metric(value * scale, "FLOP/s", "estimated" if rescaled else SPEC)
+        notes.append(f"peaks from {spec.reference}; tensor FLOP/s are dense (no 2:4 sparsity)")
+    link = Metric(spec.host_link_bytes_per_s, "B/s", SPEC) if spec else None
+
+    figures = {"dram_bytes_per_s": dram, "sm_count": sm_count, "l2_bytes": l2, "host_link_bytes_per_s": link}
+    unknown = [k for k, v in figures.items() if v is None]
+    unknown += [f"flops_per_s.{p}" for p, v in flops.items()
+                if v is None and not (spec and p in spec.flops_per_s)]
+    if spec is None and device.name:
+        notes.append(f"no datasheet entry for {device.name!r}: peaks not reported by the device are unknown")
+    return Peaks(spec.model if spec else None, dram, flops, l2, sm_count, link, unknown, notes)

@@ -1,0 +1,588 @@
+"""Per-step metrics read off a Profile, each tagged with where it came from.
+
+Everything is aggregated per measured step and then averaged over the *steady* steps (a step more
+than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it is
+named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
+(numpy interval unions, groupby); nothing loops per kernel, so 1M kernels stay fast.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from hybrid.hardware import Peaks
+from hybrid.profile import Profile
+from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+
+# A step this many times the median is an outlier (first-step init, recompilation); 3x is the usual
+# cut for one-off stalls in step-time traces and keeps normal jitter (CV of a few %) inside.
+OUTLIER_STEP_FACTOR = 3.0
+# "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
+# 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
+SMALL_KERNEL_NS = 20_000
+# An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
+# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
+LAUNCH_GAP_MAX_NS = 100_000
+# CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
+CPU_HEAVY_RATIO = 10.0
+
+ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
+REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
+GEMM_KERNEL = re.compile(
+    r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.I)
+# Precision from the kernel name; checked in order (bf16 before fp16: names like "bf16" contain "f16").
+KERNEL_PRECISION = (
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|qgmma|_qsq", re.I)),
+    ("bf16", re.compile(r"bf16|bfloat|_bsb_|_bss_|_bs[bh]", re.I)),
+    ("fp16", re.compile(r"_hsh_|_hss_|_hhs_|_hh_|h1688|h16816|h884|hgemm|f16|fp16|half|_h_", re.I)),
+    ("tf32", re.compile(r"tf32|_tst_|_tss_", re.I)),
+    ("fp32", re.compile(r"sgemm|_s1688|_sss_|f32f32_f32f32|_s16816|fp32|float", re.I)),
+)
+OP_DTYPE_PRECISION = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16", "double": "fp64",
+                      "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "long int": 8, "int": 4,
+               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::complex<float>": 8}
+# Ops whose GEMM dims we check (leaf ops only: linear/matmul decompose into these).
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"}
+CONV_OPS = {"aten::convolution"}
+# Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
+# Multiplication Background" user guide, "Tensor Core Requirements").
+TENSOR_CORE_MULTIPLE = 8
+CREATE_OPS = {"aten::randn", "aten::rand", "aten::randint", "aten::zeros", "aten::ones", "aten::full",
+              "aten::empty", "aten::tensor", "aten::from_numpy", "aten::arange", "aten::linspace",
+              "aten::lift_fresh", "aten::scalar_tensor"}
+MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
+
+
+# ----------------------------------------------------------------------------- intervals
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint intervals covering the same time as the input intervals."""
+    if len(starts) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], run_end[last]
+
+
+def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time covered by the union (us, ue) before each instant in t."""
+    t = np.asarray(t, dtype=np.int64)
+    if len(us) == 0:
+        return np.zeros(len(t), np.int64)
+    cum = np.r_[0, np.cumsum(ue - us)]
+    i = np.searchsorted(us, t, side="right") - 1
+    safe = np.clip(i, 0, None)
+    partial = np.clip(np.minimum(t, ue[safe]) - us[safe], 0, None)
+    return np.where(i >= 0, cum[safe] + partial, 0)
+
+
+def covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Time covered by the union within each window [a, b)."""
+    return covered_before(us, ue, b) - covered_before(us, ue, a)
+
+
+def _overlaps_any(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return covered(us, ue, a, b) > 0
+
+
+# ----------------------------------------------------------------------------- helpers
+def frame_source(profile: Profile, frame: str) -> str:
+    """Provenance of a frame; a loader that did not say is assumed to be its step source's tool."""
+    if frame in profile.sources:
+        return profile.sources[frame]
+    return MEASURED_TORCH if profile.step_source.startswith("torch") else MEASURED_NSYS
+
+
+def steady_steps(profile: Profile) -> pd.DataFrame:
+    steps = profile.steps.copy()
+    steps["dur_ns"] = steps["end_ns"] - steps["start_ns"]
+    if steps.empty:
+        return steps
+    median = float(steps["dur_ns"].median())
+    return steps[steps["dur_ns"] <= OUTLIER_STEP_FACTOR * median]
+
+
+def _in_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["step"].isin(steps["step"])]
+
+
+def _per_step(total: float, n_steps: int) -> float:
+    return float(total) / n_steps if n_steps else 0.0
+
+
+def kernel_precision(names: pd.Series) -> pd.Series:
+    """fp8/bf16/fp16/tf32/fp32 for GEMM/conv kernels, None for others (classified per unique name)."""
+    cats = names.astype("category")
+    labels = []
+    for name in cats.cat.categories:
+        label = None
+        if GEMM_KERNEL.search(name) and not ELEMENTWISE_KERNEL.search(name):
+            label = next((p for p, rx in KERNEL_PRECISION if rx.search(name)), "unknown")
+        labels.append(label)
+    lookup = np.array(labels + [None], dtype=object)
+    return pd.Series(lookup[cats.cat.codes.to_numpy()], index=names.index)
+
+
+def _elementwise_mask(names: pd.Series) -> np.ndarray:
+    cats = names.astype("category")
+    flags = np.array([bool(ELEMENTWISE_KERNEL.search(n)) and not REDUCE_KERNEL.search(n)
+                      for n in cats.cat.categories] + [False])
+    return flags[cats.cat.codes.to_numpy()]
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape)) if shape else 1
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(str(dtype).lower(), 4)
+
+
+def op_bytes(name: str, shapes: list, dtypes: list) -> float:
+    """Estimated DRAM bytes of one op call from its input shapes and dtypes (each tensor touched once;
+    for matmuls A + B + C, otherwise inputs plus an output as large as the largest input)."""
+    tensors = [(s, d) for s, d in zip(shapes or [], dtypes or []) if isinstance(s, list) and s and d]
+    if not tensors:
+        return 0.0
+    sizes = [_numel(s) * _dtype_bytes(d) for s, d in tensors]
+    if name in MATMUL_OPS and len(tensors) >= 2:
+        a, b = tensors[-2][0], tensors[-1][0]
+        out = _numel(a[:-1]) * b[-1] * _dtype_bytes(tensors[-1][1])
+        return float(sum(sizes[-2:]) + out)
+    return float(sum(sizes) + max(sizes))
+
+
+def op_gemm_dims(name: str, shapes: list) -> list[int]:
+    """The M/N/K (or conv channel) dims of a matmul/conv call, empty when not one."""
+    shapes = [s for s in (shapes or []) if isinstance(s, list)]
+    if name in MATMUL_OPS and len(shapes) >= 2 and len(shapes[-2]) >= 2 and len(shapes[-1]) >= 2:
+        a, b = shapes[-2], shapes[-1]
+        return [a[-2], a[-1], b[-1]]
+    if name in CONV_OPS and len(shapes) >= 2 and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
+        return [shapes[0][1], shapes[1][0]]
+    return []
+
+
+def op_precision(dtypes) -> str | None:
+    """Precision of an op call from its first typed input (torch dtype names)."""
+    for d in dtypes or []:
+        if d:
+            return OP_DTYPE_PRECISION.get(str(d).lower())
+    return None
+
+
+# ----------------------------------------------------------------------------- sections
+def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric]:
+    all_steps = profile.steps.assign(dur_ns=profile.steps["end_ns"] - profile.steps["start_ns"])
+    dur_ms = steps["dur_ns"].to_numpy() / NS_PER_MS
+    slow = all_steps.loc[all_steps["dur_ns"].idxmax()]
+    mean = float(dur_ms.mean())
+    std = float(dur_ms.std(ddof=0))
+    return {
+        "steps_measured": Metric(int(len(all_steps)), "steps", src),
+        "steps_excluded": Metric(int(len(all_steps) - len(steps)), "steps", src),
+        "step_time_ms": Metric(mean, "ms", src),
+        "step_time_median_ms": Metric(float(np.median(dur_ms)), "ms", src),
+        "step_time_std_ms": Metric(std, "ms", src),
+        "step_time_cv_pct": Metric(100 * std / mean if mean else 0.0, "%", src),
+        "step_time_all_mean_ms": Metric(float(all_steps["dur_ns"].mean() / NS_PER_MS), "ms", src),
+        "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3f} ms)", "", src),
+        "slowest_step_ms": Metric(float(slow["dur_ns"] / NS_PER_MS), "ms", src),
+    }
+
+
+def _device_work(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    frames = [f for f in (profile.kernels, profile.memcpys, profile.memsets) if not f.empty]
+    if not frames:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    starts = np.concatenate([f["start_ns"].to_numpy(np.int64) for f in frames])
+    ends = np.concatenate([f["end_ns"].to_numpy(np.int64) for f in frames])
+    return interval_union(starts, ends)
+
+
+def _gaps(us: np.ndarray, ue: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
+    """Idle intervals of the device inside each step window (loops over steps, not events)."""
+    rows = []
+    for step, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
+        lo = np.searchsorted(ue, a, side="right")
+        hi = np.searchsorted(us, b, side="left")
+        s = np.clip(us[lo:hi], a, b)
+        e = np.clip(ue[lo:hi], a, b)
+        gap_s = np.r_[a, e]
+        gap_e = np.r_[s, b]
+        keep = gap_e > gap_s
+        rows.append(pd.DataFrame({"step": step, "start_ns": gap_s[keep], "end_ns": gap_e[keep]}))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
+
+
+def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.Series:
+    """Why the device sat idle: the host was blocked in a sync (the queue drained), in a synchronous
+    copy, dispatching launches too slowly for the kernels, or computing with no launch at all."""
+    a = gaps["start_ns"].to_numpy(np.int64)
+    b = gaps["end_ns"].to_numpy(np.int64)
+    cause = np.full(len(gaps), "host", dtype=object)
+    launches = profile.launches
+    lus, lue = interval_union(launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64))
+    launch_hit = _overlaps_any(lus, lue, a, b) & ((b - a) <= LAUNCH_GAP_MAX_NS)
+    cause[launch_hit] = "launch"
+    syncs = profile.syncs
+    for kinds, label in ((None, "sync"), (("memcpy",), "memcpy")):
+        chosen = syncs if kinds is None else syncs[syncs["kind"].isin(kinds)]
+        sus, sue = interval_union(chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64))
+        cause[_overlaps_any(sus, sue, a, b)] = label
+    return pd.Series(cause, index=gaps.index)
+
+
+def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[str, Metric], pd.DataFrame]:
+    n = len(steps)
+    us, ue = _device_work(profile)
+    busy = covered(us, ue, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
+    step_ns = steps["dur_ns"].to_numpy()
+    gaps = _gaps(us, ue, steps)
+    gaps["ns"] = gaps["end_ns"] - gaps["start_ns"]
+    gaps["cause"] = _gap_causes(profile, gaps) if len(gaps) else pd.Series(dtype=object)
+    by_cause = gaps.groupby("cause")["ns"].sum() if len(gaps) else pd.Series(dtype=float)
+    out = {
+        "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_idle_ms": Metric(_per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_util_pct": Metric(100 * float(busy.sum() / step_ns.sum()) if step_ns.sum() else 0.0, "%", src),
+    }
+    for cause in ("sync", "memcpy", "launch", "host"):
+        out[f"idle_{cause}_ms"] = Metric(_per_step(by_cause.get(cause, 0), n) / NS_PER_MS, "ms", src)
+    return out, gaps
+
+
+def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
+    n = len(steps)
+    k = _in_steps(profile.kernels, steps)
+    if k.empty:
+        return {}
+    dur = (k["end_ns"] - k["start_ns"]).to_numpy()
+    step_s = steps["dur_ns"].sum() / 1e9
+    out = {
+        "kernels_per_step": Metric(_per_step(len(k), n), "kernels", src),
+        "kernel_time_ms": Metric(_per_step(dur.sum(), n) / NS_PER_MS, "ms", src),
+        "mean_kernel_us": Metric(float(dur.mean()) / NS_PER_US, "us", src),
+        "small_kernel_share_pct": Metric(100 * float((dur < SMALL_KERNEL_NS).mean()), "%", src),
+        "launch_rate_per_s": Metric(float(len(k) / step_s) if step_s else 0.0, "kernels/s", src),
+        "distinct_kernels_per_step": Metric(float(k.groupby("step")["name"].nunique().mean()), "kernels", src),
+    }
+    launches = _in_steps(profile.launches, steps)
+    if not launches.empty:
+        launch_ns = (launches["end_ns"] - launches["start_ns"]).sum()
+        out["launch_api_ms"] = Metric(_per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches"))
+        out["launch_api_to_kernel_ratio"] = Metric(float(launch_ns / dur.sum()) if dur.sum() else 0.0, "x",
+                                                   frame_source(profile, "launches"))
+    sm = peaks.sm_count.value if peaks.sm_count else None
+    if sm:
+        blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
+        small = (blocks > 0) & (blocks < sm)
+        out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
+        out["small_grid_ms"] = Metric(_per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
+        if small.any():
+            # Time-weighted share of SMs the small grids could occupy at one block per SM.
+            fill = float((blocks[small] / sm * dur[small]).sum() / dur[small].sum())
+            out["small_grid_sm_fill_pct"] = Metric(100 * fill, "%", src)
+        out["small_grid_kernels_per_step"] = Metric(_per_step(small.sum(), n), "kernels", src)
+
+    precision = kernel_precision(k["name"])
+    gemm = precision.notna().to_numpy()
+    out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
+    for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+        ns = dur[(precision == p).to_numpy()].sum()
+        out[f"gemm_{p}_ms"] = Metric(_per_step(ns, n) / NS_PER_MS, "ms", src)
+        out[f"gemm_{p}_time_pct"] = Metric(100 * float(ns / dur[gemm].sum()) if gemm.any() else 0.0, "%", src)
+    out.update(_fusible_chains(k, n, src))
+    return out
+
+
+def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
+    """Back-to-back elementwise kernels on one stream over the same grid (same element count): one
+    fused kernel would read and write the tensor once instead of once per kernel."""
+    k = k.sort_values(["stream", "start_ns"])
+    ew = _elementwise_mask(k["name"])
+    grid = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
+    stream = k["stream"].to_numpy()
+    step = k["step"].to_numpy()
+    same = np.zeros(len(k), bool)
+    same[1:] = ew[1:] & ew[:-1] & (grid[1:] == grid[:-1]) & (stream[1:] == stream[:-1]) & (step[1:] == step[:-1])
+    chain_id = np.cumsum(~same)
+    dur = (k["end_ns"] - k["start_ns"]).to_numpy()
+    frame = pd.DataFrame({"chain": chain_id[ew], "ns": dur[ew]})
+    chains = frame.groupby("chain")["ns"].agg(["size", "sum"])
+    chains = chains[chains["size"] >= 2]
+    # Fused, an n-kernel memory-bound chain moves about 1/n of the bytes: the rest is saved.
+    saved = (chains["sum"] * (1 - 1 / chains["size"])).sum()
+    return {
+        "fusible_chains_per_step": Metric(_per_step(len(chains), n), "chains", src),
+        "fusible_chain_kernels_per_step": Metric(_per_step(chains["size"].sum(), n), "kernels", src),
+        "fusible_chain_ms": Metric(_per_step(chains["sum"].sum(), n) / NS_PER_MS, "ms", src),
+        "fusible_saving_ms": Metric(_per_step(saved, n) / NS_PER_MS, "ms", ESTIMATED),
+    }
+
+
+def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
+    n = len(steps)
+    m = _in_steps(profile.memcpys, steps)
+    if m.empty:
+        return {}
+    m = m.assign(ns=m["end_ns"] - m["start_ns"])
+    out: dict[str, Metric] = {}
+    for kind in ("HtoD", "DtoH"):
+        part = m[m["kind"] == kind]
+        tag = kind.lower()
+        out[f"{tag}_count"] = Metric(_per_step(len(part), n), "copies", src)
+        out[f"{tag}_bytes"] = Metric(_per_step(part["bytes"].sum(), n), "B", src)
+        out[f"{tag}_ms"] = Metric(_per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
+        if part["ns"].sum() > 0:
+            bw = float(part["bytes"].sum() / (part["ns"].sum() / 1e9))
+            out[f"{tag}_bytes_per_s"] = Metric(bw, "B/s", src)
+            if peaks.host_link_bytes_per_s:
+                out[f"{tag}_link_pct"] = Metric(100 * bw / peaks.host_link_bytes_per_s.value, "%", src)
+    host = m[m["kind"].isin(["HtoD", "DtoH"])]
+    pageable = host[host["host_pinned"].eq(False)]
+    if host["bytes"].sum() > 0:
+        out["pageable_copy_share_pct"] = Metric(100 * float(pageable["bytes"].sum() / host["bytes"].sum()), "%", src)
+    out["pageable_copies_per_step"] = Metric(_per_step(len(pageable), n), "copies", src)
+    out["pageable_copy_ms"] = Metric(_per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
+    if pageable["ns"].sum() > 0:
+        out["pageable_bytes_per_s"] = Metric(float(pageable["bytes"].sum() / (pageable["ns"].sum() / 1e9)), "B/s", src)
+    ks = profile.kernels
+    kus, kue = interval_union(ks["start_ns"].to_numpy(np.int64), ks["end_ns"].to_numpy(np.int64))
+    overlap = covered(kus, kue, host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
+    total = host["ns"].sum()
+    out["copy_compute_overlap_pct"] = Metric(100 * float(overlap.sum() / total) if total else 0.0, "%", src)
+    out["exposed_copy_ms"] = Metric(_per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
+    pageable_overlap = covered(kus, kue, pageable["start_ns"].to_numpy(), pageable["end_ns"].to_numpy())
+    out["exposed_pageable_copy_ms"] = Metric(
+        _per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src)
+    return out
+
+
+def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+    n = len(steps)
+    s = _in_steps(profile.syncs, steps)
+    src = frame_source(profile, "syncs")
+    return {
+        "sync_count": Metric(_per_step(len(s), n), "syncs", src),
+        "sync_blocked_ms": Metric(_per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+    }
+
+
+def _op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
+    """GPU time caused by each top-level op and everything it called (same thread, nested in time)."""
+    out = pd.Series(0, index=ops.index, dtype="int64")
+    for _, group in ops.groupby("tid"):
+        g = group.sort_values("start_ns")
+        starts = g["start_ns"].to_numpy()
+        cum = np.r_[0, np.cumsum(g["device_ns"].to_numpy())]
+        top = g[g["top_level"]]
+        lo = np.searchsorted(starts, top["start_ns"].to_numpy(), side="left")
+        hi = np.searchsorted(starts, top["end_ns"].to_numpy(), side="left")
+        out.loc[top.index] = cum[hi] - cum[lo]
+    return out
+
+
+def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+    n = len(steps)
+    ops = _in_steps(profile.ops, steps)
+    if ops.empty:
+        return {}
+    src = frame_source(profile, "ops")
+    out: dict[str, Metric] = {}
+    top = ops[ops["top_level"]].copy()
+    top["device_total_ns"] = _op_subtree_device_ns(ops).loc[top.index]
+    top["cpu_ns"] = top["end_ns"] - top["start_ns"]
+
+    gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
+    heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values("cpu_ns", ascending=False)
+    out["cpu_heavy_ops"] = Metric(int(len(heavy)), "ops", src)
+    out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index[:3]), "", src)
+
+    no_gpu = top[top["device_total_ns"] == 0]
+    out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+
+    ordered = top.sort_values(["tid", "start_ns"])
+    nxt = ordered["name"].shift(-1)
+    same_tid = ordered["tid"].eq(ordered["tid"].shift(-1))
+    moved = ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
+    out["created_on_cpu_then_moved"] = Metric(_per_step(moved.sum(), n), "tensors", src)
+    out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
+
+    # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
+    flops = ops["flops"].fillna(0)
+    out["est_flops_per_step"] = Metric(_per_step(flops.sum(), n), "FLOP", ESTIMATED)
+    leaf = ops[ops["device_ns"] > 0]
+    keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)
+    first = leaf.groupby(keys, sort=False).head(1)
+    per_key = {key: op_bytes(r.name, r.shapes, r.dtypes)
+               for key, r in zip(keys.loc[first.index], first.itertuples(index=False))}
+    out["est_bytes_per_step"] = Metric(_per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
+
+    with_flops = ops[flops > 0]
+    if not with_flops.empty:
+        precision = with_flops["dtypes"].map(op_precision)
+        by_p = with_flops["flops"].groupby(precision).sum()
+        for p in ("fp32", "fp16", "bf16", "fp8", "fp64"):
+            out[f"matmul_{p}_flops_pct"] = Metric(100 * float(by_p.get(p, 0) / by_p.sum()), "%", ESTIMATED)
+    out.update(_misaligned(ops, n, src))
+    return out
+
+
+def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
+    gemm = ops[ops["name"].isin(MATMUL_OPS | CONV_OPS)]
+    precision = gemm["dtypes"].map(op_precision)
+    gemm = gemm[precision.isin(["fp16", "bf16"])]
+    if gemm.empty:
+        return {"misaligned_gemms_per_step": Metric(0.0, "calls", src)}
+    keys = gemm["name"] + "|" + gemm["shapes"].astype(str)
+    first = gemm.groupby(keys, sort=False).head(1)
+    bad = {key: any(d % TENSOR_CORE_MULTIPLE for d in op_gemm_dims(name, shapes))
+           for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"])}
+    flags = keys.map(bad)
+    examples = [f"{name} {shapes}" for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"])
+                if bad[key]][:3]
+    return {
+        "misaligned_gemms_per_step": Metric(_per_step(flags.sum(), n), "calls", src),
+        "misaligned_gemm_device_ms": Metric(_per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "misaligned_gemm_shapes": Metric("; ".join(examples), "", src),
+    }
+
+
+def _extras(profile: Profile) -> dict[str, Metric]:
+    extras = profile.extras
+    src = MEASURED_TORCH  # the injector reads these from torch in the profiled process
+    out: dict[str, Metric] = {}
+    peak = extras.get("peak_memory_bytes")
+    capacity = extras.get("memory_capacity_bytes") or profile.device.memory_bytes
+    if peak:
+        out["peak_memory_bytes"] = Metric(int(peak), "B", src)
+        if capacity:
+            out["peak_memory_pct"] = Metric(100 * float(peak) / float(capacity), "%", src)
+    breaks = extras.get("graph_breaks")
+    if breaks is not None:
+        reasons = breaks if isinstance(breaks, list) else []
+        count = len(reasons) if isinstance(breaks, list) else int(breaks)
+        out["graph_breaks"] = Metric(count, "breaks", src)
+        text = [r.get("reason", str(r)) if isinstance(r, dict) else str(r) for r in reasons[:3]]
+        out["graph_break_reasons"] = Metric("; ".join(text), "", src)
+    if extras.get("batch_size") is not None:
+        out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
+    if extras.get("uses_compile") is not None:
+        out["uses_compile"] = Metric(int(bool(extras["uses_compile"])), "bool", src)
+    return out
+
+
+def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
+    ok = values.notna() & weights.notna()
+    if not ok.any() or weights[ok].sum() == 0:
+        return None
+    return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
+
+
+def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+    c = profile.counters
+    if c.empty:
+        return {}
+    src = MEASURED_NCU
+    key_cols = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+    k = _in_steps(profile.kernels, steps)
+    out: dict[str, Metric] = {}
+    if not k.empty:
+        kdur = k["end_ns"] - k["start_ns"]
+        profiled = k[key_cols].merge(c[key_cols].drop_duplicates(), how="left", indicator=True)["_merge"] == "both"
+        out["ncu_coverage_pct"] = Metric(100 * float(kdur[profiled.to_numpy()].sum() / kdur.sum()), "%", src)
+    w = c["duration_ns"]
+    for name, col in (("ncu_l2_hit_pct", "l2_hit_pct"), ("ncu_l1_hit_pct", "l1_hit_pct"),
+                      ("ncu_tensor_pipe_pct", "tensor_pipe_pct"), ("ncu_sm_throughput_pct", "sm_throughput_pct"),
+                      ("ncu_memory_throughput_pct", "memory_throughput_pct"),
+                      ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct"),
+                      ("ncu_sectors_per_request", "global_load_sectors_per_request")):
+        value = _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], w)
+        if value is not None:
+            out[name] = Metric(value, "%" if col.endswith("_pct") else "sectors/req", src)
+    dram = c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)
+    if c["dram_read_bytes"].notna().any():
+        out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
+        out["ncu_dram_bytes_per_s"] = Metric(float(dram.sum() / (w.sum() / 1e9)) if w.sum() else 0.0, "B/s", src)
+    by_precision: dict[str, float] = {}
+    for d in c["tensor_flops_by_precision"].dropna():
+        for p, v in dict(d).items():
+            by_precision[p] = by_precision.get(p, 0.0) + float(v or 0)
+    for p, v in by_precision.items():
+        out[f"ncu_tensor_flops_{p}"] = Metric(v, "FLOP", src)
+    for col in ("fp64_flops", "fp32_flops", "fp16_flops", "tensor_flops"):
+        if c[col].notna().any():
+            out[f"ncu_{col}"] = Metric(float(c[col].sum()), "FLOP", src)
+    return out
+
+
+def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
+    """All metrics of the profile, per measured step; empty when there is no measured step."""
+    steps = steady_steps(profile)
+    if steps.empty:
+        return {}
+    step_src = frame_source(profile, "steps")
+    out = _timing(profile, steps, step_src)
+    if not profile.kernels.empty or not profile.memcpys.empty:
+        util, _ = _utilization(profile, steps, frame_source(profile, "kernels"))
+        out.update(util)
+        out.update(_kernels(profile, steps, peaks, frame_source(profile, "kernels")))
+        out.update(_copies(profile, steps, peaks, frame_source(profile, "memcpys")))
+    out.update(_syncs(profile, steps))
+    out.update(_ops(profile, steps))
+    out.update(_extras(profile))
+    out.update(_counters(profile, steps))
+    return out
+
+
+def idle_gaps(profile: Profile) -> pd.DataFrame:
+    """The idle intervals of the steady steps with their cause (for reports and tests)."""
+    steps = steady_steps(profile)
+    _, gaps = _utilization(profile, steps, frame_source(profile, "kernels"))
+    return gaps
+
+
+def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
+    steps = steady_steps(profile)
+    k = _in_steps(profile.kernels, steps)
+    if k.empty:
+        return []
+    n = len(steps)
+    k = k.assign(ns=k["end_ns"] - k["start_ns"])
+    g = k.groupby("name")["ns"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
+    total = g["sum"].sum()
+    src = frame_source(profile, "kernels")
+    return [{"name": name, "calls_per_step": row["size"] / n, "total_ms_per_step": row["sum"] / n / NS_PER_MS,
+             "mean_us": row["mean"] / NS_PER_US, "share_pct": 100 * row["sum"] / total, "source": src}
+            for name, row in g.head(limit).iterrows()]
+
+
+def layer_table(profile: Profile, limit: int = 30) -> list[dict]:
+    """GPU time per module range (the kernels' `layer` column), per step."""
+    steps = steady_steps(profile)
+    k = _in_steps(profile.kernels, steps)
+    k = k[k["layer"].notna()]
+    if k.empty:
+        return []
+    n = len(steps)
+    step_ns = steps["dur_ns"].mean()
+    k = k.assign(ns=k["end_ns"] - k["start_ns"])
+    g = k.groupby("layer")["ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    src = frame_source(profile, "kernels")
+    return [{"name": name, "gpu_ms": row["sum"] / n / NS_PER_MS, "kernels": row["size"] / n,
+             "share_of_step_pct": 100 * row["sum"] / n / step_ns, "source": src}
+            for name, row in g.head(limit).iterrows()]

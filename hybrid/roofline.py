@@ -1,0 +1,138 @@
+"""Roofline placement per kernel (ncu counters: measured) or per op (torch FLOPs and shapes:
+estimated), and for the step as a whole, duration-weighted.
+
+attainable = min(peak FLOP/s of the point's precision, AI x DRAM bandwidth); a point is memory
+bound when its AI is left of the ridge (peak / bandwidth). Without FLOPs (nsys only, no ncu, no
+torch ops) there is nothing to place and the block says so instead of inventing points.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.hardware import Peaks
+from hybrid.metrics import op_bytes, op_precision, steady_steps
+from hybrid.profile import Profile
+from hybrid.provenance import ESTIMATED, MEASURED_NCU
+
+# Points listed in results.json (the step point covers all of them).
+MAX_POINTS = 30
+# Precision assumed for scalar work when the point names none (PyTorch runs fp16 elementwise math as
+# fp32 FMUL/FFMA: hopper-metrics.md).
+DEFAULT_PRECISION = "fp32"
+
+
+def _points_from_counters(counters: pd.DataFrame) -> pd.DataFrame:
+    c = counters
+    tensor = c["tensor_flops"].fillna(0)
+    scalar = c["fp64_flops"].fillna(0) + c["fp32_flops"].fillna(0) + c["fp16_flops"].fillna(0)
+
+    def dominant(row) -> str:
+        # Tensor work decides when there is any; else the scalar precision with the most FLOPs.
+        by_p = dict(row["tensor_flops_by_precision"]) if isinstance(row["tensor_flops_by_precision"], dict) else {}
+        if row["tensor"] > 0 and by_p:
+            return max(by_p, key=lambda p: by_p[p] or 0)
+        scalar_by_p = {p: np.nan_to_num(row[f"{p}_flops"]) for p in ("fp64", "fp32", "fp16")}
+        best = max(scalar_by_p, key=scalar_by_p.get)
+        return best if scalar_by_p[best] > 0 else DEFAULT_PRECISION
+
+    frame = c.assign(tensor=tensor)
+    return pd.DataFrame({
+        "name": c["name"],
+        "flops": (tensor + scalar).to_numpy(float),
+        "bytes": (c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)).to_numpy(float),
+        "l2_bytes": c["l2_bytes"].to_numpy(float),
+        "time_ns": c["duration_ns"].to_numpy(float),
+        "precision": frame.apply(dominant, axis=1) if len(frame) else pd.Series(dtype=object),
+        "source": MEASURED_NCU,
+    })
+
+
+def _points_from_ops(profile: Profile) -> pd.DataFrame:
+    """One point per (op, shapes, dtypes) that ran kernels itself; FLOPs from torch, bytes modeled."""
+    steps = steady_steps(profile)
+    ops = profile.ops[profile.ops["step"].isin(steps["step"]) & (profile.ops["device_ns"] > 0)]
+    if ops.empty:
+        return pd.DataFrame()
+    key = ops["name"] + "|" + ops["shapes"].astype(str) + "|" + ops["dtypes"].astype(str)
+    grouped = ops.assign(key=key, flops=ops["flops"].fillna(0)).groupby("key", sort=False)
+    first = grouped.head(1).set_index("key")
+    agg = grouped.agg(calls=("name", "size"), flops=("flops", "sum"), time_ns=("device_ns", "sum"))
+    per_call = pd.Series({k: op_bytes(r.name, r.shapes, r.dtypes) for k, r in first.iterrows()})
+    n = max(len(steps), 1)
+    return pd.DataFrame({
+        "name": first.loc[agg.index, "name"].to_numpy(),
+        "flops": agg["flops"].to_numpy(float) / n,
+        "bytes": per_call.loc[agg.index].to_numpy(float) * agg["calls"].to_numpy() / n,
+        "l2_bytes": np.nan,
+        "time_ns": agg["time_ns"].to_numpy(float) / n,
+        "precision": [(op_precision(d) or DEFAULT_PRECISION) for d in first.loc[agg.index, "dtypes"]],
+        "source": ESTIMATED,
+    })
+
+
+def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
+    bw = peaks.dram
+    peak = points["precision"].map(lambda p: peaks.flops(p) or peaks.flops(DEFAULT_PRECISION) or np.nan).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ai = np.where(points["bytes"] > 0, points["flops"] / points["bytes"], np.inf)
+        attainable = np.minimum(peak, ai * bw)
+        flops_per_s = points["flops"] / (points["time_ns"] / 1e9)
+        bytes_per_s = points["bytes"] / (points["time_ns"] / 1e9)
+        # A zero-FLOP point (a copy kernel) is judged by the bandwidth it reached.
+        achieved_pct = np.where(points["flops"] > 0, 100 * flops_per_s / attainable, 100 * bytes_per_s / bw)
+        l2_ai = points["flops"] / points["l2_bytes"]
+    ridge = peak / bw
+    return points.assign(ai=ai, l2_ai=l2_ai, ridge=ridge, flops_per_s=flops_per_s, bytes_per_s=bytes_per_s,
+                         achieved_pct=achieved_pct, bound=np.where(ai < ridge, "memory", "compute"))
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def roofline(profile: Profile, peaks: Peaks) -> dict:
+    """The `roofline` block of results.json."""
+    empty = {"bound": None, "arithmetic_intensity": None, "ridge_point": None,
+             "achieved_pct_of_attainable": None, "source": None, "kernels": []}
+    if peaks.dram is None:
+        return {**empty, "reason": "DRAM bandwidth of this GPU is unknown"}
+    if not profile.counters.empty:
+        points = _points_from_counters(profile.counters)
+    elif not profile.ops.empty:
+        points = _points_from_ops(profile)
+    else:
+        return {**empty, "reason": "no FLOP counts: run with ncu (--mode hybrid) or the torch pass"}
+    points = points[points["time_ns"] > 0]
+    if points.empty:
+        return {**empty, "reason": "no kernel time to place"}
+    placed = _place(points, peaks)
+    time = placed["time_ns"]
+    dominant = time.groupby(placed["precision"]).sum().idxmax()
+    ridge = (peaks.flops(dominant) or peaks.flops(DEFAULT_PRECISION) or np.nan) / peaks.dram
+    flops, nbytes = placed["flops"].sum(), placed["bytes"].sum()
+    ai = flops / nbytes if nbytes else np.inf
+    achieved = float((placed["achieved_pct"].clip(upper=100) * time).sum() / time.sum())
+    l2_total = placed["l2_bytes"].sum(min_count=1)
+    source = placed["source"].iloc[0]
+    top = placed.sort_values("time_ns", ascending=False).head(MAX_POINTS)
+    kernels = [{"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
+                "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.time_ns / 1e6, "bound": r.bound,
+                "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
+               for r in top.itertuples(index=False)]
+    return {
+        "bound": "memory" if ai < ridge else "compute",
+        "arithmetic_intensity": _finite(ai),
+        "l2_arithmetic_intensity": _finite(flops / l2_total) if pd.notna(l2_total) and l2_total else None,
+        "ridge_point": _finite(ridge),
+        "precision": dominant,
+        "achieved_pct_of_attainable": achieved,
+        "flops_per_s": _finite(flops / (time.sum() / 1e9)),
+        "bytes_per_s": _finite(nbytes / (time.sum() / 1e9)),
+        "time_ms": float(time.sum() / 1e6),
+        "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
+        "source": source,
+        "kernels": kernels,
+    }
+

@@ -1,0 +1,1 @@
+"""Bottleneck rules, one module per family; `registry.RULES` lists them all."""

@@ -1,0 +1,59 @@
+"""What a compiler would fix: unfused elementwise chains, torch.compile graph breaks."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, lost_pct
+
+MIN_LOST_PCT = 1.0
+
+
+def fusion_lost_ms(fusible_saving_ms: float) -> float:
+    """Computed in metrics: each n-kernel elementwise chain keeps 1/n of its time once fused."""
+    return max(0.0, fusible_saving_ms)
+
+
+def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
+    """Each break splits the compiled graph and returns to eager Python for the ops between; we charge
+    the launch-idle time proportionally to the number of graph pieces beyond one."""
+    if breaks <= 0:
+        return 0.0
+    return idle_launch_ms * breaks / (breaks + 1)
+
+
+def check_fusible(ctx: Context) -> Finding | None:
+    lost = fusion_lost_ms(ctx.value("fusible_saving_ms", 0.0))
+    if ctx.value("fusible_chains_per_step", 0.0) < 1 or lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="compile.fusible_elementwise", title="Chains of elementwise kernels could be fused",
+        category="COMPILER_GRAPH",
+        pairs=[("chains per step", "fusible_chains_per_step"), ("kernels in chains", "fusible_chain_kernels_per_step"),
+               ("time in chains", "fusible_chain_ms"), ("estimated saving", "fusible_saving_ms"),
+               ("distinct kernels per step", "distinct_kernels_per_step")],
+        explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
+                     "whole tensor from DRAM; fused, the data is read once and written once."),
+        suggestions=["Wrap the model or step in torch.compile to fuse elementwise ops.",
+                     "Use fused library ops (torch.addcmul, fused optimizers: torch.optim.AdamW(fused=True))."],
+        lost_ms=lost)
+
+
+def check_graph_breaks(ctx: Context) -> Finding | None:
+    breaks = int(ctx.value("graph_breaks", 0))
+    if breaks <= 0:
+        return None
+    lost = graph_break_lost_ms(breaks, ctx.value("idle_launch_ms", 0.0))
+    return finding(
+        ctx, id="compile.graph_breaks", title=f"torch.compile graph breaks ({breaks})", category="COMPILER_GRAPH",
+        pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons")],
+        explanation=("Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
+                     "CUDA-graph capture across the break."),
+        suggestions=["List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs).",
+                     "Remove data-dependent Python control flow, .item() and print() from compiled code."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "step_time_ms"), check_fusible),
+    Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), check_graph_breaks),
+]

@@ -1,0 +1,116 @@
+"""Work that stays on (or goes back to) the CPU: heavy host ops, ping-pong transfers, host
+preprocessing while the GPU waits, tensors created on the CPU and moved later."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, lost_pct
+
+MIN_LOST_PCT = 1.0
+# A training step normally moves one batch in and a few scalars out; ten or more copies per step
+# means tensors go back and forth between host and device.
+EXCESSIVE_COPIES_PER_STEP = 10
+# Copies a well-structured step needs (one input batch in, one result out).
+EXPECTED_COPIES_PER_STEP = 2
+# Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
+HOST_GAP_MIN_PCT = 5.0
+
+
+def cpu_heavy_lost_ms(cpu_heavy_ms: float, gpu_idle_ms: float | None) -> float:
+    """Host time of CPU-heavy ops only costs step time while the GPU has nothing queued."""
+    return cpu_heavy_ms if gpu_idle_ms is None else min(cpu_heavy_ms, gpu_idle_ms)
+
+
+def transfers_lost_ms(exposed_copy_ms: float, copies_per_step: float) -> float:
+    """Batching copies down to the expected few keeps their bytes but drops per-copy overhead and the
+    syncs between them: the excess share of the exposed copy time."""
+    if copies_per_step <= EXPECTED_COPIES_PER_STEP:
+        return 0.0
+    return exposed_copy_ms * (1.0 - EXPECTED_COPIES_PER_STEP / copies_per_step)
+
+
+def late_migration_lost_ms(htod_ms: float, htod_count: float, moved_per_step: float) -> float:
+    """Creating those tensors on the GPU removes their host->device copies."""
+    if htod_count <= 0:
+        return 0.0
+    return htod_ms * min(1.0, moved_per_step / htod_count)
+
+
+def check_cpu_heavy(ctx: Context) -> Finding | None:
+    if ctx.value("cpu_heavy_ops", 0) < 1:
+        return None
+    lost = cpu_heavy_lost_ms(ctx.value("cpu_heavy_ops_ms", 0.0), ctx.value("gpu_idle_ms"))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="cpu.heavy_ops", title="Operators spend far more time on the CPU than on the GPU",
+        category="CPU_RESIDENCY",
+        pairs=[("ops with CPU:GPU > 10:1", "cpu_heavy_ops"), ("their CPU time per step", "cpu_heavy_ops_ms"),
+               ("ops", "cpu_heavy_op_names"), ("GPU idle", "gpu_idle_ms")],
+        explanation=("These operators launch GPU work but spend over ten times as long on the host (Python, "
+                     "dispatch, argument checking, small tensor ops), so the GPU waits for them."),
+        suggestions=["Fuse the small ops with torch.compile, or replace Python loops over tensors with batched ops.",
+                     "Capture the step with CUDA graphs (torch.compile(mode='reduce-overhead')) to skip host dispatch."],
+        lost_ms=lost)
+
+
+def check_transfers(ctx: Context) -> Finding | None:
+    copies = ctx.value("htod_count", 0.0) + ctx.value("dtoh_count", 0.0)
+    if copies < EXCESSIVE_COPIES_PER_STEP:
+        return None
+    lost = transfers_lost_ms(ctx.value("exposed_copy_ms", 0.0), copies)
+    return finding(
+        ctx, id="cpu.transfers", title="Tensors move between host and device many times per step",
+        category="CPU_RESIDENCY",
+        pairs=[("host->device copies per step", "htod_count"), ("device->host copies per step", "dtoh_count"),
+               ("exposed copy time", "exposed_copy_ms"), ("syncs per step", "sync_count")],
+        explanation=("Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
+                     "back and forth (to numpy and back, .cpu() for a check) pay this every step."),
+        suggestions=["Keep the computation on the GPU end to end (torch ops instead of numpy in the step).",
+                     "Concatenate small tensors and copy them once; read results back once per N steps."],
+        lost_ms=lost)
+
+
+def check_preprocessing(ctx: Context) -> Finding | None:
+    lost = ctx.value("idle_host_ms", 0.0)
+    if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:
+        return None
+    return finding(
+        ctx, id="cpu.preprocessing", title="The GPU waits while the host computes without launching work",
+        category="CPU_RESIDENCY",
+        pairs=[("GPU idle, host busy with no launch", "idle_host_ms"), ("CPU-only top-level ops",
+                                                                         "cpu_only_ops_ms"),
+               ("GPU utilization", "gpu_util_pct")],
+        explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
+                     "the GPU: data loading, augmentation, numpy or Python preprocessing on the main thread."),
+        suggestions=["Move preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
+                     "persistent_workers=True).",
+                     "Do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI).",
+                     "Replace numpy work in the step with torch ops on the GPU."],
+        lost_ms=lost)
+
+
+def check_late_migration(ctx: Context) -> Finding | None:
+    moved = ctx.value("created_on_cpu_then_moved", 0.0)
+    if moved <= 0:
+        return None
+    lost = late_migration_lost_ms(ctx.value("htod_ms", 0.0), ctx.value("htod_count", 0.0), moved)
+    return finding(
+        ctx, id="cpu.late_migration", title="Tensors are created on the CPU and then moved to the GPU",
+        category="CPU_RESIDENCY",
+        pairs=[("tensors created on CPU then moved, per step", "created_on_cpu_then_moved"),
+               ("creating ops", "created_on_cpu_op_names"), ("host->device copy time", "htod_ms")],
+        explanation=("A tensor made on the host (torch.randn, torch.zeros, torch.tensor, from_numpy) and then "
+                     "sent with .to('cuda') costs host time and a copy each step; made on the device it costs "
+                     "neither."),
+        suggestions=["Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device).",
+                     "Create constant tensors once outside the loop (or register_buffer) instead of every step."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "step_time_ms"), check_cpu_heavy),
+    Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", "step_time_ms"), check_transfers),
+    Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_ms", "step_time_ms"), check_preprocessing),
+    Rule("cpu.late_migration", "CPU_RESIDENCY", ("created_on_cpu_then_moved", "step_time_ms"), check_late_migration),
+]

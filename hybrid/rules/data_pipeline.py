@@ -1,0 +1,97 @@
+"""Getting data to the GPU: pageable copies, copies not overlapped with compute, step jitter."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, lost_pct
+
+# Below 1% of the step a copy problem is not worth a finding.
+MIN_LOST_PCT = 1.0
+# A steady training loop varies by a few % step to step; above 10% CV something intermittent
+# (data loading, GC, recompiles) stalls some steps.
+STEP_CV_PCT = 10.0
+
+
+def pageable_copy_lost_ms(exposed_pageable_ms: float, pageable_bytes_per_s: float | None,
+                          pinned_bytes_per_s: float | None) -> float:
+    """What pinning saves on the copies that sit on the critical path: they would run at the pinned
+    rate, so the exposed time shrinks by the ratio of the two bandwidths."""
+    if not pageable_bytes_per_s or not pinned_bytes_per_s or pageable_bytes_per_s >= pinned_bytes_per_s:
+        return 0.0
+    return exposed_pageable_ms * (1.0 - pageable_bytes_per_s / pinned_bytes_per_s)
+
+
+def exposed_copy_lost_ms(exposed_pinned_ms: float, kernel_ms: float) -> float:
+    """A copy can hide behind compute on another stream, at most behind all of the step's kernels."""
+    return max(0.0, min(exposed_pinned_ms, kernel_ms))
+
+
+def jitter_lost_ms(mean_ms: float, median_ms: float) -> float:
+    """Slow steps pull the mean above the typical step; that excess is what jitter costs."""
+    return max(0.0, mean_ms - median_ms)
+
+
+def check_pageable(ctx: Context) -> Finding | None:
+    pinned = ctx.peaks.get("pinned_copy_bytes_per_s")
+    lost = pageable_copy_lost_ms(ctx.value("exposed_pageable_copy_ms", 0.0), ctx.value("pageable_bytes_per_s"), pinned)
+    if ctx.value("pageable_copy_ms", 0.0) <= 0 or lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="copy.pageable", title="Host<->device copies use pageable memory", category="DATA_PIPELINE",
+        pairs=[("pageable copies per step", "pageable_copies_per_step"), ("pageable share of copied bytes",
+                                                                          "pageable_copy_share_pct"),
+               ("pageable copy time", "pageable_copy_ms"), ("pageable bandwidth", "pageable_bytes_per_s"),
+               ("HtoD share of link peak", "htod_link_pct"), ("copy overlapped with compute",
+                                                              "copy_compute_overlap_pct")],
+        explanation=("Copies from pageable host memory are staged by the driver through a pinned bounce buffer: "
+                     "they run at a fraction of the link's bandwidth, block the host for their whole duration "
+                     "and cannot overlap with compute. Pinned memory copies at close to the link rate and, with "
+                     "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
+                     f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
+        suggestions=["DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True).",
+                     "For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ into it, "
+                     "or call .pin_memory() before .to('cuda', non_blocking=True).",
+                     "Keep tensors that never change on the GPU instead of copying them every step."],
+        lost_ms=lost)
+
+
+def check_exposed_copies(ctx: Context) -> Finding | None:
+    exposed_pinned = ctx.value("exposed_copy_ms", 0.0) - ctx.value("exposed_pageable_copy_ms", 0.0)
+    lost = exposed_copy_lost_ms(exposed_pinned, ctx.value("kernel_time_ms", 0.0))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="copy.not_overlapped", title="Pinned copies do not overlap with compute", category="DATA_PIPELINE",
+        pairs=[("copy overlapped with compute", "copy_compute_overlap_pct"), ("exposed copy time", "exposed_copy_ms"),
+               ("host->device copies per step", "htod_count")],
+        explanation=("Copies run while no kernel runs, so the step pays for them in full. Issued with "
+                     "non_blocking=True (and, for prefetching, on a side stream) the next batch's copy runs "
+                     "under this step's compute."),
+        suggestions=["Use .to('cuda', non_blocking=True) on pinned tensors.",
+                     "Prefetch the next batch on a separate torch.cuda.Stream while the current one computes."],
+        lost_ms=lost)
+
+
+def check_jitter(ctx: Context) -> Finding | None:
+    if ctx.value("step_time_cv_pct", 0.0) < STEP_CV_PCT:
+        return None
+    lost = jitter_lost_ms(ctx.value("step_time_ms", 0.0), ctx.value("step_time_median_ms", 0.0))
+    return finding(
+        ctx, id="steps.jitter", title="Step time varies from step to step", category="DATA_PIPELINE",
+        pairs=[("step time CV", "step_time_cv_pct"), ("mean step", "step_time_ms"),
+               ("median step", "step_time_median_ms"), ("slowest step", "slowest_step"),
+               ("outlier steps excluded", "steps_excluded")],
+        explanation=("Some steps take much longer than others. Intermittent stalls usually come from the input "
+                     "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
+                     "periodic logging/checkpointing."),
+        suggestions=["DataLoader(num_workers>0, persistent_workers=True, prefetch_factor=2..4, pin_memory=True).",
+                     "Check for recompiles with TORCH_LOGS=recompiles when using torch.compile.",
+                     "Move logging and checkpointing off the hot steps or make them asynchronous."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), check_pageable),
+    Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), check_exposed_copies),
+    Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms"), check_jitter),
+]

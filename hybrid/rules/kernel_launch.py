@@ -1,0 +1,69 @@
+"""Launch-bound steps: many tiny kernels the host cannot launch fast enough."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, lost_pct
+
+# Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
+SMALL_KERNEL_SHARE_PCT = 50.0
+MIN_LOST_PCT = 5.0
+# Memory below half of capacity leaves room to at least double the batch.
+BATCH_HEADROOM_PEAK_PCT = 50.0
+
+
+def launch_bound_lost_ms(idle_launch_ms: float) -> float:
+    """Idle time between tiny kernels while the host was launching: what CUDA graphs remove."""
+    return max(0.0, idle_launch_ms)
+
+
+def batch_headroom_lost_ms(idle_launch_ms: float, idle_host_ms: float) -> float:
+    """Per-step fixed host costs are paid once per batch: doubling the batch halves them per sample."""
+    return 0.5 * (max(0.0, idle_launch_ms) + max(0.0, idle_host_ms))
+
+
+def check_launch_bound(ctx: Context) -> Finding | None:
+    if ctx.value("small_kernel_share_pct", 0.0) < SMALL_KERNEL_SHARE_PCT:
+        return None
+    lost = launch_bound_lost_ms(ctx.value("idle_launch_ms", 0.0))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="launch.bound", title="Launch-bound: kernels are too small to hide launch overhead",
+        category="KERNEL_LAUNCH",
+        pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 us", "small_kernel_share_pct"),
+               ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_ms"),
+               ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
+        explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
+                     "roughly 5-20 us of host time per op), so the GPU idles between them."),
+        suggestions=["Capture the step with CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
+                     "torch.cuda.graphs.",
+                     "Fuse small ops with torch.compile.",
+                     "Increase the batch size so each kernel does more work per launch."],
+        lost_ms=lost)
+
+
+def check_batch_headroom(ctx: Context) -> Finding | None:
+    if ctx.value("peak_memory_pct", 100.0) >= BATCH_HEADROOM_PEAK_PCT:
+        return None
+    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="batch.headroom", title="Memory allows a larger batch to amortize per-step overhead",
+        category="KERNEL_LAUNCH",
+        pairs=[("peak memory of capacity", "peak_memory_pct"), ("batch size", "batch_size"),
+               ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_ms")],
+        explanation=("The step leaves the GPU idle for fixed host costs while using under half of its memory; a "
+                     "larger batch spreads those costs over more samples (time lost is per-sample, estimated for "
+                     "a doubled batch)."),
+        suggestions=["Double the batch size (scale the learning rate accordingly) and re-measure.",
+                     "If the batch is fixed, use gradient accumulation only to keep the effective batch."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("launch.bound", "KERNEL_LAUNCH", ("small_kernel_share_pct", "idle_launch_ms", "step_time_ms"),
+         check_launch_bound),
+    Rule("batch.headroom", "KERNEL_LAUNCH", ("peak_memory_pct", "step_time_ms"), check_batch_headroom),
+]

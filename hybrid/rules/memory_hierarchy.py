@@ -1,0 +1,45 @@
+"""Cache behaviour and access patterns of memory-bound kernels (needs ncu counters)."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, has_counters, lost_pct, not_measured
+
+# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads (hopper-metrics.md);
+# twice that means half of every fetched sector is wasted.
+IDEAL_SECTORS_PER_REQUEST = 4.0
+UNCOALESCED_SECTORS_PER_REQUEST = 8.0
+MIN_LOST_PCT = 2.0
+
+
+def uncoalesced_lost_ms(memory_bound_ms: float, sectors_per_request: float) -> float:
+    """Memory-bound time scales with sectors fetched: coalesced, it would shrink to ideal/actual."""
+    if sectors_per_request <= IDEAL_SECTORS_PER_REQUEST:
+        return 0.0
+    return memory_bound_ms * (1.0 - IDEAL_SECTORS_PER_REQUEST / sectors_per_request)
+
+
+def check_coalescing(ctx: Context) -> Finding | None:
+    if not has_counters(ctx):
+        return not_measured(id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
+                            category="MEMORY_HIERARCHY",
+                            explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
+                                        "the roofline uses bytes estimated from tensor shapes instead.")
+    spr = ctx.value("ncu_sectors_per_request")
+    if spr is None or spr < UNCOALESCED_SECTORS_PER_REQUEST:
+        return None
+    memory_share = ctx.roofline.get("memory_bound_time_pct") or 0.0
+    lost = uncoalesced_lost_ms(ctx.value("kernel_time_ms", 0.0) * memory_share / 100.0, spr)
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="memory.uncoalesced", title="Global loads are poorly coalesced", category="MEMORY_HIERARCHY",
+        pairs=[("sectors per load request", "ncu_sectors_per_request"), ("L1 hit rate", "ncu_l1_hit_pct"),
+               ("L2 hit rate", "ncu_l2_hit_pct"), ("kernel time covered by ncu", "ncu_coverage_pct")],
+        explanation="Warps fetch many more 32-byte sectors per load than needed: strided or transposed access.",
+        suggestions=["Make tensors contiguous in the dimension kernels read (.contiguous(), channels_last for convs).",
+                     "Avoid permute/transpose feeding elementwise ops; let torch.compile pick the layout."],
+        lost_ms=lost)
+
+
+RULES = [Rule("memory.coalescing", "MEMORY_HIERARCHY", ("kernel_time_ms",), check_coalescing)]

@@ -1,0 +1,72 @@
+"""SMs left idle: grids smaller than the GPU, and (with ncu) low achieved occupancy."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, has_counters, lost_pct, not_measured
+
+# A fifth of kernel time on grids that cannot cover every SM is worth a look.
+SMALL_GRID_TIME_PCT = 20.0
+MIN_LOST_PCT = 2.0
+# Below a quarter of the warp slots busy, latency hiding usually suffers (CUDA best-practices
+# guide); except in wgmma GEMMs, which run at ~15% occupancy with a busy tensor pipe
+# (hopper-metrics.md), hence the tensor-pipe escape below.
+LOW_OCCUPANCY_PCT = 25.0
+TENSOR_PIPE_BUSY_PCT = 50.0
+
+
+def small_grid_lost_ms(small_grid_ms: float, sm_fill_pct: float) -> float:
+    """A grid covering a fraction f of the SMs could at best finish in f of its time with a full grid."""
+    return small_grid_ms * (1.0 - min(sm_fill_pct, 100.0) / 100.0)
+
+
+def occupancy_lost_ms(kernel_ms: float, sm_throughput_pct: float, memory_throughput_pct: float) -> float:
+    """Headroom left by the busier of the SM and memory pipes, relative to the practical 80%."""
+    busiest = max(sm_throughput_pct, memory_throughput_pct)
+    return kernel_ms * max(0.0, 1.0 - busiest / 80.0)
+
+
+def check_small_grid(ctx: Context) -> Finding | None:
+    if ctx.value("small_grid_time_pct", 0.0) < SMALL_GRID_TIME_PCT:
+        return None
+    lost = small_grid_lost_ms(ctx.value("small_grid_ms", 0.0), ctx.value("small_grid_sm_fill_pct", 100.0))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="occupancy.small_grid", title="Kernels launch fewer blocks than the GPU has SMs",
+        category="OCCUPANCY",
+        pairs=[("kernel time on small grids", "small_grid_time_pct"), ("SMs those grids can fill",
+                                                                        "small_grid_sm_fill_pct"),
+               ("small-grid kernels per step", "small_grid_kernels_per_step")],
+        explanation="A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's whole run.",
+        suggestions=["Increase the batch size or sequence length so each kernel has more parallel work.",
+                     "Run independent small work concurrently (CUDA streams) or fuse it (torch.compile)."],
+        lost_ms=lost)
+
+
+def check_achieved_occupancy(ctx: Context) -> Finding | None:
+    if not has_counters(ctx):
+        return not_measured(id="occupancy.not_measured", title="Achieved occupancy was not measured",
+                            category="OCCUPANCY",
+                            explanation="Achieved occupancy and its limiter (registers, shared memory, block "
+                                        "size) need ncu hardware counters; this run has none.")
+    occ = ctx.value("ncu_achieved_occupancy_pct")
+    if occ is None or occ >= LOW_OCCUPANCY_PCT or ctx.value("ncu_tensor_pipe_pct", 0.0) >= TENSOR_PIPE_BUSY_PCT:
+        return None
+    lost = occupancy_lost_ms(ctx.value("kernel_time_ms", 0.0), ctx.value("ncu_sm_throughput_pct", 0.0),
+                             ctx.value("ncu_memory_throughput_pct", 0.0))
+    return finding(
+        ctx, id="occupancy.low", title="Low achieved occupancy in the profiled kernels", category="OCCUPANCY",
+        pairs=[("achieved occupancy", "ncu_achieved_occupancy_pct"), ("SM throughput", "ncu_sm_throughput_pct"),
+               ("memory throughput", "ncu_memory_throughput_pct"), ("kernel time covered by ncu",
+                                                                    "ncu_coverage_pct")],
+        explanation="Few warps are resident per SM and neither the SM nor memory pipes are busy: latency is not hidden.",
+        suggestions=["Check the limiter in ncu's Occupancy section (registers, shared memory, block size).",
+                     "For custom kernels: fewer registers per thread (__launch_bounds__), larger blocks."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("occupancy.small_grid", "OCCUPANCY", ("small_grid_time_pct", "step_time_ms"), check_small_grid),
+    Rule("occupancy.achieved", "OCCUPANCY", ("kernel_time_ms",), check_achieved_occupancy),
+]

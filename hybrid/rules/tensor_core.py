@@ -1,0 +1,92 @@
+"""Matmuls and convolutions that do not use tensor cores, or use them badly."""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Finding, Rule
+from hybrid.rules.common import finding, has_counters, lost_pct, not_measured
+
+MIN_LOST_PCT = 2.0
+# Non-multiple-of-8 GEMM dims fall back to slower, padded or non-tensor-core tiles; NVIDIA's
+# Matrix Multiplication guide shows such shapes running up to ~2x slower, so we estimate half
+# their time as recoverable (an upper-end estimate, labelled as such).
+MISALIGNED_SLOWDOWN_SHARE = 0.5
+# GEMM kernels spending most of the step yet keeping the tensor pipe under 30% busy.
+LOW_TENSOR_PIPE_PCT = 30.0
+GEMM_SHARE_PCT = 20.0
+
+
+def fp32_gemm_lost_ms(fp32_gemm_ms: float, fp32_peak: float | None, fast_peak: float | None) -> float:
+    """FP32 GEMMs run on CUDA cores; on TF32/BF16 tensor cores they scale by the ratio of the peaks."""
+    if not fp32_peak or not fast_peak or fast_peak <= fp32_peak:
+        return 0.0
+    return fp32_gemm_ms * (1.0 - fp32_peak / fast_peak)
+
+
+def misaligned_lost_ms(misaligned_ms: float) -> float:
+    return misaligned_ms * MISALIGNED_SLOWDOWN_SHARE
+
+
+def check_fp32_gemm(ctx: Context) -> Finding | None:
+    fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
+    if fp32_ms <= 0:
+        return None
+    flops = ctx.peaks.get("flops_per_s", {})
+    lost = fp32_gemm_lost_ms(fp32_ms, flops.get("fp32"), flops.get("tf32"))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="tensor.fp32_gemm", title="Matrix multiplies run in full FP32 without tensor cores",
+        category="TENSOR_CORE",
+        pairs=[("FP32 GEMM time per step", "gemm_fp32_ms"), ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
+               ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct")],
+        explanation=("FP32 GEMM kernels (sgemm-style names) ran on CUDA cores; TF32 or BF16 tensor cores have "
+                     "several times the peak. Time lost assumes the TF32 peak from the datasheet."),
+        suggestions=["torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
+                     "torch.backends.cudnn.allow_tf32 = True for convolutions.",
+                     "Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ..."],
+        lost_ms=lost)
+
+
+def check_misaligned(ctx: Context) -> Finding | None:
+    if ctx.value("misaligned_gemms_per_step", 0.0) <= 0:
+        return None
+    lost = misaligned_lost_ms(ctx.value("misaligned_gemm_device_ms", 0.0))
+    return finding(
+        ctx, id="tensor.misaligned_dims", title="FP16/BF16 matmul dimensions are not multiples of 8",
+        category="TENSOR_CORE",
+        pairs=[("misaligned GEMM calls per step", "misaligned_gemms_per_step"),
+               ("their GPU time", "misaligned_gemm_device_ms"), ("examples", "misaligned_gemm_shapes")],
+        explanation=("Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
+                     "are padded or run on slower kernels."),
+        suggestions=["Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better).",
+                     "Pad the batch or sequence length to a multiple of 8."],
+        lost_ms=lost)
+
+
+def check_tensor_pipe(ctx: Context) -> Finding | None:
+    if not has_counters(ctx):
+        return not_measured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
+                            category="TENSOR_CORE",
+                            explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
+                                        "precision here is inferred from kernel names and op dtypes.")
+    pipe = ctx.value("ncu_tensor_pipe_pct")
+    step, gemm = ctx.value("step_time_ms", 0.0), ctx.value("gemm_time_ms", 0.0)
+    if pipe is None or pipe >= LOW_TENSOR_PIPE_PCT or not step or 100 * gemm / step < GEMM_SHARE_PCT:
+        return None
+    lost = gemm * (1.0 - pipe / 100.0) * (1.0 - LOW_TENSOR_PIPE_PCT / 100.0)
+    return finding(
+        ctx, id="tensor.pipe_idle", title="GEMM time is high but the tensor pipe is mostly idle",
+        category="TENSOR_CORE",
+        pairs=[("tensor pipe busy", "ncu_tensor_pipe_pct"), ("GEMM time per step", "gemm_time_ms"),
+               ("kernel time covered by ncu", "ncu_coverage_pct")],
+        explanation="GEMMs take much of the step while tensor cores are busy a small fraction of it: small or "
+                    "skinny matrices, or FP32 math.",
+        suggestions=["Use bf16/fp16 autocast or TF32; grow matrix sizes (batch, hidden dims) to fill tiles."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("tensor.fp32_gemm", "TENSOR_CORE", ("gemm_fp32_ms", "step_time_ms"), check_fp32_gemm),
+    Rule("tensor.misaligned_dims", "TENSOR_CORE", ("misaligned_gemms_per_step", "step_time_ms"), check_misaligned),
+    Rule("tensor.pipe", "TENSOR_CORE", ("gemm_time_ms",), check_tensor_pipe),
+]
