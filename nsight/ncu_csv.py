@@ -194,7 +194,10 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
         reader = _read_long if METRIC_NAME_COLUMN in header else _read_raw
         reader(header, complete, wanted, instances, notes)
     if not instances:
-        raise _no_table_error(text, source)
+        if NO_KERNELS_TEXT in text:
+            raise _no_table_error(text, source)
+        raise InputError(f"{source}: the ncu CSV table has a header but no kernel rows",
+                         "ncu stopped before printing results; read ncu.log next to it")
 
     ordered = sorted(instances.values(), key=lambda inst: (inst.ncu_id, inst.pid))
     records = []
