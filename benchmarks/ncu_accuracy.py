@@ -1,0 +1,184 @@
+"""Check hybrid's ncu metric set, command line and CSV reader against kernels whose work is known.
+
+Runs on a GPU machine with Nsight Compute:
+
+    python benchmarks/ncu_accuracy.py RESULTS.md
+
+Each case runs in its own process under ncu, built by nsight.ncu.build_ncu_command and read by
+nsight.ncu_csv, exactly as the ncu pass does; the op is warmed up outside the NVTX range
+"step 0" (domain "hybrid") and run once inside it, and every kernel of that step is summed.
+Writes a markdown table of expected vs measured values and exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nsight import ncu
+from nsight.ncu_csv import parse_ncu_csv
+
+COPY_BYTES = 1 << 30  # 1 GiB: 40x the H200's 50 MB L2, so at most ~2.5% of the writes can still sit in L2
+GEMM_BF16 = (8192, 8192, 8192)
+GEMM_FP32 = (4096, 4096, 4096)
+ELEMENTWISE_FLOATS = 1 << 28  # 1 GiB of fp32
+
+DRAM_TOLERANCE = 0.05  # the brief's ±5% for DRAM bytes of a copy
+FLOP_TOLERANCE = 0.02  # ±2% for FLOPs of a GEMM
+# "Tensor FLOPs ≈ 0" for an fp32 GEMM with TF32 off: under 0.1% of its FLOPs.
+NO_TENSOR_FRACTION = 0.001
+# A large bf16 GEMM keeps the tensor pipe busy most of the time (95% seen on an H200).
+TENSOR_PIPE_BUSY_PCT = 50.0
+WARMUP_RUNS = 2
+CASE_TIMEOUT_S = 300
+
+
+def run_case(name: str) -> None:
+    """The profiled process: one op, warmed up, then once inside the step range."""
+    import nvtx
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if name == "copy":
+        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        op = lambda: dst.copy_(src)
+    elif name in ("gemm_bf16", "gemm_fp32"):
+        m, n, k = GEMM_BF16 if name == "gemm_bf16" else GEMM_FP32
+        dtype = torch.bfloat16 if name == "gemm_bf16" else torch.float32
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+        out = torch.empty(m, n, device="cuda", dtype=dtype)
+        op = lambda: torch.mm(a, b, out=out)
+    elif name == "elementwise":
+        x = torch.randn(ELEMENTWISE_FLOATS, device="cuda")
+        y = torch.empty_like(x)
+        op = lambda: torch.mul(x, 2.0, out=y)
+    else:
+        raise SystemExit(f"unknown case {name}")
+    for _ in range(WARMUP_RUNS):
+        op()
+    torch.cuda.synchronize()
+    with nvtx.annotate("step 0", domain="hybrid"):
+        op()
+        torch.cuda.synchronize()
+
+
+@dataclass
+class Check:
+    case: str
+    quantity: str
+    expected: str
+    measured: float
+    passed: bool
+    unit: str
+
+
+def profile(case: str, ncu_path: Path, work: Path) -> dict[str, float]:
+    """Run one case under ncu; the counters of all kernels in its step, summed (percentages: the
+    time-weighted mean)."""
+    run = ncu.run_ncu(ncu_path, work / f"{case}.csv", work / f"{case}.log",
+                      [sys.executable, str(Path(__file__).resolve()), "--case", case],
+                      kernel_names=[], nvtx_step=0, env=dict(os.environ), timeout_s=CASE_TIMEOUT_S)
+    frame = parse_ncu_csv(run.csv_path).frame
+    weights = frame["duration_ns"] / frame["duration_ns"].sum()
+    summed = {col: float(frame[col].sum(min_count=1)) for col in
+              ("duration_ns", "dram_read_bytes", "dram_write_bytes", "fp32_flops", "tensor_flops")}
+    for col in ("tensor_pipe_pct", "sm_throughput_pct", "memory_throughput_pct"):
+        summed[col] = float((frame[col] * weights).sum(min_count=1))
+    summed["kernels"] = float(len(frame))
+    return summed
+
+
+def within(measured: float, expected: float, tolerance: float) -> bool:
+    return not math.isnan(measured) and abs(measured - expected) <= tolerance * expected
+
+
+def checks(results: dict[str, dict[str, float]]) -> list[Check]:
+    out: list[Check] = []
+    copy = results["copy"]
+    dram = copy["dram_read_bytes"] + copy["dram_write_bytes"]
+    out.append(Check("copy 1 GiB", "DRAM read+write bytes", f"{2 * COPY_BYTES:.4g} ±5%", dram,
+                     within(dram, 2 * COPY_BYTES, DRAM_TOLERANCE), "byte"))
+
+    bf16 = results["gemm_bf16"]
+    m, n, k = GEMM_BF16
+    out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor FLOPs", f"{2 * m * n * k:.4g} ±2%", bf16["tensor_flops"],
+                     within(bf16["tensor_flops"], 2 * m * n * k, FLOP_TOLERANCE), "flop"))
+    out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor pipe busy", f"> {TENSOR_PIPE_BUSY_PCT:.0f}",
+                     bf16["tensor_pipe_pct"], bf16["tensor_pipe_pct"] > TENSOR_PIPE_BUSY_PCT, "%"))
+
+    fp32 = results["gemm_fp32"]
+    m, n, k = GEMM_FP32
+    out.append(Check(f"fp32 GEMM {m}x{n}x{k}, TF32 off", "tensor FLOPs", f"< {NO_TENSOR_FRACTION:.1%} of 2MNK",
+                     fp32["tensor_flops"], fp32["tensor_flops"] < NO_TENSOR_FRACTION * 2 * m * n * k, "flop"))
+    out.append(Check(f"fp32 GEMM {m}x{n}x{k}, TF32 off", "fp32 FLOPs", f"{2 * m * n * k:.4g} ±2%",
+                     fp32["fp32_flops"], within(fp32["fp32_flops"], 2 * m * n * k, FLOP_TOLERANCE), "flop"))
+
+    ew = results["elementwise"]
+    out.append(Check("elementwise x*2 (1 GiB fp32)", "memory % of peak minus SM % of peak", "> 0 (memory-bound)",
+                     ew["memory_throughput_pct"] - ew["sm_throughput_pct"],
+                     ew["memory_throughput_pct"] > ew["sm_throughput_pct"], "points"))
+    out.append(Check(f"bf16 GEMM {GEMM_BF16[0]}^3", "SM % of peak minus memory % of peak", "> 0 (compute-bound)",
+                     bf16["sm_throughput_pct"] - bf16["memory_throughput_pct"],
+                     bf16["sm_throughput_pct"] > bf16["memory_throughput_pct"], "points"))
+    return out
+
+
+def device_name() -> str:
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              check=False, capture_output=True, text=True, timeout=30)
+        return proc.stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def write_report(path: Path, found: Path, results: dict[str, dict[str, float]], rows: list[Check]) -> None:
+    lines = [
+        "# ncu accuracy: hybrid's metric set on kernels of known work", "",
+        f"GPU: {device_name()}; ncu {ncu.ncu_version(found)} ({found})", "",
+        "| case | quantity | expected | measured | unit | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.case} | {r.quantity} | {r.expected} | {r.measured:.4g} | {r.unit} | "
+              f"{'pass' if r.passed else 'FAIL'} |" for r in rows]
+    lines += ["", "Kernels profiled per case: "
+              + ", ".join(f"{case} {int(res['kernels'])}" for case, res in results.items()), ""]
+    path.write_text("\n".join(lines))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=Path, help="markdown file to write")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: the profiled process
+    parser.add_argument("--work", type=Path, help="keep the ncu CSVs and logs here")
+    args = parser.parse_args()
+    if args.case:
+        run_case(args.case)
+        return 0
+    if args.out is None:
+        parser.error("give the markdown file to write")
+    found = ncu.find_ncu()
+    if found is None:
+        parser.error(f"ncu not found: put it on PATH or set {ncu.NCU_ENV}")
+    work = args.work or Path(tempfile.mkdtemp(prefix="ncu_accuracy_"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = {case: profile(case, found, work) for case in ("copy", "gemm_bf16", "gemm_fp32", "elementwise")}
+    rows = checks(results)
+    write_report(args.out, found, results, rows)
+    print(args.out.read_text())
+    return 0 if all(r.passed for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
