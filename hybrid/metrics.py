@@ -35,14 +35,14 @@ CPU_HEAVY_RATIO = 10.0
 ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
 REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
 GEMM_KERNEL = re.compile(
-    r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.I)
+    r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.IGNORECASE)
 # Precision from the kernel name; checked in order (bf16 before fp16: names like "bf16" contain "f16").
 KERNEL_PRECISION = (
-    ("fp8", re.compile(r"e4m3|e5m2|fp8|qgmma|_qsq", re.I)),
-    ("bf16", re.compile(r"bf16|bfloat|_bsb_|_bss_|_bs[bh]", re.I)),
-    ("fp16", re.compile(r"_hsh_|_hss_|_hhs_|_hh_|h1688|h16816|h884|hgemm|f16|fp16|half|_h_", re.I)),
-    ("tf32", re.compile(r"tf32|_tst_|_tss_", re.I)),
-    ("fp32", re.compile(r"sgemm|_s1688|_sss_|f32f32_f32f32|_s16816|fp32|float", re.I)),
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|qgmma|_qsq", re.IGNORECASE)),
+    ("bf16", re.compile(r"bf16|bfloat|_bsb_|_bss_|_bs[bh]", re.IGNORECASE)),
+    ("fp16", re.compile(r"_hsh_|_hss_|_hhs_|_hh_|h1688|h16816|h884|hgemm|f16|fp16|half|_h_", re.IGNORECASE)),
+    ("tf32", re.compile(r"tf32|_tst_|_tss_", re.IGNORECASE)),
+    ("fp32", re.compile(r"sgemm|_s1688|_sss_|f32f32_f32f32|_s16816|fp32|float", re.IGNORECASE)),
 )
 OP_DTYPE_PRECISION = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16", "double": "fp64",
                       "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
@@ -50,6 +50,9 @@ DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "lon
                "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
                "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::complex<float>": 8}
 # Ops whose GEMM dims we check (leaf ops only: linear/matmul decompose into these).
+# Reductions write a tensor much smaller than their input: bytes are the inputs only.
+REDUCTION_OPS = {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::norm",
+                 "aten::linalg_vector_norm", "aten::argmax", "aten::argmin", "aten::var", "aten::std"}
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"}
 CONV_OPS = {"aten::convolution"}
 # Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
@@ -161,7 +164,21 @@ def op_bytes(name: str, shapes: list, dtypes: list) -> float:
         a, b = tensors[-2][0], tensors[-1][0]
         out = _numel(a[:-1]) * b[-1] * _dtype_bytes(tensors[-1][1])
         return float(sum(sizes[-2:]) + out)
+    if name in REDUCTION_OPS:
+        return float(sum(sizes))
     return float(sum(sizes) + max(sizes))
+
+
+def op_flops(name: str, shapes: list, torch_flops: float) -> float:
+    """torch's FLOP count when it recorded one, else 2*M*N*K (x batch) for matmuls from their shapes;
+    0 for other ops (elementwise math is negligible next to the bytes it moves)."""
+    if torch_flops == torch_flops and torch_flops is not None:  # not NaN
+        return float(torch_flops)
+    shapes = [s for s in (shapes or []) if isinstance(s, list)]
+    if name in MATMUL_OPS and len(shapes) >= 2 and len(shapes[-2]) >= 2 and len(shapes[-1]) >= 2:
+        a, b = shapes[-2], shapes[-1]
+        return 2.0 * _numel(a) * b[-1]
+    return 0.0
 
 
 def op_gemm_dims(name: str, shapes: list) -> list[int]:
@@ -191,7 +208,7 @@ def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric
     mean = float(dur_ms.mean())
     std = float(dur_ms.std(ddof=0))
     return {
-        "steps_measured": Metric(int(len(all_steps)), "steps", src),
+        "steps_measured": Metric(len(all_steps), "steps", src),
         "steps_excluded": Metric(int(len(all_steps) - len(steps)), "steps", src),
         "step_time_ms": Metric(mean, "ms", src),
         "step_time_median_ms": Metric(float(np.median(dur_ms)), "ms", src),
@@ -408,7 +425,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
 
     gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
     heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values("cpu_ns", ascending=False)
-    out["cpu_heavy_ops"] = Metric(int(len(heavy)), "ops", src)
+    out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index[:3]), "", src)
 
@@ -423,7 +440,9 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
     # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
-    flops = ops["flops"].fillna(0)
+    flops = pd.Series([op_flops(name, shapes, f) for name, shapes, f in
+                       zip(ops["name"], ops["shapes"], ops["flops"])], index=ops.index, dtype=float) \
+        if ops["flops"].isna().any() else ops["flops"]
     out["est_flops_per_step"] = Metric(_per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)
@@ -435,7 +454,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     with_flops = ops[flops > 0]
     if not with_flops.empty:
         precision = with_flops["dtypes"].map(op_precision)
-        by_p = with_flops["flops"].groupby(precision).sum()
+        by_p = flops[flops > 0].groupby(precision).sum()
         for p in ("fp32", "fp16", "bf16", "fp8", "fp64"):
             out[f"matmul_{p}_flops_pct"] = Metric(100 * float(by_p.get(p, 0) / by_p.sum()), "%", ESTIMATED)
     out.update(_misaligned(ops, n, src))
@@ -521,7 +540,8 @@ def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     by_precision: dict[str, float] = {}
     for d in c["tensor_flops_by_precision"].dropna():
         for p, v in dict(d).items():
-            by_precision[p] = by_precision.get(p, 0.0) + float(v or 0)
+            if v is not None and np.isfinite(v):
+                by_precision[p] = by_precision.get(p, 0.0) + float(v)
     for p, v in by_precision.items():
         out[f"ncu_tensor_flops_{p}"] = Metric(v, "FLOP", src)
     for col in ("fp64_flops", "fp32_flops", "fp16_flops", "tensor_flops"):

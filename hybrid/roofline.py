@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import op_bytes, op_precision, steady_steps
+from hybrid.metrics import op_bytes, op_flops, op_precision, steady_steps
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -56,10 +56,12 @@ def _points_from_ops(profile: Profile) -> pd.DataFrame:
     if ops.empty:
         return pd.DataFrame()
     key = ops["name"] + "|" + ops["shapes"].astype(str) + "|" + ops["dtypes"].astype(str)
-    grouped = ops.assign(key=key, flops=ops["flops"].fillna(0)).groupby("key", sort=False)
+    flops = [op_flops(name, shapes, f) for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"])]
+    grouped = ops.assign(key=key, flops=flops).groupby("key", sort=False)
     first = grouped.head(1).set_index("key")
     agg = grouped.agg(calls=("name", "size"), flops=("flops", "sum"), time_ns=("device_ns", "sum"))
-    per_call = pd.Series({k: op_bytes(r.name, r.shapes, r.dtypes) for k, r in first.iterrows()})
+    per_call = pd.Series({k: op_bytes(name, shapes, dtypes) for k, name, shapes, dtypes
+                          in zip(first.index, first["name"], first["shapes"], first["dtypes"])})
     n = max(len(steps), 1)
     return pd.DataFrame({
         "name": first.loc[agg.index, "name"].to_numpy(),
@@ -98,8 +100,11 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
              "achieved_pct_of_attainable": None, "source": None, "kernels": []}
     if peaks.dram is None:
         return {**empty, "reason": "DRAM bandwidth of this GPU is unknown"}
-    if not profile.counters.empty:
-        points = _points_from_counters(profile.counters)
+    # A kernel is placed from counters only where ncu read both its tensor FLOPs and its DRAM bytes:
+    # a GEMM with no FLOP metric would otherwise sit at AI 0 as if it did no math.
+    counted = profile.counters[profile.counters["tensor_flops"].notna() & profile.counters["dram_read_bytes"].notna()]
+    if not counted.empty:
+        points = _points_from_counters(counted)
     elif not profile.ops.empty:
         points = _points_from_ops(profile)
     else:

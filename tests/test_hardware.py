@@ -1,0 +1,64 @@
+from pathlib import Path
+
+import pytest
+
+from hybrid.hardware import PRECISIONS, match_spec, peaks_for
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.profile import DeviceInfo
+from hybrid.provenance import ESTIMATED, MEASURED_NSYS, SPEC
+
+NSYS = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
+
+
+@pytest.mark.parametrize("name, model", [
+    ("NVIDIA H200", "H200 SXM"),
+    ("NVIDIA H200 NVL", "H200 NVL"),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+])
+def test_device_names_match_their_datasheet_entry(name, model):
+    assert match_spec(name).model == model
+
+
+def test_h200_export_overrides_datasheet_and_says_so():
+    device = load_nsys_export(NSYS).device
+    peaks = peaks_for(device)
+    assert peaks.model == "H200 SXM"
+    # TARGET_INFO_GPU of the capture: 4.814 TB/s, 132 SMs, 60 MiB L2 (the datasheet says 4.8 TB/s, 50 MB).
+    assert peaks.dram_bytes_per_s.value == pytest.approx(4_814_304_000_000)
+    assert peaks.dram_bytes_per_s.source == MEASURED_NSYS
+    assert peaks.l2_bytes.value == 62914560 and peaks.l2_bytes.source == MEASURED_NSYS
+    # 132 SMs at 1.98 GHz is the datasheet configuration: FLOP peaks stay datasheet values.
+    assert peaks.flops_per_s["bf16"].source == SPEC
+    assert peaks.flops("bf16") == pytest.approx(989.4e12)  # dense: half the datasheet's 1979 sparse
+    assert peaks.unknown == []
+
+
+def test_different_sm_count_rescales_flop_peaks_as_an_estimate():
+    peaks = peaks_for(DeviceInfo(name="NVIDIA H100 80GB HBM3", sm_count=114, sm_clock_hz=1.98e9,
+                                 source=MEASURED_NSYS))
+    assert peaks.flops("fp32") == pytest.approx(67e12 * 114 / 132)
+    assert peaks.flops_per_s["fp32"].source == ESTIMATED
+    assert any("scaled" in note for note in peaks.notes)
+
+
+def test_a100_has_no_fp8_path_and_that_is_not_unknown():
+    peaks = peaks_for(DeviceInfo(name="NVIDIA A100-SXM4-80GB"))
+    assert peaks.flops("fp8") is None
+    assert "flops_per_s.fp8" not in peaks.unknown
+    assert peaks.dram == pytest.approx(2039e9)
+
+
+def test_unknown_gpu_lists_its_unknown_peaks_instead_of_guessing():
+    peaks = peaks_for(DeviceInfo(name="Tesla T4", sm_count=40, source=MEASURED_NSYS))
+    assert peaks.model is None
+    assert peaks.dram is None and peaks.host_link_bytes_per_s is None
+    assert peaks.sm_count.value == 40  # what the device reported is still used
+    assert "dram_bytes_per_s" in peaks.unknown
+    assert all(f"flops_per_s.{p}" in peaks.unknown for p in PRECISIONS)
+    assert any("Tesla T4" in note for note in peaks.notes)
