@@ -172,7 +172,7 @@ def op_bytes(name: str, shapes: list, dtypes: list) -> float:
 def op_flops(name: str, shapes: list, torch_flops: float) -> float:
     """torch's FLOP count when it recorded one, else 2*M*N*K (x batch) for matmuls from their shapes;
     0 for other ops (elementwise math is negligible next to the bytes it moves)."""
-    if torch_flops == torch_flops and torch_flops is not None:  # not NaN
+    if torch_flops is not None and not np.isnan(torch_flops):
         return float(torch_flops)
     shapes = [s for s in (shapes or []) if isinstance(s, list)]
     if name in MATMUL_OPS and len(shapes) >= 2 and len(shapes[-2]) >= 2 and len(shapes[-1]) >= 2:

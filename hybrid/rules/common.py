@@ -41,9 +41,9 @@ def not_measured(*, id: str, title: str, category: str, explanation: str) -> Fin
     """A family that needs hardware counters says what it could not see and how to get it."""
     return Finding(id=id, title=title, category=category, severity="LOW", evidence=[],
                    explanation=explanation,
-                   suggestions=["Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters "
+                   suggestions=[("Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters "
                                 "(needs ncu and permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 "
-                                "or root)."],
+                                "or root).")],
                    not_measured=True)
 
 

@@ -83,8 +83,8 @@ def check_preprocessing(ctx: Context) -> Finding | None:
                ("GPU utilization", "gpu_util_pct")],
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
                      "the GPU: data loading, augmentation, numpy or Python preprocessing on the main thread."),
-        suggestions=["Move preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
-                     "persistent_workers=True).",
+        suggestions=[("Move preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
+                     "persistent_workers=True)."),
                      "Do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI).",
                      "Replace numpy work in the step with torch ops on the GPU."],
         lost_ms=lost)

@@ -49,8 +49,8 @@ def check_pageable(ctx: Context) -> Finding | None:
                      "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
                      f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
         suggestions=["DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True).",
-                     "For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ into it, "
-                     "or call .pin_memory() before .to('cuda', non_blocking=True).",
+                     ("For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ into it, "
+                     "or call .pin_memory() before .to('cuda', non_blocking=True)."),
                      "Keep tensors that never change on the GPU instead of copying them every step."],
         lost_ms=lost)
 

@@ -36,8 +36,8 @@ def check_launch_bound(ctx: Context) -> Finding | None:
                ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
         explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
                      "roughly 5-20 us of host time per op), so the GPU idles between them."),
-        suggestions=["Capture the step with CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
-                     "torch.cuda.graphs.",
+        suggestions=[("Capture the step with CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
+                     "torch.cuda.graphs."),
                      "Fuse small ops with torch.compile.",
                      "Increase the batch size so each kernel does more work per launch."],
         lost_ms=lost)

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from hybrid.rules import (compiler_graph, cpu_residency, data_pipeline, kernel_launch, memory_hierarchy, occupancy,
-                          roofline, synchronization, tensor_core)
+from hybrid.rules import (
+                          compiler_graph,
+                          cpu_residency,
+                          data_pipeline,
+                          kernel_launch,
+                          memory_hierarchy,
+                          occupancy,
+                          roofline,
+                          synchronization,
+                          tensor_core,
+)
 from hybrid.rules.base import Rule
 
 FAMILIES = (roofline, kernel_launch, synchronization, cpu_residency, data_pipeline, occupancy, memory_hierarchy,

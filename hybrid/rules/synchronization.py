@@ -29,8 +29,8 @@ def check_sync_per_step(ctx: Context) -> Finding | None:
                      "finishes, then the device idles while the host prepares and launches the next work. "
                      "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
                      "indexing (data-dependent shapes) and blocking copies."),
-        suggestions=["Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
-                     "and read them every N steps.",
+        suggestions=[("Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
+                     "and read them every N steps."),
                      "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
                      "Copy to the host with non_blocking=True into pinned memory and read the value later.",
                      "Avoid data-dependent shapes (torch.nonzero, x[mask]) in the step; use torch.where."],

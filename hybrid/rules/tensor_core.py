@@ -41,8 +41,8 @@ def check_fp32_gemm(ctx: Context) -> Finding | None:
                ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct")],
         explanation=("FP32 GEMM kernels (sgemm-style names) ran on CUDA cores; TF32 or BF16 tensor cores have "
                      "several times the peak. Time lost assumes the TF32 peak from the datasheet."),
-        suggestions=["torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
-                     "torch.backends.cudnn.allow_tf32 = True for convolutions.",
+        suggestions=[("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
+                     "torch.backends.cudnn.allow_tf32 = True for convolutions."),
                      "Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ..."],
         lost_ms=lost)
 
