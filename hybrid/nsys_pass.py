@@ -89,24 +89,35 @@ def sync_kind(api: str) -> str | None:
     return None
 
 
-class _Runtime:
-    """The host API calls of interest, with a (pid, correlation) index for device activity."""
+Columns = dict[str, np.ndarray]
+RUNTIME_COLUMNS = ("name_id", "start_ns", "end_ns", "correlation", "global_tid")
 
-    def __init__(self, export: NsysExport) -> None:
-        frame = export.int_frame("runtime_calls")
-        if frame is None:
-            frame = pd.DataFrame({c: np.empty(0, np.int64) for c in
-                                  ("name_id", "start_ns", "end_ns", "correlation", "global_tid")})
-        self.frame = frame
-        names = export.strings(frame["name_id"].to_numpy())
-        self.names = names
-        keys = _keys(frame["global_tid"].to_numpy(), frame["correlation"].to_numpy())
+
+def _take(columns: Columns, rows: np.ndarray) -> Columns:
+    return {name: values[rows] for name, values in columns.items()}
+
+
+def _by_start(columns: Columns) -> Columns:
+    return _take(columns, np.argsort(columns["start_ns"], kind="stable"))
+
+
+class _Runtime:
+    """The host API calls of interest, sorted by start, with a (pid, correlation) index for
+    device activity."""
+
+    def __init__(self, export: NsysExport, columns: Columns | None) -> None:
+        if columns is None:
+            columns = {name: np.empty(0, np.int64) for name in RUNTIME_COLUMNS}
+        self.calls = _by_start(columns)
+        self.names = export.strings(self.calls["name_id"])
+        keys = _keys(self.calls["global_tid"], self.calls["correlation"])
         self._order = np.argsort(keys, kind="stable")
         self._sorted_keys = keys[self._order]
 
-    def rows_with_names(self, predicate) -> np.ndarray:
+    def where_name(self, predicate) -> Columns:
+        """The calls whose API name satisfies `predicate`, in start order."""
         ids = [i for i, name in self.names.items() if predicate(name)]
-        return np.flatnonzero(np.isin(self.frame["name_id"].to_numpy(), ids))
+        return _take(self.calls, np.flatnonzero(np.isin(self.calls["name_id"], ids)))
 
     def launch_of(self, global_pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
         """Row of the API call that launched each device activity, -1 when not captured."""
@@ -263,15 +274,24 @@ def _categorical(ids: np.ndarray, names: dict[int, str]) -> pd.Categorical:
     return pd.Categorical.from_codes(label_codes[codes], categories=categories)
 
 
-def _launch_times(runtime: _Runtime, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _launch_times(runtime: _Runtime, device: Columns) -> tuple[np.ndarray, np.ndarray]:
     """(host launch start, launching globalTid) of device activity rows; -1 where not captured."""
-    rows = runtime.launch_of(frame["global_pid"].to_numpy(), frame["correlation"].to_numpy())
+    rows = runtime.launch_of(device["global_pid"], device["correlation"])
     found = rows >= 0
     launch = np.full(len(rows), -1, dtype=np.int64)
     tid = np.full(len(rows), -1, dtype=np.int64)
-    launch[found] = runtime.frame["start_ns"].to_numpy()[rows[found]]
-    tid[found] = runtime.frame["global_tid"].to_numpy()[rows[found]]
+    launch[found] = runtime.calls["start_ns"][rows[found]]
+    tid[found] = runtime.calls["global_tid"][rows[found]]
     return launch, tid
+
+
+def _launch_steps(runtime: _Runtime, device: Columns, steps_for) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(launch_ns, launching globalTid, step) of device rows. A row whose launch call was not
+    captured is placed by its own start time and process."""
+    launch, tid = _launch_times(runtime, device)
+    step = steps_for(np.where(launch >= 0, launch, device["start_ns"]),
+                     np.where(tid >= 0, tid, device["global_pid"]))
+    return launch, tid, step
 
 
 def _module_layers(nvtx: pd.DataFrame, steps: _Steps) -> tuple[pd.DataFrame, dict[int, tuple]]:
@@ -308,68 +328,92 @@ def _kernel_layers(launch: np.ndarray, tid: np.ndarray, per_thread: dict[int, tu
     return pd.Categorical.from_codes(codes, categories=names)
 
 
-def _kernels(raw: pd.DataFrame | None, export: NsysExport, runtime: _Runtime, steps_for: callable,
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=d) for c, d in columns.items()})
+
+
+def _contract_frame(data: dict, columns: dict[str, str]) -> pd.DataFrame:
+    """A frame of exactly the contract's columns, built without copying the arrays. conform()
+    would copy every column (about a second for a million kernels), so the big frames are built
+    typed and checked instead; object columns may hold categoricals (interned names)."""
+    frame = pd.DataFrame(data, copy=False)
+    if list(frame.columns) != list(columns):
+        raise ValueError(f"loader bug: columns {list(frame.columns)} differ from {list(columns)}")
+    wrong = [c for c, dtype in columns.items() if dtype != "object" and frame[c].dtype != dtype]
+    if wrong:
+        raise ValueError(f"loader bug: columns {wrong} have the wrong dtype")
+    return frame
+
+
+def _kernels(raw: Columns | None, export: NsysExport, runtime: _Runtime, steps_for,
              per_thread: dict[int, tuple]) -> tuple[pd.DataFrame, int]:
-    if raw is None or raw.empty:
-        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in KERNEL_COLUMNS.items()}), 0
-    raw = raw.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    launch, tid = _launch_times(runtime, raw)
-    unlaunched = int((launch < 0).sum())
-    when = np.where(launch >= 0, launch, raw["start_ns"].to_numpy())
-    who = np.where(tid >= 0, tid, raw["global_pid"].to_numpy())
-    frame = raw.drop(columns=["name_id", "global_pid"])
-    frame.insert(0, "name", _categorical(raw["name_id"].to_numpy(), export.strings(raw["name_id"].to_numpy())))
-    frame["launch_ns"] = launch
-    frame["step"] = steps_for(when, who)
-    frame["layer"] = _kernel_layers(launch, tid, per_thread)
-    return conform(frame, KERNEL_COLUMNS), unlaunched
+    if raw is None or len(raw["start_ns"]) == 0:
+        return _empty(KERNEL_COLUMNS), 0
+    raw = _by_start(raw)
+    launch, tid, step = _launch_steps(runtime, raw, steps_for)
+    frame = {
+        "name": _categorical(raw["name_id"], export.strings(raw["name_id"])),
+        **{c: raw[c] for c in ("start_ns", "end_ns", "stream", "device", "correlation")},
+        "launch_ns": launch,
+        **{c: raw[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                               "registers", "shared_bytes")},
+        "step": step,
+        "layer": _kernel_layers(launch, tid, per_thread),
+    }
+    return _contract_frame(frame, KERNEL_COLUMNS), int((launch < 0).sum())
 
 
-def _device_rows(export: NsysExport, query: str, runtime: _Runtime, steps_for: callable,
-                 columns: dict[str, str]) -> pd.DataFrame:
-    raw = export.frame(query)
-    if raw is None or raw.empty:
-        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in columns.items()})
-    raw = raw.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    for column in ("start_ns", "end_ns", "correlation", "global_pid", "bytes", "stream"):
-        raw[column] = raw[column].astype(np.int64)
-    launch, tid = _launch_times(runtime, raw)
-    raw["step"] = steps_for(np.where(launch >= 0, launch, raw["start_ns"].to_numpy()),
-                            np.where(tid >= 0, tid, raw["global_pid"].to_numpy()))
-    if "host_memory" in raw:
-        pinned = {"CUDA_MEMOPR_MEMORY_KIND_PINNED": True, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE": False}
-        raw["host_pinned"] = [pinned.get(m) for m in raw["host_memory"]]
-    return conform(raw, columns)
+# Codes written by sql/memcpys.sql.
+COPY_KINDS = np.array(["Unknown", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"], dtype=object)
+HOST_PINNED = np.array([None, False, True], dtype=object)  # indexed by host_pinned_code + 1
 
 
-def _launches(runtime: _Runtime, steps_for: callable) -> pd.DataFrame:
-    rows = runtime.rows_with_names(lambda name: name.startswith(LAUNCH_PREFIXES))
-    calls = runtime.frame.iloc[rows].sort_values("start_ns", kind="stable")
-    api_ids = calls["name_id"].to_numpy()
-    tids = calls["global_tid"].to_numpy()
-    frame = pd.DataFrame({
-        "api": _categorical(api_ids, runtime.names),
-        "start_ns": calls["start_ns"].to_numpy(),
-        "end_ns": calls["end_ns"].to_numpy(),
-        "correlation": calls["correlation"].to_numpy(),
-        "tid": tids & TID_MASK,
-        "step": steps_for(calls["start_ns"].to_numpy(), tids),
-    })
-    return conform(frame, LAUNCH_COLUMNS)
+def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
+    if raw is None or len(raw["start_ns"]) == 0:
+        return _empty(MEMCPY_COLUMNS)
+    raw = _by_start(raw)
+    frame = {
+        "kind": pd.Categorical.from_codes(raw["kind_code"], categories=COPY_KINDS),
+        **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
+        "host_pinned": HOST_PINNED[raw["host_pinned_code"] + 1],
+        "step": _launch_steps(runtime, raw, steps_for)[2],
+    }
+    return _contract_frame(frame, MEMCPY_COLUMNS)
 
 
-def _syncs(runtime: _Runtime, steps_for: callable) -> pd.DataFrame:
-    rows = runtime.rows_with_names(lambda name: sync_kind(name) is not None)
-    calls = runtime.frame.iloc[rows].sort_values("start_ns", kind="stable")
-    apis = [runtime.names[int(i)] for i in calls["name_id"]]
-    frame = pd.DataFrame({
-        "kind": [sync_kind(api) for api in apis],
+def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
+    if raw is None or len(raw["start_ns"]) == 0:
+        return _empty(MEMSET_COLUMNS)
+    raw = _by_start(raw)
+    frame = {**{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
+             "step": _launch_steps(runtime, raw, steps_for)[2]}
+    return _contract_frame(frame, MEMSET_COLUMNS)
+
+
+def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
+    calls = runtime.where_name(lambda name: name.startswith(LAUNCH_PREFIXES))
+    frame = {
+        "api": _categorical(calls["name_id"], runtime.names),
+        "start_ns": calls["start_ns"],
+        "end_ns": calls["end_ns"],
+        "correlation": calls["correlation"],
+        "tid": calls["global_tid"] & TID_MASK,
+        "step": steps_for(calls["start_ns"], calls["global_tid"]),
+    }
+    return _contract_frame(frame, LAUNCH_COLUMNS)
+
+
+def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
+    calls = runtime.where_name(lambda name: sync_kind(name) is not None)
+    apis = _categorical(calls["name_id"], runtime.names)
+    frame = {
+        "kind": apis.map({api: sync_kind(api) for api in apis.categories}),
         "api": apis,
-        "start_ns": calls["start_ns"].to_numpy(),
-        "end_ns": calls["end_ns"].to_numpy(),
-        "step": steps_for(calls["start_ns"].to_numpy(), calls["global_tid"].to_numpy()),
-    })
-    return conform(frame, SYNC_COLUMNS)
+        "start_ns": calls["start_ns"],
+        "end_ns": calls["end_ns"],
+        "step": steps_for(calls["start_ns"], calls["global_tid"]),
+    }
+    return _contract_frame(frame, SYNC_COLUMNS)
 
 
 def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
@@ -395,11 +439,11 @@ def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
                       max_warps_per_sm=number("max_warps_per_sm"), source=MEASURED_NSYS)
 
 
-def _capture_bounds(raw_kernels: pd.DataFrame | None, runtime: _Runtime) -> tuple[int, int]:
-    frames = [f for f in (raw_kernels, runtime.frame) if f is not None and not f.empty]
-    if not frames:
+def _capture_bounds(raw_kernels: Columns | None, runtime: _Runtime) -> tuple[int, int]:
+    spans = [c for c in (raw_kernels, runtime.calls) if c is not None and len(c["start_ns"])]
+    if not spans:
         return (0, 0)
-    return (int(min(f["start_ns"].min() for f in frames)), int(max(f["end_ns"].max() for f in frames)))
+    return (int(min(c["start_ns"].min() for c in spans)), int(max(c["end_ns"].max() for c in spans)))
 
 
 def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
@@ -427,9 +471,11 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None) -> Prof
     InputError when the file is not a readable export or --step-range names no range."""
     with closing(open_export(path)) as export:
         warnings = list(export.warnings)
-        runtime = _Runtime(export)
+        # Biggest first: the two workers read kernels and runtime calls side by side.
+        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets"])
+        runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export)
-        raw_kernels = export.int_frame("kernels")
+        raw_kernels = raw.pop("kernels")
         steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), warnings)
         layers, per_thread = _module_layers(nvtx, steps)
         kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
@@ -437,8 +483,8 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None) -> Prof
         profile = Profile(
             steps=steps.frame,
             kernels=kernels,
-            memcpys=_device_rows(export, "memcpys", runtime, steps.assign, MEMCPY_COLUMNS),
-            memsets=_device_rows(export, "memsets", runtime, steps.assign, MEMSET_COLUMNS),
+            memcpys=_memcpys(raw["memcpys"], runtime, steps.assign),
+            memsets=_memsets(raw["memsets"], runtime, steps.assign),
             syncs=_syncs(runtime, steps.assign),
             launches=_launches(runtime, steps.assign),
             layers=layers,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -25,10 +26,6 @@ from hybrid.errors import InputError
 # major may rename tables or columns; we still try, and say so.
 KNOWN_SCHEMA_MAJORS = (3,)
 
-# Rows per fetch when reading numeric columns into numpy: big enough that the per-chunk numpy
-# conversion dominates, small enough that the Python tuples of one chunk stay a few tens of MB.
-FETCH_CHUNK_ROWS = 65_536
-
 # Tables every nsys export has, whatever was traced; a database without them is not an export.
 EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 
@@ -36,6 +33,14 @@ EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# The big tables (kernels, runtime calls, copies, memsets) are read concurrently; the target box for
+# `hybrid report` has two cores.
+PARALLEL_QUERIES = 2
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ class NsysExport:
                 raise InputError(f"{self.path} is not an SQLite database",
                                  "export the report with `nsys export --type sqlite REPORT.nsys-rep`, "
                                  "or pass the .sqlite file that `nsys profile --export sqlite` wrote")
-        self.connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        self.connection = _connect_read_only(self.path)
         self.warnings: list[str] = []
         try:
             self.tables = {row[0] for row in self.connection.execute(
@@ -119,12 +124,13 @@ class NsysExport:
     def missing_tables(self, name: str) -> list[str]:
         return [t for t in load_query(name).requires if t not in self.tables]
 
-    def _execute(self, name: str, params: dict | None) -> sqlite3.Cursor | None:
+    def _execute(self, name: str, params: dict | None, connection: sqlite3.Connection | None = None
+                 ) -> sqlite3.Cursor | None:
         if self.missing_tables(name):
             return None
         bound = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in (params or {}).items()}
         try:
-            return self.connection.execute(load_query(name).sql, bound)
+            return (connection or self.connection).execute(load_query(name).sql, bound)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"query sql/{name}.sql failed on {self.path}: {exc}",
                              "the export's schema differs from what hybrid expects; re-export it with "
@@ -138,18 +144,35 @@ class NsysExport:
         columns = [d[0] for d in cursor.description]
         return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
 
-    def int_frame(self, name: str, params: dict | None = None) -> pd.DataFrame | None:
-        """A large all-integer query as one int64 block, fetched in chunks so that no Python
-        object per cell outlives its chunk. The query must coalesce NULLs away."""
-        cursor = self._execute(name, params)
+    def columns(self, name: str, params: dict | None = None,
+                connection: sqlite3.Connection | None = None) -> dict[str, np.ndarray] | None:
+        """An all-integer query written in columnar form (one row, each value a group_concat list,
+        see sql/kernels.sql) as int64 arrays by column name. None when a table it needs is absent."""
+        cursor = self._execute(name, params, connection)
         if cursor is None:
             return None
         columns = [d[0] for d in cursor.description]
-        chunks = []
-        while rows := cursor.fetchmany(FETCH_CHUNK_ROWS):
-            chunks.append(np.array(rows, dtype=np.int64))
-        block = np.concatenate(chunks) if chunks else np.empty((0, len(columns)), dtype=np.int64)
-        return pd.DataFrame(block, columns=columns, copy=False)
+        row = cursor.fetchone()
+        arrays = {c: np.fromstring(v, dtype=np.int64, sep=",") if v else np.empty(0, np.int64)
+                  for c, v in zip(columns, row)}
+        lengths = {len(a) for a in arrays.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"sql/{name}.sql returned columns of different lengths {sorted(lengths)}: "
+                             "one of its expressions can be NULL")
+        return arrays
+
+    def columns_many(self, names: list[str]) -> dict[str, dict[str, np.ndarray] | None]:
+        """Several columnar queries at once, each on its own read-only connection in a thread:
+        SQLite releases the GIL while it scans and formats, so two big tables load in parallel."""
+        def run(name: str) -> dict[str, np.ndarray] | None:
+            connection = _connect_read_only(self.path)
+            try:
+                return self.columns(name, connection=connection)
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(max_workers=PARALLEL_QUERIES) as pool:
+            return dict(zip(names, pool.map(run, names)))
 
     def strings(self, ids: np.ndarray) -> dict[int, str]:
         """StringIds values for the given ids (the distinct ones only are sent)."""

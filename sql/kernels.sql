@@ -1,16 +1,23 @@
--- Kernel executions, numeric columns only: names stay StringIds ids (strings.sql resolves the few
--- distinct ones), so a million kernels cost no Python string each.
+-- Kernel executions, numeric columns only, as columns: one row whose every value is a
+-- comma-separated list of integers in the same row order. group_concat runs inside SQLite, so a
+-- million kernels never become a million Python tuples; names stay StringIds ids (strings.sql
+-- resolves the few distinct ones). Every expression must be non-NULL: group_concat skips NULLs,
+-- which would misalign the lists.
 -- requires: CUPTI_ACTIVITY_KIND_KERNEL
 SELECT
-    start AS start_ns,
-    end AS end_ns,
-    streamId AS stream,
-    deviceId AS device,
-    coalesce(correlationId, -1) AS correlation,
-    coalesce(globalPid, -1) AS global_pid,
-    demangledName AS name_id,
-    gridX AS grid_x, gridY AS grid_y, gridZ AS grid_z,
-    blockX AS block_x, blockY AS block_y, blockZ AS block_z,
-    registersPerThread AS registers,
-    staticSharedMemory + dynamicSharedMemory AS shared_bytes
+    group_concat(start) AS start_ns,
+    group_concat(end) AS end_ns,
+    group_concat(streamId) AS stream,
+    group_concat(deviceId) AS device,
+    group_concat(coalesce(correlationId, -1)) AS correlation,
+    group_concat(coalesce(globalPid, -1)) AS global_pid,
+    group_concat(demangledName) AS name_id,
+    group_concat(gridX) AS grid_x,
+    group_concat(gridY) AS grid_y,
+    group_concat(gridZ) AS grid_z,
+    group_concat(blockX) AS block_x,
+    group_concat(blockY) AS block_y,
+    group_concat(blockZ) AS block_z,
+    group_concat(registersPerThread) AS registers,
+    group_concat(staticSharedMemory + dynamicSharedMemory) AS shared_bytes
 FROM CUPTI_ACTIVITY_KIND_KERNEL

@@ -1,5 +1,5 @@
 -- Host CUDA API calls that launch work, copy, set memory or wait for the device (runtime and
--- driver APIs alike), numeric columns only; the call names come back through strings.sql.
+-- driver APIs alike), as columns (see kernels.sql); the call names come back through strings.sql.
 -- Everything else (cuGetProcAddress, attribute queries) is left in the database.
 -- requires: CUPTI_ACTIVITY_KIND_RUNTIME, StringIds
 WITH wanted AS (
@@ -11,10 +11,10 @@ WITH wanted AS (
        OR value LIKE '%Synchronize%'
 )
 SELECT
-    nameId AS name_id,
-    start AS start_ns,
-    end AS end_ns,
-    coalesce(correlationId, -1) AS correlation,
-    coalesce(globalTid, -1) AS global_tid
+    group_concat(nameId) AS name_id,
+    group_concat(start) AS start_ns,
+    group_concat(end) AS end_ns,
+    group_concat(coalesce(correlationId, -1)) AS correlation,
+    group_concat(coalesce(globalTid, -1)) AS global_tid
 FROM CUPTI_ACTIVITY_KIND_RUNTIME
 WHERE nameId IN wanted
