@@ -53,10 +53,16 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     """Drop the leading frames of this injector and runpy, so the printed traceback starts in the
     user's code, as it would without hybrid."""
-    own_files = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
-    while tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) in own_files:
+    # runpy is usually frozen: its frames then name "<frozen runpy>" rather than its file.
+    own_files = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    while tb is not None and tb.tb_next is not None and _frame_file(tb) in own_files:
         tb = tb.tb_next
     return tb
+
+
+def _frame_file(tb: TracebackType) -> str:
+    filename = tb.tb_frame.f_code.co_filename
+    return filename if filename.startswith("<") else os.path.abspath(filename)
 
 
 def _run_target(target: str, as_module: bool) -> None:
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         session = StepSession(SessionConfig(
             pass_name=args.pass_name, out_dir=args.out, warmup_steps=args.warmup, measured_steps=args.steps,
-            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run,
+            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run, progress=True,
         ))
         session.begin()
     except HybridError as exc:

@@ -55,6 +55,11 @@ INTERRUPTED = "interrupted"
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT (128 + 2)
 
+# Progress lines on stdout, read by the orchestrator (hybrid.orchestrate.PROGRESS_PREFIX). At most
+# one per interval, so that a fast loop does not pay a write per step inside the measured window.
+PROGRESS_PREFIX = "[hybrid] "
+PROGRESS_INTERVAL_NS = 500_000_000
+
 HOW_TO_MARK = (
     "no training step was seen (no optimizer.step() and no hybrid.mark_step()); mark the end of each "
     "step with `hybrid.mark_step()` or wrap each step in `with hybrid.step():`"
@@ -78,6 +83,7 @@ class SessionConfig:
     nvtx_modules: bool = False
     whole_run: bool = False  # the collector covers the whole script as one step
     stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
+    progress: bool = False  # print PROGRESS_PREFIX lines (the injector; not in-process use)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -154,6 +160,12 @@ class StepSession:
         self.step_source = SOURCE_NONE
         self.step_end_ns: list[int] = []  # host time since window start at each measured step end
         self.window_ns: int | None = None
+        # Warmup steps after the first, timed without any collector: the same run's reference for
+        # profiler overhead. An upper bound on the steady state, as late warmup may still be warming.
+        self.unprofiled_steps = 0
+        self.unprofiled_ns: int | None = None
+        self._unprofiled_start_ns: int | None = None
+        self._last_progress_ns = 0
         self.trace_path: Path | None = None
         self._explicit_seen = False
         self._state = "idle"  # idle -> warmup -> measuring -> done
@@ -266,15 +278,21 @@ class StepSession:
         if self.config.whole_run:
             return
         if self._state == "warmup":
+            self._progress(f"warmup {self.steps_seen}/{self.config.warmup_steps}")
             if self.steps_seen == self.config.warmup_steps:
                 self._step_ranges.pop()
                 self._start_window()
+            elif self.steps_seen == 1:
+                # The first step carries setup and first-call costs: the unprofiled reference starts after it.
+                self._synchronize()
+                self._unprofiled_start_ns = time.perf_counter_ns()
             return
         last = len(self.step_end_ns) + 1 == self.config.measured_steps
         if last:
             self._synchronize()  # so the window covers the device work of the last step
         self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
         self._close_step_range()
+        self._progress(f"step {len(self.step_end_ns)}/{self.config.measured_steps}", force=last)
         if not last:
             self._open_step_range(len(self.step_end_ns))
             return
@@ -288,7 +306,11 @@ class StepSession:
         import torch
 
         # Synchronize at the window's edges only: a per-step sync would change what is measured.
-        if self._synchronize():
+        cuda_used = self._synchronize()
+        if self._unprofiled_start_ns is not None:
+            self.unprofiled_ns = time.perf_counter_ns() - self._unprofiled_start_ns
+            self.unprofiled_steps = self.steps_seen - 1
+        if cuda_used:
             torch.cuda.reset_peak_memory_stats()
         self._start_collection()
         self._state = "measuring"
@@ -370,6 +392,12 @@ class StepSession:
             nn_module.register_module_forward_hook(pop, always_call=True),
         ]
 
+    def _progress(self, text: str, force: bool = False) -> None:
+        now = time.perf_counter_ns()
+        if self.config.progress and (force or now - self._last_progress_ns >= PROGRESS_INTERVAL_NS):
+            self._last_progress_ns = now
+            print(f"{PROGRESS_PREFIX}{self.config.pass_name} {text}", flush=True)
+
     def _synchronize(self) -> bool:
         """Wait for the device if the script uses CUDA; never initializes CUDA itself."""
         import torch
@@ -407,6 +435,9 @@ class StepSession:
             "window_ns": self.window_ns,
             "step_time_ms": self.window_ns / measured / 1e6 if measured and self.window_ns else None,
             "step_end_ns": self.step_end_ns,
+            "unprofiled_steps": self.unprofiled_steps,
+            "unprofiled_step_time_ms": (self.unprofiled_ns / self.unprofiled_steps / 1e6
+                                        if self.unprofiled_steps and self.unprofiled_ns else None),
             "cuda_available": torch.cuda.is_available(),
             "device_name": device_name,
             "peak_memory_bytes": peak_memory,  # since the window started (reset there)
