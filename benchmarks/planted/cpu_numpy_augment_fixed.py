@@ -8,12 +8,11 @@ Fix (twin): send the uint8 batch to the GPU (12 MB) and augment the whole batch 
 batched torch ops (a gather for the crops, torch.where for the flips): well under 1 ms.
 """
 
+import _planted
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

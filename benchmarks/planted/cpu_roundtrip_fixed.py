@@ -8,11 +8,10 @@ backward, ~1 ms of GPU time with TF32. The host-side numpy work is >95% of the s
 Fix (twin): the same mining on the GPU (softmax, topk, ranking) with torch ops on the device.
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -8,11 +8,10 @@ a step with backward, ~5 ms of GPU time with TF32. The host RNG dominates the st
 Fix (twin): draw noise and timesteps directly on the GPU (`device=device`): one ~10 us kernel.
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

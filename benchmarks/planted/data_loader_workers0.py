@@ -9,13 +9,12 @@ Fix (twin): num_workers=8 worker processes prepare batches in parallel, ahead of
 (~40 ms / 8 = ~5 ms a batch, in the shadow of the previous step).
 """
 
+import _planted
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -11,13 +11,12 @@ Fix (twin): num_workers=8 worker processes prepare batches in parallel, ahead of
 
 import os
 
+import _planted
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -8,11 +8,10 @@ Fix (twin): pin the host dataset once and copy with non_blocking=True (~50 GB/s 
 no host block).
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

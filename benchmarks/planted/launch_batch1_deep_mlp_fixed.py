@@ -7,10 +7,9 @@ each of Python + launch overhead (20-40 ms) against well under 1 ms of GPU work:
 Fix (twin): batch the 64 requests into one (64, 256) tensor: 64 launches a step, same results.
 """
 
+import _planted
 import torch
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -8,11 +8,10 @@ layers of 1024 at batch 512, ~20 GFLOP with backward) is ~0.1 ms of GPU time. Th
 Fix (twin): one vectorized `cross_entropy(..., reduction="none")` over the batch.
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

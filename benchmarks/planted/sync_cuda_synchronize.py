@@ -10,11 +10,10 @@ Fix (twin): time the phases with CUDA events read once per log interval; no sync
 
 import time
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -3,11 +3,10 @@ interval, so the host never waits inside a step (on the CPU there is nothing to 
 phase timings are skipped there).
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -9,11 +9,10 @@ expect about twice that, and the GEMMs are most of the step.
 Fix (twin): round d_model to 1024, FFN to 4096 and pad the vocabulary to 50304 (= 393 x 128).
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device

@@ -7,11 +7,10 @@ way; the tensor pipes sit idle in the planted version.
 Fix (twin): allow TF32 for matmuls and cuDNN (`torch.backends.cuda.matmul.allow_tf32 = True`).
 """
 
+import _planted
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-import _planted
 
 args = _planted.parse_args(__doc__)
 device = args.device
