@@ -106,8 +106,8 @@ def parse_nsys_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(g) for g in match.groups() if g is not None)
 
 
-def nsys_version(nsys: Path) -> tuple[int, ...]:
-    """The version of an nsys binary; ProfilerError when it does not run or says something else."""
+def nsys_version(nsys: Path) -> str:
+    """The version of an nsys binary ('2025.3.1.90'); ProfilerError when it does not run."""
     try:
         proc = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60,
                               check=False)
@@ -119,14 +119,15 @@ def nsys_version(nsys: Path) -> tuple[int, ...]:
     if proc.returncode != 0 or version is None:
         raise ProfilerError(f"`{nsys} --version` failed: {_tail(output)}", _fix_for(output)
                             or f"check the Nsight Systems install, or set {NSYS_ENV} to another nsys")
-    return version
+    return ".".join(map(str, version))
 
 
-def check_nsys_version(version: tuple[int, ...]) -> None:
-    if version[:2] < MIN_NSYS_VERSION:
-        have = ".".join(map(str, version))
+def check_nsys_version(version: str) -> None:
+    """ProfilerError when `version` (as nsys_version returns it) predates MIN_NSYS_VERSION."""
+    parsed = parse_nsys_version(version)
+    if parsed is None or parsed[:2] < MIN_NSYS_VERSION:
         need = ".".join(map(str, MIN_NSYS_VERSION))
-        raise ProfilerError(f"nsys {have} is too old: hybrid needs {need} or newer "
+        raise ProfilerError(f"nsys {version} is too old: hybrid needs {need} or newer "
                             "(for --cuda-graph-trace and --capture-range-end)",
                             f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}")
 
@@ -170,10 +171,23 @@ def _fix_for(log: str) -> str | None:
     return None
 
 
+def check_export(out_base: Path, returncode: int, log: str, log_path: Path | None = None) -> Path:
+    """The .sqlite an nsys pass wrote to `out_base`; ProfilerError quoting the end of nsys's output
+    (and the fix for failures we recognize) when there is none."""
+    sqlite_path = Path(f"{out_base}.sqlite")
+    if not sqlite_path.is_file():
+        raise ProfilerError(
+            f"nsys exited with status {returncode} and wrote no {sqlite_path.name}; its output ends:\n{_tail(log)}",
+            _fix_for(log) or "read the nsys log above; rerun the same command by hand to reproduce it",
+            kept=str(log_path) if log_path is not None else None,
+        )
+    return sqlite_path
+
+
 def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
              env: dict[str, str] | None = None, log_path: Path | None = None,
              timeout_s: float | None = None) -> NsysRun:
-    """Run one nsys pass and check it produced `out_base`.sqlite.
+    """Check the nsys version, run one pass and check it produced `out_base`.sqlite.
 
     The workload's own exit status is returned, not judged: the caller tells a failed workload
     (WorkloadError) from a failed profiler. A missing export is always a profiler failure.
@@ -185,21 +199,14 @@ def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_rang
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", env=env, timeout=timeout_s, check=False)
-        returncode, log = proc.returncode, proc.stdout
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         if log_path is not None:
             log_path.write_text(partial)
         raise ProfilerError(f"nsys did not finish within {timeout_s:.0f} s",
-                            "measure fewer steps or raise the pass timeout", kept=str(log_path or "")) from exc
+                            "measure fewer steps or raise the pass timeout",
+                            kept=str(log_path) if log_path is not None else None) from exc
     if log_path is not None:
-        log_path.write_text(log)
-    run = NsysRun(returncode, log, Path(f"{out_base}.nsys-rep"), Path(f"{out_base}.sqlite"))
-    if not run.sqlite_path.is_file():
-        raise ProfilerError(
-            f"nsys exited with status {returncode} and wrote no {run.sqlite_path.name}; its output ends:\n"
-            f"{_tail(log)}",
-            _fix_for(log) or "read the nsys log above; rerun with the same command to reproduce it",
-            kept=str(log_path) if log_path is not None else None,
-        )
-    return run
+        log_path.write_text(proc.stdout)
+    sqlite_path = check_export(out_base, proc.returncode, proc.stdout, log_path)
+    return NsysRun(proc.returncode, proc.stdout, Path(f"{out_base}.nsys-rep"), sqlite_path)

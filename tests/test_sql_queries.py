@@ -1,0 +1,69 @@
+"""Every query in sql/: a `-- requires:` header naming real export tables, named parameters only,
+loaded through importlib.resources, and each runs on the real H200 export."""
+
+from __future__ import annotations
+
+import re
+from contextlib import closing
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from nsight.sqlite_export import load_query, open_export
+
+FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
+QUERIES = sorted(p.name[:-4] for p in files("sql").iterdir() if p.name.endswith(".sql"))
+COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets"}
+PARAMS = {
+    "strings": {"ids": [708, 756]},
+    "osrt_blocking": {"min_ns": 100_000, "limit": 5, "start_ns": 0, "end_ns": 2**62},
+    "profiler_overhead": {"start_ns": 0, "end_ns": 2**62},
+}
+
+
+def test_every_query_is_found():
+    assert {"kernels", "runtime_calls", "memcpys", "memsets", "sync_events", "nvtx_ranges", "gpu_info",
+            "osrt_blocking", "profiler_overhead", "export_meta", "strings"} <= set(QUERIES)
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_query_header_and_parameters(name):
+    query = load_query(name)
+    assert query.requires, f"{name}.sql lists no required tables"
+    with closing(open_export(FIXTURE)) as export:
+        assert not export.missing_tables(name), f"{name}.sql needs tables the real export lacks"
+    body = "\n".join(line for line in query.sql.splitlines() if not line.lstrip().startswith("--"))
+    assert "?" not in body and "{" not in body and "%s" not in body  # named parameters only
+    assert set(re.findall(r":(\w+)", body)) == set(PARAMS.get(name, {}))
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_query_runs_on_the_real_export(name):
+    with closing(open_export(FIXTURE)) as export:
+        if name in COLUMNAR:
+            columns = export.columns(name)
+            assert columns and len({len(v) for v in columns.values()}) == 1
+            assert len(next(iter(columns.values()))) > 0
+        else:
+            frame = export.frame(name, PARAMS.get(name))
+            assert frame is not None and len(frame) > 0
+
+
+def test_strings_resolves_a_json_list_of_ids():
+    with closing(open_export(FIXTURE)) as export:
+        assert export.strings([708, 756, 708]) == {708: "step0", 756: "step1"}
+
+
+def test_columnar_queries_match_row_counts():
+    with closing(open_export(FIXTURE)) as export:
+        counts = {"kernels": 22, "memcpys": 10, "memsets": 10}
+        for name, expected in counts.items():
+            assert len(export.columns(name)["start_ns"]) == expected
+        calls = export.columns("runtime_calls")
+        names = export.strings(calls["name_id"])
+        # launches (17 runtime + 5 driver), 10 async copies, 10 memsets, 11 syncs
+        assert len(calls["start_ns"]) == 22 + 10 + 10 + 11
+        assert {n.split("_v")[0] for n in names.values()} == {
+            "cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync",
+            "cudaStreamSynchronize", "cudaDeviceSynchronize"}
