@@ -167,6 +167,7 @@ class StepSession:
         self._unprofiled_start_ns: int | None = None
         self._last_progress_ns = 0
         self.trace_path: Path | None = None
+        self.cut_short_step: int | None = None  # index of the measured step the script's end cut short
         self._explicit_seen = False
         self._state = "idle"  # idle -> warmup -> measuring -> done
         self._pid = os.getpid()
@@ -219,8 +220,12 @@ class StepSession:
                 self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
                 self._close_step_range()
             else:
-                # The step in progress is cut short by the script's end: its range stays open so that
-                # trace loaders do not count it (torch marks it unfinished), and it is not timed.
+                # The step in progress is cut short by the script's end and is not timed. Its torch
+                # range stays open (the trace marks it unfinished and the loader drops it); its NVTX
+                # range is closed, as nsys's handling of an unclosed range is not defined, and
+                # inject.json names it (cut_short_step) so that its loader can drop it.
+                self.cut_short_step = len(self.step_end_ns)
+                self._step_ranges.pop()
                 self.warnings.append(
                     f"the script ended after {len(self.step_end_ns)} of {self.config.measured_steps} "
                     "measured steps; step time is the mean of those, without a final device synchronize"
@@ -435,6 +440,7 @@ class StepSession:
             "window_ns": self.window_ns,
             "step_time_ms": self.window_ns / measured / 1e6 if measured and self.window_ns else None,
             "step_end_ns": self.step_end_ns,
+            "cut_short_step": self.cut_short_step,
             "unprofiled_steps": self.unprofiled_steps,
             "unprofiled_step_time_ms": (self.unprofiled_ns / self.unprofiled_steps / 1e6
                                         if self.unprofiled_steps and self.unprofiled_ns else None),

@@ -174,7 +174,7 @@ def test_mark_step_and_step_context_count_steps(runs):
 
 
 def test_script_runs_unchanged_without_hybrid(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "mark_step_loop.py"), "6"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "mark_step_loop.py"), "6"], check=False, cwd=tmp_path,
                           env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     assert "finished all iterations" in proc.stdout
@@ -227,6 +227,7 @@ def test_exception_exits_1_with_the_scripts_traceback(runs):
     assert "ValueError: planted failure" in inject["traceback"]
     assert (inject["steps_seen"], inject["measured_steps"]) == (2, 1)
     assert any("1 of 5 measured steps" in w for w in inject["warnings"])
+    assert inject["cut_short_step"] == 1
     # the collector was stopped and its trace kept, with the one complete step only
     assert list(load_torch_trace(run.out / TRACE_FILE).steps["step"]) == [0]
 
@@ -263,7 +264,7 @@ def test_ctrl_c_exits_130_and_is_recorded(tmp_path):
 ])
 def test_usage_errors_exit_2(tmp_path, argv, message):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", *argv], cwd=tmp_path, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", *argv], check=False, cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 2
     assert message in proc.stderr
@@ -272,7 +273,7 @@ def test_usage_errors_exit_2(tmp_path, argv, message):
 
 def test_injector_imports_neither_pandas_nor_torch_at_import(tmp_path):
     code = "import sys, hybrid.inject; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=_env(), capture_output=True,
                           text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -332,9 +333,9 @@ def test_functions_are_no_ops_outside_a_session(tmp_path):
 
 
 def test_one_session_at_a_time(tmp_path):
-    with StepSession(SessionConfig("plain", tmp_path / "a", measured_steps=2)):
-        with pytest.raises(UsageError, match="already active"):
-            StepSession(SessionConfig("plain", tmp_path / "b")).begin()
+    with StepSession(SessionConfig("plain", tmp_path / "a", measured_steps=2)), \
+            pytest.raises(UsageError, match="already active"):
+        StepSession(SessionConfig("plain", tmp_path / "b")).begin()
 
 
 def test_name_modules_uses_qualified_names():

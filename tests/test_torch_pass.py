@@ -70,8 +70,8 @@ def test_each_kernel_has_its_launch_call(probe):
 def test_memcpy_kind_bytes_and_host_memory(probe, raw_events):
     memcpys = probe.memcpys
     assert set(memcpys["kind"]) == {"DtoH"}
-    pageable = memcpys[memcpys["host_pinned"] == False]  # noqa: E712 - object column, None means unknown
-    pinned = memcpys[memcpys["host_pinned"] == True]  # noqa: E712
+    pageable = memcpys[memcpys["host_pinned"] == False]
+    pinned = memcpys[memcpys["host_pinned"] == True]
     assert list(pageable["bytes"]) == [RESULT_BYTES] * MATMULS  # .cpu() of the result
     assert list(pinned["bytes"]) == [ITEM_BYTES] * MATMULS  # .item() copies into a pinned staging buffer
     raw_bytes = sum(e["args"]["bytes"] for e in raw_events if e.get("cat") == "gpu_memcpy")
@@ -88,7 +88,7 @@ def test_syncs_from_item_pageable_copies_and_final_synchronize(probe, raw_events
     assert raw_stream_syncs == 2 * MATMULS
     # A cudaMemcpyAsync into pageable memory blocks the host for the whole copy.
     blocking = syncs[syncs["kind"] == "memcpy"].reset_index(drop=True)
-    copies = probe.memcpys[probe.memcpys["host_pinned"] == False].reset_index(drop=True)  # noqa: E712
+    copies = probe.memcpys[probe.memcpys["host_pinned"] == False].reset_index(drop=True)
     assert set(blocking["api"]) == {"cudaMemcpyAsync"}
     assert (blocking["start_ns"] <= copies["start_ns"]).all()
     assert (blocking["end_ns"] >= copies["end_ns"]).all()
