@@ -119,6 +119,12 @@ class Orchestrator:
 
         nsys_path = nsys.find_nsys()
         ncu_path = ncu.find_ncu()
+        if nsys_path:
+            try:
+                nsys.check_nsys_version(nsys.nsys_version(nsys_path))
+            except ProfilerError as error:
+                self._fallback(error.cause, error.fix)
+                nsys_path = None
         return {
             "nsys": str(nsys_path) if nsys_path else None,
             "nsys_version": nsys.nsys_version(nsys_path) if nsys_path else None,
