@@ -303,6 +303,9 @@ class StepSession:
             return
         self._stop_collection()
         if self.config.stop_at_limit:
+            # Report before stopping the script: what it runs on its way out (finally-blocks, atexit)
+            # can no longer lose the measurement.
+            self.finish(STEP_LIMIT, 0)
             raise StepLimitReached()
 
     # -- measured window -------------------------------------------------------------------------

@@ -58,9 +58,10 @@ class Scenario:
 
 
 # Every subprocess run of the module, started together (each spends seconds importing torch).
-# RECORD in args is replaced by a per-scenario file the script writes.
+# RECORD in args is replaced by a per-scenario file the script writes, INJECT by its inject.json.
 SCENARIOS = {
-    "optimizer": Scenario("torch", "train_optimizer.py", ("--iters", "50", "--record", "RECORD"), warmup=2, steps=3),
+    "optimizer": Scenario("torch", "train_optimizer.py", ("--iters", "50", "--record", "RECORD", "--peek", "INJECT"),
+                          warmup=2, steps=3),
     "mark_step": Scenario("plain", "mark_step_loop.py", ("20",), warmup=1, steps=4),
     "module": Scenario("plain", "mark_step_loop", ("20",), warmup=0, steps=2, flags=("--module",)),
     "never": Scenario("torch", "never_steps.py"),
@@ -90,7 +91,8 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         record = base / "record.json"
         as_module = "--module" in scenario.flags
         target = scenario.script if as_module else str(SCRIPTS / scenario.script)
-        args = [str(record) if a == "RECORD" else a for a in scenario.args]
+        inject_path = base / scenario.pass_name / INJECT_FILE
+        args = [{"RECORD": str(record), "INJECT": str(inject_path)}.get(a, a) for a in scenario.args]
         argv = inject_argv(base / scenario.pass_name, scenario.pass_name, target, *args, warmup=scenario.warmup,
                            steps=scenario.steps, flags=scenario.flags)
         env = _env(*((SCRIPTS,) if as_module else ()))
@@ -120,6 +122,7 @@ def test_step_limit_stops_the_script_with_status_zero(runs):
     # the script's `except Exception` did not swallow it, while its finally-block still ran.
     assert run.record["iters_done"] == 4
     assert "swallowed" not in run.record
+    assert run.record["peeked_exists"] is True  # inject.json was written before the script was stopped
     assert "[hybrid] torch step 3/3" in run.proc.stdout
 
 
@@ -139,7 +142,8 @@ def test_window_timing_is_consistent(runs):
 def test_argv_cwd_and_sys_path_are_the_scripts(runs):
     run = runs["optimizer"]
     script = str(SCRIPTS / "train_optimizer.py")
-    assert run.record["argv"] == [script, "--iters", "50", "--record", run.record["argv"][-1]]
+    assert run.record["argv"] == [script, "--iters", "50", "--record", run.record["argv"][4], "--peek",
+                                  str(run.out / INJECT_FILE)]
     assert run.record["cwd"] == str(run.cwd)
     assert run.record["sys_path0"] == str(SCRIPTS)
 

@@ -1,5 +1,6 @@
 """A tiny training loop with an optimizer and no hybrid import: steps are found by the optimizer hook.
-Writes its argv, cwd and the number of steps it ran to the JSON file named by --record."""
+Writes its argv, cwd and the number of steps it ran to the JSON file named by --record, and whether
+the file named by --peek existed when its finally-block ran."""
 
 import argparse
 import json
@@ -11,6 +12,7 @@ import torch
 parser = argparse.ArgumentParser()
 parser.add_argument("--iters", type=int, default=50)
 parser.add_argument("--record", required=True)
+parser.add_argument("--peek")
 args = parser.parse_args()
 
 record = {"argv": sys.argv, "cwd": os.getcwd(), "sys_path0": sys.path[0], "iters_done": 0}
@@ -28,5 +30,7 @@ try:
             record["swallowed"] = True
         record["iters_done"] += 1
 finally:
+    if args.peek:
+        record["peeked_exists"] = os.path.exists(args.peek)
     with open(args.record, "w") as f:
         json.dump(record, f)
