@@ -1,7 +1,15 @@
-"""FIXED twin of sync_cuda_synchronize.py: phases timed with CUDA events, read once per log
-interval, so the host never waits inside a step (on the CPU there is nothing to time, so the
-phase timings are skipped there).
+"""FIXED twin of sync_cuda_synchronize.py: phases are timed with CUDA events, read once per log interval.
+step, to time each phase with the wall clock.
+
+Sizing on an H200: 8 Linear(2048, 2048) layers at batch 1024, TF32: ~3 x 2 x 1024 x 2048^2 x 8 =
+206 GFLOP a step, ~0.6 ms of GPU time, against ~120 kernel launches, ~0.6-1 ms of Python launch
+time. Four device-wide syncs a step stop the host from queueing the next phase while the GPU
+works, so host and GPU time add up instead of overlapping: ~40-50% of the step is sync wait.
+Fix (twin): time the phases with CUDA events read once per log interval; no synchronize.
 """
+
+import itertools
+import time
 
 import _planted
 import torch
@@ -21,26 +29,33 @@ optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 inputs = torch.randn(batch, width, device=device)
 labels = torch.randint(0, 10, (batch,), device=device)
 
-use_events = device.type == "cuda"
-phase_ms = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+
+def clock():
+    if device.type != "cuda":  # nothing runs asynchronously on the CPU
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)  # FIXED: marks the stream, the host does not wait
+    event.record()
+    return event
+
+
+def elapsed_ms(marks: list) -> list[float]:
+    if device.type != "cuda":
+        return [1000 * (end - begin) for begin, end in itertools.pairwise(marks)]
+    marks[-1].synchronize()  # one wait per LOG_EVERY steps instead of four per step
+    return [begin.elapsed_time(end) for begin, end in itertools.pairwise(marks)]
+
+
 timer = _planted.Timer(device)
 for step in range(args.steps):
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if use_events else None
-    if events:
-        events[0].record()
+    marks = [clock()]
     loss = F.cross_entropy(model(inputs), labels)
-    if events:
-        events[1].record()  # FIXED: an event instead of a device-wide sync
+    marks.append(clock())
     loss.backward()
-    if events:
-        events[2].record()
+    marks.append(clock())
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    if events:
-        events[3].record()
-    if events and step % LOG_EVERY == 0:
-        events[3].synchronize()  # one wait per LOG_EVERY steps, not one per phase
-        for name, begin, end in zip(phase_ms, events, events[1:]):
-            phase_ms[name] = begin.elapsed_time(end)
-        print(f"step {step} " + " ".join(f"{k} {v:.2f} ms" for k, v in phase_ms.items()))
+    marks.append(clock())
+    if step % LOG_EVERY == 0:
+        forward, backward, update = elapsed_ms(marks)
+        print(f"step {step} forward {forward:.2f} ms backward {backward:.2f} ms optimizer {update:.2f} ms")
 timer.report("sync_cuda_synchronize_fixed", args.steps)
