@@ -1,5 +1,4 @@
 """FIXED twin of cpu_roundtrip.py: the hard-example mining runs on the GPU.
-(`.cpu()`), are ranked there, and the selection comes back (`.to(device)`) every step.
 
 Sizing on an H200: logits for 8192 samples x 1000 classes are 32 MB: a DtoH copy (~3 ms pageable)
 that also waits for the forward pass, then a numpy softmax + per-row sort of 8.2 M values

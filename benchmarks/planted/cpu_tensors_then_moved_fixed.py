@@ -1,5 +1,4 @@
 """FIXED twin of cpu_tensors_then_moved.py: noise and timesteps are drawn on the GPU.
-and then moved to the GPU.
 
 Sizing on an H200: noise for 128 latents of 4x96x96 is 4.7 M floats. torch.randn on the host
 takes ~25-35 ms for that (measured on a 2-core CPU box), plus a 19 MB

@@ -1,5 +1,4 @@
 """FIXED twin of data_loader_workers0.py: worker processes prepare batches ahead of the GPU.
-process (num_workers=0), so the GPU waits for every batch.
 
 Sizing on an H200: each item costs ~0.3 ms of numpy work (decode-like synthesis of a 144x144
 uint8 image, random crop to 128, flip, normalize), so a batch of 128 is ~40 ms of host time in

@@ -1,5 +1,4 @@
 """FIXED twin of graph_unfused_small_ops.py: the layer function is compiled, so its elementwise ops are fused.
-residual) whose elementwise ops each launch their own small kernel; torch.compile would fuse them.
 
 Sizing on an H200: 12 layers at 2048 tokens x 512 wide, bf16. Per layer 3 GEMMs (~9 GFLOP, ~20 us
 in all) and 11 elementwise/reduction kernels over 2-6 MB tensors, each ~2-4 us of GPU time but

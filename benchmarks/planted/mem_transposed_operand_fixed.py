@@ -1,5 +1,4 @@
 """FIXED twin of mem_transposed_operand.py: the constant operands are stored in the order they are read.
-so consecutive threads read addresses 32 KB apart.
 
 Sizing on an H200: three 8192 x 8192 fp32 matrices (256 MB each, 5x L2). `scores + bias.t() *
 gate.t()` writes in row order, reading `scores` coalesced but `bias` and `gate` column-wise: each

@@ -1,5 +1,4 @@
 """FIXED twin of roofline_unfused_gelu.py: the GELU is one fused kernel.
-tensor: each op is a separate kernel that reads and writes the whole tensor.
 
 Sizing on an H200: x is 128 M fp32. Each of the 8 kernels moves ~1-1.5 GB (read one or two
 inputs, write one output), ~9 GB a step at ~4 TB/s achieved = ~2.3 ms, for ~10 FLOP per element:

@@ -1,5 +1,4 @@
 """FIXED twin of sync_cuda_synchronize.py: phases are timed with CUDA events, read once per log interval.
-step, to time each phase with the wall clock.
 
 Sizing on an H200: 8 Linear(2048, 2048) layers at batch 1024, TF32: ~3 x 2 x 1024 x 2048^2 x 8 =
 206 GFLOP a step, ~0.6 ms of GPU time, against ~120 kernel launches, ~0.6-1 ms of Python launch

@@ -1,5 +1,4 @@
 """FIXED twin of tc_fp16_unaligned.py: every GEMM dimension is a multiple of 8 (vocabulary padded).
-multiples of 8 (d_model 1020, FFN 4090, vocabulary 50257).
 
 Sizing on an H200: 8192 tokens a step through 2 FFN blocks and the vocabulary head: ~3.3 TFLOP a
 step with backward. fp16 tensor-core GEMMs want every dimension a multiple of 8 (16-byte aligned
