@@ -146,6 +146,9 @@ def _elementwise_mask(names: pd.Series) -> np.ndarray:
 
 
 def _numel(shape) -> int:
+    # A TensorList input (aten::_foreach_*, aten::cat) records one shape per tensor.
+    if any(isinstance(dim, list) for dim in shape):
+        return sum(_numel(inner) for inner in shape if isinstance(inner, list))
     return int(np.prod(shape)) if shape else 1
 
 

@@ -51,9 +51,6 @@ class RunOptions:
     # each pass also times its unprofiled warmup steps, which gives the overhead within the same run.
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
-    # Cap on kernel launches replayed by ncu: each costs ~0.4-2 s of replay (issue 4's H200 figures),
-    # and launches beyond it borrow the counters of a profiled launch of the same kernel and config.
-    ncu_launches: int = 64
     ncu_coverage: float = 0.9
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -354,7 +351,7 @@ class Orchestrator:
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
         argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", inner,
                                      kernel_names=kernel_names, nvtx_step=None if stepless else 0,
-                                     launch_count=self.options.ncu_launches, metrics=ncu_metrics.METRICS)
+                                     metrics=ncu_metrics.METRICS, one_per_config=True)
         result = self._run_child("ncu", argv)
         self._record(result)
         failure = self._workload_failure(result)

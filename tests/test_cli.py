@@ -19,7 +19,7 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
     return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=env, timeout=timeout)
 
@@ -195,7 +195,7 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
         "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for i in range(10_000):\n"
         "    m(torch.randn(2, 4)).sum().backward(); o.step(); time.sleep(0.05)\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
     proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1",
                              "--out", str(out), str(slow)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)

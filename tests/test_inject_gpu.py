@@ -31,7 +31,7 @@ def _inject_argv(out: Path, pass_name: str, iterations: int, *flags: str) -> lis
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return subprocess.run(argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 

@@ -51,7 +51,7 @@ def test_whole_run_has_no_nvtx_filter_and_no_names_means_all_but_nccl():
     argv = ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], nvtx_step=None,
                                  launch_count=None)
     assert "--nvtx" not in argv and "--launch-count" not in argv
-    assert argv[argv.index("--kernel-name") + 1] == "regex:^(?!nccl)"
+    assert argv[argv.index("--kernel-name") + 1] == "regex:^(?!nccl).*"
     assert argv[-1] == "app"
 
 
@@ -69,13 +69,14 @@ def test_kernel_filter_matches_selected_functions_only():
     names = list(probe_kernels()["name"])
     gemm_and_reduce = [n for n in names if "nvjet" in n or "reduce_kernel" in n]
     pattern = ncu.kernel_name_filter(gemm_and_reduce).removeprefix("regex:")
-    # Python's re reads this ECMAScript subset (lookahead, groups, alternation) the same way.
-    matched = {ncu.function_base_name(n) for n in names if re.search(pattern, ncu.function_base_name(n))}
+    # Python's re reads this ECMAScript subset (lookahead, groups, alternation) the same way; ncu
+    # matches the whole name (seen on the H200: a bare `^(?!nccl)` matched no kernel), hence fullmatch.
+    matched = {ncu.function_base_name(n) for n in names if re.fullmatch(pattern, ncu.function_base_name(n))}
     assert matched == {"nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "reduce_kernel"}
-    assert not re.search(pattern, "reduce_kernel_v2")  # anchored: no prefix matches
+    assert not re.fullmatch(pattern, "reduce_kernel_v2")  # anchored: no prefix matches
     everything_but_nccl = ncu.kernel_name_filter([]).removeprefix("regex:")
-    assert re.search(everything_but_nccl, "reduce_kernel")
-    assert not re.search(everything_but_nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    assert re.fullmatch(everything_but_nccl, "reduce_kernel")
+    assert not re.fullmatch(everything_but_nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
 
 
 def test_function_base_name_strips_templates_namespaces_and_parameters():
@@ -87,7 +88,7 @@ def test_function_base_name_strips_templates_namespaces_and_parameters():
 
 def test_metric_characters_need_escaping_in_the_filter():
     pattern = ncu.kernel_name_filter(["odd.name+x"]).removeprefix("regex:")
-    assert re.search(pattern, "odd.name+x") and not re.search(pattern, "oddXname+x")
+    assert re.fullmatch(pattern, "odd.name+x") and not re.fullmatch(pattern, "oddXname+x")
 
 
 def test_permission_error_is_detected_with_the_fixes():
@@ -174,7 +175,10 @@ def test_real_ncu_run_profiles_the_step_and_the_gemm(tmp_path):
     # Only the multiply of step 1 matches the filter (the GEMM name does not; randn is outside steps).
     assert len(parsed.frame) == 1
     assert ncu.function_base_name(parsed.frame["name"].item()) == "vectorized_elementwise_kernel"
-    bytes_moved = parsed.frame["dram_read_bytes"].item() + parsed.frame["dram_write_bytes"].item()
-    assert bytes_moved == pytest.approx(2 * 2 * 2048 * 2048, rel=0.25)  # bf16 in and out; writes may sit in L2
+    # The bf16 input is read from DRAM once; the output's writes may still sit in the 60 MB L2 when the
+    # kernel ends (seen on the H200: 8.4 MB read, ~0 written), so they are bounded, not equated.
+    tensor_bytes = 2 * 2048 * 2048
+    assert parsed.frame["dram_read_bytes"].item() == pytest.approx(tensor_bytes, rel=0.1)
+    assert parsed.frame["dram_write_bytes"].item() <= 1.1 * tensor_bytes
     assert parsed.replay_passes is not None and parsed.replay_passes >= 1
     assert subprocess.run([str(found), "--version"], check=False, capture_output=True).returncode == 0
