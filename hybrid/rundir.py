@@ -80,8 +80,11 @@ class RunDir:
             return None
 
     def torch_trace(self) -> Path | None:
-        path = self.path / "torch" / "trace.json"
-        return path if path.is_file() else None
+        for name in ("trace.json", "trace.json.gz"):  # archived runs keep the trace gzipped
+            path = self.path / "torch" / name
+            if path.is_file():
+                return path
+        return None
 
     def nsys_export(self) -> Path | None:
         path = self.path / "nsys" / "profile.sqlite"
