@@ -211,3 +211,51 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
     assert inject["outcome"] == "interrupted"
     passes = json.loads((out / "run.json").read_text())["passes"]
     assert passes[-1]["status"] == "interrupted"
+
+
+# -- a real H200 run directory (tests/fixtures/runs/h200-simple_cnn), re-analyzed offline -----------------
+
+H200_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
+
+
+@pytest.fixture()
+def h200_run(tmp_path) -> Path:
+    import shutil
+
+    copy = tmp_path / "h200-simple_cnn"
+    shutil.copytree(H200_RUN, copy)  # `hybrid report DIR` writes results.json into DIR
+    return copy
+
+
+def test_report_on_a_real_h200_run_directory(h200_run):
+    done = hybrid("report", str(h200_run), "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert missing_keys(results) == []
+    assert results["mode"] == "hybrid"
+    assert results["device"]["name"] == "NVIDIA H200"
+    assert results["workload"]["steps_measured"] == 50
+    assert results["workload"]["step_source"] == "nvtx:hybrid"
+    sources = {m["source"] for m in results["metrics"].values()}
+    assert {"measured:torch", "measured:nsys", "measured:ncu"} <= sources
+    assert results["diagnosis"]["primary_bottleneck"] is not None
+    assert (h200_run / "results.json").is_file() and (h200_run / "report.txt").is_file()
+
+
+def test_fail_on_gates_ci_on_a_real_run(h200_run):
+    results = json.loads(hybrid("report", str(h200_run), "--json").stdout)
+    worst = max(({"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1, "LOW": 0}[f["severity"]]
+                 for f in results["diagnosis"]["bottlenecks"] if not f.get("not_measured")), default=-1)
+    assert worst >= 0, "the fixture should have at least one measured finding"
+    assert hybrid("report", str(h200_run), "--fail-on", "LOW").returncode == 1
+    above = [s for s, rank in {"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1}.items() if rank > worst]
+    for severity in above:
+        assert hybrid("report", str(h200_run), "--fail-on", severity).returncode == 0
+
+
+def test_html_report_from_saved_artifacts(h200_run):
+    done = hybrid("report", str(h200_run), "--html")
+    assert done.returncode == 0, done.stderr
+    page = (h200_run / "report.html").read_text()
+    assert "<svg" in page and "NVIDIA H200" in page
+    assert "/tmp/hybrid-gpu-runs" not in page  # no absolute paths of the profiled machine
