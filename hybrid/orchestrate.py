@@ -8,6 +8,7 @@ steps at all; the nsys pass tells which kernels are worth ncu's replay cost.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -285,6 +286,12 @@ class Orchestrator:
         if mode == "nsys":
             want_ncu = False
             self.mode_reasons.append("ncu pass skipped: --mode nsys")
+        if want_ncu and importlib.util.find_spec("nvtx") is None:
+            # Without the nvtx package the step ranges carry no `hybrid` domain, so ncu's step filter
+            # (hybrid@step 0/) would match nothing.
+            self._fallback("the `nvtx` Python package is missing, so ncu cannot be limited to one step",
+                           "pip install nvtx")
+            want_ncu = False
         return want_nsys, want_ncu
 
     def _fallback(self, cause: str, fix: str) -> None:
