@@ -1,0 +1,112 @@
+"""The exact argv `hybrid run` sends to nsys and ncu, with the subprocess call patched (no GPU here).
+
+The patched process only leaves behind what the real one would (inject.json, the export, the CSV),
+copied from a real H200 run directory, so the orchestrator walks its real path: torch pass, nsys
+pass, kernel selection from the export, ncu pass."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid import orchestrate
+from hybrid.errors import ProfilerError
+from hybrid.orchestrate import Orchestrator, RunOptions, Target
+from nsight import ncu, nsys
+
+ROOT = Path(__file__).resolve().parent.parent
+H200_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
+NSYS = Path("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys")
+NCU = Path("/opt/nvidia/nsight-compute/2025.3.1/ncu")
+
+
+class FakeProcess:
+    """Stands in for Popen: records argv and leaves the artifacts of the pass it was asked to run."""
+
+    calls: list[list[str]] = []
+
+    def __init__(self, argv, **_kwargs) -> None:
+        FakeProcess.calls.append(list(argv))
+        self.pid = 0
+        self.stdout = io.StringIO("[hybrid] step 1/3\n")
+        inner = argv[argv.index("hybrid.inject"):]
+        pass_name = inner[inner.index("--pass") + 1]
+        out = Path(inner[inner.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        inject = json.loads((H200_RUN / pass_name / "inject.json").read_text()) if pass_name != "plain" else {}
+        inject.update(outcome="step_limit", exit_code=0, cuda_available=True, measured_steps=3, steps_seen=5)
+        (out / "inject.json").write_text(json.dumps(inject))
+        if pass_name == "nsys":
+            shutil.copy(H200_RUN / "nsys" / "profile.sqlite", out / "profile.sqlite")
+        if pass_name == "ncu":
+            shutil.copy(H200_RUN / "ncu" / "counters.csv", out / "counters.csv")
+
+    def wait(self) -> int:
+        return 0
+
+    def poll(self) -> int:
+        return 0
+
+
+@pytest.fixture()
+def patched(monkeypatch):
+    FakeProcess.calls = []
+    monkeypatch.setattr(orchestrate.subprocess, "Popen", FakeProcess)
+    monkeypatch.setattr(nsys, "find_nsys", lambda: NSYS)
+    monkeypatch.setattr(nsys, "nsys_version", lambda _path: "2025.3.1.90")
+    monkeypatch.setattr(ncu, "find_ncu", lambda: NCU)
+    monkeypatch.setattr(ncu, "ncu_version", lambda _path: "2025.3.1.0")
+    return FakeProcess
+
+
+def test_exact_argv_of_every_pass(patched, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    out = tmp_path / "run"
+    Orchestrator(Target([str(script), "--lr", "0.1"]), RunOptions(out_dir=out, mode="hybrid", warmup=2, steps=3,
+                                                                    nvtx_modules=True)).run()
+    torch_argv, nsys_argv, ncu_argv = patched.calls
+
+    def inject(pass_name: str, steps: int, modules: bool) -> list[str]:
+        return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out / pass_name),
+                "--warmup", "2", "--steps", str(steps), *(["--nvtx-modules"] if modules else []),
+                "--", str(script), "--lr", "0.1"]
+
+    assert torch_argv == inject("torch", 3, False)
+    assert nsys_argv == [
+        str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+        "--export", "sqlite", "-o", str(out / "nsys" / "profile"), "--force-overwrite", "true",
+        "--osrt-threshold=10000", "--osrt-backtrace-threshold=1000000000",
+        "--capture-range=cudaProfilerApi", "--capture-range-end=stop", *inject("nsys", 3, True)]
+    selected = json.loads((out / "ncu" / "selected_kernels.json").read_text())
+    assert selected, "kernels are selected from the nsys export"
+    prefix = [str(NCU), "--csv", "--page", "raw", "--print-units", "base",
+              "--log-file", str(out / "ncu" / "counters.csv"), "--clock-control", "none", "--cache-control", "all",
+              "--target-processes", "all", "--metrics"]
+    assert ncu_argv[:len(prefix)] == prefix
+    rest = ncu_argv[len(prefix) + 1:]
+    assert rest == ["--kernel-name-base", "function", "--kernel-name", ncu.kernel_name_filter(selected),
+                    "--nvtx", "--nvtx-include", "hybrid@step 0/",
+                    "--filter-mode", "per-launch-config", "--launch-count", "1", *inject("ncu", 1, True)]
+    run = json.loads((out / "run.json").read_text())
+    assert [p["name"] for p in run["passes"]] == ["torch", "nsys", "ncu"]
+    assert (out / "nsys" / "command.txt").read_text().startswith(str(NSYS))
+
+
+def test_missing_nsys_falls_back_in_auto_and_fails_in_nsys_mode(patched, monkeypatch, tmp_path):
+    monkeypatch.setattr(nsys, "find_nsys", lambda: None)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    auto = Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "auto", mode="auto", steps=3))
+    auto.run()
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch"]  # only the torch pass ran
+    assert any("nsys) was not found" in reason for reason in auto.mode_reasons)
+    with pytest.raises(ProfilerError) as failed:
+        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
+    assert "--mode nsys needs it" in failed.value.cause and "HYBRID_NSYS" in failed.value.fix
+    assert failed.value.exit_code == 4
