@@ -250,6 +250,39 @@ def report(
           include_paths=include_paths, fail_on=fail_on)
 
 
+def _load_results(path: Path) -> dict:
+    import json
+
+    target = path / "results.json" if path.is_dir() else path
+    try:
+        return json.loads(target.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"{target} is not a results.json document: {error}",
+                         "re-create it with `hybrid report RUN_DIR`") from None
+
+
+@app.command()
+@handles_errors
+def compare(
+    run_a: Path = typer.Argument(..., help="the baseline: a run directory or its results.json"),
+    run_b: Path = typer.Argument(..., help="the candidate"),
+    fail_on_regression: Optional[float] = typer.Option(
+        None, "--fail-on-regression", help="exit 1 when B's step time is more than PCT percent above A's"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compare two runs: step time, GPU utilization, roofline, top kernels, findings resolved/new."""
+    import json
+
+    from hybrid.report.compare import compare_results, regressed, render_compare
+
+    diff = compare_results(_load_results(run_a), _load_results(run_b))
+    sys.stdout.write(json.dumps(diff, indent=1, default=str) + "\n" if as_json else render_compare(diff) + "\n")
+    if fail_on_regression is not None and regressed(diff, fail_on_regression):
+        raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
+
+
 @app.command()
 @handles_errors
 def doctor(as_json: bool = JsonOpt) -> None:

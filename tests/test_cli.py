@@ -259,3 +259,20 @@ def test_html_report_from_saved_artifacts(h200_run):
     page = (h200_run / "report.html").read_text()
     assert "<svg" in page and "NVIDIA H200" in page
     assert "/tmp/hybrid-gpu-runs" not in page  # no absolute paths of the profiled machine
+
+
+def test_compare_gates_on_step_time_regression(tmp_path):
+    before = json.loads((ROOT / "examples" / "h200-resnet50" / "results.json").read_text())
+    after = json.loads(json.dumps(before))
+    after["timing"]["step_time_ms"] = before["timing"]["step_time_ms"] * 1.2
+    (tmp_path / "a.json").write_text(json.dumps(before))
+    (tmp_path / "b.json").write_text(json.dumps(after))
+    same = hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--fail-on-regression", "5")
+    assert same.returncode == 0, same.stderr
+    worse = hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on-regression", "10")
+    assert worse.returncode == 1
+    assert "+20.0%" in worse.stdout
+    diff = json.loads(hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)
+    assert diff["step_time_ms"]["delta_pct"] == pytest.approx(20.0)
+    missing = hybrid("compare", str(tmp_path / "nope"), str(tmp_path / "b.json"))
+    assert missing.returncode == 2 and "not found" in missing.stderr
