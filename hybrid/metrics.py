@@ -108,9 +108,33 @@ def frame_source(profile: Profile, frame: str) -> str:
     return MEASURED_TORCH if profile.step_source.startswith("torch") else MEASURED_NSYS
 
 
+def step_windows(profile: Profile) -> pd.DataFrame:
+    """Each measured step's window from both clocks, in time order.
+
+    The host ranges alone are wrong when the host runs ahead of the GPU (no sync in the loop): they
+    close as soon as the launches are queued, while the device is still busy with that step's work
+    (measured on the H200: tc_fp32_no_tf32 has host ranges of 2-3 ms for 60 ms of GEMMs each, the
+    whole backlog landing in the last range, where the injector syncs). A step ends when both its host
+    range and the last device activity launched inside it have ended; it starts when its host range
+    opens, or when the previous step ended if that is later (the queue was still busy). With back-to-
+    back ranges (our injector) this is end[i] - end[i-1]; non-adjacent ranges (--step-range on a
+    user's NVTX range) do not charge the time between them. `host_*` keep the ranges as recorded."""
+    steps = profile.steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    out = steps.assign(host_start_ns=steps["start_ns"], host_end_ns=steps["end_ns"])
+    if steps.empty:
+        return out.assign(dur_ns=pd.Series(dtype="int64"))
+    device_ends = [f.groupby("step")["end_ns"].max() for f in (profile.kernels, profile.memcpys, profile.memsets)
+                   if not f.empty]
+    device_end = (pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64"))
+    device_end = device_end.reindex(steps["step"]).to_numpy(dtype=float)
+    ends = np.fmax(steps["end_ns"].to_numpy(np.int64), device_end).astype(np.int64)
+    starts = steps["start_ns"].to_numpy(np.int64).copy()
+    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    return out.assign(start_ns=starts, end_ns=ends, dur_ns=ends - starts)
+
+
 def steady_steps(profile: Profile) -> pd.DataFrame:
-    steps = profile.steps.copy()
-    steps["dur_ns"] = steps["end_ns"] - steps["start_ns"]
+    steps = step_windows(profile)
     if steps.empty:
         return steps
     median = float(steps["dur_ns"].median())
@@ -205,7 +229,7 @@ def op_precision(dtypes) -> str | None:
 
 # ----------------------------------------------------------------------------- sections
 def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric]:
-    all_steps = profile.steps.assign(dur_ns=profile.steps["end_ns"] - profile.steps["start_ns"])
+    all_steps = step_windows(profile)
     dur_ms = steps["dur_ns"].to_numpy() / NS_PER_MS
     slow = all_steps.loc[all_steps["dur_ns"].idxmax()]
     mean = float(dur_ms.mean())
