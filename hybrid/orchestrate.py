@@ -155,10 +155,10 @@ class Orchestrator:
         env.update(self.options.extra_env)
         return env
 
-    def _run_child(self, name: str, argv: list[str]) -> PassResult:
+    def _run_child(self, name: str, argv: list[str], note: str = "") -> PassResult:
         log_path = self.run_dir.pass_dir(name) / "console.log"
         self.run_dir.write_text(f"{name}/command.txt", shlex.join(argv) + "\n")
-        self.progress(name, "start", shlex.join(argv))
+        self.progress(name, "start", note)
         started = time.monotonic()
         result = PassResult(name=name, status="ok", command=argv)
         with open(log_path, "w", encoding="utf-8", errors="replace") as log:
@@ -340,6 +340,15 @@ class Orchestrator:
         except ProfilerError as error:
             self._collector_failed("nsys", error)
 
+    @staticmethod
+    def _launch_configs(profile, kernel_names: list[str]) -> int:
+        """How many launches ncu will replay: one per distinct (kernel, grid, block) in a step."""
+        kernels = profile.kernels
+        chosen = kernels[kernels["name"].astype(str).isin(kernel_names) & (kernels["step"] == 0)]
+        if chosen.empty:
+            chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
+        return int(len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])))
+
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.ncu_pass import select_kernels
         from hybrid.nsys_pass import load_nsys_export
@@ -359,7 +368,9 @@ class Orchestrator:
         argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", inner,
                                      kernel_names=kernel_names, nvtx_step=None if stepless else 0,
                                      metrics=ncu_metrics.METRICS, one_per_config=True)
-        result = self._run_child("ncu", argv)
+        configs = self._launch_configs(profile, kernel_names)
+        result = self._run_child("ncu", argv, note=f"replaying {configs} launch configurations of "
+                                                   f"{len(kernel_names)} kernels (counters cost ~0.4 s each)")
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:

@@ -32,12 +32,12 @@ class _View:
         title = PASS_TITLES.get(name, name)
         if event == "start":
             self.started[name] = time.monotonic()
-            self.detail = "starting"
+            self.detail = detail or "starting"
             if self.live:
-                self.status = self.console.status(f"{title}: starting")
+                self.status = self.console.status(f"{title}: {escape(self.detail)}")
                 self.status.start()
             else:
-                self.console.print(f"hybrid: {title} started", highlight=False)
+                self.console.print(f"hybrid: {title}: {self.detail}", highlight=False)
         elif event == "step" and self.status is not None:
             self.detail = detail
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
@@ -47,7 +47,7 @@ class _View:
             if self.status is not None:
                 self.status.stop()
                 self.status = None
-            self.console.print(f"hybrid: {title} {escape(detail)} in {elapsed:.1f} s", highlight=False)
+            self.console.print(f"hybrid: {title}: {escape(detail)} after {elapsed:.1f} s", highlight=False)
 
     def close(self) -> None:
         if self.status is not None:
