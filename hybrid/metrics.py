@@ -271,9 +271,25 @@ def _gaps(us: np.ndarray, ue: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
 
 
-def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.Series:
+def _last_end_before(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """End (clipped to b) of the last union interval that overlaps each window [a, b); -1 for none."""
+    if len(us) == 0:
+        return np.full(len(a), -1, dtype=np.int64)
+    i = np.searchsorted(us, b, side="left") - 1
+    safe = np.clip(i, 0, None)
+    hit = (i >= 0) & (ue[safe] > a)
+    return np.where(hit, np.minimum(ue[safe], b), -1)
+
+
+def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.DataFrame:
     """Why the device sat idle: the host was blocked in a sync (the queue drained), in a synchronous
-    copy, dispatching launches too slowly for the kernels, or computing with no launch at all."""
+    copy, dispatching launches too slowly for the kernels, or computing with no launch at all.
+
+    A gap with a sync in it is charged to the sync only up to LAUNCH_GAP_MAX_NS after the host
+    returned from it (the relaunch the drained queue waits for); the rest of the gap is host work
+    that merely follows the sync (numpy on the copied tensor, a DataLoader batch) and is charged to
+    the host. Without this split a 50 ms numpy pass after a 2 ms .cpu() copy was all "memcpy"
+    (cpu_roundtrip capture). Returns the gaps split into single-cause pieces."""
     a = gaps["start_ns"].to_numpy(np.int64)
     b = gaps["end_ns"].to_numpy(np.int64)
     cause = np.full(len(gaps), "host", dtype=object)
@@ -281,12 +297,19 @@ def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.Series:
     lus, lue = interval_union(launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64))
     launch_hit = _overlaps_any(lus, lue, a, b) & ((b - a) <= LAUNCH_GAP_MAX_NS)
     cause[launch_hit] = "launch"
+    split = np.full(len(gaps), -1, dtype=np.int64)  # where the sync's share of a gap ends
     syncs = profile.syncs
     for kinds, label in ((None, "sync"), (("memcpy",), "memcpy")):
         chosen = syncs if kinds is None else syncs[syncs["kind"].isin(kinds)]
         sus, sue = interval_union(chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64))
-        cause[_overlaps_any(sus, sue, a, b)] = label
-    return pd.Series(cause, index=gaps.index)
+        last_end = _last_end_before(sus, sue, a, b)
+        hit = last_end >= 0
+        cause[hit] = label
+        split[hit] = np.minimum(np.maximum(last_end[hit], a[hit]) + LAUNCH_GAP_MAX_NS, b[hit])
+    head = gaps.assign(cause=cause, end_ns=np.where(split >= 0, split, b))
+    tail = gaps[(split >= 0) & (split < b)].assign(cause="host", start_ns=split[(split >= 0) & (split < b)])
+    out = pd.concat([head, tail], ignore_index=True).sort_values("start_ns", kind="stable")
+    return out.assign(ns=out["end_ns"] - out["start_ns"]).reset_index(drop=True)
 
 
 def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[str, Metric], pd.DataFrame]:
@@ -296,7 +319,10 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[
     step_ns = steps["dur_ns"].to_numpy()
     gaps = _gaps(us, ue, steps)
     gaps["ns"] = gaps["end_ns"] - gaps["start_ns"]
-    gaps["cause"] = _gap_causes(profile, gaps) if len(gaps) else pd.Series(dtype=object)
+    if len(gaps):
+        gaps = _gap_causes(profile, gaps)
+    else:
+        gaps["cause"] = pd.Series(dtype=object)
     by_cause = gaps.groupby("cause")["ns"].sum() if len(gaps) else pd.Series(dtype=float)
     out = {
         "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),

@@ -26,7 +26,6 @@ def test_fp32_gemm_saving_uses_the_peak_ratio():
 
 
 def test_simple_time_lost_models():
-    assert sync_stall_lost_ms(0.3, 0.2) == pytest.approx(0.5)
     assert launch_bound_lost_ms(-1) == 0
     assert exposed_copy_lost_ms(5.0, 2.0) == 2.0  # can only hide behind the compute there is
     assert transfers_lost_ms(10.0, 20) == pytest.approx(9.0)
@@ -36,6 +35,15 @@ def test_simple_time_lost_models():
     assert uncoalesced_lost_ms(8.0, 16.0) == pytest.approx(6.0)
     assert roofline_lost_ms(10.0, 40.0) == pytest.approx(5.0)
     assert roofline_lost_ms(10.0, 90.0) == 0
+
+
+def test_sync_saving_is_bounded_by_host_device_overlap():
+    # GPU-heavy loop, host waits 6 of 10 ms: without syncs the 4 ms of host work hides under 8 ms of GPU.
+    assert sync_stall_lost_ms(10.0, 8.0, 6.0, 3.0, 0.0) == pytest.approx(2.0)
+    # Host slower than the GPU, barely blocked: the syncs cost what the host waited, not the idle after them.
+    assert sync_stall_lost_ms(4.46, 1.25, 0.064, 1.07, 0.0) == pytest.approx(0.064)
+    # Bounded by the device idle the syncs left.
+    assert sync_stall_lost_ms(10.0, 2.0, 9.0, 0.5, 0.2) == pytest.approx(0.7)
 
 
 @pytest.mark.parametrize("pct, severity", [(45, "CRITICAL"), (30, "CRITICAL"), (20, "SEVERE"), (6, "MODERATE"),
