@@ -41,6 +41,12 @@ def is_nccl(name: str) -> bool:
     return function_base_name(name).lower().startswith(NCCL_PREFIX)
 
 
+def _nccl_mask(names: pd.Series) -> pd.Series:
+    """Boolean mask of NCCL kernels. The nsys loader gives names as a categorical, and mapping a
+    categorical one-to-one (a capture with a single kernel name) yields a categorical, not bools."""
+    return names.map(is_nccl).astype(bool)
+
+
 def _durations(kernels: pd.DataFrame) -> pd.Series:
     return (kernels["end_ns"] - kernels["start_ns"]).clip(lower=0)
 
@@ -61,14 +67,14 @@ def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, ca
     kernel time, at most `cap` of them, largest first. NCCL kernels are never chosen (they hang
     when replayed). `step` defaults to representative_step; with no measured step, the whole capture
     is used."""
-    candidates = kernels[~kernels["name"].map(is_nccl)] if len(kernels) else kernels
+    candidates = kernels[~_nccl_mask(kernels["name"])] if len(kernels) else kernels
     if step is None:
         step = representative_step(candidates)
     if step is not None:
         candidates = candidates[candidates["step"] == step]
     if candidates.empty or cap <= 0:
         return []
-    per_name = _durations(candidates).groupby(candidates["name"]).sum()
+    per_name = _durations(candidates).groupby(candidates["name"], observed=True).sum()
     # Largest first; ties by name so the choice is reproducible.
     ordered = sorted(per_name.items(), key=lambda item: (-item[1], item[0]))
     total = float(per_name.sum())
@@ -84,7 +90,8 @@ def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, ca
 
 def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
     keyed = frame.copy()
-    keyed["base"] = keyed["name"].map(function_base_name)
+    # Plain strings: a categorical key would make the groupbys below span unobserved combinations.
+    keyed["base"] = keyed["name"].map(function_base_name).astype(object)
     return keyed
 
 
@@ -171,7 +178,7 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
         return round(100.0 * float(durations[in_steps & mask].sum()) / total_ns, 2) if total_ns > 0 else 0.0
 
     covered_pct = share(level.isin([MATCH_LAUNCH, MATCH_CONFIG]))
-    missed = durations[in_steps & (level == MATCH_NONE)].groupby(kernels["name"]).sum()
+    missed = durations[in_steps & (level == MATCH_NONE)].groupby(kernels["name"], observed=True).sum()
     missed = missed.sort_values(ascending=False, kind="stable").head(NOT_PROFILED_LISTED)
 
     warnings = list(profile.warnings)

@@ -2,6 +2,8 @@
 
 Steps, in order of preference:
   1. our injector's NVTX ranges `step N` in domain `hybrid`            -> step_source "nvtx:hybrid"
+     (N below the measured steps that the injector's inject.json reports: a range it closed because
+     the script ended mid-step is not a measured step)
   2. the user's ranges named `step_range` (exact text, else prefix)     -> "nvtx:<NAME>"
   3. a repeating NVTX range name (see _repeating_ranges)               -> "pattern"
   4. the whole capture as one step                                      -> "whole-capture"
@@ -15,6 +17,7 @@ Torch-free on purpose (`hybrid report X.sqlite` must start fast): numpy and pand
 
 from __future__ import annotations
 
+import json
 import re
 from contextlib import closing
 from pathlib import Path
@@ -36,6 +39,7 @@ from hybrid.profile import (
     conform,
 )
 from hybrid.provenance import MEASURED_NSYS
+from hybrid.stepping import INJECT_FILE
 from nsight.intervals import NO_RANGE, depths, nesting_parents, stab_disjoint, stab_innermost
 from nsight.sqlite_export import NsysExport, open_export
 
@@ -193,12 +197,21 @@ def _numbered(ranges: pd.DataFrame, source: str) -> _Steps:
     return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], source)
 
 
-def _our_steps(nvtx: pd.DataFrame) -> _Steps | None:
+def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[str]) -> _Steps | None:
     ours = nvtx[(nvtx["domain"] == HYBRID_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
     if ours.empty:
         return None
     ranges = _with_pid(ours).rename(columns={"text": "name"})
     ranges["step"] = ranges["name"].str.extract(OUR_STEP_TEXT, expand=False).astype(np.int64)
+    if measured_steps is not None:
+        beyond = ranges["step"] >= measured_steps
+        if beyond.any():
+            dropped = ", ".join(str(n) for n in sorted(ranges.loc[beyond, "step"].unique()))
+            warnings.append(f"NVTX step range(s) {dropped} dropped: the injector measured {measured_steps} "
+                            "step(s) (the script ended during the next one); their work counts as outside steps")
+            ranges = ranges[~beyond]
+        if ranges.empty:
+            return None
     return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{HYBRID_DOMAIN}")
 
 
@@ -246,13 +259,13 @@ def _whole_capture(bounds: tuple[int, int]) -> _Steps:
 
 
 def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, int],
-                warnings: list[str]) -> _Steps:
+                measured_steps: int | None, warnings: list[str]) -> _Steps:
     if step_range:
         steps = _named_steps(nvtx, step_range)
         warnings.append(f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
                         "(--step-range), not hybrid's own step markers")
         return steps
-    steps = _our_steps(nvtx)
+    steps = _our_steps(nvtx, measured_steps, warnings)
     if steps is not None:
         return steps
     steps = _repeating_ranges(nvtx)
@@ -466,17 +479,35 @@ def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
     }
 
 
-def load_nsys_export(path: str | Path, *, step_range: str | None = None) -> Profile:
+def injector_measured_steps(export_path: Path) -> int | None:
+    """Measured steps that the injector reported in the inject.json next to the export (the nsys
+    pass directory of a run); None for a foreign export or an unreadable file."""
+    try:
+        facts = json.loads((export_path.parent / INJECT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    measured = facts.get("measured_steps") if isinstance(facts, dict) else None
+    return measured if isinstance(measured, int) and not isinstance(measured, bool) else None
+
+
+def load_nsys_export(path: str | Path, *, step_range: str | None = None,
+                     measured_steps: int | None = None) -> Profile:
     """Parse an nsys SQLite export (or a run directory holding nsys/profile.sqlite) into a Profile.
+
+    `measured_steps` (default: what the injector's inject.json next to the export says) drops the
+    injector's `step N` ranges with N at or past it. With no kernel in the export,
+    `extras["nsys"]["no_kernels_reason"]` says why (explain_no_kernels), and a warning repeats it.
     InputError when the file is not a readable export or --step-range names no range."""
     with closing(open_export(path)) as export:
         warnings = list(export.warnings)
+        if measured_steps is None:
+            measured_steps = injector_measured_steps(export.path)
         # Biggest first: the two workers read kernels and runtime calls side by side.
         raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets"])
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export)
         raw_kernels = raw.pop("kernels")
-        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), warnings)
+        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings)
         layers, per_thread = _module_layers(nvtx, steps)
         kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
         del raw_kernels
@@ -492,8 +523,10 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None) -> Prof
             step_source=steps.source,
             extras={"nsys": _extras(export, steps.frame, unlaunched)},
         )
-        if kernels.empty:
-            warnings.append(f"the export holds no kernels: {explain_no_kernels(export)}")
+        no_kernels_reason = explain_no_kernels(export) if kernels.empty else None
+        profile.extras["nsys"]["no_kernels_reason"] = no_kernels_reason
+        if no_kernels_reason is not None:
+            warnings.append(f"the export holds no kernels: {no_kernels_reason}")
         elif unlaunched:
             warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
                             "capture started or from an untraced API); they are placed by their GPU start time")

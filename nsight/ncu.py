@@ -36,7 +36,12 @@ NCU_GLOBS = ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/bin/ncu")
 
 # The injector's step ranges (push/pop, NVTX domain "hybrid"). ncu's NVTX filter syntax is
 # "<domain>@<range>" and a push/pop range is written with a trailing "/" (without it ncu looks for a
-# start/end range of that name and matches nothing).
+# start/end range of that name and matches nothing). A push/pop range lives on the thread that pushed
+# it, and so does ncu's filter: on the H200 (resnet50 b32, per-launch-config) `hybrid@step 0/` admitted
+# only the Python thread's launches (255 of the step's 650); the 395 that PyTorch's autograd thread
+# launched for the backward pass were never profiled, and counters covered 29% of the step's GPU time.
+# The injector's measured window is therefore taken from cudaProfilerStart/Stop, which hold for every
+# thread of the process.
 NVTX_DOMAIN = "hybrid"
 
 # NCCL kernels wait for peers; replayed alone under ncu they hang the job. Always excluded.
@@ -164,11 +169,18 @@ def kernel_name_filter(kernel_names: Sequence[str]) -> str:
 
 
 def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
-                      kernel_names: Sequence[str], nvtx_step: int | None,
+                      kernel_names: Sequence[str], measured_window: bool = False,
+                      nvtx_step: int | None = None,
                       launch_count: int | None = DEFAULT_MAX_LAUNCHES,
                       metrics: Sequence[str] = METRICS, one_per_config: bool = False) -> list[str]:
-    """The argv of the ncu pass: the given metrics for the selected kernels launched inside measured
-    step `nvtx_step` (the injector's range "step N" in domain "hybrid"; None profiles the whole run).
+    """The argv of the ncu pass: the given metrics for the selected kernels, launched
+
+    - with `measured_window`, between the injector's cudaProfilerStart (end of warmup) and
+      cudaProfilerStop (after the last measured step), from any thread: what the ncu pass under the
+      injector uses (run it with one measured step to profile exactly one);
+    - with `nvtx_step`, inside the push/pop range "step N" of NVTX domain "hybrid" on the launching
+      thread only, for scripts that mark their steps themselves and launch from one thread;
+    - with neither, anywhere in the run.
 
     Kernels are matched on their function base name (`--kernel-name-base function`): exact,
     immune to the two tools demangling templates differently, and free of the regex escaping of
@@ -190,7 +202,12 @@ def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
         "--kernel-name-base", "function",
         "--kernel-name", kernel_name_filter(kernel_names),
     ]
-    if nvtx_step is not None:
+    if measured_window and nvtx_step is not None:
+        raise ValueError("measured_window and nvtx_step are exclusive: the NVTX filter would drop the "
+                         "window's launches from other threads")
+    if measured_window:
+        argv += ["--profile-from-start", "off"]
+    elif nvtx_step is not None:
         argv += ["--nvtx", "--nvtx-include", f"{NVTX_DOMAIN}@step {nvtx_step}/"]
     if one_per_config:
         # Each distinct (kernel, grid, block, shared memory) once: on the H200 a resnet50 b32 step of
@@ -249,14 +266,15 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
 
 
 def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str], *,
-            kernel_names: Sequence[str], nvtx_step: int | None,
+            kernel_names: Sequence[str], measured_window: bool = False, nvtx_step: int | None = None,
             launch_count: int | None = DEFAULT_MAX_LAUNCHES, metrics: Sequence[str] = METRICS,
             env: dict[str, str] | None = None, timeout_s: float | None = None) -> NcuRun:
     """Run one ncu pass outside the orchestrator (benchmarks, tests). Whatever the CSV holds is kept
     when ncu or the workload stops early; `log_path` gets ncu's messages and the console output."""
     csv_path, log_path = Path(csv_path), Path(log_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    argv = build_ncu_command(ncu, csv_path, target_argv, kernel_names=kernel_names, nvtx_step=nvtx_step,
+    argv = build_ncu_command(ncu, csv_path, target_argv, kernel_names=kernel_names,
+                             measured_window=measured_window, nvtx_step=nvtx_step,
                              launch_count=launch_count, metrics=metrics)
     # Own process group: a timeout must stop ncu and the workload it launched, not only ncu.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

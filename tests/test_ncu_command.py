@@ -47,10 +47,23 @@ def test_build_ncu_command_exact_argv():
     ]
 
 
+def test_measured_window_is_the_profiler_api_range_not_a_thread_bound_nvtx_filter():
+    argv = ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=["reduce_kernel"],
+                                 measured_window=True, one_per_config=True)
+    # cudaProfilerStart/Stop (called by the injector) bound the window for every thread, so the
+    # backward kernels that PyTorch's autograd thread launches are inside it.
+    assert argv[argv.index("--kernel-name") + 2:] == [
+        "--profile-from-start", "off", "--filter-mode", "per-launch-config", "--launch-count", "1", "app"]
+    assert "--nvtx" not in argv and "--nvtx-include" not in argv
+    with pytest.raises(ValueError, match="exclusive"):
+        ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], measured_window=True,
+                              nvtx_step=0)
+
+
 def test_whole_run_has_no_nvtx_filter_and_no_names_means_all_but_nccl():
     argv = ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], nvtx_step=None,
                                  launch_count=None)
-    assert "--nvtx" not in argv and "--launch-count" not in argv
+    assert "--nvtx" not in argv and "--launch-count" not in argv and "--profile-from-start" not in argv
     assert argv[argv.index("--kernel-name") + 1] == "regex:^(?!nccl).*"
     assert argv[-1] == "app"
 
@@ -182,3 +195,38 @@ def test_real_ncu_run_profiles_the_step_and_the_gemm(tmp_path):
     assert parsed.frame["dram_write_bytes"].item() <= 1.1 * tensor_bytes
     assert parsed.replay_passes is not None and parsed.replay_passes >= 1
     assert subprocess.run([str(found), "--version"], check=False, capture_output=True).returncode == 0
+
+
+# Forward on the Python thread, backward on PyTorch's autograd thread; max pooling's backward kernel
+# runs only in the backward pass. The profiler API range is what the injector opens after warmup.
+BACKWARD_WORKLOAD = """
+import torch, nvtx
+x = torch.randn(32, 64, 56, 56, device="cuda", requires_grad=True)
+torch.nn.functional.max_pool2d(x, 2).sum().backward()
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+with nvtx.annotate("step 0", domain="hybrid"):
+    torch.nn.functional.max_pool2d(x, 2).sum().backward()
+    torch.cuda.synchronize()
+torch.cuda.profiler.stop()
+"""
+
+
+@pytest.mark.gpu
+def test_real_ncu_run_sees_backward_kernels_only_in_the_measured_window(tmp_path):
+    found = ncu.find_ncu()
+    if found is None:
+        pytest.skip("ncu not installed")
+    script = tmp_path / "backward.py"
+    script.write_text(BACKWARD_WORKLOAD)
+    names = ["max_pool_forward_nchw", "max_pool_backward_nchw"]
+
+    def profiled(**window) -> set[str]:
+        out = tmp_path / "_".join(window)
+        run = ncu.run_ncu(found, out / "counters.csv", out / "ncu.log", [sys.executable, str(script)],
+                          kernel_names=names, env=dict(os.environ), timeout_s=300, **window)
+        return {ncu.function_base_name(n) for n in parse_ncu_csv(run.csv_path).frame["name"]}
+
+    assert profiled(measured_window=True) == set(names)
+    # The push/pop range belongs to the Python thread: the autograd thread's launch is outside it.
+    assert profiled(nvtx_step=0) == {"max_pool_forward_nchw"}

@@ -101,6 +101,21 @@ def test_select_kernels_never_picks_nccl(kernels):
     assert not any("nccl" in name for name in select_kernels(with_nccl, coverage=1.0, cap=12, step=0))
 
 
+def test_select_kernels_on_the_loaders_categorical_names():
+    """The nsys loader gives names as a categorical; with one kernel name (the healthy bf16 GEMM
+    script on the H200) mapping it to bools gave a categorical, and `~` on it raised TypeError."""
+    from hybrid.nsys_pass import load_nsys_export
+
+    loaded = load_nsys_export(EXPORT, step_range="step").kernels
+    gemm = loaded[loaded["name"].astype(str).str.startswith("nvjet_sm90")]
+    assert str(gemm["name"].dtype) == "category" and gemm["name"].nunique() == 1
+    assert select_kernels(gemm) == [gemm["name"].iloc[0]]
+    only_nccl = gemm.assign(name=gemm["name"].cat.rename_categories(
+        {gemm["name"].iloc[0]: "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"}))
+    assert str(only_nccl["name"].dtype) == "category"
+    assert select_kernels(only_nccl) == []
+
+
 def test_select_kernels_without_steps_uses_whole_capture(kernels):
     stepless = kernels.assign(step=-1)
     assert select_kernels(stepless, coverage=0.0, cap=1) == [

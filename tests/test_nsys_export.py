@@ -276,3 +276,52 @@ def test_importing_the_loader_does_not_import_torch():
     code = "import sys, hybrid.nsys_pass, nsight.nsys, nsight.sqlite_export; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+RESNET = Path(__file__).parent / "fixtures" / "models" / "resnet50-ncu" / "nsys"
+
+
+def _resnet_pass_dir(tmp_path: Path, **inject_changes) -> Path:
+    """The resnet50 nsys pass directory (export + the injector's inject.json), with inject.json
+    edited as a script that ended early would have written it."""
+    import gzip
+    import json
+
+    folder = tmp_path / "nsys"
+    folder.mkdir()
+    with gzip.open(RESNET / "profile.sqlite.gz", "rb") as packed, (folder / "profile.sqlite").open("wb") as out:
+        shutil.copyfileobj(packed, out)
+    inject = json.loads((RESNET / "inject.json").read_text())
+    (folder / "inject.json").write_text(json.dumps({**inject, **inject_changes}))
+    return folder
+
+
+def test_step_ranges_past_the_injectors_measured_steps_are_dropped(tmp_path):
+    folder = _resnet_pass_dir(tmp_path, measured_steps=3, cut_short_step=3)
+    full = load_nsys_export(folder / "profile.sqlite", measured_steps=5)
+    assert list(full.steps["step"]) == [0, 1, 2, 3, 4]
+    # Default: inject.json next to the export says 3 measured steps; ranges 3 and 4 are not steps.
+    cut = load_nsys_export(folder / "profile.sqlite")
+    assert list(cut.steps["step"]) == [0, 1, 2] and cut.step_source == "nvtx:hybrid"
+    assert any("step range(s) 3, 4 dropped" in w for w in cut.warnings)
+    assert (cut.kernels["step"] >= 0).sum() == (full.kernels["step"].between(0, 2)).sum()
+    was_late = full.kernels["step"] >= 3
+    assert (cut.kernels.loc[was_late, "step"] == -1).all()
+    # An explicit count wins over inject.json.
+    assert list(load_nsys_export(tmp_path / "nsys" / "profile.sqlite", measured_steps=4).steps["step"]) == [0, 1, 2, 3]
+
+
+def test_unreadable_inject_json_keeps_every_step_range(tmp_path):
+    folder = _resnet_pass_dir(tmp_path)
+    (folder / "inject.json").write_text("{ truncated")
+    assert len(load_nsys_export(folder / "profile.sqlite").steps) == 5
+
+
+def test_no_kernels_reason_reaches_the_caller(tmp_path):
+    path = _copy(tmp_path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME; "
+                           "DELETE FROM NVTX_EVENTS;")
+    profile = load_nsys_export(path)
+    reason = profile.extras["nsys"]["no_kernels_reason"]
+    assert profile.kernels.empty and "capture range never opened" in reason
+    assert any(reason in w for w in profile.warnings)
+    assert load_nsys_export(FIXTURE, step_range="step").extras["nsys"]["no_kernels_reason"] is None

@@ -1,0 +1,117 @@
+"""ncu coverage on a real H200 capture (resnet50 b32, tests/fixtures/models/resnet50-ncu): why the
+NVTX step filter profiled only 29% of the step's GPU time, and that attach_counters gives every
+launch of a profiled (function, grid, block) its counters.
+
+The thread analysis is plain SQL over the export, independent of the loader."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, attach_counters, select_kernels
+from hybrid.nsys_pass import load_nsys_export
+from nsight.ncu import function_base_name
+from nsight.ncu_csv import parse_ncu_csv
+
+FIXTURE = Path(__file__).parent / "fixtures" / "models" / "resnet50-ncu"
+COUNTERS = FIXTURE / "ncu" / "counters.csv"
+KEY = ["base", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+
+# Each kernel with the thread that launched it and whether that thread is the one that pushed the
+# injector's step ranges (the Python thread).
+LAUNCHES_SQL = """
+SELECT s.value AS name, k.gridX AS grid_x, k.gridY AS grid_y, k.gridZ AS grid_z,
+       k.blockX AS block_x, k.blockY AS block_y, k.blockZ AS block_z,
+       r.globalTid IN (SELECT n.globalTid FROM NVTX_EVENTS n WHERE n.eventType = 59
+                       AND coalesce(n.text, (SELECT value FROM StringIds WHERE id = n.textId)) = 'step 0')
+         AS on_step_thread
+FROM CUPTI_ACTIVITY_KIND_KERNEL k
+JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+  ON r.correlationId = k.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = k.globalPid
+JOIN StringIds s ON s.id = k.demangledName
+"""
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("resnet50-ncu")
+    path = folder / "profile.sqlite"
+    with gzip.open(FIXTURE / "nsys" / "profile.sqlite.gz", "rb") as packed, path.open("wb") as out:
+        shutil.copyfileobj(packed, out)
+    shutil.copyfile(FIXTURE / "nsys" / "inject.json", folder / "inject.json")
+    return path
+
+
+@pytest.fixture(scope="module")
+def profile(export):
+    return load_nsys_export(export)
+
+
+@pytest.fixture(scope="module")
+def counters():
+    return parse_ncu_csv(COUNTERS)
+
+
+def _keys(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(base=frame["name"].astype(str).map(function_base_name))
+
+
+def _key_set(frame: pd.DataFrame) -> set[tuple]:
+    return set(map(tuple, _keys(frame)[KEY].to_numpy().tolist()))
+
+
+def test_nvtx_step_filter_profiled_only_the_python_threads_launches(export, counters):
+    with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as db:
+        launches = _keys(pd.read_sql_query(LAUNCHES_SQL, db))
+    selected = {function_base_name(n) for n in json.loads((FIXTURE / "ncu" / "selected_kernels.json").read_text())}
+    launches = launches[launches["base"].isin(selected)]
+    profiled = _key_set(counters.frame)
+    python_thread = set(map(tuple, launches.loc[launches["on_step_thread"] == 1, KEY].to_numpy().tolist()))
+    other_threads = set(map(tuple, launches.loc[launches["on_step_thread"] == 0, KEY].to_numpy().tolist()))
+    # The backward pass runs on PyTorch's autograd thread, outside the thread-local push/pop range.
+    assert len(other_threads - python_thread) >= 30
+    # Every selected configuration launched on the step's thread was profiled; of those launched only
+    # from another thread, none was.
+    assert python_thread <= profiled
+    assert not (other_threads - python_thread) & profiled
+    assert profiled <= python_thread
+
+
+def test_every_launch_of_a_profiled_configuration_gets_counters(profile, counters):
+    assert str(profile.kernels["name"].dtype) == "category"  # as the real loader gives it
+    attached = attach_counters(profile, counters)
+    ncu = attached.extras["ncu"]
+    kernels = _keys(profile.kernels.reset_index(drop=True))
+    counter_keys = _keys(counters.frame)[KEY].to_numpy().tolist()
+    levels = pd.Series(ncu["kernel_match"])
+    rows = pd.Series(ncu["kernel_counter_rows"])
+    profiled = pd.Series([tuple(k) in _key_set(counters.frame) for k in kernels[KEY].to_numpy().tolist()])
+    assert profiled.sum() > 0
+    assert levels[profiled].isin([MATCH_LAUNCH, MATCH_CONFIG]).all()
+    # ...and each takes a counter row of its own configuration.
+    for row, key in zip(rows[profiled], kernels.loc[profiled, KEY].to_numpy().tolist()):
+        assert counter_keys[row] == key
+    assert not levels[~profiled].isin([MATCH_LAUNCH, MATCH_CONFIG]).any()
+
+    durations = kernels["end_ns"] - kernels["start_ns"]
+    measured = kernels["step"] >= 0
+    expected_pct = 100.0 * durations[measured & profiled].sum() / durations[measured].sum()
+    assert ncu["covered_gpu_time_pct"] == pytest.approx(expected_pct, abs=0.01)
+    assert ncu["covered_gpu_time_pct"] == pytest.approx(29.4, abs=0.1)  # the figure the H200 run reported
+    assert ncu["unmatched_counter_rows"] == 0
+    assert any("cover only 29%" in w for w in attached.warnings)
+    not_profiled = {function_base_name(k["name"]) for k in ncu["kernels_not_profiled"]}
+    assert {"dgrad_engine", "wgrad_alg0_engine"} <= not_profiled
+    assert all(k["gpu_time_ns"] > 0 for k in ncu["kernels_not_profiled"])
+
+
+def test_selection_from_the_categorical_kernel_frame(profile):
+    chosen = select_kernels(profile.kernels)
+    assert chosen == json.loads((FIXTURE / "ncu" / "selected_kernels.json").read_text())
