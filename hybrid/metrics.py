@@ -271,45 +271,39 @@ def _gaps(us: np.ndarray, ue: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
 
 
-def _last_end_before(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """End (clipped to b) of the last union interval that overlaps each window [a, b); -1 for none."""
-    if len(us) == 0:
-        return np.full(len(a), -1, dtype=np.int64)
-    i = np.searchsorted(us, b, side="left") - 1
-    safe = np.clip(i, 0, None)
-    hit = (i >= 0) & (ue[safe] > a)
-    return np.where(hit, np.minimum(ue[safe], b), -1)
+IDLE_CAUSES = ("sync", "memcpy", "launch", "host")
 
 
 def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.DataFrame:
-    """Why the device sat idle: the host was blocked in a sync (the queue drained), in a synchronous
-    copy, dispatching launches too slowly for the kernels, or computing with no launch at all.
+    """Why the device sat idle, as time per cause in each gap: the host was blocked in a sync (the
+    queue drained), in a synchronous copy, dispatching launches too slowly for the kernels, or
+    computing with no launch at all. `cause` names the largest share.
 
-    A gap with a sync in it is charged to the sync only up to LAUNCH_GAP_MAX_NS after the host
-    returned from it (the relaunch the drained queue waits for); the rest of the gap is host work
-    that merely follows the sync (numpy on the copied tensor, a DataLoader batch) and is charged to
-    the host. Without this split a 50 ms numpy pass after a 2 ms .cpu() copy was all "memcpy"
-    (cpu_roundtrip capture). Returns the gaps split into single-cause pieces."""
+    A sync owns the gap time it covers plus up to LAUNCH_GAP_MAX_NS after the host returned from it
+    (the relaunch the drained queue waits for); the rest of the gap is host work that merely sits
+    next to a sync (numpy on a copied tensor). Charging the whole gap to the sync made a 50 ms numpy
+    pass between two small copies "memcpy" time (cpu_roundtrip capture)."""
     a = gaps["start_ns"].to_numpy(np.int64)
     b = gaps["end_ns"].to_numpy(np.int64)
-    cause = np.full(len(gaps), "host", dtype=object)
+    length = b - a
+    syncs = profile.syncs
+
+    def owned(frame: pd.DataFrame) -> np.ndarray:
+        s = frame["start_ns"].to_numpy(np.int64)
+        us, ue = interval_union(s, frame["end_ns"].to_numpy(np.int64) + LAUNCH_GAP_MAX_NS)
+        return covered(us, ue, a, b)
+
+    all_syncs = owned(syncs)
+    memcpy = np.minimum(owned(syncs[syncs["kind"] == "memcpy"]), all_syncs)
+    rest = length - all_syncs
     launches = profile.launches
     lus, lue = interval_union(launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64))
-    launch_hit = _overlaps_any(lus, lue, a, b) & ((b - a) <= LAUNCH_GAP_MAX_NS)
-    cause[launch_hit] = "launch"
-    split = np.full(len(gaps), -1, dtype=np.int64)  # where the sync's share of a gap ends
-    syncs = profile.syncs
-    for kinds, label in ((None, "sync"), (("memcpy",), "memcpy")):
-        chosen = syncs if kinds is None else syncs[syncs["kind"].isin(kinds)]
-        sus, sue = interval_union(chosen["start_ns"].to_numpy(np.int64), chosen["end_ns"].to_numpy(np.int64))
-        last_end = _last_end_before(sus, sue, a, b)
-        hit = last_end >= 0
-        cause[hit] = label
-        split[hit] = np.minimum(np.maximum(last_end[hit], a[hit]) + LAUNCH_GAP_MAX_NS, b[hit])
-    head = gaps.assign(cause=cause, end_ns=np.where(split >= 0, split, b))
-    tail = gaps[(split >= 0) & (split < b)].assign(cause="host", start_ns=split[(split >= 0) & (split < b)])
-    out = pd.concat([head, tail], ignore_index=True).sort_values("start_ns", kind="stable")
-    return out.assign(ns=out["end_ns"] - out["start_ns"]).reset_index(drop=True)
+    launch_gap = _overlaps_any(lus, lue, a, b) & (length <= LAUNCH_GAP_MAX_NS)
+    parts = {"sync": all_syncs - memcpy, "memcpy": memcpy,
+             "launch": np.where(launch_gap, rest, 0), "host": np.where(launch_gap, 0, rest)}
+    out = gaps.assign(**{f"{cause}_ns": parts[cause] for cause in IDLE_CAUSES})
+    shares = np.stack([parts[cause] for cause in IDLE_CAUSES])
+    return out.assign(cause=np.array(IDLE_CAUSES, dtype=object)[shares.argmax(axis=0)])
 
 
 def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[str, Metric], pd.DataFrame]:
@@ -322,15 +316,15 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[
     if len(gaps):
         gaps = _gap_causes(profile, gaps)
     else:
-        gaps["cause"] = pd.Series(dtype=object)
-    by_cause = gaps.groupby("cause")["ns"].sum() if len(gaps) else pd.Series(dtype=float)
+        gaps = gaps.assign(cause=pd.Series(dtype=object), **{f"{c}_ns": pd.Series(dtype="int64") for c in IDLE_CAUSES})
+    by_cause = {cause: gaps[f"{cause}_ns"].sum() for cause in IDLE_CAUSES}
     out = {
         "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
         "gpu_idle_ms": Metric(_per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
         "gpu_util_pct": Metric(100 * float(busy.sum() / step_ns.sum()) if step_ns.sum() else 0.0, "%", src),
     }
-    for cause in ("sync", "memcpy", "launch", "host"):
-        out[f"idle_{cause}_ms"] = Metric(_per_step(by_cause.get(cause, 0), n) / NS_PER_MS, "ms", src)
+    for cause in IDLE_CAUSES:
+        out[f"idle_{cause}_ms"] = Metric(_per_step(by_cause[cause], n) / NS_PER_MS, "ms", src)
     return out, gaps
 
 
@@ -527,10 +521,20 @@ def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     flags = keys.map(bad)
     examples = [f"{name} {shapes}" for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"])
                 if bad[key]][:3]
+    bad_calls = gemm[flags.to_numpy(bool)]
+    # FLOPs and modeled bytes of those calls place them on the roofline (tensor_core rule).
+    flops = sum(op_flops(name, shapes, f) for name, shapes, f in
+                zip(bad_calls["name"], bad_calls["shapes"], bad_calls["flops"]))
+    nbytes = sum(op_bytes(name, shapes, dtypes) for name, shapes, dtypes in
+                 zip(bad_calls["name"], bad_calls["shapes"], bad_calls["dtypes"]))
     return {
         "misaligned_gemms_per_step": Metric(_per_step(flags.sum(), n), "calls", src),
         "misaligned_gemm_device_ms": Metric(_per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src),
         "misaligned_gemm_shapes": Metric("; ".join(examples), "", src),
+        "misaligned_gemm_flops": Metric(_per_step(flops, n), "FLOP", ESTIMATED),
+        "misaligned_gemm_bytes": Metric(_per_step(nbytes, n), "B", ESTIMATED),
+        "misaligned_gemm_precision": Metric(str(precision.loc[bad_calls.index].mode().iloc[0]) if flags.any() else "",
+                                            "", src),
     }
 
 
