@@ -2,8 +2,9 @@
 nsys timeline), and match the counters ncu measured back to every kernel instance in the Profile.
 
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
-so kernels are matched on their function base name plus launch configuration (grid, block), and,
-within one step, on launch order: the k-th launch of a (name, grid, block) in a step gets the k-th
+so kernels are matched on the signature both names reduce to (nsight.ncu.kernel_signature: template
+arguments kept, so two instantiations of one template launched alike are told apart) plus launch
+configuration (grid, block), and, within one step, on launch order: the k-th launch of a (name, grid, block) in a step gets the k-th
 profiled launch of it. ncu profiles one measured step, so this pairs instances exactly wherever the
 steps launch the same sequence, which a training or inference loop does.
 """
@@ -16,7 +17,7 @@ import pandas as pd
 
 from hybrid.profile import COUNTER_COLUMNS, Profile, conform
 from hybrid.provenance import MEASURED_NCU
-from nsight.ncu import NCCL_PREFIX, function_base_name
+from nsight.ncu import NCCL_PREFIX, function_base_name, kernel_signature
 from nsight.ncu_csv import NcuCounters
 
 DEFAULT_COVERAGE = 0.9
@@ -29,12 +30,13 @@ NOT_PROFILED_LISTED = 20
 LOW_COVERAGE_PCT = 50.0
 
 # Match levels, strongest first, as recorded per kernel in extras["ncu"]["kernel_match"].
-MATCH_LAUNCH = "launch"  # same name, grid, block and position in the step
-MATCH_CONFIG = "config"  # same name, grid and block; another launch of it was profiled
-MATCH_NAME = "name"  # same name, other launch configuration: counters are indicative only
+MATCH_LAUNCH = "launch"  # same signature, grid, block and position in the step
+MATCH_CONFIG = "config"  # same signature, grid and block; another launch of it was profiled
+# Same function base name, another instantiation or launch configuration: indicative only.
+MATCH_NAME = "name"
 MATCH_NONE = "none"
 
-_KEY = ["base", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+_KEY = ["signature", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
 
 def is_nccl(name: str) -> bool:
@@ -91,6 +93,7 @@ def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, ca
 def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
     keyed = frame.copy()
     # Plain strings: a categorical key would make the groupbys below span unobserved combinations.
+    keyed["signature"] = keyed["name"].map(kernel_signature).astype(object)
     keyed["base"] = keyed["name"].map(function_base_name).astype(object)
     return keyed
 

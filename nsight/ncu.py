@@ -151,6 +151,29 @@ def function_base_name(demangled: str) -> str:
     return last.split()[-1] if last.split() else demangled.strip()
 
 
+# Template arguments cast to their type, "(int)4", "(bool)1", "(cudnnKernelDataType_t)0": nsys prints
+# the cast, ncu only the value.
+_VALUE_CAST = re.compile(r"\([A-Za-z_][\w: ]*\)(?=-?\d)")
+# Identifiers (with a trailing "::" when they qualify the next one) and numbers.
+_NAME_TOKEN = re.compile(r"[A-Za-z_]\w*(?:\s*::)?|\d+")
+# Words one tool prints and the other drops: "const" of lambda call operators, anonymous namespaces.
+_UNSHARED_WORDS = frozenset({"const", "unnamed", "anonymous", "namespace"})
+
+
+def kernel_signature(demangled: str) -> str:
+    """The demangled name reduced to what nsys and ncu both print: identifiers and numbers in order,
+    without namespace qualifiers, value casts and the words only one tool writes.
+
+    Unlike function_base_name it keeps the template arguments, so two instantiations of one template
+    ('vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, ...>' and '<4, FillFunctor<float>, ...>')
+    stay apart even when launched with the same grid and block. On the H200 captures (21 run
+    directories, 110 distinct ncu kernel names) every ncu name had exactly one nsys name of the same
+    signature.
+    """
+    tokens = _NAME_TOKEN.findall(_VALUE_CAST.sub("", demangled))
+    return " ".join(t for t in tokens if not t.endswith("::") and t not in _UNSHARED_WORDS)
+
+
 def _ecma_escape(text: str) -> str:
     """Escape for ncu's regex (ECMAScript syntax): only the metacharacters, so the pattern stays
     readable in command.txt."""
@@ -210,9 +233,11 @@ def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
     elif nvtx_step is not None:
         argv += ["--nvtx", "--nvtx-include", f"{NVTX_DOMAIN}@step {nvtx_step}/"]
     if one_per_config:
-        # Each distinct (kernel, grid, block, shared memory) once: on the H200 a resnet50 b32 step of
-        # ~720 launches had 77 such configurations, and every other launch shares the counters of its
-        # configuration's profiled launch.
+        # Each distinct (kernel, launch configuration) once; every other launch shares the counters
+        # of its configuration's profiled launch. The kernel here is the --kernel-name-base function
+        # name, so two instantiations of one template launched alike get one profiled launch between
+        # them (seen on the H200: the residual add<float> was never profiled, the clamp of the same
+        # grid was); attach_counters gives the other one no counters rather than borrowed ones.
         argv += ["--filter-mode", "per-launch-config", "--launch-count", "1"]
     elif launch_count is not None:
         argv += ["--launch-count", str(launch_count)]

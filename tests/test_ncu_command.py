@@ -78,6 +78,20 @@ def test_nsys_and_ncu_names_reduce_to_the_same_function_names():
         "vectorized_elementwise_kernel", "reduce_kernel"}
 
 
+def test_nsys_and_ncu_names_reduce_to_one_signature_per_instantiation():
+    nsys_names = set(probe_kernels()["name"])
+    ncu_names = set(parse_ncu_csv(PROBE / "ncu_metrics_stdout.csv").frame["name"])
+    nsys_signatures = {ncu.kernel_signature(n) for n in nsys_names}
+    assert len(nsys_signatures) == len(nsys_names)  # instantiations stay apart
+    assert {ncu.kernel_signature(n) for n in ncu_names} <= nsys_signatures
+    # The two spellings of one instantiation as the H200 tools printed them (resnet50 capture).
+    assert ncu.kernel_signature(
+        "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, "
+        "std::array<char *, (unsigned long)3>>(int, T2, T3)") == ncu.kernel_signature(
+        "void at::vectorized_elementwise_kernel<4, at::CUDAFunctor_add<float>, std::array<char *, 3>>(int, T2, T3)")
+    assert ncu.kernel_signature("void f<(bool)1>(int)") != ncu.kernel_signature("void f<0>(int)")
+
+
 def test_kernel_filter_matches_selected_functions_only():
     names = list(probe_kernels()["name"])
     gemm_and_reduce = [n for n in names if "nvjet" in n or "reduce_kernel" in n]
