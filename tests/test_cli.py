@@ -262,7 +262,7 @@ def test_html_report_from_saved_artifacts(h200_run):
 
 
 def test_compare_gates_on_step_time_regression(tmp_path):
-    before = json.loads(sorted((ROOT / "tests" / "fixtures" / "results").glob("*.json"))[0].read_text())
+    before = json.loads((ROOT / "tests" / "fixtures" / "results" / "h200_resnet50.json").read_text())
     after = json.loads(json.dumps(before))
     after["timing"]["step_time_ms"] = before["timing"]["step_time_ms"] * 1.2
     (tmp_path / "a.json").write_text(json.dumps(before))
