@@ -3,6 +3,7 @@ tell measured from estimated, and no machine paths unless asked."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import xml.dom.minidom
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.report import format_value
 from hybrid.report.html_report import render_html
 
 RESULT_FILES = sorted((Path(__file__).parent / "fixtures" / "results").glob("*.json"))
@@ -31,9 +33,12 @@ def test_page_is_self_contained(results):
     assert links <= {"http://www.w3.org/2000/svg"}  # the SVG namespace is a name, not a fetch
 
 
-def test_roofline_points_tell_measured_from_estimated(results):
-    kernels = [k for k in results["roofline"]["kernels"]
-               if (k.get("arithmetic_intensity") or 0) > 0 and (k.get("flops_per_s") or 0) > 0]
+def test_roofline_draws_the_real_points_and_roofs(results):
+    if results["roofline"]["bound"] is None:
+        assert "Not placed" in render_html(results) and "<svg" not in render_html(results)
+        return
+    kernels = [k for k in results["roofline"]["kernels"] if (k["ai"] or 0) > 0 and (k["flops_per_s"] or 0) > 0]
+    assert kernels, "a placed roofline on an H200 run should have kernels with FLOPs"
     svg = _svg(render_html(results))
     circles = [c for c in svg.getElementsByTagName("circle") if "kernel" in c.getAttribute("class")]
     diamonds = [p for p in svg.getElementsByTagName("polygon") if "kernel" in p.getAttribute("class")]
@@ -42,10 +47,52 @@ def test_roofline_points_tell_measured_from_estimated(results):
     assert all(d.getAttribute("fill") == "none" for d in diamonds)  # hollow: never read as a measurement
     tooltips = [n.getElementsByTagName("title")[0].firstChild.data for n in circles + diamonds]
     assert sorted(t.split("\n")[0] for t in tooltips) == sorted(k["name"] for k in kernels)
-    # one compute roof per precision the device has a peak for
-    roofs = [t.firstChild.data for t in svg.getElementsByTagName("text")
-             if t.firstChild and t.firstChild.data.split(" ")[0] in results["device"]["peaks"]["flops_per_s"]]
-    assert len(roofs) == len(results["device"]["peaks"]["flops_per_s"])
+
+    # Placement: on log axes, a kernel with 10x the AI sits further right, one with more FLOP/s higher.
+    measured = sorted(((k["ai"], k["flops_per_s"]), (float(c.getAttribute("cx")), float(c.getAttribute("cy"))))
+                      for k, c in zip(sorted(kernels, key=lambda k: -(k["time_ms"] or 0.0)), circles))
+    xs = [x for _, (x, _) in measured]
+    assert xs == sorted(xs)
+    by_flops = sorted(measured, key=lambda item: item[0][1])
+    ys = [y for _, (_, y) in by_flops]
+    assert ys == sorted(ys, reverse=True)
+
+    # One roof per distinct compute peak, labelled with every precision that has it, and the DRAM roof.
+    peaks = {p: v["value"] for p, v in results["device"]["peaks"]["flops_per_s"].items() if v and v["value"]}
+    labels = [t.firstChild.data for t in svg.getElementsByTagName("text") if t.firstChild]
+    roof_labels = [label.split(" ")[0].split("/") for label in labels if label.split(" ")[0].split("/")[0] in peaks]
+    assert sorted(p for names in roof_labels for p in names) == sorted(peaks)
+    assert len(roof_labels) == len(set(peaks.values()))
+    dram = results["device"]["peaks"]["dram_bytes_per_s"]["value"]
+    assert f"DRAM {format_value(dram, 'B/s')}" in labels
+    # the step's own point (all profiled kernels) is drawn too
+    assert len([r for r in svg.getElementsByTagName("rect") if r.getAttribute("class") == "aggregate"]) == 1
+
+
+def test_percent_of_peak_is_computed_from_the_real_rates(results):
+    roof = results["roofline"]
+    page = render_html(results)
+    if roof["bound"] is None:
+        return
+    peak_flops = results["device"]["peaks"]["flops_per_s"][roof["precision"]]["value"]
+    peak_dram = results["device"]["peaks"]["dram_bytes_per_s"]["value"]
+    assert f"= {format_value(100 * roof['flops_per_s'] / peak_flops, '%')} of {roof['precision']} peak" in page
+    assert f"= {format_value(100 * roof['bytes_per_s'] / peak_dram, '%')} of peak" in page
+    assert "n/a" not in page.split("<h2>Roofline</h2>")[1].split("<svg")[0]
+
+
+def test_kernel_and_layer_tables_show_the_real_columns(results):
+    page = render_html(results)
+    for kernel in results["top_kernels"]:
+        assert html.escape(kernel["name"]) in page
+        assert format_value(kernel["total_ms_per_step"], "ms") in page
+    for layer in results["layers"]:
+        assert f"<code>{html.escape(layer['name'])}</code></td><td class=\"num\">{format_value(layer['gpu_ms'], 'ms')}" \
+            in page
+        assert format_value(layer["share_of_step_pct"], "%") in page
+    ncu = next((p for p in results["passes"] if p["name"] == "ncu"), None)
+    if ncu:
+        assert "kernel replay, not overhead" in page
 
 
 def test_machine_paths_are_left_out_unless_asked(results):
@@ -60,4 +107,5 @@ def test_machine_paths_are_left_out_unless_asked(results):
 def test_no_roofline_without_device_peaks(results):
     results["device"]["peaks"] = {}
     page = render_html(results)
-    assert "<svg" not in page and "peaks are unknown" in page
+    assert "<svg" not in page
+    assert "peaks are unknown" in page or results["roofline"]["bound"] is None

@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 import re
 
-from hybrid.provenance import source_label
+from hybrid.provenance import SOURCE_RANK, source_label
 from hybrid.rules.base import SEVERITY_RANK
 
-__all__ = ["findings_by_impact", "format_value", "short_name", "source_label", "sources_of"]
+__all__ = ["compute_peaks", "findings_by_impact", "first_sentence", "format_value", "metric_source_counts", "pct_of",
+           "peak", "roofline_vs_peaks", "short_name", "short_source", "source_label", "sources_of"]
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 _SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -73,6 +74,64 @@ def sources_of(finding: dict) -> list[str]:
         if label not in labels:
             labels.append(label)
     return labels
+
+
+def short_source(source: str) -> str:
+    """The collector alone ('nsys', 'ncu', 'torch') for measured values, 'est.' for estimates: the compact
+    tag of one-line findings, where the header line has already said what each collector measured."""
+    if source.startswith("measured:"):
+        return source.split(":", 1)[1]
+    return "est." if source == "estimated" else source
+
+
+def first_sentence(text: str) -> str:
+    """Up to the first full stop followed by a space: the claim of an explanation, without its caveats."""
+    head, dot, _rest = text.partition(". ")
+    return head + "." if dot else text
+
+
+def metric_source_counts(results: dict) -> dict[str, int]:
+    """How many metrics each source gave, strongest first ({'measured:ncu': 18, ..., 'estimated': 5})."""
+    counts: dict[str, int] = {}
+    for metric in (results.get("metrics") or {}).values():
+        source = str((metric or {}).get("source") or "unknown")
+        counts[source] = counts.get(source, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-SOURCE_RANK.get(item[0], -1), item[0])))
+
+
+def peak(results: dict, name: str, precision: str | None = None) -> dict | None:
+    """One device peak as {value, unit, source}: `name` is 'dram_bytes_per_s' or 'flops_per_s' (then by
+    precision). None when the device or that peak is unknown, so no percentage is made up."""
+    peaks = (results.get("device") or {}).get("peaks") or {}
+    entry = peaks.get(name)
+    if precision is not None:
+        entry = (entry or {}).get(precision) if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or not _is_number(entry.get("value")) or not entry["value"] > 0:
+        return None
+    return entry
+
+
+def compute_peaks(results: dict) -> dict[str, dict]:
+    """Every known compute peak by precision, as {value, unit, source}."""
+    flops = ((results.get("device") or {}).get("peaks") or {}).get("flops_per_s") or {}
+    return {precision: entry for precision in flops if (entry := peak(results, "flops_per_s", precision))}
+
+
+def pct_of(value: object, reference: dict | None) -> float | None:
+    """value as a percentage of a peak entry; None when either is missing."""
+    if not _is_number(value) or reference is None or not math.isfinite(float(value)):
+        return None
+    return 100.0 * float(value) / float(reference["value"])
+
+
+def roofline_vs_peaks(results: dict) -> dict:
+    """Where the step's roofline point sits against the roofs: achieved FLOP/s as % of the peak of the
+    roofline's precision and achieved DRAM B/s as % of the DRAM peak, each with the peak it used."""
+    roof = results.get("roofline") or {}
+    compute = peak(results, "flops_per_s", roof.get("precision")) if roof.get("precision") else None
+    dram = peak(results, "dram_bytes_per_s")
+    return {"compute_peak": compute, "compute_pct": pct_of(roof.get("flops_per_s"), compute),
+            "dram_peak": dram, "dram_pct": pct_of(roof.get("bytes_per_s"), dram)}
 
 
 _TEMPLATE_PARAM_LIST = re.compile(r"\((?:[^()]|\([^()]*\))*\)$")  # trailing "(int, T2, T3)"

@@ -34,7 +34,7 @@ def _findings(a: dict, b: dict) -> dict:
 
 def _kernels(a: dict, b: dict) -> list[dict]:
     def totals(results: dict) -> dict:
-        return {k["name"]: k.get("total_ms") for k in (results.get("top_kernels") or [])[:TOP_KERNELS_COMPARED]}
+        return {k["name"]: k.get("total_ms_per_step") for k in (results.get("top_kernels") or [])[:TOP_KERNELS_COMPARED]}
     before, after = totals(a), totals(b)
     names = list(dict.fromkeys([*before, *after]))
     rows = [{"name": name, **_change(before.get(name), after.get(name))} for name in names]

@@ -9,7 +9,15 @@ import html
 import math
 import re
 
-from hybrid.report import findings_by_impact, format_value, source_label
+from hybrid.report import (
+    compute_peaks,
+    findings_by_impact,
+    format_value,
+    metric_source_counts,
+    peak,
+    roofline_vs_peaks,
+    source_label,
+)
 
 # Roofline plot geometry (SVG user units).
 PLOT_WIDTH, PLOT_HEIGHT = 720, 420
@@ -68,17 +76,24 @@ def _summary(results: dict, w: _Writer) -> str:
     step = w.value(timing.get("step_time_ms"), "ms")
     if timing.get("step_time_std_ms") is not None:
         step += f" ± {w.value(timing['step_time_std_ms'], 'ms')}"
+    if timing.get("step_time_median_ms") is not None:
+        step += f" (median {w.value(timing['step_time_median_ms'], 'ms')})"
+    idle = ", ".join(f"{w.text(cause)} {w.value(ms, 'ms')}" for cause, ms in
+                     sorted((timing.get("idle_breakdown_ms") or {}).items(), key=lambda item: -(item[1] or 0.0)))
+    counts = metric_source_counts(results)
+    batch = f", batch {w.value(workload['batch_size'])}" if workload.get("batch_size") else ""
     rows = [
         ("Primary bottleneck", primary_html),
         ("Step time", f"{step} {w.source(timing.get('source'))}"),
         ("GPU busy", (f"{w.value(timing.get('gpu_busy_ms'), 'ms')} ({w.value(timing.get('gpu_util_pct'), '%')} "
                      f"utilization) {w.source(timing.get('source'))}")),
-        ("Compute (kernels)", (f"{w.value(timing.get('kernel_time_ms'), 'ms')} "
-                              f"({w.value(timing.get('compute_util_pct'), '%')}) {w.source(timing.get('source'))}")),
+        ("GPU idle", (f"{w.value(timing.get('gpu_idle_ms'), 'ms')}" + (f" ({idle})" if idle else "")
+                      + f" {w.source(timing.get('source'))}")),
         ("Device", (f"{w.text(device.get('name') or 'no GPU')}, {w.value(device.get('sm_count'))} SMs "
                    f"{w.source(device.get('source'))}")),
         ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} steps measured after "
-                 f"{w.value(workload.get('warmup_steps'))} warmup")),
+                 f"{w.value(workload.get('warmup_steps'))} warmup{batch}")),
+        ("Metrics by source", ", ".join(f"{w.value(n)} {w.source(source)}" for source, n in counts.items()) or "none"),
     ]
     body = "".join(f"<tr><td>{label}</td><td>{cell}</td></tr>" for label, cell in rows)
     return f'<h2>Summary</h2><table class="summary">{body}</table>'
@@ -98,17 +113,18 @@ def _finite_positive(value: object) -> bool:
 
 
 def _roofline_svg(results: dict, w: _Writer) -> str:
-    peaks = (results.get("device") or {}).get("peaks") or {}
-    bandwidth = peaks.get("dram_bytes_per_s")
-    compute = {p: v for p, v in (peaks.get("flops_per_s") or {}).items() if _finite_positive(v)}
-    roof = results.get("roofline") or {}
-    points = [k for k in roof.get("kernels") or []
-              if _finite_positive(k.get("arithmetic_intensity")) and _finite_positive(k.get("flops_per_s"))]
-    if not _finite_positive(bandwidth) or not compute:
+    dram = peak(results, "dram_bytes_per_s")
+    compute_entries = compute_peaks(results)
+    compute = {precision: float(entry["value"]) for precision, entry in compute_entries.items()}
+    if dram is None or not compute:
         return '<p class="muted">No roofline: the device peaks are unknown in this mode.</p>'
-    ridges = {p: v / bandwidth for p, v in compute.items()}
-    xs = [k["arithmetic_intensity"] for k in points] + list(ridges.values())
-    ys = [k["flops_per_s"] for k in points] + list(compute.values())
+    bandwidth = float(dram["value"])
+    points = plotted_kernels(results)
+    roof = results.get("roofline") or {}
+    aggregate = roof if _finite_positive(roof.get("arithmetic_intensity")) and _finite_positive(
+        roof.get("flops_per_s")) else None
+    xs = [k["ai"] for k in points] + [v / bandwidth for v in compute.values()] + ([aggregate["arithmetic_intensity"]] if aggregate else [])
+    ys = [k["flops_per_s"] for k in points] + list(compute.values()) + ([aggregate["flops_per_s"]] if aggregate else [])
     x_low = 10 ** math.floor(math.log10(min(xs)) - ROOF_MARGIN_DECADES)
     x_high = 10 ** math.ceil(math.log10(max(xs)) + ROOF_MARGIN_DECADES)
     y_low = 10 ** math.floor(math.log10(min(min(ys), x_low * bandwidth)) - ROOF_MARGIN_DECADES)
@@ -135,21 +151,36 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     top_peak = max(compute.values())
     parts.append(f'<line x1="{px(x_low):.1f}" y1="{py(x_low * bandwidth):.1f}" x2="{px(top_peak / bandwidth):.1f}" '
                  f'y2="{py(top_peak):.1f}" stroke="#0550ae" stroke-width="2"><title>DRAM roof: '
-                 f'{w.value(bandwidth, "B/s")} [spec]</title></line>'
+                 f'{w.value(bandwidth, "B/s")} [{w.text(source_label(str(dram.get("source", ""))))}]</title></line>'
                  f'<text x="{px(x_low) + 4:.1f}" y="{py(x_low * bandwidth) - 6:.1f}" fill="#0550ae">'
                  f'DRAM {w.value(bandwidth, "B/s")}</text>')
-    for precision, peak in sorted(compute.items(), key=lambda item: item[1]):
-        ridge_x, roof_y = px(ridges[precision]), py(peak)
-        parts.append(f'<line x1="{ridge_x:.1f}" y1="{roof_y:.1f}" x2="{MARGIN_LEFT + inner_w}" y2="{roof_y:.1f}" '
-                     f'stroke="#57606a" stroke-width="1.5"/>'
-                     f'<text x="{MARGIN_LEFT + inner_w + 4}" y="{roof_y + 4:.1f}">{w.text(precision)} '
-                     f'{w.value(peak, "FLOP/s")}</text>'
+    # Precisions with the same peak (fp16 and bf16) share one roof and one label. The roofs of the
+    # precisions the kernels ran in are drawn solid; the others are dashed, for reference only.
+    used = {roof.get("precision")} | {k.get("precision") for k in points}
+    roofs: dict[float, list[str]] = {}
+    for precision, peak_flops in compute.items():
+        roofs.setdefault(peak_flops, []).append(precision)
+    for peak_flops, precisions in sorted(roofs.items()):
+        names = "/".join(precisions)
+        ridge_x, roof_y = px(peak_flops / bandwidth), py(peak_flops)
+        style = ('stroke="#57606a" stroke-width="1.5"' if used & set(precisions)
+                 else 'stroke="#8c959f" stroke-width="1" stroke-dasharray="4 3"')
+        sources = ", ".join(sorted({source_label(str(compute_entries[p].get("source", ""))) for p in precisions}))
+        parts.append(f'<line class="roof" x1="{ridge_x:.1f}" y1="{roof_y:.1f}" x2="{MARGIN_LEFT + inner_w}" '
+                     f'y2="{roof_y:.1f}" {style}/>'
+                     f'<text x="{MARGIN_LEFT + inner_w + 4}" y="{roof_y + 4:.1f}">{w.text(names)} '
+                     f'{w.value(peak_flops, "FLOP/s")}</text>'
                      f'<circle cx="{ridge_x:.1f}" cy="{roof_y:.1f}" r="3" fill="#57606a"><title>ridge point '
-                     f'{w.text(precision)}: {w.value(ridges[precision], "FLOP/B")} [spec]</title></circle>')
+                     f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} [{w.text(sources)}]</title></circle>')
     longest = max((k.get("time_ms") or 0.0 for k in points), default=0.0) or 1.0
     for kernel in sorted(points, key=lambda k: -(k.get("time_ms") or 0.0)):
-        parts.append(_kernel_point(kernel, px(kernel["arithmetic_intensity"]), py(kernel["flops_per_s"]),
-                                   longest, w))
+        parts.append(_kernel_point(kernel, px(kernel["ai"]), py(kernel["flops_per_s"]), longest, w))
+    if aggregate:
+        x, y = px(aggregate["arithmetic_intensity"]), py(aggregate["flops_per_s"])
+        parts.append(f'<rect class="aggregate" x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12" fill="#1d232a">'
+                     f'<title>all profiled kernels together: AI {w.value(aggregate["arithmetic_intensity"], "FLOP/B")}'
+                     f', {w.value(aggregate["flops_per_s"], "FLOP/s")} '
+                     f'[{w.text(source_label(str(aggregate.get("source") or "")))}]</title></rect>')
     parts.append(_legend(MARGIN_LEFT + 10, MARGIN_TOP + 10))
     parts.append("</svg>")
     return "".join(parts)
@@ -159,9 +190,12 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) 
     share = max(kernel.get("time_ms") or 0.0, 0.0) / longest
     radius = POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(share)
     source = str(kernel.get("source", ""))
-    tooltip = (f"<title>{w.text(kernel.get('name'))}&#10;AI {w.value(kernel.get('arithmetic_intensity'), 'FLOP/B')}"
-               f"&#10;{w.value(kernel.get('flops_per_s'), 'FLOP/s')}&#10;DRAM {w.value(kernel.get('dram_bytes'), 'B')}"
-               f"&#10;time {w.value(kernel.get('time_ms'), 'ms')}/step&#10;[{w.text(source_label(source))}]</title>")
+    precision = f" {w.text(kernel['precision'])}" if kernel.get("precision") else ""
+    tooltip = (f"<title>{w.text(kernel.get('name'))}&#10;AI {w.value(kernel.get('ai'), 'FLOP/B')} (L2 "
+               f"{w.value(kernel.get('l2_ai'), 'FLOP/B')})&#10;{w.value(kernel.get('flops_per_s'), 'FLOP/s')}{precision}"
+               f"&#10;DRAM {w.value(kernel.get('bytes_per_s'), 'B/s')}&#10;time {w.value(kernel.get('time_ms'), 'ms')}"
+               f"&#10;{w.text(kernel.get('bound'))}-bound, {w.value(kernel.get('achieved_pct_of_attainable'), '%')} of "
+               f"attainable&#10;[{w.text(source_label(source))}]</title>")
     if source.startswith("measured:"):  # measured: filled circle
         return (f'<circle class="kernel measured" cx="{x:.1f}" cy="{y:.1f}" r="{radius:.1f}" fill="#cf222e" '
                 f'fill-opacity="0.7">{tooltip}</circle>')
@@ -175,17 +209,48 @@ def _legend(x: float, y: float) -> str:
     return (f'<circle cx="{x}" cy="{y}" r="5" fill="#cf222e" fill-opacity="0.7"/>'
             f'<text x="{x + 10}" y="{y + 4}">kernel, measured (ncu)</text>'
             f'<polygon points="{x},{y + 12} {x + 6},{y + 18} {x},{y + 24} {x - 6},{y + 18}" fill="none" '
-            f'stroke="#8250df" stroke-width="2"/><text x="{x + 10}" y="{y + 22}">kernel, estimated</text>')
+            f'stroke="#8250df" stroke-width="2"/><text x="{x + 10}" y="{y + 22}">kernel, estimated</text>'
+            f'<rect x="{x - 5}" y="{y + 31}" width="10" height="10" fill="#1d232a"/>'
+            f'<text x="{x + 10}" y="{y + 40}">all profiled kernels</text>')
+
+
+def plotted_kernels(results: dict) -> list[dict]:
+    """Roofline kernels that can sit on log-log axes: a kernel without FLOPs (a copy, a fill) has no point."""
+    return [k for k in (results.get("roofline") or {}).get("kernels") or []
+            if _finite_positive(k.get("ai")) and _finite_positive(k.get("flops_per_s"))]
+
+
+def _rate_vs_peak(rate: object, unit: str, pct: float | None, reference: dict | None, name: str, w: _Writer) -> str:
+    if reference is None:
+        return f"{w.value(rate, unit)} (peak unknown)"
+    return (f"{w.value(rate, unit)} = {w.value(pct, '%')} of {w.text(name)} {w.value(reference['value'], unit)} "
+            f"{w.source(reference.get('source'))}")
 
 
 def _roofline(results: dict, w: _Writer) -> str:
     roof = results.get("roofline") or {}
-    facts = (f"<p>{w.text(roof.get('bound'))}-bound · arithmetic intensity "
-             f"{w.value(roof.get('arithmetic_intensity'), 'FLOP/B')} · ridge point "
-             f"{w.value(roof.get('ridge_point'), 'FLOP/B')} {w.text(roof.get('precision') or '')} · "
-             f"{w.value(roof.get('achieved_pct_of_attainable'), '%')} of attainable · DRAM "
-             f"{w.value(roof.get('memory_bw_pct_of_peak'), '%')} of peak · compute "
-             f"{w.value(roof.get('compute_pct_of_peak'), '%')} of peak {w.source(roof.get('source'))}</p>")
+    if roof.get("bound") is None:
+        reason = roof.get("reason") or "not available in this mode"
+        return f'<h2>Roofline</h2><p class="muted">Not placed: {w.text(reason)}.</p>'
+    position = roofline_vs_peaks(results)
+    precision = roof.get("precision")
+    unplotted = len(roof.get("kernels") or []) - len(plotted_kernels(results))
+    # The point stands for the kernels ncu profiled; the reader must see how much of the step that is.
+    basis = f"Over {w.value(roof.get('time_ms'), 'ms')} of profiled kernels"
+    coverage = ((results.get("metrics") or {}).get("ncu_coverage_pct") or {}).get("value")
+    if coverage is not None:
+        basis += f", {w.value(coverage, '%')} of the step's kernel time"
+    if unplotted:
+        basis += f"; {unplotted} kernel(s) without FLOPs are not plotted"
+    compute = _rate_vs_peak(roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
+                            f"{precision or 'compute'} peak", w)
+    dram = _rate_vs_peak(roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], "peak", w)
+    facts = (f"<p><b>{w.text(roof.get('bound'))}-bound</b> ({w.text(precision or 'precision unknown')}) · "
+             f"arithmetic intensity {w.value(roof.get('arithmetic_intensity'), 'FLOP/B')} (L2 "
+             f"{w.value(roof.get('l2_arithmetic_intensity'), 'FLOP/B')}) · ridge point "
+             f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · {w.value(roof.get('achieved_pct_of_attainable'), '%')} "
+             f"of attainable {w.source(roof.get('source'))}</p><p>Compute {compute} · DRAM {dram}</p>"
+             f'<p class="muted">{basis}.</p>')
     return f"<h2>Roofline</h2>{facts}{_roofline_svg(results, w)}"
 
 
@@ -222,11 +287,24 @@ def _kernels(results: dict, w: _Writer) -> str:
     kernels = results.get("top_kernels") or []
     if not kernels:
         return "<h2>Top kernels</h2><p class=\"muted\">No kernel timeline in this mode.</p>"
-    rows = [[f"<code>{w.text(k.get('name'))}</code>", w.value(k.get("calls_per_step")), w.value(k.get("total_ms"), "ms"),
-             w.value(k.get("mean_us"), "us"), w.value(k.get("share_pct"), "%"), w.source(k.get("source"))]
-            for k in kernels]
+    rows = [[f"<code>{w.text(k.get('name'))}</code>", w.value(k.get("calls_per_step")),
+             w.value(k.get("total_ms_per_step"), "ms"), w.value(k.get("mean_us"), "us"), w.value(k.get("share_pct"), "%"),
+             w.source(k.get("source"))] for k in kernels]
     return _table("Top kernels (per step)", [("kernel", False), ("calls", True), ("total", True), ("mean", True),
-                                             ("share", True), ("source", False)], rows)
+                                             ("share of kernel time", True), ("source", False)], rows)
+
+
+def _roofline_kernels(results: dict, w: _Writer) -> str:
+    kernels = sorted((results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0))
+    if not kernels:
+        return ""
+    rows = [[f"<code>{w.text(k.get('name'))}</code>", w.value(k.get("time_ms"), "ms"), w.value(k.get("ai"), "FLOP/B"),
+             w.value(k.get("l2_ai"), "FLOP/B"), f"{w.value(k.get('flops_per_s'), 'FLOP/s')} {w.text(k.get('precision') or '')}",
+             w.value(k.get("bytes_per_s"), "B/s"), w.text(k.get("bound")), w.value(k.get("achieved_pct_of_attainable"), "%"),
+             w.source(k.get("source"))] for k in kernels]
+    return _table("Roofline kernels", [("kernel", False), ("time", True), ("AI (DRAM)", True), ("AI (L2)", True),
+                                       ("achieved", True), ("DRAM", True), ("bound", False),
+                                       ("of attainable", True), ("source", False)], rows)
 
 
 def _layers(results: dict, w: _Writer) -> str:
@@ -235,9 +313,32 @@ def _layers(results: dict, w: _Writer) -> str:
         return ("<h2>Layers</h2><p class=\"muted\">No module ranges in this run (profile with "
                 "<code>--nvtx-modules</code>).</p>")
     rows = [[f"<code>{w.text(layer.get('name'))}</code>", w.value(layer.get("gpu_ms"), "ms"), w.value(layer.get("kernels")),
-             w.value(layer.get("share_pct"), "%"), w.source(layer.get("source"))] for layer in layers]
-    return _table("Layers (GPU time per step)", [("layer", False), ("GPU time", True), ("kernels", True),
-                                                 ("share", True), ("source", False)], rows)
+             w.value(layer.get("share_of_step_pct"), "%"), w.source(layer.get("source"))] for layer in layers]
+    return _table("Layers (GPU time per step, forward)", [("layer", False), ("GPU time", True), ("kernels", True),
+                                                          ("share of step", True), ("source", False)], rows)
+
+
+def _metrics(results: dict, w: _Writer) -> str:
+    metrics = results.get("metrics") or {}
+    if not metrics:
+        return ""
+    rows = "".join(f"<tr><td><code>{w.text(name)}</code></td><td class=\"num\">"
+                   f"{w.text(m.get('value')) if isinstance(m.get('value'), str) else w.value(m.get('value'), m.get('unit', ''))}"
+                   f"</td><td>{w.source(m.get('source'))}</td></tr>" for name, m in metrics.items())
+    return f"<h2>Metrics</h2><details><summary>{len(metrics)} metrics</summary><table>{rows}</table></details>"
+
+
+def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
+    """Step time and what it says: overhead against the unprofiled warmup steps, or ncu's replay cost."""
+    step = item.get("step_time_ms")
+    if step is None:
+        return "n/a", ""
+    if item.get("name") == "ncu":
+        # ncu serializes and replays each profiled kernel, so its step time is the cost of the pass.
+        return w.value(step, "ms"), "kernel replay, not overhead"
+    if item.get("name") == "plain" or item.get("overhead_pct") is None:
+        return w.value(step, "ms"), ""
+    return w.value(step, "ms"), f"{item['overhead_pct']:+.1f}% vs unprofiled warmup steps"
 
 
 def _notes(results: dict, w: _Writer) -> str:
@@ -252,14 +353,14 @@ def _provenance(results: dict, w: _Writer) -> str:
     command_text = " ".join(map(str, command)) if isinstance(command, (list, tuple)) else command
     tools = ", ".join(f"{w.text(name)} {w.text(version if version is not None else 'absent')}"
                       for name, version in (results.get("tools") or {}).items())
-    passes = [[w.text(p.get("name")), w.text(p.get("status")), w.value(p.get("wall_s"), "s"),
-               w.value(p.get("step_time_ms"), "ms"), w.text(p.get("message"))] for p in results.get("passes") or []]
+    passes = [[w.text(p.get("name")), w.text(p.get("status")), w.value(p.get("wall_s"), "s"), *_pass_step(p, w),
+               w.text(p.get("message"))] for p in results.get("passes") or []]
     return (f"<h2>Provenance</h2><table class=\"summary\"><tr><td>Command</td><td><code>{w.text(command_text)}</code>"
             f"</td></tr><tr><td>Mode</td><td>{w.text(results.get('mode'))}</td></tr><tr><td>Step source</td><td>"
             f"{w.text(workload.get('step_source'))}</td></tr><tr><td>Tools</td><td>{tools}</td></tr><tr><td>"
             f"Schema version</td><td>{w.text(results.get('schema_version'))}</td></tr></table>"
             + _table("Passes", [("pass", False), ("status", False), ("wall time", True), ("step time", True),
-                                ("message", False)], passes))
+                                ("overhead", False), ("message", False)], passes))
 
 
 def render_html(results: dict, *, include_paths: bool = False) -> str:
@@ -268,7 +369,8 @@ def render_html(results: dict, *, include_paths: bool = False) -> str:
     device = (results.get("device") or {}).get("name") or "no GPU"
     title = f"hybrid report: {device}, {results.get('mode')}"
     body = "".join([_summary(results, w), _roofline(results, w), _findings(results, w), _kernels(results, w),
-                    _layers(results, w), _notes(results, w), _provenance(results, w)])
+                    _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _metrics(results, w),
+                    _provenance(results, w)])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{w.text(title)}</title><style>{CSS}</style></head><body><h1>{w.text(title)}</h1>{body}"

@@ -1,6 +1,7 @@
-"""The terminal report (rich). Default output fits one screen: summary, roofline, the top findings in
-full and the rest one line each, recommendations, limitations, passes. `verbose` adds every finding
-in full and the top-kernel and per-layer tables.
+"""The terminal report (rich). The default output fits one screen (about 45 lines of 100 columns on the
+real H200 documents): run summary, roofline position against the peaks, the top findings with their
+evidence, the rest one line each, ranked recommendations, limitations, passes. `verbose` shows
+everything: every finding in full, the top-kernel, layer and roofline-kernel tables, every metric.
 
 Everything taken from the profiled program (kernel, layer, op names, NVTX text) and from results
 (titles, messages) is put on screen as `rich.text.Text`, never as a markup string: C++ names contain
@@ -11,23 +12,37 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections import Counter
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
+from rich.constrain import Constrain
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from hybrid.report import findings_by_impact, format_value, short_name, source_label, sources_of
+from hybrid.report import (
+    findings_by_impact,
+    first_sentence,
+    format_value,
+    metric_source_counts,
+    roofline_vs_peaks,
+    short_name,
+    short_source,
+    source_label,
+)
 
-# One screen is ~50 lines; these caps keep the default report there for a dozen findings.
-FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence, explanation and fixes
-EVIDENCE_DEFAULT = 4  # evidence lines per full finding
-FIXES_DEFAULT = 2  # suggestions per full finding
+# Caps that keep the default report on one screen with the nine findings of the busiest real document.
+FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence and explanation
+FINDING_ROWS_DEFAULT = 9  # findings listed at all (the busiest real document has nine); the rest counted
+EVIDENCE_DEFAULT = 3  # evidence lines per full finding
 RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
-NOTES_DEFAULT = 3  # limitations + warnings lines before "N more"
-TABLE_ROWS_VERBOSE = 15  # rows of the kernel and layer tables
-REPORT_WIDTH = 110  # wide enough for a shortened kernel name plus its numbers
+NOTES_DEFAULT = 2  # limitations + warnings before "N more"
+TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
+REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
+KERNEL_NAME_WIDTH = 60  # shortened kernel names in the tables, leaving room for five number columns
 
 SEVERITY_STYLE = {"CRITICAL": "bold white on red", "SEVERE": "bold red", "MODERATE": "yellow", "LOW": "dim"}
+SOURCE_STYLE = "cyan"
 
 
 def use_color(stream: object = None) -> bool:
@@ -38,133 +53,166 @@ def use_color(stream: object = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def _labelled(label: str, value: object, unit: str, source: str | None) -> Text:
-    text = Text.assemble((f"{label}: ", "bold"), format_value(value, unit))
-    if source:
-        text.append(f"  [{source_label(source)}]", style="cyan")
+def _tag(source: object) -> Text:
+    return Text(f"  [{source_label(str(source or 'unknown'))}]", style=SOURCE_STYLE)
+
+
+def _header(results: dict) -> Text:
+    device, workload = results.get("device") or {}, results.get("workload") or {}
+    name = device.get("name") or "no GPU"
+    if device.get("sm_count"):
+        name += f" ({device['sm_count']} SMs)"
+    text = Text.assemble(("hybrid", "bold"), f" · {name} · mode {results.get('mode')} · "
+                         f"{workload.get('steps_measured')} steps measured after {workload.get('warmup_steps')} warmup")
+    if workload.get("batch_size"):
+        text.append(f" · batch {workload['batch_size']}")
     return text
 
 
-def _badge(severity: str) -> Text:
-    return Text(f"[{severity}]", style=SEVERITY_STYLE.get(severity, ""))
+def _idle_parts(timing: dict) -> str:
+    # Only the causes that cost time; a zero entry tells the reader nothing on the one-screen report.
+    parts = sorted(((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms),
+                   reverse=True)
+    return ", ".join(f"{cause} {format_value(ms)}" for ms, cause in parts)
 
 
-def _time_lost(finding: dict) -> Text:
-    # A rule's time-lost figure is a model of what fixing it would save: always an estimate.
-    return Text(f"{format_value(finding.get('time_lost_ms'), 'ms')}/step "
-                f"({format_value(finding.get('time_lost_pct'), '%')}) [estimated]", style="magenta")
-
-
-def _summary(results: dict) -> list[Text]:
-    device, workload, timing = results.get("device") or {}, results.get("workload") or {}, results.get("timing") or {}
-    primary = (results.get("diagnosis") or {}).get("primary_bottleneck")
-    timing_source = timing.get("source")
-    lines = [Text.assemble(("hybrid", "bold"), f" · {device.get('name') or 'no GPU'} · mode {results.get('mode')} · "
-                           f"{workload.get('steps_measured')} steps measured, {workload.get('warmup_steps')} warmup")]
-    if primary:
-        lines.append(Text.assemble(("Primary: ", "bold"), _badge(primary.get("severity", "")), " ",
-                                   str(primary.get("category", "")), "  ", str(primary.get("title", "")), "  ",
-                                   _time_lost(primary)))
-    else:
-        lines.append(Text("Primary: no bottleneck found", style="bold"))
-    step = Text.assemble(("Step time: ", "bold"), format_value(timing.get("step_time_ms"), "ms"))
+def _step(results: dict) -> Text:
+    timing = results.get("timing") or {}
+    line = Text.assemble(("Step ", "bold"), format_value(timing.get("step_time_ms"), "ms"))
     if timing.get("step_time_std_ms") is not None:
-        step.append(f" ± {format_value(timing['step_time_std_ms'], 'ms')}")
-    step.append(f" · GPU busy {format_value(timing.get('gpu_busy_ms'), 'ms')} "
-                f"({format_value(timing.get('gpu_util_pct'), '%')} util)")
-    if timing.get("kernel_time_ms") is not None:
-        step.append(f" · compute {format_value(timing['kernel_time_ms'], 'ms')} "
-                    f"({format_value(timing.get('compute_util_pct'), '%')})")
-    if timing_source:
-        step.append(f"  [{source_label(timing_source)}]", style="cyan")
-    lines.append(step)
-    measured = sorted({str(m.get("source", "")).split(":", 1)[1] for m in (results.get("metrics") or {}).values()
-                       if str(m.get("source", "")).startswith("measured:")})
-    lines.append(Text.assemble(("Measured by: ", "bold"), ", ".join(measured) or "nothing",
-                               (" · estimated: ", "bold"), _estimated_summary(results)))
-    return lines
+        line.append(f" ± {format_value(timing['step_time_std_ms'], 'ms')}")
+    if timing.get("step_time_median_ms") is not None:
+        line.append(f" (median {format_value(timing['step_time_median_ms'], 'ms')})")
+    if timing.get("gpu_busy_ms") is not None:
+        line.append(f" · GPU busy {format_value(timing['gpu_busy_ms'], 'ms')} "
+                    f"({format_value(timing.get('gpu_util_pct'), '%')})")
+    if timing.get("gpu_idle_ms"):
+        idle = _idle_parts(timing)
+        line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
+    return line + _tag(timing.get("source"))
 
 
-def _estimated_summary(results: dict) -> str:
-    names = [name for name, m in (results.get("metrics") or {}).items() if m.get("source") == "estimated"]
-    roofline = results.get("roofline") or {}
-    if roofline.get("source") == "estimated":
-        names.insert(0, "roofline")
-    return ", ".join(names) or "nothing"
+def _sources(results: dict) -> Text:
+    counts = metric_source_counts(results)
+    measured = {source: n for source, n in counts.items() if source.startswith("measured:")}
+    parts = []
+    if measured:
+        by_collector = ", ".join(f"{short_source(source)} {n}" for source, n in measured.items())
+        parts.append(f"{sum(measured.values())} measured ({by_collector})")
+    parts += [f"{n} {source}" for source, n in counts.items() if not source.startswith("measured:")]
+    return Text.assemble(("Metrics: ", "bold"), " · ".join(parts) or "none")
 
 
 def _roofline(results: dict) -> list[Text]:
     roof = results.get("roofline") or {}
-    if not roof or roof.get("bound") is None:
-        return [Text.assemble(("Roofline: ", "bold"), "not available in this mode")]
-    precision = f" ({roof['precision']})" if roof.get("precision") else ""
-    line = Text.assemble(("Roofline: ", "bold"), f"{roof.get('bound')}-bound · AI "
-                         f"{format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} · ridge "
-                         f"{format_value(roof.get('ridge_point'), 'FLOP/B')}{precision} · "
-                         f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable · "
-                         f"peak DRAM {format_value(roof.get('memory_bw_pct_of_peak'), '%')}, "
-                         f"compute {format_value(roof.get('compute_pct_of_peak'), '%')}")
-    line.append(f"  [{source_label(str(roof.get('source', '')))}]", style="cyan")
-    return [line]
+    if roof.get("bound") is None:
+        reason = roof.get("reason") or "not available in this mode"
+        return [Text.assemble(("Roofline: ", "bold"), f"not placed ({reason})")]
+    position = roofline_vs_peaks(results)
+    precision = roof.get("precision")
+    lines = [Text.assemble(("Roofline: ", "bold"), f"{roof['bound']}-bound" + (f" ({precision})" if precision else ""),
+                           f" · AI {format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} (ridge "
+                           f"{format_value(roof.get('ridge_point'))}) · "
+                           f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable")
+             + _tag(roof.get("source"))]
+    # Each achieved rate next to the roof it is a share of, and where that roof's figure comes from.
+    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"], precision),
+             ("DRAM ", roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], None)]
+    line = Text("  ")
+    for index, (label, rate, unit, pct, reference, peak_name) in enumerate(rates):
+        line.append((" · " if index else "") + f"{label}{format_value(rate, unit)} = {format_value(pct, '%')} of "
+                    + (format_value(reference["value"], reference.get("unit", "")) if reference else "unknown peak")
+                    + (f" {peak_name}" if peak_name else ""))
+        if reference:
+            line.append_text(Text(f" [{source_label(str(reference.get('source', '')))}]", style=SOURCE_STYLE))
+    lines.append(line)
+    coverage = ((results.get("metrics") or {}).get("ncu_coverage_pct") or {}).get("value")
+    if roof.get("time_ms") is not None or coverage is not None:
+        # The point stands for the kernels ncu profiled; a reader must know how much of the step that is.
+        basis = f"  over {format_value(roof.get('time_ms'), 'ms')} of profiled kernels"
+        if coverage is not None:
+            basis += f", {format_value(coverage, '%')} of the step's kernel time"
+        lines.append(Text(basis, style="dim"))
+    return lines
 
 
-def _finding_full(finding: dict, verbose: bool) -> Text:
-    lines = [Text.assemble(_badge(finding.get("severity", "")), " ", (str(finding.get("category", "")), "bold"),
-                           "  ", str(finding.get("title", "")), "  ", _time_lost(finding))]
+def _evidence(item: dict) -> Text:
+    value = item.get("value")
+    shown = short_name(value) if isinstance(value, str) else format_value(value, item.get("unit", ""))
+    return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
+
+
+def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool) -> RenderableType:
+    title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
+    if marked_primary:
+        title.append("  (primary)", style="bold")
+    if finding.get("not_measured"):
+        title.append("  not measured in this run", style="dim")
+    if not expanded:
+        return title
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
-    for item in shown:
-        lines.append(Text("  ") + _labelled(str(item.get("label", "")), item.get("value"), item.get("unit", ""),
-                                            str(item.get("source", ""))))
-    if len(shown) < len(evidence):
-        rest = evidence[len(shown):]
-        lines.append(Text(f"  + {len(rest)} more evidence ({', '.join(sources_of({'evidence': rest}))})",
-                          style="dim"))
-    if finding.get("not_measured"):
-        lines.append(Text("  not measured in this run", style="dim"))
-    if finding.get("explanation"):
-        lines.append(Text.assemble("  ", ("why: ", "bold"), str(finding["explanation"])))
-    fixes = finding.get("suggestions") or []
-    for fix in fixes if verbose else fixes[:FIXES_DEFAULT]:
-        lines.append(Text.assemble("  ", ("fix: ", "green"), str(fix)))
-    return Text("\n").join(lines)
+    details = [_evidence(item) for item in shown]  # the rest: --verbose, as the table's title says
+    explanation = str(finding.get("explanation") or "")
+    if explanation:
+        details.append(Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation)))
+    if verbose:
+        details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
+    # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
+    return Group(title, Padding(Group(*details), (0, 0, 0, 2)))
 
 
-def _finding_line(finding: dict) -> Text:
-    line = Text.assemble(_badge(finding.get("severity", "")), " ", str(finding.get("category", "")), "  ",
-                         str(finding.get("title", "")))
-    if finding.get("time_lost_ms"):
-        line.append(f"  {format_value(finding['time_lost_ms'], 'ms')}/step est.", style="magenta")
-    line.append(f"  ({', '.join(sources_of(finding)) or 'no evidence'})", style="dim")
-    return line
-
-
-def _findings(results: dict, verbose: bool) -> list:
+def _findings(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
         return [Text("Bottlenecks: none detected", style="bold")]
-    # A grid gives wrapped lines a hanging indent under the finding's text, not under its number.
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(justify="right", width=2)
-    grid.add_column()
-    full = len(findings) if verbose else FULL_FINDINGS_DEFAULT
-    for index, finding in enumerate(findings, start=1):
-        grid.add_row(Text(str(index)), _finding_full(finding, verbose) if index <= full else _finding_line(finding))
-    return [Text(f"Bottlenecks ({len(findings)})", style="bold underline"), grid]
+    primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
+    # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
+    marked = primary if findings[0].get("id") != primary else None
+    expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
+    # Time lost is a rule's model of what fixing the finding would save: always an estimate, said once in
+    # the header; each evidence line carries its own source.
+    title = f"Bottlenecks ({len(findings)}), by severity then time lost per step (estimated)"
+    if expanded < len(findings):
+        title += "; all evidence with --verbose"
+    table = Table(title=Text(title, style="bold"), title_justify="left", box=None, padding=(0, 1, 0, 0),
+                  pad_edge=False, header_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column("severity")
+    table.add_column("lost/step", justify="right", style="magenta")
+    table.add_column("%", justify="right", style="magenta")
+    table.add_column("finding", ratio=1)
+    listed = findings if verbose else findings[:FINDING_ROWS_DEFAULT]
+    for number, finding in enumerate(listed, start=1):
+        severity = str(finding.get("severity", ""))
+        table.add_row(str(number), Text(severity, style=SEVERITY_STYLE.get(severity, "")),
+                      format_value(finding.get("time_lost_ms"), "ms"), format_value(finding.get("time_lost_pct"), "%"),
+                      _finding_cell(finding, marked_primary=finding.get("id") == marked, expanded=number <= expanded,
+                                    verbose=verbose))
+    hidden = findings[len(listed):]
+    if not hidden:
+        return [table]
+    by_severity = Counter(str(f.get("severity")) for f in hidden)
+    lost = sum(f.get("time_lost_ms") or 0.0 for f in hidden)
+    return [table, Text(f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
+                        f"{format_value(lost, 'ms')}/step est. together) with --verbose", style="dim")]
 
 
-def _recommendations(results: dict, verbose: bool) -> list[Text]:
-    picks: dict[str, str] = {}  # suggestion -> category of the highest-ranked finding that made it
-    for finding in findings_by_impact(results):
+def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
+    picks: dict[str, int] = {}  # first suggestion -> number of the highest-ranked finding that made it
+    for number, finding in enumerate(findings_by_impact(results), start=1):
         if finding.get("suggestions"):
-            picks.setdefault(str(finding["suggestions"][0]), str(finding.get("category", "")))
+            picks.setdefault(str(finding["suggestions"][0]), number)
     shown = list(picks.items()) if verbose else list(picks.items())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
         return []
-    lines = [Text("Top recommendations", style="bold underline")]
-    for number, (fix, category) in enumerate(shown, start=1):
-        lines.append(Text.assemble(f"{number:>2}. ", fix, (f"  ({category})", "dim")))
-    return lines
+    # A grid gives a wrapped suggestion a hanging indent under its text, not under its rank.
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right")
+    grid.add_column(ratio=1)
+    for rank, (fix, number) in enumerate(shown, start=1):
+        grid.add_row(f"{rank}.", Text.assemble(fix, (f"  (#{number})", "dim")))
+    return [Text("What to change first", style="bold"), grid]
 
 
 def _notes(results: dict, verbose: bool) -> list[Text]:
@@ -177,66 +225,115 @@ def _notes(results: dict, verbose: bool) -> list[Text]:
     return lines
 
 
-def _passes(results: dict) -> Text:
+def _pass_part(item: dict) -> str:
+    part = str(item.get("name"))
+    if item.get("status") != "ok":
+        part += f" {item.get('status')}"
+    details = [format_value(item["wall_s"], "s")] if item.get("wall_s") is not None else []
+    step = item.get("step_time_ms")
+    if item.get("name") == "ncu" and step is not None:
+        # ncu serializes and replays each profiled kernel: its step time says what the pass cost, not how
+        # much the collector slows the program.
+        details.append(f"replay {format_value(step / 1000, 's')}/step")
+    elif step is not None:
+        details.append(f"{format_value(step, 'ms')}/step")
+        if item.get("name") != "plain" and item.get("overhead_pct") is not None:
+            details.append(f"overhead {item['overhead_pct']:+.1f}%")
+    if item.get("status") != "ok" and item.get("message"):
+        details.append(str(item["message"]))
+    return part + (f" ({', '.join(details)})" if details else "")
+
+
+def _passes(results: dict, verbose: bool) -> list[Text]:
     passes = results.get("passes") or []
-    plain = next((p.get("step_time_ms") for p in passes if p.get("name") == "plain"), None)
-    line = Text.assemble(("Passes: ", "bold"))
-    for position, item in enumerate(passes):
-        part = f"{item.get('name')} {item.get('status')}"
-        if item.get("wall_s") is not None:
-            part += f" {format_value(item['wall_s'], 's')}"
-        step = item.get("step_time_ms")
-        if step is not None:
-            part += f", step {format_value(step, 'ms')}"
-            if plain and item.get("name") != "plain":
-                part += f" ({(step / plain - 1) * 100:+.0f}% vs plain)"
-        line.append(("" if position == 0 else " · ") + part)
-    return line
+    if not passes:
+        return []
+    lines = [Text.assemble(("Passes: ", "bold"), " · ".join(_pass_part(item) for item in passes))]
+    if verbose:
+        lines.append(Text("overhead = step time under the collector vs the same process's unprofiled warmup steps; "
+                          "ncu replays each profiled kernel, so its step time is replay cost", style="dim"))
+    return lines
 
 
-def _kernel_table(results: dict) -> Table | None:
-    kernels = results.get("top_kernels") or []
-    if not kernels:
-        return None
-    sources = sorted({source_label(str(k.get("source", ""))) for k in kernels})
-    table = Table(title=Text(f"Top kernels per step [{', '.join(sources)}]"), title_justify="left", box=None)
-    for header in ("kernel", "calls", "total", "mean", "share"):
-        table.add_column(header, justify="left" if header == "kernel" else "right")
-    for kernel in kernels[:TABLE_ROWS_VERBOSE]:
-        table.add_row(Text(short_name(str(kernel.get("name", "")))), Text(format_value(kernel.get("calls_per_step"))),
-                      Text(format_value(kernel.get("total_ms"), "ms")), Text(format_value(kernel.get("mean_us"), "us")),
-                      Text(format_value(kernel.get("share_pct"), "%")))
+def _table(title: str, headers: tuple[str, ...]) -> Table:
+    table = Table(title=Text(title), title_justify="left", box=None, pad_edge=False)
+    for index, header in enumerate(headers):
+        table.add_column(header, justify="left" if index == 0 or header in ("bound", "source") else "right")
     return table
 
 
-def _layer_table(results: dict) -> Table | Text:
+def _sources_title(rows: list[dict]) -> str:
+    return ", ".join(sorted({source_label(str(row.get("source", ""))) for row in rows}))
+
+
+def _kernel_table(results: dict) -> RenderableType:
+    kernels = results.get("top_kernels") or []
+    if not kernels:
+        return Text("Top kernels: no kernel timeline in this mode", style="dim")
+    table = _table(f"Top kernels per step [{_sources_title(kernels)}]", ("kernel", "calls", "total", "mean", "share"))
+    for kernel in kernels[:TABLE_ROWS_VERBOSE]:
+        table.add_row(Text(short_name(str(kernel.get("name", "")), KERNEL_NAME_WIDTH)),
+                      format_value(kernel.get("calls_per_step")), format_value(kernel.get("total_ms_per_step"), "ms"),
+                      format_value(kernel.get("mean_us"), "us"), format_value(kernel.get("share_pct"), "%"))
+    return table
+
+
+def _layer_table(results: dict) -> RenderableType:
     layers = results.get("layers") or []
     if not layers:
         return Text("Layers: no module ranges in this run (profile with --nvtx-modules)", style="dim")
-    sources = sorted({source_label(str(layer.get("source", ""))) for layer in layers})
-    table = Table(title=Text(f"Layers by GPU time per step [{', '.join(sources)}]"), title_justify="left", box=None)
-    for header in ("layer", "gpu", "kernels", "share"):
-        table.add_column(header, justify="left" if header == "layer" else "right")
+    table = _table(f"Layers by GPU time per step [{_sources_title(layers)}]", ("layer", "GPU time", "kernels",
+                                                                               "share of step"))
     for layer in layers[:TABLE_ROWS_VERBOSE]:
-        table.add_row(Text(short_name(str(layer.get("name", "")))), Text(format_value(layer.get("gpu_ms"), "ms")),
-                      Text(format_value(layer.get("kernels"))), Text(format_value(layer.get("share_pct"), "%")))
+        table.add_row(Text(short_name(str(layer.get("name", "")), KERNEL_NAME_WIDTH)),
+                      format_value(layer.get("gpu_ms"), "ms"), format_value(layer.get("kernels")),
+                      format_value(layer.get("share_of_step_pct"), "%"))
     return table
 
 
+def _roofline_table(results: dict) -> RenderableType:
+    kernels = sorted((results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0))
+    if not kernels:
+        return Text("Roofline kernels: none placed in this mode", style="dim")
+    table = _table(f"Roofline kernels [{_sources_title(kernels)}]", ("kernel", "time", "AI", "FLOP/s", "DRAM",
+                                                                      "bound"))
+    for kernel in kernels[:TABLE_ROWS_VERBOSE]:
+        flops = format_value(kernel.get("flops_per_s"), "FLOP/s")
+        if kernel.get("precision"):
+            flops += f" {kernel['precision']}"
+        table.add_row(Text(short_name(str(kernel.get("name", "")), KERNEL_NAME_WIDTH - 10)),
+                      format_value(kernel.get("time_ms"), "ms"), format_value(kernel.get("ai"), "FLOP/B"), flops,
+                      format_value(kernel.get("bytes_per_s"), "B/s"), str(kernel.get("bound") or "n/a"))
+    return table
+
+
+def _metrics_table(results: dict) -> RenderableType:
+    metrics = results.get("metrics") or {}
+    table = _table("All metrics", ("metric", "value", "source"))
+    for name, metric in metrics.items():
+        value = metric.get("value")
+        shown = value if isinstance(value, str) else format_value(value, metric.get("unit", ""))
+        table.add_row(Text(name), Text(shown or "(none)"), Text(source_label(str(metric.get("source", "")))))
+    return table
+
+
+def _with_gaps(sections: list[list[RenderableType]]) -> list[RenderableType]:
+    blocks: list[RenderableType] = []
+    for section in sections:
+        if section:
+            blocks += [*([Text("")] if blocks else []), *section]
+    return blocks
+
+
 def print_report(results: dict, console: Console, *, verbose: bool = False) -> None:
-    """Print the report of one results dict on a rich console."""
-    blocks: list = [*_summary(results), *_roofline(results), Text(""), *_findings(results, verbose)]
-    recommendations = _recommendations(results, verbose)
-    if recommendations:
-        blocks += [Text(""), *recommendations]
-    notes = _notes(results, verbose)
-    if notes:
-        blocks += [Text(""), *notes]
+    """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide."""
+    summary = [_header(results), _step(results), *_roofline(results), _sources(results)]
+    sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
-        kernel_table = _kernel_table(results)
-        blocks += [Text(""), *([kernel_table] if kernel_table else []), Text(""), _layer_table(results)]
-    blocks.append(_passes(results))
-    console.print(Group(*blocks), overflow="fold")
+        sections += [[_kernel_table(results)], [_layer_table(results)], [_roofline_table(results)],
+                     [_metrics_table(results)]]
+    sections.append(_notes(results, verbose) + _passes(results, verbose))
+    console.print(Constrain(Group(*_with_gaps(sections)), width=REPORT_WIDTH), overflow="fold")
 
 
 def render_terminal(results: dict, *, verbose: bool = False, color: bool | None = None) -> str:
