@@ -8,7 +8,6 @@ steps at all; the nsys pass tells which kernels are worth ncu's replay cost.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shlex
@@ -286,12 +285,6 @@ class Orchestrator:
         if mode == "nsys":
             want_ncu = False
             self.mode_reasons.append("ncu pass skipped: --mode nsys")
-        if want_ncu and importlib.util.find_spec("nvtx") is None:
-            # Without the nvtx package the step ranges carry no `hybrid` domain, so ncu's step filter
-            # (hybrid@step 0/) would match nothing.
-            self._fallback("the `nvtx` Python package is missing, so ncu cannot be limited to one step",
-                           "pip install nvtx")
-            want_ncu = False
         return want_nsys, want_ncu
 
     def _fallback(self, cause: str, fix: str) -> None:
@@ -358,15 +351,20 @@ class Orchestrator:
         kernel_names = select_kernels(profile.kernels, coverage=self.options.ncu_coverage,
                                       cap=self.options.ncu_kernels)
         if not kernel_names:
-            self._collector_failed("ncu", ProfilerError("the nsys pass captured no kernels to replay under ncu",
-                                                        "check that the workload launches CUDA kernels"))
+            reason = profile.extras.get("nsys", {}).get("no_kernels_reason") or "the workload launched no kernel"
+            self._collector_failed("ncu", ProfilerError(f"the nsys pass captured no kernels to replay under ncu: {reason}",
+                                                        "check that the workload launches CUDA kernels in its "
+                                                        "measured steps, in the process hybrid started"))
             return
         self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
         ncu_dir = self.run_dir.pass_dir("ncu")
         # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
         argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", inner,
-                                     kernel_names=kernel_names, nvtx_step=None if stepless else 0,
+                                     # The window between the injector's cudaProfilerStart/Stop, on every
+                                     # thread: an NVTX step filter would only see the launching thread and
+                                     # miss the backward pass, which autograd launches from its own thread.
+                                     kernel_names=kernel_names, measured_window=not stepless,
                                      metrics=ncu_metrics.METRICS, one_per_config=True)
         configs = self._launch_configs(profile, kernel_names)
         result = self._run_child("ncu", argv, note=f"replaying {configs} launch configurations of "

@@ -91,7 +91,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     assert ncu_argv[:len(prefix)] == prefix
     rest = ncu_argv[len(prefix) + 1:]
     assert rest == ["--kernel-name-base", "function", "--kernel-name", ncu.kernel_name_filter(selected),
-                    "--nvtx", "--nvtx-include", "hybrid@step 0/",
+                    "--profile-from-start", "off",
                     "--filter-mode", "per-launch-config", "--launch-count", "1", *inject("ncu", 1, True)]
     run = json.loads((out / "run.json").read_text())
     assert [p["name"] for p in run["passes"]] == ["torch", "nsys", "ncu"]
