@@ -39,6 +39,7 @@ RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
 NOTES_DEFAULT = 2  # limitations + warnings before "N more"
 TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
 REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
+TEXT_EVIDENCE_WIDTH = 40  # a name given as evidence, so that label, name and source share one line
 KERNEL_NAME_WIDTH = 60  # shortened kernel names in the tables, leaving room for five number columns
 
 SEVERITY_STYLE = {"CRITICAL": "bold white on red", "SEVERE": "bold red", "MODERATE": "yellow", "LOW": "dim"}
@@ -136,9 +137,27 @@ def _roofline(results: dict) -> list[Text]:
     return lines
 
 
-def _evidence(item: dict) -> Text:
+def _one_line_names(value: str) -> str:
+    """A name, or a comma-separated list of names, cut to TEXT_EVIDENCE_WIDTH: a list keeps its first
+    names whole and counts the rest."""
+    names = [name.strip() for name in value.split(", ")]
+    if len(names) == 1:
+        return short_name(value, TEXT_EVIDENCE_WIDTH)
+    kept = [short_name(names[0], TEXT_EVIDENCE_WIDTH)]
+    for name in names[1:]:
+        if len(", ".join([*kept, name])) > TEXT_EVIDENCE_WIDTH:
+            break
+        kept.append(name)
+    rest = len(names) - len(kept)
+    return ", ".join(kept) + (f" (+{rest} more)" if rest else "")
+
+
+def _evidence(item: dict, verbose: bool) -> Text:
     value = item.get("value")
-    shown = short_name(value) if isinstance(value, str) else format_value(value, item.get("unit", ""))
+    if isinstance(value, str):  # names (kernels, ops, layers): one line by default, whole in verbose
+        shown = value if verbose else _one_line_names(value)
+    else:
+        shown = format_value(value, item.get("unit", ""))
     return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
 
 
@@ -152,7 +171,7 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
         return title
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
-    details = [_evidence(item) for item in shown]  # the rest: --verbose, as the table's title says
+    details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
     explanation = str(finding.get("explanation") or "")
     if explanation:
         details.append(Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation)))
