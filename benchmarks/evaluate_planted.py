@@ -25,9 +25,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from hybrid.pipeline import _attach_ncu, _inject_facts, _pass_rows, analyze_profile, merge  # noqa: E402
-from hybrid.rules.base import SEVERITY_RANK  # noqa: E402
-from hybrid.rundir import RunDir  # noqa: E402
+from hybrid.pipeline import _attach_ncu, _inject_facts, _pass_rows, analyze_profile, merge
+from hybrid.rules.base import SEVERITY_RANK
+from hybrid.rundir import RunDir
 
 MANIFEST = HERE / "planted" / "manifest.json"
 DEFAULT_CAPTURES = REPO / "tests" / "fixtures" / "planted"
@@ -137,9 +137,10 @@ def render_markdown(rows: list[dict], commands: list[str], notes: list[str]) -> 
         scored = [r for r in rows if mode in r["modes"]]
         hits = sum(r["modes"][mode]["verdict"] == "PASS" for r in scored)
         lines.append(f"- `{mode}`: {hits}/{len(scored)} PASS")
-    lines += ["", "`est` is the primary finding's estimated ms/step; `realized` is the plain script's step "
+    legend = ("`est` is the primary finding's estimated ms/step; `realized` is the plain script's step "
               "time minus its fixed twin's (wall clock, no profiler; * = the script's nsys-pass step time, "
-              "no plain pass of it was captured); `err` = est - realized.", "",
+              "no plain pass of it was captured); `err` = est - realized.")
+    lines += ["", legend, "",
               "| script | expected | mode | primary (severity) | verdict | step ms | est ms | realized ms | err ms |",
               "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -10,7 +10,7 @@ from hybrid.rules.occupancy import small_grid_lost_ms
 from hybrid.rules.registry import RULES
 from hybrid.rules.roofline import roofline_lost_ms
 from hybrid.rules.synchronization import sync_stall_lost_ms
-from hybrid.rules.tensor_core import fp32_gemm_lost_ms
+from hybrid.rules.tensor_core import fp32_gemm_lost_ms, misaligned_lost_ms
 
 
 def test_pageable_copy_saving_is_the_bandwidth_gap_on_exposed_time():
@@ -44,6 +44,12 @@ def test_sync_saving_is_bounded_by_host_device_overlap():
     assert sync_stall_lost_ms(4.46, 1.25, 0.064, 1.07, 0.0) == pytest.approx(0.064)
     # Bounded by the device idle the syncs left.
     assert sync_stall_lost_ms(10.0, 2.0, 9.0, 0.5, 0.2) == pytest.approx(0.7)
+
+
+def test_misaligned_saving_is_the_time_beyond_the_practical_roofline():
+    assert misaligned_lost_ms(10.0, 12.0) == pytest.approx(10.0 * (1 - 12 / 80))
+    assert misaligned_lost_ms(10.0, 95.0) == 0
+    assert misaligned_lost_ms(10.0, None) == pytest.approx(5.0)  # no FLOPs: the guide's ~2x slowdown
 
 
 @pytest.mark.parametrize("pct, severity", [(45, "CRITICAL"), (30, "CRITICAL"), (20, "SEVERE"), (6, "MODERATE"),

@@ -6,6 +6,7 @@ from hybrid.provenance import MEASURED_NCU
 from hybrid.rules.base import Context, Evidence, Finding, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, finding, lost_pct
 from hybrid.rules.tensor_core import explained_lost_ms
+
 # Only kernels below half of that practical ceiling are worth a finding.
 LOW_EFFICIENCY_PCT = 40.0
 # The step is GPU-bound when kernels fill at least half of it.
