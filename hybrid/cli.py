@@ -75,6 +75,10 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
     from hybrid.report.terminal import print_report, render_terminal
 
     if run_dir is not None:
+        previous = run_dir / "results.json"
+        if previous.exists():
+            # Re-analysis replaces the document but never loses the one it replaces.
+            previous.replace(run_dir / "results.previous.json")
         write_results(results, run_dir / "results.json")
         (run_dir / "report.txt").write_text(render_terminal(results, verbose=True, color=False))
         if html:
