@@ -1,0 +1,383 @@
+"""Multi-process (torchrun / DDP / FSDP) jobs: launch every pass under torchrun with the injector
+wrapping each rank, keep one folder per rank, and merge the ranks' analyses into one job result.
+
+Run directory of a job:
+    RUN/run.json                        command, plan, the job (nproc, launcher argv, ncu rank), passes
+    RUN/<pass>/command.txt, console.log the torchrun command of each pass and every rank's output
+    RUN/rank-00/torch/trace.json ...    each rank's artifacts, laid out as a single-process run dir
+    RUN/rank-00/nsys/profile.sqlite     (nsys on every rank)
+    RUN/rank-0K/ncu/counters.csv        (ncu on one rank only, K chosen below)
+    RUN/results.json                    the job's results (analyze_job)
+
+Each rank's folder is a complete single-process run directory, so `hybrid report RUN/rank-01` and
+`pipeline.analyze_run_dir` read it unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from hybrid.errors import ProfilerError, UsageError, WorkloadError
+from hybrid.job import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
+from hybrid.orchestrate import Orchestrator, PassResult, Progress, RunOptions, Target
+from hybrid.rank_inject import RANK_DIR_PLACEHOLDER
+from hybrid.rundir import RunDir
+
+# What a rank raises when a peer died first (gloo's closed socket, NCCL's aborted communicator): the
+# rank that raised something else, or failed first, is the cause.
+PEER_FAILURE_MARKS = ("Connection closed by peer", "Connection reset by peer", "remote worker",
+                      "NCCL communicator was aborted", "NCCL error", "Watchdog caught collective operation timeout")
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+LAUNCHER_NAMES = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def _quiet(_name: str, _event: str, _detail: str) -> None:
+    return None
+
+
+# -- launching -----------------------------------------------------------------------------------
+
+def parse_torchrun_argv(argv: list[str]) -> tuple[list[str], Target, int | None]:
+    """Split `torchrun [its flags] train.py [args]` (with or without the leading `torchrun` or
+    `python -m torch.distributed.run`) into torchrun's own flags, the target, and nproc per node.
+    Parsed with torchrun's own parser, so every flag it knows is understood as it would be."""
+    from torch.distributed.run import get_args_parser
+
+    args = list(argv)
+    if args and Path(args[0]).name in LAUNCHER_NAMES:
+        args = args[1:]
+    elif len(args) >= 3 and Path(args[0]).name.startswith("python") and args[1] == "-m" and args[2] in LAUNCHER_NAMES:
+        args = args[3:]
+    try:
+        parsed = get_args_parser().parse_args(args)
+    except SystemExit:
+        raise UsageError(f"torchrun does not accept: {shlex.join(args)}",
+                         "check the torchrun flags (torchrun --help); the script comes after them") from None
+    if parsed.no_python:
+        raise UsageError("torchrun --no-python runs a program hybrid cannot inject into",
+                         "launch a Python script or module (-m) so hybrid can mark its steps")
+    flags = args[:len(args) - 1 - len(parsed.training_script_args)]
+    # torchrun's own -m applies to the training script; hybrid passes it on as the injector's --module.
+    flags = [f for f in flags if f not in ("-m", "--module")]
+    nproc = parsed.nproc_per_node
+    return flags, Target([parsed.training_script, *parsed.training_script_args], is_module=parsed.module), \
+        int(nproc) if str(nproc).isdigit() else None
+
+
+class JobRunDir(RunDir):
+    """A job's run directory. `read_inject(pass)` answers for the whole job: the lowest rank's
+    inject.json, with every rank's outcome under `ranks`, so the orchestrator's checks see the job."""
+
+    def rank_dirs(self) -> dict[int, Path]:
+        return find_rank_dirs(self.path)
+
+    def rank_injects(self, name: str) -> dict[int, dict | None]:
+        return {rank: RunDir(folder).read_inject(name) for rank, folder in self.rank_dirs().items()}
+
+    def read_inject(self, name: str) -> dict | None:
+        injects = {r: i for r, i in self.rank_injects(name).items() if i}
+        if not injects:
+            return None
+        first = dict(injects[min(injects)])
+        first["ranks"] = {str(r): {k: i.get(k) for k in ("outcome", "exit_code", "measured_steps", "step_time_ms")}
+                          for r, i in injects.items()}
+        return first
+
+
+class JobOrchestrator(Orchestrator):
+    """The single-process orchestrator's passes, each launched under torchrun."""
+
+    def __init__(self, target: Target, options: RunOptions, *, nproc: int | None, launcher_flags: list[str],
+                 progress: Progress = _quiet) -> None:
+        super().__init__(target, options, progress)
+        self.run_dir = JobRunDir(self.run_dir.path)
+        self.nproc = nproc
+        self.launcher_flags = launcher_flags
+        self.ncu_rank: int | None = None
+
+    def launcher_argv(self) -> list[str]:
+        flags = list(self.launcher_flags)
+        if self.nproc is not None and not any(f.startswith(("--nproc-per-node", "--nproc_per_node")) for f in flags):
+            flags += ["--nproc-per-node", str(self.nproc)]
+        if not any(f.startswith(("--rdzv", "--master", "--standalone", "--nnodes")) for f in flags):
+            # One node and no rendezvous given: a free port, so two jobs on one machine never collide.
+            flags.append("--standalone")
+        return TORCHRUN + flags
+
+    def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool, wrap: Path | None = None) -> list[str]:
+        argv = self.launcher_argv() + ["-m", "hybrid.rank_inject", "--run-dir", str(self.run_dir.path),
+                                       "--pass", pass_name]
+        if wrap is not None:
+            argv += ["--wrap-json", str(wrap)]
+        argv += ["--", "--warmup", str(self.options.warmup), "--steps", str(steps)]
+        if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
+            argv.append("--nvtx-modules")
+        if whole_run:
+            argv.append("--whole-run")
+        if self.target.is_module:
+            argv.append("--module")
+        return argv + ["--", *self.target.argv]
+
+    def _check_steps_agree(self, name: str) -> None:
+        steps = {r: (i or {}).get("measured_steps") for r, i in self.run_dir.rank_injects(name).items()}
+        if len(set(steps.values())) > 1:
+            self.mode_reasons.append(f"ranks measured different numbers of steps in the {name} pass ("
+                                     + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
+                                     + "); job figures use the steps each rank has")
+
+    def _workload_failure(self, result: PassResult) -> WorkloadError | None:
+        """A rank raised or died: exit 3, naming the rank that failed first and keeping every folder."""
+        injects = self.run_dir.rank_injects(result.name)
+        failed = {r: i for r, i in injects.items()
+                  if i and (i.get("outcome") == "exception" or i.get("exit_code") not in (0, None))}
+        # A rank torchrun stopped after another failed reports "interrupted"; the one that raised is the cause.
+        raised = {r: i for r, i in failed.items() if i.get("outcome") == "exception"}
+        silent = [r for r, i in injects.items() if i is None] if result.returncode not in (0, None) else []
+        if not failed and not silent:
+            self._check_steps_agree(result.name)
+            return None
+        culprits = raised or failed
+        lines = [f"rank {r}: {i.get('outcome')} (exit status {i.get('exit_code')})" for r, i in sorted(failed.items())]
+        lines += [f"rank {r}: ended without a report (killed, or crashed outside Python)" for r in silent]
+        cause = f"the workload failed in the {result.name} pass of the {len(injects)}-rank job: " + "; ".join(lines)
+        if culprits:
+            first = self._first_failure(result.name, culprits)
+            tb = (culprits[first].get("traceback") or "").strip()
+            cause += f"\nrank {first} failed first" + (f":\n{tb}" if tb else "")
+        return WorkloadError(cause, "fix the script so it runs under torchrun on its own: torchrun "
+                             f"{shlex.join(self.launcher_argv()[len(TORCHRUN):])} {self.target.display}",
+                             kept=", ".join(str(p) for p in self.run_dir.rank_dirs().values()) or str(self.run_dir.path))
+
+    def _first_failure(self, name: str, failed: dict[int, dict]) -> int:
+        """The rank whose failure is not a peer's fault, earliest report first."""
+        def key(rank: int) -> tuple[bool, float, int]:
+            collateral = any(mark in (failed[rank].get("traceback") or "") for mark in PEER_FAILURE_MARKS)
+            report = self.run_dir.path / rank_dir_name(rank) / name / "inject.json"
+            return collateral, report.stat().st_mtime if report.exists() else float("inf"), rank
+
+        return min(failed, key=key)
+
+    def _write_wrap(self, name: str, ranks: str | list[int], argv: list[str]) -> Path:
+        return self.run_dir.write_text(f"{name}/wrap.json", json.dumps({"ranks": ranks, "argv": argv}, indent=1))
+
+    def _nsys_pass(self, tools: dict, stepless: bool) -> None:
+        from nsight import nsys
+
+        out_base = Path(RANK_DIR_PLACEHOLDER) / "nsys" / "profile"
+        prefix = nsys.build_nsys_command(Path(tools["nsys"]), out_base, [], capture_range=not stepless)
+        wrap = self._write_wrap("nsys", "all", prefix)
+        result = self._run_child("nsys", self.inject_argv("nsys", steps=self.options.steps, whole_run=stepless,
+                                                          wrap=wrap))
+        self._record(result)
+        failure = self._workload_failure(result)
+        if failure is not None:
+            raise failure
+        log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
+        try:
+            for folder in self.run_dir.rank_dirs().values():
+                nsys.check_export(folder / "nsys" / "profile", result.returncode, log)
+        except ProfilerError as error:
+            self._collector_failed("nsys", error)
+
+    def choose_ncu_rank(self) -> tuple[int, str]:
+        """The straggler found in the nsys pass, whose kernels gate every step of the job; else the
+        lowest rank, as DDP ranks run the same kernels."""
+        timelines = [t for t in (load_rank_timeline(r, f) for r, f in self.run_dir.rank_dirs().items()) if t]
+        ranks = sorted(t.rank for t in timelines)
+        if len(timelines) > 1:
+            block, _ = job_block(timelines, {r: {} for r in ranks})
+            late = block.get("straggler")
+            if late and late["lateness_ms"] > 0:
+                return late["rank"], (f"rank {late['rank']} is the straggler in the nsys pass "
+                                      f"(the others wait {late['lateness_ms']:.2f} ms a step for it)")
+        return (ranks[0] if ranks else 0), "no straggler in the nsys pass: every rank runs the same kernels"
+
+    def _ncu_pass(self, tools: dict, stepless: bool) -> None:
+        from hybrid.ncu_pass import select_kernels
+        from hybrid.nsys_pass import load_nsys_export
+        from nsight import ncu, ncu_metrics
+
+        rank, reason = self.choose_ncu_rank()
+        self.ncu_rank = rank
+        self.run_dir.update_run_json(job={**self.run_dir.run_json().get("job", {}), "ncu_rank": rank,
+                                          "ncu_rank_reason": reason})
+        export = RunDir(self.run_dir.path / rank_dir_name(rank)).nsys_export()
+        kernels = load_nsys_export(export).kernels if export else None
+        names = select_kernels(kernels, coverage=self.options.ncu_coverage, cap=self.options.ncu_kernels) \
+            if kernels is not None else []
+        if not names:
+            self._collector_failed("ncu", ProfilerError(f"rank {rank}'s nsys pass captured no kernels to replay",
+                                                        "check that every rank launches CUDA kernels in its steps"))
+            return
+        prefix = ncu.build_ncu_command(Path(tools["ncu"]), Path(RANK_DIR_PLACEHOLDER) / "ncu" / "counters.csv", [],
+                                       kernel_names=names, measured_window=not stepless,
+                                       metrics=ncu_metrics.METRICS, one_per_config=True)
+        wrap = self._write_wrap("ncu", [rank], prefix)
+        # The other ranks run the same single step unprofiled: they must meet rank K in its collectives.
+        result = self._run_child("ncu", self.inject_argv("ncu", steps=1, whole_run=stepless, wrap=wrap),
+                                 note=f"rank {rank} only ({reason}); NCCL kernels are not replayed")
+        self._record(result)
+        failure = self._workload_failure(result)
+        if failure is not None:
+            raise failure
+        folder = self.run_dir.path / rank_dir_name(rank) / "ncu"
+        try:
+            console = (self.run_dir.pass_dir("ncu") / "console.log").read_text(errors="replace")
+            if ncu.check_run(folder / "counters.csv", folder / "ncu.log", result.returncode, console):
+                self.mode_reasons.append("ncu stopped early: counters cover only the kernels it profiled")
+        except ProfilerError as error:
+            self._collector_failed("ncu", error)
+
+
+def run_job(target_argv: list[str] | None, options: RunOptions, nproc: int | None,
+            torchrun_argv: list[str] | None, progress: Progress = _quiet) -> Path:
+    """Profile a torchrun job: `hybrid run --nproc-per-node N train.py ...` (target_argv and nproc)
+    or `hybrid run -- torchrun ... train.py ...` (torchrun_argv). Returns the run directory.
+    Raises WorkloadError (exit 3) when a rank fails; the other ranks' folders are kept."""
+    if torchrun_argv:
+        flags, target, nproc_given = parse_torchrun_argv(torchrun_argv)
+        nproc = nproc if nproc is not None else nproc_given
+    elif target_argv:
+        flags, target = [], Target(list(target_argv))
+        if nproc is None or nproc < 1:
+            raise UsageError(f"--nproc-per-node must be at least 1 (got {nproc})", "pass --nproc-per-node 2, for example")
+    else:
+        raise UsageError("no script to launch", "pass a script, or `-- torchrun [flags] train.py [args]`")
+    orchestrator = JobOrchestrator(target, options, nproc=nproc, launcher_flags=flags, progress=progress)
+    orchestrator.run_dir.update_run_json(job={"nproc_per_node": nproc, "launcher": orchestrator.launcher_argv(),
+                                              "torchrun_argv": torchrun_argv})
+    orchestrator.run()
+    return orchestrator.run_dir.path
+
+
+# -- analysis ------------------------------------------------------------------------------------
+
+def rank_path(run_dir: Path, rank: int) -> Path:
+    """The folder of one rank (`--rank K`), a single-process run directory."""
+    folder = run_dir / rank_dir_name(rank)
+    if not folder.is_dir():
+        have = ", ".join(str(r) for r in find_rank_dirs(run_dir)) or "none"
+        raise UsageError(f"{run_dir} has no rank {rank}", f"pass one of the ranks it holds: {have}")
+    return folder
+
+
+def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, list[dict]]:
+    from hybrid.analyze import rank
+    from hybrid.profile import Profile
+    from hybrid.provenance import Metric
+    from hybrid.rules import communication
+    from hybrid.rules.base import Context, Finding
+
+    metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
+    profile = Profile()
+    late = block.get("straggler")
+    if late is not None:
+        own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
+        own_source = own["evidence"][0]["source"] if own and own.get("evidence") else "estimated"
+        profile.extras["job"] = {"straggler_primary": own and {"title": own["title"], "source": own_source}}
+    ctx = Context(profile=profile, metrics=metrics)
+    comm = [f for f in (rule.evaluate(ctx) for rule in communication.RULES) if f is not None]
+    # Per-rank findings, once per rule: the rank where it costs most, since ranks in lockstep gain
+    # what the fix saves on the rank that gates the step.
+    merged: dict[str, dict] = {}
+    for r, results in sorted(rank_results.items()):
+        for f in (results.get("diagnosis") or {}).get("bottlenecks", []):
+            kept = merged.get(f["id"])
+            ranks = (kept or {}).get("ranks", []) + [r]
+            if kept is None or f["time_lost_ms"] > kept["time_lost_ms"]:
+                kept = {**f, "rank": r}
+            merged[f["id"]] = {**kept, "ranks": ranks}
+    findings = rank(comm + [Finding(**{k: v for k, v in f.items() if k not in ("rank", "ranks")}) for f in merged.values()])
+    extra = {f["id"]: {"rank": f["rank"], "ranks": f["ranks"]} for f in merged.values()}
+    out = []
+    for f in findings:
+        entry = f.to_dict()
+        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"]}))
+        out.append(entry)
+    return findings, out
+
+
+def analyze_job(run_dir: Path) -> dict:
+    """The job's results.json: the representative rank's results (the straggler, else the slowest
+    rank) with the job's diagnosis, a `job` block and a `ranks` summary. Each rank is analyzed by
+    `pipeline.analyze_run_dir`, as a single run."""
+    from hybrid.errors import InputError
+    from hybrid.pipeline import analyze_run_dir
+
+    run_dir = Path(run_dir)
+    folders = find_rank_dirs(run_dir)
+    if not folders:
+        raise InputError(f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
+                         "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run")
+    warnings, rank_results, timelines = [], {}, []
+    for r, folder in folders.items():
+        try:
+            rank_results[r] = analyze_run_dir(folder)
+        except InputError as error:
+            warnings.append(f"rank {r} left nothing to analyze ({error.cause})")
+            continue
+        timeline = load_rank_timeline(r, folder)
+        if timeline is not None:
+            timelines.append(timeline)
+    if not rank_results:
+        raise InputError(f"no rank of {run_dir} left a torch trace or an nsys export",
+                         "each rank's console output is in RUN/<pass>/console.log; re-run the job")
+    block, match_warnings = job_block(timelines, rank_results)
+    warnings += match_warnings + _job_warnings(block, timelines, rank_results)
+    late = block.get("straggler")
+    representative = late["rank"] if late and late["rank"] in rank_results else \
+        block["slowest_rank"] if block["slowest_rank"] in rank_results else min(rank_results)
+    findings, bottlenecks = _job_diagnosis(block, rank_results)
+    from hybrid.analyze import primary
+
+    top = primary(findings)
+    results = copy.deepcopy(rank_results[representative])
+    run_json = RunDir(run_dir).run_json()
+    block["representative_rank"] = representative
+    block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")
+    block["ncu_rank_reason"] = (run_json.get("job") or {}).get("ncu_rank_reason")
+    results["job"] = block
+    results["ranks"] = {str(r): {"dir": rank_dir_name(r), "step_time_ms": res["timing"].get("step_time_ms"),
+                                 "mode": res.get("mode"),
+                                 "primary_bottleneck": (res["diagnosis"].get("primary_bottleneck") or {}).get("title")}
+                        for r, res in rank_results.items()}
+    results["workload"] = {**results["workload"], "command": run_json.get("command", results["workload"].get("command")),
+                           "ranks": len(folders)}
+    results["diagnosis"] = {"primary_bottleneck": next((b for b in bottlenecks if top is not None and b["id"] == top.id),
+                                                       None),
+                            "bottlenecks": bottlenecks}
+    results["warnings"] = list(dict.fromkeys(warnings + list(run_json.get("mode_reasons", [])) + results["warnings"]))
+    results["limitations"] = results["limitations"] + _job_limitations(block)
+    return results
+
+
+def _job_warnings(block: dict, timelines: list, rank_results: dict) -> list[str]:
+    out = []
+    steps = {r: res["workload"].get("steps_measured") for r, res in rank_results.items()}
+    if len(set(steps.values())) > 1:
+        out.append("ranks measured different numbers of steps (" + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
+                   + "): a rank stopped early or stepped differently; per-step figures use the steps each has")
+    with_comm = [t.rank for t in timelines if len(t.comm)]
+    silent = [t.rank for t in timelines if not len(t.comm)]
+    if with_comm and silent:
+        out.append(f"rank(s) {', '.join(map(str, silent))} ran no collective in the measured steps while "
+                   f"rank(s) {', '.join(map(str, with_comm))} did: the ranks are not running the same program path")
+    return out
+
+
+def _job_limitations(block: dict) -> list[str]:
+    backend = block.get("backend")
+    out = []
+    if backend and not any(name in backend for name in ("nccl", "gloo")):
+        out.append(f"The job's process group uses the {backend!r} backend: hybrid sees collectives of NCCL (its "
+                   "kernels) and gloo (torch.profiler ranges) only, so communication time, overlap and waits are "
+                   "not measured for it.")
+    elif not block["comm_by_collective_ms"] and len(block["ranks"]) > 1:
+        out.append("No collective was seen in the measured steps: the ranks did not communicate through NCCL or "
+                   "gloo (or used a backend hybrid cannot see); communication and straggler figures are absent.")
+    return out

@@ -1,0 +1,92 @@
+"""The per-rank program of a multi-process job: torchrun starts one of these per rank.
+
+    python -m hybrid.rank_inject --run-dir RUN --pass P [--wrap-json FILE] -- INJECT_OPTIONS -- TARGET [ARGS...]
+
+It reads the rank torchrun gave it (RANK, else LOCAL_RANK) and runs the injector with
+`--out RUN/rank-XX/P`, so every rank leaves its own inject.json and trace. With --wrap-json, the
+ranks it names run the injector under a collector instead (nsys on every rank, ncu on one): the file
+holds {"ranks": "all" | [int, ...], "argv": [...]} where "{rank_dir}" in argv is this rank's folder.
+
+A SIGTERM (how torchrun stops the surviving ranks when one fails) is turned into KeyboardInterrupt,
+so the injector still writes inject.json and the trace of the steps done so far.
+
+Standard library only (and hybrid.inject): it runs in every rank before the user's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+RANK_DIR_FORMAT = "rank-{:02d}"
+RANK_DIR_PLACEHOLDER = "{rank_dir}"
+
+
+def rank_from_env(env: dict[str, str] | None = None) -> int:
+    """The global rank torchrun set (RANK), else the local one; 0 for a plain single process."""
+    env = os.environ if env is None else env
+    for name in ("RANK", "LOCAL_RANK"):
+        value = env.get(name)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    return 0
+
+
+def rank_dir(run_dir: Path, rank: int) -> Path:
+    return run_dir / RANK_DIR_FORMAT.format(rank)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m hybrid.rank_inject")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--pass", dest="pass_name", required=True)
+    parser.add_argument("--wrap-json", type=Path, help="collector command for some ranks (see module doc)")
+    return parser
+
+
+def _wrap_for(wrap_json: Path | None, rank: int, folder: Path) -> list[str]:
+    if wrap_json is None:
+        return []
+    wrap = json.loads(wrap_json.read_text())
+    if wrap["ranks"] != "all" and rank not in wrap["ranks"]:
+        return []
+    return [arg.replace(RANK_DIR_PLACEHOLDER, str(folder)) for arg in wrap["argv"]]
+
+
+def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("error: no injector options and target after `--`", file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    args = _parser().parse_args(argv[:cut])
+    inject_args = argv[cut + 1:]
+    rank = rank_from_env()
+    folder = rank_dir(args.run_dir, rank)
+    out = folder / args.pass_name
+    out.mkdir(parents=True, exist_ok=True)
+    inject_argv = ["--pass", args.pass_name, "--out", str(out), *inject_args]
+    collector = _wrap_for(args.wrap_json, rank, folder)
+    if not collector:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        from hybrid.inject import main as inject_main
+
+        return inject_main(inject_argv)
+    child = subprocess.Popen([*collector, sys.executable, "-m", "hybrid.inject", *inject_argv])
+    # torchrun stops a failed job with SIGTERM: pass it on, so the collector can close its report.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

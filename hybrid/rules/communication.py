@@ -1,0 +1,138 @@
+"""Communication between ranks of a multi-process job (hybrid.job computes the metrics): exposed
+communication, a straggler rank, communication-bound steps, host-side collectives and barriers.
+
+These rules read job-level metrics (means over ranks, per step); `step_time_ms` is the job's step,
+the slowest rank's, since ranks that meet in collectives move at the pace of the last one.
+"""
+
+from __future__ import annotations
+
+from hybrid.rules.base import Context, Evidence, Finding, Rule
+from hybrid.rules.common import finding, lost_pct
+
+# 5% of the step is SEVERITY_FLOORS' MODERATE floor: the smallest gain worth a code change.
+MIN_LOST_PCT = 5.0
+# Transfer time at or above compute time: even perfect overlap leaves the step waiting on the network.
+COMM_BOUND_RATIO = 1.0
+
+
+def hideable_comm_ms(exposed_ms: float, wait_ms: float, comm_ms: float, compute_ms: float) -> float:
+    """What better overlap could hide: the exposed time that is transfer rather than waiting for a
+    late peer (that is the straggler's), at most the compute not yet overlapped with communication.
+    An upper bound: DDP can overlap only with the backward pass."""
+    exposed_transfer = max(0.0, exposed_ms - max(0.0, wait_ms))
+    overlapped = max(0.0, comm_ms - exposed_ms)
+    room = max(0.0, compute_ms - overlapped)
+    return min(exposed_transfer, room)
+
+
+def unhideable_comm_ms(comm_ms: float, wait_ms: float, compute_ms: float) -> float:
+    """Transfer time no overlap can hide: what exceeds the compute it could run under."""
+    return max(0.0, (comm_ms - max(0.0, wait_ms)) - compute_ms)
+
+
+def check_exposed(ctx: Context) -> Finding | None:
+    lost = hideable_comm_ms(ctx.value("exposed_comm_ms"), ctx.value("wait_ms", 0.0), ctx.value("comm_ms"),
+                            ctx.value("compute_ms"))
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="comm.exposed", title="Communication is exposed: collectives run while no compute does",
+        category="COMMUNICATION",
+        pairs=[("time in collectives per step", "comm_ms"), ("exposed (no compute running)", "exposed_comm_ms"),
+               ("overlap with compute", "overlap_pct"), ("of which waiting for peers", "wait_ms"),
+               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
+        explanation=("Gradient all-reduces that start only after the backward pass has finished, or that the step "
+                     "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
+                     "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
+                     "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
+                     "gradient, or when no_sync() is left off the last micro-batch only."),
+        suggestions=["Let DistributedDataParallel reduce the gradients instead of all_reduce after backward().",
+                     ("Lower DDP's bucket_cap_mb (default 25) so the first buckets start during backward; for "
+                     "models with many small parameters, try gradient_as_bucket_view=True."),
+                     "With gradient accumulation, wrap every micro-batch but the last in model.no_sync().",
+                     "For FSDP, keep backward_prefetch=BACKWARD_PRE and forward_prefetch=True."],
+        lost_ms=lost)
+
+
+def check_straggler(ctx: Context) -> Finding | None:
+    lost = ctx.value("straggler_lateness_ms", 0.0)
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    rank = ctx.value("straggler_rank")
+    job = ctx.profile.extras.get("job", {})
+    own = job.get("straggler_primary")
+    extra = [Evidence(f"rank {rank}'s own top finding", own["title"], "", own.get("source", "estimated"))] if own else []
+    return finding(
+        ctx, id="comm.straggler", title=f"Rank {rank} is a straggler: the other ranks wait for it in every step",
+        category="COMMUNICATION",
+        pairs=[("straggler rank", "straggler_rank"), ("others wait for it, per step", "straggler_lateness_ms"),
+               ("collectives it arrived at last", "straggler_arrived_last_pct"),
+               ("step time spread across ranks", "step_time_spread_ms"), ("job step time", "step_time_ms")],
+        extra=extra,
+        explanation=(f"Rank {rank} reaches the collectives last, so every other rank spends that time waiting "
+                     "inside them and the whole job runs at its pace. The cause is on that rank: more work "
+                     "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
+                     "or checkpointing done by one rank, or a slower or throttled device. Its own report "
+                     f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."),
+        suggestions=[f"Read rank {rank}'s report and fix its top finding first.",
+                     "Balance the work per rank: equal batch sizes, bucket sequences by length, shard data evenly.",
+                     ("Move rank-0-only work (logging, evaluation, checkpoint writes) out of the step or make it "
+                     "asynchronous."),
+                     "Check the straggler's device: clocks, temperature, PCIe/NVLink placement (nvidia-smi -q)."],
+        lost_ms=lost)
+
+
+def check_comm_bound(ctx: Context) -> Finding | None:
+    comm, wait, compute = ctx.value("comm_ms"), ctx.value("wait_ms", 0.0), ctx.value("compute_ms")
+    transfer = max(0.0, comm - max(0.0, wait))
+    if compute > 0 and transfer / compute < COMM_BOUND_RATIO:
+        return None
+    lost = unhideable_comm_ms(comm, wait, compute)
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
+    return finding(
+        ctx, id="comm.bound", title="The step is communication-bound: collectives take longer than the compute",
+        category="COMMUNICATION",
+        pairs=[("time in collectives per step", "comm_ms"), ("of which waiting for peers", "wait_ms"),
+               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
+        explanation=("Each rank computes for less time than its collectives take to move the data, so even "
+                     "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
+                     "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
+                     "fp32 over a slow link."),
+        suggestions=["Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()).",
+                     ("Compress gradients: DDP's bf16/fp16 compression hook "
+                     "(register_comm_hook(None, default_hooks.bf16_compress_hook))."),
+                     "Use fewer ranks for a model this small, or shard it (FSDP) only when it does not fit.",
+                     "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/IB or a socket fallback is used."],
+        lost_ms=lost)
+
+
+def check_host_sync(ctx: Context) -> Finding | None:
+    barriers = ctx.value("barriers_per_step", 0.0)
+    host_collectives = ctx.value("host_collectives_on_cuda_per_step", 0.0)
+    if barriers <= 0 and host_collectives <= 0:
+        return None
+    lost = ctx.value("barrier_ms", 0.0)
+    return finding(
+        ctx, id="comm.host_sync", title="Ranks synchronize on the host inside the step",
+        category="COMMUNICATION",
+        pairs=[("barriers per step", "barriers_per_step"), ("time in barriers per step", "barrier_ms"),
+               ("CPU (gloo) collectives per step in a GPU job", "host_collectives_on_cuda_per_step")],
+        explanation=("A barrier, or a collective run by the CPU (gloo) in a GPU job, stops every rank's host until "
+                     "the slowest one arrives, and data moved through the CPU must first be copied off the GPU. "
+                     "Common sources: dist.barrier() in the loop, all_gather_object/broadcast_object_list for "
+                     "metrics, loss.item() after an all_reduce, a gloo process group used for GPU tensors."),
+        suggestions=["Remove dist.barrier() from the training step; synchronize only around checkpoints.",
+                     "Reduce metrics on the GPU with NCCL and read them every N steps, not with *_object collectives.",
+                     "Create process groups with the NCCL backend for GPU tensors (backend='cpu:gloo,cuda:nccl')."],
+        lost_ms=lost)
+
+
+RULES = [
+    Rule("comm.exposed", "COMMUNICATION", ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"), check_exposed),
+    Rule("comm.straggler", "COMMUNICATION", ("straggler_rank", "straggler_lateness_ms", "step_time_ms"),
+         check_straggler),
+    Rule("comm.bound", "COMMUNICATION", ("comm_ms", "compute_ms", "step_time_ms"), check_comm_bound),
+    Rule("comm.host_sync", "COMMUNICATION", ("step_time_ms",), check_host_sync),
+]

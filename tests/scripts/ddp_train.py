@@ -1,0 +1,50 @@
+"""A tiny data-parallel training loop over gloo, launched by torchrun (CPU only).
+
+--mode ddp: DistributedDataParallel reduces the gradients (bucketed, launched during backward).
+--mode manual: every gradient is all-reduced by hand after backward(), one blocking call each: the
+  communication cannot overlap with any compute.
+--slow-rank R --sleep-ms MS: rank R sleeps MS after each optimizer step (a straggler).
+--crash-rank R --crash-at N: rank R raises at iteration N."""
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--mode", choices=("ddp", "manual"), default="ddp")
+parser.add_argument("--iters", type=int, default=40)
+parser.add_argument("--width", type=int, default=256)
+parser.add_argument("--slow-rank", type=int, default=-1)
+parser.add_argument("--sleep-ms", type=float, default=0.0)
+parser.add_argument("--crash-rank", type=int, default=-1)
+parser.add_argument("--crash-at", type=int, default=-1)
+args = parser.parse_args()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+torch.set_num_threads(1)  # two ranks share two cores
+model = torch.nn.Sequential(torch.nn.Linear(args.width, 2 * args.width), torch.nn.ReLU(),
+                            torch.nn.Linear(2 * args.width, args.width))
+if args.mode == "ddp":
+    model = DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torch.randn(64, args.width)
+try:
+    for i in range(args.iters):
+        if rank == args.crash_rank and i == args.crash_at:
+            raise RuntimeError(f"planted failure on rank {rank} at iteration {i}")
+        optimizer.zero_grad()
+        model(data).square().mean().backward()
+        if args.mode == "manual":
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+        optimizer.step()
+        if rank == args.slow_rank:
+            time.sleep(args.sleep_ms / 1000.0)
+finally:
+    dist.destroy_process_group()
