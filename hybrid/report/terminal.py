@@ -63,8 +63,10 @@ def _header(results: dict) -> Text:
     name = device.get("name") or "no GPU"
     if device.get("sm_count"):
         name += f" ({device['sm_count']} SMs)"
-    text = Text.assemble(("hybrid", "bold"), f" · {name} · mode {results.get('mode')} · "
-                         f"{workload.get('steps_measured')} steps measured after {workload.get('warmup_steps')} warmup")
+    steps = f"{workload.get('steps_measured')} steps measured"
+    if workload.get("warmup_steps") is not None:  # unknown for exports made outside hybrid
+        steps += f" after {workload['warmup_steps']} warmup"
+    text = Text.assemble(("hybrid", "bold"), f" · {name} · mode {results.get('mode')} · {steps}")
     if workload.get("batch_size"):
         text.append(f" · batch {workload['batch_size']}")
     return text
@@ -269,7 +271,7 @@ def _passes(results: dict, verbose: bool) -> list[Text]:
         return []
     lines = [Text.assemble(("Passes: ", "bold"), " · ".join(_pass_part(item) for item in passes))]
     if verbose:
-        lines.append(Text("overhead = step time under the collector vs the same process's unprofiled warmup steps; "
+        lines.append(Text("overhead = step time under the collector vs the plain pass (--baseline); "
                           "ncu replays each profiled kernel, so its step time is replay cost", style="dim"))
     return lines
 
