@@ -17,6 +17,13 @@ from hybrid.schema import SCHEMA_VERSION
 NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
 
 
+def _no_kernels(export: Path, profile: Profile) -> InputError:
+    reason = profile.extras.get("nsys", {}).get("no_kernels_reason") or "no CUDA kernel was recorded"
+    return InputError(f"{export} holds no kernels: {reason}",
+                      "profile the steps that launch GPU work (nsys profile -t cuda ...; with "
+                      "--capture-range, make sure the range opens), then export again")
+
+
 def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profile:
     if nsys_profile is None:
         if torch_profile is None:
@@ -118,6 +125,12 @@ def analyze_run_dir(path: Path, *, step_range: str | None = None) -> dict:
         from hybrid.nsys_pass import load_nsys_export
 
         nsys_profile = load_nsys_export(export, step_range=step_range)
+        if not len(nsys_profile.kernels):
+            if torch_profile is None:
+                raise _no_kernels(export, nsys_profile)
+            # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
+            torch_profile.warnings += nsys_profile.warnings
+            nsys_profile = None
     profile = merge(torch_profile, nsys_profile)
     facts = _inject_facts(run)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
@@ -143,6 +156,8 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     from hybrid.nsys_pass import load_nsys_export
 
     profile = load_nsys_export(export, step_range=step_range)
+    if not len(profile.kernels):
+        raise _no_kernels(export, profile)
     if ncu_csv is not None:
         profile = _attach_ncu(profile, ncu_csv)
     workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -276,3 +277,28 @@ def test_compare_gates_on_step_time_regression(tmp_path):
     assert diff["step_time_ms"]["delta_pct"] == pytest.approx(20.0)
     missing = hybrid("compare", str(tmp_path / "nope"), str(tmp_path / "b.json"))
     assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+PROBE_EXPORT = ROOT / "tests" / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
+
+
+def test_report_on_a_users_own_export_with_step_range():
+    done = hybrid("report", str(PROBE_EXPORT), "--step-range", "step", "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["mode"] == "nsys"
+    assert results["workload"]["steps_measured"] == 5
+    assert results["workload"]["step_source"].startswith("nvtx:")
+    assert results["diagnosis"]["primary_bottleneck"]["category"] == "DATA_PIPELINE"  # 32 MiB pageable HtoD
+
+
+def test_export_without_kernels_is_an_input_error(tmp_path):
+    import sqlite3
+
+    export = tmp_path / "no_kernels.sqlite"
+    shutil.copy(PROBE_EXPORT, export)
+    with sqlite3.connect(export) as con:
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    done = hybrid("report", str(export))
+    assert done.returncode == 2
+    assert "holds no kernels" in done.stderr and "fix:" in done.stderr
