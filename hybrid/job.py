@@ -350,7 +350,7 @@ def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
         "rank": last,
         "lateness_ms": float(np.mean(others)) - wait_ms[last],
         "arrived_last_pct": arrived_last_pct,
-        "wait_ms_by_rank": wait_ms,
+        "wait_ms_by_rank": {str(r): ms for r, ms in wait_ms.items()},  # str keys, as in results.json
     }
 
 

@@ -4,9 +4,12 @@
 --mode manual: every gradient is all-reduced by hand after backward(), one blocking call each: the
   communication cannot overlap with any compute.
 --slow-rank R --sleep-ms MS: rank R sleeps MS after each optimizer step (a straggler).
---crash-rank R --crash-at N: rank R raises at iteration N."""
+--crash-rank R --crash-at N: rank R raises at iteration N.
+--record-env DIR: each rank records whether a collector wrapper (hybrid.rank_inject --wrap-json) ran it."""
 
 import argparse
+import json
+import os
 import time
 
 import torch
@@ -21,10 +24,14 @@ parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 parser.add_argument("--crash-rank", type=int, default=-1)
 parser.add_argument("--crash-at", type=int, default=-1)
+parser.add_argument("--record-env", help="write each rank's HYBRID_WRAPPED variable to RECORD_ENV/rank<R>.json")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+if args.record_env:
+    with open(f"{args.record_env}/rank{rank}.json", "w") as record:
+        json.dump({"wrapped": os.environ.get("HYBRID_WRAPPED")}, record)
 torch.manual_seed(0)
 torch.set_num_threads(1)  # two ranks share two cores
 model = torch.nn.Sequential(torch.nn.Linear(args.width, 2 * args.width), torch.nn.ReLU(),

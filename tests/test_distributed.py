@@ -1,0 +1,172 @@
+"""Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script (tests/scripts/ddp_train.py)
+through hybrid.distributed.run_job, analyzed by analyze_job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybrid.distributed import JobOrchestrator, analyze_job, parse_torchrun_argv, rank_path, run_job
+from hybrid.errors import UsageError, WorkloadError
+from hybrid.job import collective_kind, find_rank_dirs, uncovered_ns, union
+from hybrid.orchestrate import RunOptions, Target
+from hybrid.rules.communication import hideable_comm_ms, unhideable_comm_ms
+from hybrid.schema import missing_keys
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_train.py")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _options(out: Path, steps: int = 4) -> RunOptions:
+    return RunOptions(out_dir=out, mode="torch", warmup=2, steps=steps)
+
+
+def _finding(results: dict, finding_id: str) -> dict | None:
+    return next((f for f in results["diagnosis"]["bottlenecks"] if f["id"] == finding_id), None)
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory) -> tuple[Path, dict]:
+    run_dir = run_job([SCRIPT, "--mode", "ddp"], _options(tmp_path_factory.mktemp("ddp") / "run"), 2, None)
+    return run_dir, analyze_job(run_dir)
+
+
+@pytest.fixture(scope="module")
+def straggler_job(tmp_path_factory) -> tuple[Path, dict]:
+    run_dir = run_job([SCRIPT, "--mode", "ddp", "--slow-rank", "1", "--sleep-ms", "30"],
+                      _options(tmp_path_factory.mktemp("straggler") / "run"), 2, None)
+    return run_dir, analyze_job(run_dir)
+
+
+@pytest.fixture(scope="module")
+def manual_job(tmp_path_factory) -> tuple[Path, dict]:
+    # Launched as a user with their own torchrun flags would: `hybrid run -- torchrun ...`.
+    torchrun = ["torchrun", "--nproc-per-node", "2", "--standalone", SCRIPT, "--mode", "manual"]
+    run_dir = run_job(None, _options(tmp_path_factory.mktemp("manual") / "run"), None, torchrun)
+    return run_dir, analyze_job(run_dir)
+
+
+def test_ddp_job_end_to_end(ddp_job):
+    run_dir, results = ddp_job
+    assert sorted(p.name for p in find_rank_dirs(run_dir).values()) == ["rank-00", "rank-01"]
+    for rank in (0, 1):
+        folder = rank_path(run_dir, rank)
+        inject = json.loads((folder / "torch" / "inject.json").read_text())
+        assert inject["outcome"] == "step_limit" and inject["measured_steps"] == 4
+        assert (folder / "torch" / "trace.json").is_file()
+    command = (run_dir / "torch" / "command.txt").read_text()
+    assert "torch.distributed.run --nproc-per-node 2" in command and "-m hybrid.rank_inject" in command
+    assert missing_keys(results) == []
+    job = results["job"]
+    assert job["ranks"] == [0, 1] and job["backend"] == "gloo" and job["comm_source"] == "measured:torch"
+    assert "all_reduce" in job["comm_by_collective_ms"]
+    # DDP reduces its one bucket once per step on every rank, and every collective lines up across ranks.
+    assert job["collectives_matched"] == 4
+    for rank in ("0", "1"):
+        per_rank = job["per_rank"][rank]
+        assert per_rank["steps"] == 4 and per_rank["collectives_per_step"] == 1
+        assert 0 < per_rank["comm_ms"] < per_rank["step_time_ms"]
+        assert 0 < per_rank["compute_ms"] < per_rank["step_time_ms"]
+        assert per_rank["exposed_comm_ms"] <= per_rank["comm_ms"]
+    assert set(results["ranks"]) == {"0", "1"}
+    with pytest.raises(UsageError):
+        rank_path(run_dir, 2)
+
+
+def test_straggler_is_rank_1(straggler_job):
+    _, results = straggler_job
+    job = results["job"]
+    assert job["straggler"]["rank"] == 1 and job["straggler"]["arrived_last_pct"] >= 75
+    # Rank 1 sleeps 30 ms a step outside the collectives; rank 0 waits most of that in the all-reduce.
+    assert job["straggler"]["wait_ms_by_rank"]["0"] > 15 > job["straggler"]["wait_ms_by_rank"]["1"]
+    finding = _finding(results, "comm.straggler")
+    assert finding is not None and finding["category"] == "COMMUNICATION"
+    assert "Rank 1" in finding["title"]
+    assert next(e for e in finding["evidence"] if e["label"] == "straggler rank")["value"] == 1
+    assert finding["time_lost_ms"] > 15
+    assert results["diagnosis"]["primary_bottleneck"]["id"] == "comm.straggler"
+    assert job["representative_rank"] == 1
+
+
+def test_manual_allreduce_is_exposed(manual_job):
+    run_dir, results = manual_job
+    assert "--standalone" in (run_dir / "torch" / "command.txt").read_text()
+    job = results["job"]
+    # Four blocking all-reduces after backward() each step: nothing computes while they run.
+    assert job["per_rank"]["0"]["collectives_per_step"] == 4
+    assert job["metrics"]["overlap_pct"]["value"] < 10
+    finding = _finding(results, "comm.exposed")
+    assert finding is not None and finding["time_lost_ms"] > 0
+    exposed = next(e for e in finding["evidence"] if e["label"] == "exposed (no compute running)")
+    assert exposed["source"] == "measured:torch" and exposed["value"] > 0
+
+
+def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
+    with pytest.raises(WorkloadError) as raised:
+        run_job([SCRIPT, "--crash-rank", "1", "--crash-at", "4"], _options(tmp_path / "run"), 2, None)
+    error = raised.value
+    assert error.exit_code == 3
+    assert "rank 1 failed first" in error.cause and "planted failure on rank 1" in error.cause
+    for rank in (0, 1):
+        inject = json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())
+        assert inject["outcome"] == "exception"
+    assert "rank-00" in error.kept and "rank-01" in error.kept
+    # What the ranks gathered before the crash still analyzes: two measured steps each.
+    results = analyze_job(tmp_path / "run")
+    assert {r: v["step_time_ms"] is not None for r, v in results["ranks"].items()} == {"0": True, "1": True}
+
+
+def test_wrap_runs_only_the_named_rank_under_the_collector(tmp_path):
+    orchestrator = JobOrchestrator(Target([SCRIPT, "--record-env", str(tmp_path)]), _options(tmp_path / "run", 1),
+                                   nproc=2, launcher_flags=[])
+    wrap = orchestrator._write_wrap("plain", [1], ["env", "HYBRID_WRAPPED={rank_dir}"])
+    argv = orchestrator.inject_argv("plain", steps=1, whole_run=False, wrap=wrap)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run(argv, check=True, env=env, capture_output=True, timeout=120)
+    records = {r: json.loads((tmp_path / f"rank{r}.json").read_text())["wrapped"] for r in (0, 1)}
+    assert records == {0: None, 1: str(tmp_path / "run" / "rank-01")}
+
+
+def test_parse_torchrun_argv():
+    flags, target, nproc = parse_torchrun_argv(["torchrun", "--nnodes", "1", "--nproc-per-node", "4", "-m", "pkg.train",
+                                                "--lr", "0.1"])
+    assert flags == ["--nnodes", "1", "--nproc-per-node", "4"]
+    assert target.argv == ["pkg.train", "--lr", "0.1"] and target.is_module and nproc == 4
+    flags, target, _ = parse_torchrun_argv([sys.executable, "-m", "torch.distributed.run", "train.py", "-x"])
+    assert flags == [] and target.argv == ["train.py", "-x"] and not target.is_module
+    with pytest.raises(UsageError):
+        parse_torchrun_argv(["torchrun", "--no-python", "./a.out"])
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_reduce"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "all_gather"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"),
+    ("ncclDevKernel_Broadcast_RING_LL", "broadcast"),
+    ("ncclDevKernel_SendRecv", "send_recv"),
+    ("gloo:all_reduce", "all_reduce"),
+    ("nccl:all_to_all", "all_to_all"),
+    ("gloo:barrier", "barrier"),
+])
+def test_collective_kind(name, kind):
+    assert collective_kind(name) == kind
+
+
+def test_exposed_time_is_communication_not_covered_by_compute():
+    comm = union(np.array([0, 50, 60]), np.array([40, 70, 100]))  # 0-40, 50-100
+    compute = union(np.array([10, 80]), np.array([20, 200]))  # 10-20, 80-200
+    assert uncovered_ns(comm, compute) == 30 + 30
+
+
+def test_overlap_estimates():
+    # 10 ms exposed of which 4 ms waiting for a peer; 2 ms already overlapped, 5 ms compute left to hide under.
+    assert hideable_comm_ms(10.0, 4.0, 12.0, 7.0) == 5.0
+    assert hideable_comm_ms(10.0, 4.0, 12.0, 30.0) == 6.0
+    assert unhideable_comm_ms(12.0, 4.0, 5.0) == 3.0
+    assert unhideable_comm_ms(12.0, 4.0, 20.0) == 0.0
