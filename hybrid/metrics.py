@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.profile import Profile
+from hybrid.profile import ANNOTATION_PREFIX, Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 
 NS_PER_MS = 1e6
@@ -62,6 +62,10 @@ CREATE_OPS = {"aten::randn", "aten::rand", "aten::randint", "aten::zeros", "aten
               "aten::empty", "aten::tensor", "aten::from_numpy", "aten::arange", "aten::linspace",
               "aten::lift_fresh", "aten::scalar_tensor"}
 MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
+# torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
+# {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
+# host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
+DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
 
 
 # ----------------------------------------------------------------------------- intervals
@@ -459,9 +463,32 @@ def _op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
     return out
 
 
+def is_annotation(names: pd.Series) -> pd.Series:
+    """Rows of Profile.ops that are user annotations, not operators (profile.ANNOTATION_PREFIX)."""
+    return names.str.startswith(ANNOTATION_PREFIX)
+
+
+def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+    """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
+    had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
+    ops = _in_steps(profile.ops, steps)
+    iterator = ops["name"].str.extract(DATA_LOADER_NEXT, expand=False)
+    fetches = ops[iterator.notna()]
+    if fetches.empty:
+        return {}
+    n = len(steps)
+    src = frame_source(profile, "ops")
+    return {
+        "data_loader_ms": Metric(_per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "data_loader_idle_ms": Metric(_per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
+    }
+
+
 def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
     ops = _in_steps(profile.ops, steps)
+    ops = ops[~is_annotation(ops["name"])]
     if ops.empty:
         return {}
     src = frame_source(profile, "ops")
@@ -621,6 +648,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
         out.update(_copies(profile, steps, peaks, frame_source(profile, "memcpys")))
     out.update(_syncs(profile, steps))
     out.update(_ops(profile, steps))
+    out.update(_data_loader(profile, steps))
     out.update(_extras(profile))
     out.update(_counters(profile, steps))
     return out

@@ -63,7 +63,15 @@ LAUNCH_COLUMNS = {
 # torch operators (torch pass only). shapes/dtypes are the recorded input dims and types (lists).
 # flops is torch's estimate (NaN when the op has none). device_ns is the GPU time of kernels the op
 # launched itself (self), cpu_self_ns its CPU time minus children. top_level marks ops with no
-# parent op (used for CPU-residency attribution without double counting).
+# parent op (used for CPU-residency attribution without double counting). device_idle_ns is the part
+# of the op's host interval when the device ran nothing (no kernel, copy or memset), measured on the
+# op's own pass's clock: the torch pass's ops are merged into profiles whose kernels come from nsys,
+# on another clock, so this overlap can only be taken when the trace is loaded.
+# User annotations (record_function ranges such as torch's DataLoader
+# `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`) are kept as rows named
+# ANNOTATION_PREFIX + their name. They are not operators: top_level False, cpu_self_ns and device_ns
+# 0, no shapes or FLOPs, so operator totals are unchanged by them.
+ANNOTATION_PREFIX = "annotation: "
 OP_COLUMNS = {
     "name": "object",
     "tid": "int64",
@@ -76,6 +84,7 @@ OP_COLUMNS = {
     "flops": "float64",
     "top_level": "bool",
     "step": "int64",
+    "device_idle_ns": "int64",
 }
 
 # Module ranges (NVTX module ranges under nsys; record_function/module hierarchy in torch):

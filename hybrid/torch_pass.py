@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 
 from hybrid.errors import InputError
+from hybrid.metrics import covered, interval_union
 from hybrid.profile import (
+    ANNOTATION_PREFIX,
     KERNEL_COLUMNS,
     LAUNCH_COLUMNS,
     MEMCPY_COLUMNS,
@@ -85,8 +87,11 @@ def load_torch_trace(path: str | Path) -> Profile:
     memsets = _device_events(events, "gpu_memset", runtime)
     steps, step_source = _steps(events, path, warnings)
 
-    ops = conform(_op_frame(events, kernels, steps, _saved_op_flops(path, warnings)), OP_COLUMNS)
-    if len(ops) and ops["flops"].isna().all():
+    device_busy = _device_busy(kernels, memcpys, memsets)
+    ops = pd.concat([_op_frame(events, kernels, steps, _saved_op_flops(path, warnings), device_busy),
+                     _annotation_frame(events, steps, device_busy)], ignore_index=True)
+    ops = conform(ops, OP_COLUMNS)
+    if (~ops["name"].str.startswith(ANNOTATION_PREFIX)).any() and ops["flops"].isna().all():
         warnings.append(f"{path}: no operator FLOPs (the trace does not carry them and no {OP_FLOPS_FILE} "
                         "lies beside it); FLOP counts must be estimated from shapes")
     profile = Profile(
@@ -264,7 +269,8 @@ def _memset_frame(memsets: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 def _sync_frame(runtime: pd.DataFrame, memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     copy_of_call = memcpys.drop_duplicates("correlation").set_index("correlation")["name"]
-    copy_name = runtime["correlation"].map(copy_of_call).fillna("").astype(str)
+    # As strings even when the trace has no copy (the map is then all-NaN floats).
+    copy_name = runtime["correlation"].map(copy_of_call).astype("string").fillna("")
     blocking_copy = (
         (runtime["api"].isin(SYNC_COPY_APIS) & ~copy_name.str.contains("DtoD", regex=False))
         | (runtime["api"].isin(ASYNC_COPY_APIS) & copy_name.str.contains("Pageable", regex=False))
@@ -307,8 +313,19 @@ def _saved_op_flops(trace_path: Path, warnings: list[str]) -> dict[int, int]:
         return {}
 
 
+def _device_busy(*device_frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """When the device ran anything (kernel, copy, memset), as disjoint intervals."""
+    starts = np.concatenate([f["start_ns"].to_numpy(np.int64) for f in device_frames])
+    ends = np.concatenate([f["end_ns"].to_numpy(np.int64) for f in device_frames])
+    return interval_union(starts, ends)
+
+
+def _device_idle_ns(start: np.ndarray, end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    return (end - start) - covered(*device_busy, start, end)
+
+
 def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
-              saved_flops: dict[int, int]) -> pd.DataFrame:
+              saved_flops: dict[int, int], device_busy: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
     ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.startswith(PROFILER_STEP_PREFIX)]
     ops = ops.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False]).reset_index(drop=True)
     start = ops["start_ns"].to_numpy()
@@ -337,6 +354,33 @@ def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
         "flops": flops.astype("float64"),
         "top_level": ~has_parent,
         "step": _step_of(start, steps),
+        "device_idle_ns": _device_idle_ns(start, end, device_busy),
+    })
+
+
+def _annotation_frame(events: pd.DataFrame, steps: pd.DataFrame,
+                      device_busy: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+    """record_function ranges other than our step marks and torch's ProfilerStep#N, as op rows
+    (OP_COLUMNS: ANNOTATION_PREFIX + name, outside the operator tree). torch marks its own Python-side
+    work this way: the DataLoader's `__next__`, `Optimizer.step#SGD.step`, `Optimizer.zero_grad#...`."""
+    marks = events[(events["cat"] == "user_annotation")
+                   & ~events["name"].str.match(STEP_NAME)
+                   & ~events["name"].str.startswith(PROFILER_STEP_PREFIX)]
+    start = marks["start_ns"].to_numpy(np.int64)
+    end = marks["end_ns"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "name": ANNOTATION_PREFIX + marks["name"],
+        "tid": marks["tid"],
+        "start_ns": start,
+        "end_ns": end,
+        "cpu_self_ns": 0,
+        "device_ns": 0,
+        "shapes": None,
+        "dtypes": None,
+        "flops": np.nan,
+        "top_level": False,
+        "step": _step_of(start, steps),
+        "device_idle_ns": _device_idle_ns(start, end, device_busy),
     })
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.data_pipeline import loader_stall_lost_ms
 
 MIN_LOST_PCT = 1.0
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
@@ -14,6 +15,12 @@ EXCESSIVE_COPIES_PER_STEP = 10
 EXPECTED_COPIES_PER_STEP = 2
 # Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
 HOST_GAP_MIN_PCT = 5.0
+
+
+def preprocessing_lost_ms(idle_host_ms: float, loader_stall_ms: float) -> float:
+    """Host idle time not spent fetching from a DataLoader (that part is DATA_PIPELINE's finding):
+    numpy or Python work in the loop body itself."""
+    return max(0.0, idle_host_ms - loader_stall_ms)
 
 
 def cpu_heavy_lost_ms(cpu_heavy_ms: float, gpu_idle_ms: float | None) -> float:
@@ -72,21 +79,23 @@ def check_transfers(ctx: Context) -> Finding | None:
 
 
 def check_preprocessing(ctx: Context) -> Finding | None:
-    lost = ctx.value("idle_host_ms", 0.0)
+    idle_host = ctx.value("idle_host_ms", 0.0)
+    lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(ctx.value("data_loader_idle_ms", 0.0), idle_host))
     if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:
         return None
     return finding(
         ctx, id="cpu.preprocessing", title="The GPU waits while the host computes without launching work",
         category="CPU_RESIDENCY",
-        pairs=[("GPU idle, host busy with no launch", "idle_host_ms"), ("CPU-only top-level ops",
-                                                                         "cpu_only_ops_ms"),
-               ("GPU utilization", "gpu_util_pct")],
+        pairs=[("GPU idle, host busy with no launch", "idle_host_ms"),
+               ("of which fetching from a DataLoader", "data_loader_idle_ms"),
+               ("CPU-only top-level ops", "cpu_only_ops_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
-                     "the GPU: data loading, augmentation, numpy or Python preprocessing on the main thread."),
-        suggestions=[("Move preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
-                     "persistent_workers=True)."),
+                     "the GPU: augmentation, numpy or Python preprocessing on the main thread, in the loop body. "
+                     "Time spent inside a DataLoader's __next__ is not counted here (see the DataLoader finding)."),
+        suggestions=["Replace numpy work in the step with batched torch ops on the GPU.",
                      "Do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI).",
-                     "Replace numpy work in the step with torch ops on the GPU."],
+                     ("Move per-sample preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
+                      "persistent_workers=True), so worker processes do it ahead of the GPU.")],
         lost_ms=lost)
 
 

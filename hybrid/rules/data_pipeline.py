@@ -1,4 +1,5 @@
-"""Getting data to the GPU: pageable copies, copies not overlapped with compute, step jitter."""
+"""Getting data to the GPU: a DataLoader the GPU waits for, pageable copies, copies not overlapped
+with compute, step jitter."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ from hybrid.rules.common import finding, lost_pct
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
+# A DataLoader stall is host idle time like host preprocessing in the loop body, so it is held to the
+# same floor (cpu_residency.HOST_GAP_MIN_PCT): 5% of the step.
+LOADER_STALL_MIN_PCT = 5.0
+# torch.utils.data's iterator when num_workers=0: batches are built in the training process.
+SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # A steady training loop varies by a few % step to step; above 10% CV something intermittent
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
@@ -26,9 +32,45 @@ def exposed_copy_lost_ms(exposed_pinned_ms: float, kernel_ms: float) -> float:
     return max(0.0, min(exposed_pinned_ms, kernel_ms))
 
 
+def loader_stall_lost_ms(data_loader_idle_ms: float, idle_host_ms: float | None) -> float:
+    """Host time inside DataLoader.__next__ while the device ran nothing is host idle time: the host
+    neither launched nor waited on the GPU. It was measured by the torch pass; when the timeline
+    analyzed is another pass's (nsys), it cannot exceed that timeline's host idle time."""
+    stall = max(0.0, data_loader_idle_ms)
+    return stall if idle_host_ms is None else min(stall, max(0.0, idle_host_ms))
+
+
 def jitter_lost_ms(mean_ms: float, median_ms: float) -> float:
     """Slow steps pull the mean above the typical step; that excess is what jitter costs."""
     return max(0.0, mean_ms - median_ms)
+
+
+def check_loader_stall(ctx: Context) -> Finding | None:
+    lost = loader_stall_lost_ms(ctx.value("data_loader_idle_ms", 0.0), ctx.value("idle_host_ms"))
+    if lost_pct(ctx, lost) < LOADER_STALL_MIN_PCT:
+        return None
+    in_process = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
+    if in_process:
+        cause = ("The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
+                 "the training process, between steps, while the GPU waits.")
+        advice = [("DataLoader(num_workers=N>0, persistent_workers=True, prefetch_factor=2..4, pin_memory=True): "
+                   "workers prepare the next batches while the GPU runs this one.")]
+    else:
+        cause = ("The DataLoader's workers do not keep up: the training process waits in __next__ for the next "
+                 "batch while the GPU has nothing to run.")
+        advice = ["Raise num_workers (up to the free CPU cores) and prefetch_factor; keep persistent_workers=True."]
+    return finding(
+        ctx, id="data.loader_stall", title="The GPU waits for the DataLoader", category="DATA_PIPELINE",
+        pairs=[("GPU idle while fetching a batch", "data_loader_idle_ms"),
+               ("host time fetching a batch", "data_loader_ms"), ("DataLoader iterator", "data_loader_iterator"),
+               ("GPU idle, host busy with no launch", "idle_host_ms"), ("GPU utilization", "gpu_util_pct")],
+        explanation=(f"{cause} Time lost: host time inside DataLoader.__next__ (torch.profiler's "
+                     "`enumerate(DataLoader)#...__next__` range) during which the device ran nothing."),
+        suggestions=advice + [
+            ("Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
+             "tensors, NVIDIA DALI), or store preprocessed data."),
+            "Measure the loader alone (iterate it without the model) to see the batches per second it can deliver."],
+        lost_ms=lost)
 
 
 def check_pageable(ctx: Context) -> Finding | None:
@@ -91,6 +133,7 @@ def check_jitter(ctx: Context) -> Finding | None:
 
 
 RULES = [
+    Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), check_loader_stall),
     Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), check_pageable),
     Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), check_exposed_copies),
     Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms"), check_jitter),
