@@ -1,9 +1,11 @@
 """Peak figures per GPU model, so metrics can say "x% of what this chip can do".
 
-Every figure is a datasheet value (source `spec`) unless the collector measured or reported it for
-the actual device (nsys `TARGET_INFO_GPU`: memory bandwidth, SM count, clock, L2 size), in which
-case the export value wins and its source says so. A GPU missing from the table gets no invented
-numbers: its peaks stay None and `Peaks.unknown` lists them.
+Every figure is a device property, not a measurement of the run, so its source is `spec`: a
+datasheet value, or, where a collector read it off the actual device (nsys `TARGET_INFO_GPU`: memory
+bandwidth, SM count, clock, L2 size), the device's own reported value, which wins and is named in
+`Peaks.notes` ("reported by the device"). `measured:*` stays for quantities measured during the run.
+A GPU missing from the table gets no invented numbers: its peaks stay None and `Peaks.unknown`
+lists them.
 
 Tensor FLOP/s are *dense* (NVIDIA datasheets print the 2:4-sparse figure, twice as large, with an
 asterisk; we halve those). FP32 and FP64 are the non-tensor CUDA-core rates.
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hybrid.profile import DeviceInfo
-from hybrid.provenance import MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, SPEC, Metric
+from hybrid.provenance import ESTIMATED, SPEC, Metric
 
 TERA = 1e12
 GIGA = 1e9
@@ -161,27 +163,27 @@ def match_spec(name: str | None) -> GpuSpec | None:
     return None
 
 
-def _device_source(device: DeviceInfo) -> str:
-    # Only a collector that read the device's properties may override the datasheet.
-    return device.source if device.source in (MEASURED_NSYS, MEASURED_NCU, MEASURED_TORCH) else MEASURED_NSYS
-
-
 def peaks_for(device: DeviceInfo) -> Peaks:
     """Peaks for `device`: datasheet figures for its model, overridden by what the export reported."""
     spec = match_spec(device.name)
-    src = _device_source(device)
     notes: list[str] = []
+    reported = []
 
     dram = Metric(spec.dram_bytes_per_s, "B/s", SPEC) if spec else None
     if device.memory_bandwidth_bytes_per_s:
-        dram = Metric(float(device.memory_bandwidth_bytes_per_s), "B/s", src)
-        notes.append(f"DRAM bandwidth from the device's reported properties ({src})")
+        dram = Metric(float(device.memory_bandwidth_bytes_per_s), "B/s", SPEC)
+        reported.append("dram_bytes_per_s")
     sm_count = Metric(spec.sm_count, "SMs", SPEC) if spec else None
     if device.sm_count:
-        sm_count = Metric(int(device.sm_count), "SMs", src)
+        sm_count = Metric(int(device.sm_count), "SMs", SPEC)
+        reported.append("sm_count")
     l2 = Metric(spec.l2_bytes, "B", SPEC) if spec else None
     if device.l2_bytes:
-        l2 = Metric(int(device.l2_bytes), "B", src)
+        l2 = Metric(int(device.l2_bytes), "B", SPEC)
+        reported.append("l2_bytes")
+    if reported:
+        notes.append(f"{', '.join(reported)} reported by the device (read by {device.source}), not measured "
+                     "in the run")
 
     flops: dict[str, Metric | None] = {p: None for p in PRECISIONS}
     if spec:
@@ -196,7 +198,7 @@ def peaks_for(device: DeviceInfo) -> Peaks:
         for precision, value in spec.flops_per_s.items():
             if value is not None:
                 # A rescaled datasheet value is our estimate, not the datasheet's.
-                flops[precision] = Metric(value * scale, "FLOP/s", "estimated" if rescaled else SPEC)
+                flops[precision] = Metric(value * scale, "FLOP/s", ESTIMATED if rescaled else SPEC)
         notes.append(f"peaks from {spec.reference}; tensor FLOP/s are dense (no 2:4 sparsity)")
     link = Metric(spec.host_link_bytes_per_s, "B/s", SPEC) if spec else None
 

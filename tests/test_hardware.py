@@ -31,8 +31,12 @@ def test_h200_export_overrides_datasheet_and_says_so():
     assert peaks.model == "H200 SXM"
     # TARGET_INFO_GPU of the capture: 4.814 TB/s, 132 SMs, 60 MiB L2 (the datasheet says 4.8 TB/s, 50 MB).
     assert peaks.dram_bytes_per_s.value == pytest.approx(4_814_304_000_000)
-    assert peaks.dram_bytes_per_s.source == MEASURED_NSYS
-    assert peaks.l2_bytes.value == 62914560 and peaks.l2_bytes.source == MEASURED_NSYS
+    # Device properties, not measurements of the run: `spec`, with a note that the device reported them.
+    assert peaks.dram_bytes_per_s.source == SPEC
+    assert peaks.l2_bytes.value == 62914560 and peaks.l2_bytes.source == SPEC
+    assert peaks.sm_count.source == SPEC
+    assert any("dram_bytes_per_s, sm_count, l2_bytes reported by the device (read by measured:nsys)" in note
+               for note in peaks.notes)
     # 132 SMs at 1.98 GHz is the datasheet configuration: FLOP peaks stay datasheet values.
     assert peaks.flops_per_s["bf16"].source == SPEC
     assert peaks.flops("bf16") == pytest.approx(989.4e12)  # dense: half the datasheet's 1979 sparse
