@@ -601,13 +601,12 @@ def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     if c.empty:
         return {}
     src = MEASURED_NCU
-    key_cols = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
-    k = _in_steps(profile.kernels, steps)
     out: dict[str, Metric] = {}
-    if not k.empty:
-        kdur = k["end_ns"] - k["start_ns"]
-        profiled = k[key_cols].merge(c[key_cols].drop_duplicates(), how="left", indicator=True)["_merge"] == "both"
-        out["ncu_coverage_pct"] = Metric(100 * float(kdur[profiled.to_numpy()].sum() / kdur.sum()), "%", src)
+    # One computation, made where the counters are matched to the launches (ncu_pass.attach_counters):
+    # the share of measured GPU time whose launch matched a profiled one, which its warning quotes too.
+    coverage = (profile.extras.get("ncu") or {}).get("covered_gpu_time_pct")
+    if coverage is not None:
+        out["ncu_coverage_pct"] = Metric(float(coverage), "%", src)
     w = c["duration_ns"]
     for name, col in (("ncu_l2_hit_pct", "l2_hit_pct"), ("ncu_l1_hit_pct", "l1_hit_pct"),
                       ("ncu_tensor_pipe_pct", "tensor_pipe_pct"), ("ncu_sm_throughput_pct", "sm_throughput_pct"),

@@ -186,7 +186,7 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
 
     warnings = list(profile.warnings)
     if total_ns > 0 and covered_pct < LOW_COVERAGE_PCT:
-        warnings.append(f"ncu counters cover only {covered_pct:.0f}% of the measured GPU time; "
+        warnings.append(f"ncu counters cover only {covered_pct:.1f}% of the measured GPU time; "
                         "kernel-level conclusions rest on the profiled kernels (results.json: metrics ncu_*)")
     extras = dict(profile.extras)
     extras["ncu"] = {

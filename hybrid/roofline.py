@@ -4,6 +4,14 @@ estimated), and for the step as a whole, duration-weighted.
 attainable = min(peak FLOP/s of the point's precision, AI x DRAM bandwidth); a point is memory
 bound when its AI is left of the ridge (peak / bandwidth). Without FLOPs (nsys only, no ncu, no
 torch ops) there is nothing to place and the block says so instead of inventing points.
+
+`time_ms` (of the step and of each point) is the kernel time per steady step that the point covers,
+read off the timeline: for counters, the GPU time of every kernel launch matched to a profiled one
+(by launch or launch configuration, as ncu_pass matches them), so the step's time_ms is
+kernel_time_ms x ncu_coverage_pct (over the same steps); for ops, the GPU time of their kernels. A
+point's rates (FLOP/s, B/s, % of attainable) are those its source measured: ncu's own duration for
+the counters it read, the timeline for ops. The step point sums each profiled kernel's FLOPs and bytes
+once per launch it stands for.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.metrics import op_bytes, op_flops, op_precision, steady_steps
+from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -23,8 +32,23 @@ MAX_POINTS = 30
 DEFAULT_PRECISION = "fp32"
 
 
-def _points_from_counters(counters: pd.DataFrame) -> pd.DataFrame:
-    c = counters
+def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
+    """One point per profiled kernel (counter row) that stands for launches in the steady steps: its
+    counters per launch, and how many launches and how much timeline GPU time per step it covers."""
+    ncu = profile.extras.get("ncu") or {}
+    kernels = profile.kernels.reset_index(drop=True)
+    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
+    if rows is None or len(rows) != len(kernels):
+        return pd.DataFrame()
+    steps = steady_steps(profile)
+    matched = kernels.assign(counter_row=rows, match=levels)
+    matched = matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])
+                      & matched["counter_row"].isin(counted.index)]
+    if matched.empty:
+        return pd.DataFrame()
+    n = max(len(steps), 1)
+    per_row = (matched["end_ns"] - matched["start_ns"]).groupby(matched["counter_row"]).agg(["size", "sum"])
+    c = counted.loc[per_row.index]
     tensor = c["tensor_flops"].fillna(0)
     scalar = c["fp64_flops"].fillna(0) + c["fp32_flops"].fillna(0) + c["fp16_flops"].fillna(0)
 
@@ -39,13 +63,15 @@ def _points_from_counters(counters: pd.DataFrame) -> pd.DataFrame:
 
     frame = c.assign(tensor=tensor)
     return pd.DataFrame({
-        "name": c["name"],
+        "name": c["name"].to_numpy(),
         "flops": (tensor + scalar).to_numpy(float),
         "bytes": (c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)).to_numpy(float),
         "l2_bytes": c["l2_bytes"].to_numpy(float),
         "time_ns": c["duration_ns"].to_numpy(float),
-        "precision": frame.apply(dominant, axis=1) if len(frame) else pd.Series(dtype=object),
+        "precision": frame.apply(dominant, axis=1).to_numpy() if len(frame) else np.empty(0, object),
         "source": MEASURED_NCU,
+        "per_step": per_row["size"].to_numpy(float) / n,
+        "step_time_ns": per_row["sum"].to_numpy(float) / n,
     })
 
 
@@ -71,6 +97,9 @@ def _points_from_ops(profile: Profile) -> pd.DataFrame:
         "time_ns": agg["time_ns"].to_numpy(float) / n,
         "precision": [(op_precision(d) or DEFAULT_PRECISION) for d in first.loc[agg.index, "dtypes"]],
         "source": ESTIMATED,
+        # Already per step: each point is its op's work and time per step.
+        "per_step": 1.0,
+        "step_time_ns": agg["time_ns"].to_numpy(float) / n,
     })
 
 
@@ -104,27 +133,32 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     # a GEMM with no FLOP metric would otherwise sit at AI 0 as if it did no math.
     counted = profile.counters[profile.counters["tensor_flops"].notna() & profile.counters["dram_read_bytes"].notna()]
     if not counted.empty:
-        points = _points_from_counters(counted)
+        points = _points_from_counters(profile, counted)
+        if points.empty:
+            return {**empty, "reason": "no profiled kernel matches a launch in the measured steps"}
     elif not profile.ops.empty:
         points = _points_from_ops(profile)
     else:
         return {**empty, "reason": "no FLOP counts: run with ncu (--mode hybrid) or the torch pass"}
-    points = points[points["time_ns"] > 0]
+    points = points[(points["time_ns"] > 0) & (points["step_time_ns"] > 0)] if len(points) else points
     if points.empty:
         return {**empty, "reason": "no kernel time to place"}
     placed = _place(points, peaks)
-    time = placed["time_ns"]
+    time = placed["step_time_ns"]
     dominant = time.groupby(placed["precision"]).sum().idxmax()
     ridge = (peaks.flops(dominant) or peaks.flops(DEFAULT_PRECISION) or np.nan) / peaks.dram
-    flops, nbytes = placed["flops"].sum(), placed["bytes"].sum()
+    per_step = placed["per_step"]
+    flops, nbytes = (placed["flops"] * per_step).sum(), (placed["bytes"] * per_step).sum()
+    rate_ns = (placed["time_ns"] * per_step).sum()
     ai = flops / nbytes if nbytes else np.inf
     achieved = float((placed["achieved_pct"].clip(upper=100) * time).sum() / time.sum())
-    l2_total = placed["l2_bytes"].sum(min_count=1)
+    l2_total = (placed["l2_bytes"] * per_step).sum(min_count=1)
     source = placed["source"].iloc[0]
-    top = placed.sort_values("time_ns", ascending=False).head(MAX_POINTS)
+    top = placed.sort_values("step_time_ns", ascending=False).head(MAX_POINTS)
     kernels = [{"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
-                "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.time_ns / 1e6, "bound": r.bound,
-                "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
+                "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6, "calls_per_step": r.per_step,
+                "bound": r.bound, "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct),
+                "source": r.source}
                for r in top.itertuples(index=False)]
     return {
         "bound": "memory" if ai < ridge else "compute",
@@ -133,8 +167,8 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "ridge_point": _finite(ridge),
         "precision": dominant,
         "achieved_pct_of_attainable": achieved,
-        "flops_per_s": _finite(flops / (time.sum() / 1e9)),
-        "bytes_per_s": _finite(nbytes / (time.sum() / 1e9)),
+        "flops_per_s": _finite(flops / (rate_ns / 1e9)),
+        "bytes_per_s": _finite(nbytes / (rate_ns / 1e9)),
         "time_ms": float(time.sum() / 1e6),
         "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
         "source": source,

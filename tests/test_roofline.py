@@ -41,3 +41,44 @@ def test_counters_without_flop_metrics_are_not_placed_at_zero_intensity():
     assert not profile.counters.empty
     roof = roofline(profile, peaks_for(profile.device))
     assert roof["kernels"] == [] and roof["bound"] is None
+
+
+RESNET50 = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"
+
+
+@pytest.fixture(scope="module")
+def resnet50():
+    from hybrid.pipeline import analyze_run_dir
+
+    return analyze_run_dir(RESNET50)
+
+
+def test_step_time_ms_is_the_kernel_time_per_step_the_counters_cover(resnet50):
+    # resnet50 b32 on the H200, ncu on a few kernel names: the step point covers only the launches
+    # matched to a profiled kernel, so its time is that share of the step's kernel time (no step is an
+    # outlier here, so both figures average the same steps).
+    roof, metrics = resnet50["roofline"], resnet50["metrics"]
+    assert resnet50["timing"]["steps_excluded"] == 0 and roof["source"] == "measured:ncu"
+    covered_ms = metrics["kernel_time_ms"]["value"] * metrics["ncu_coverage_pct"]["value"] / 100
+    assert roof["time_ms"] == pytest.approx(covered_ms, rel=1e-3)  # coverage is stored rounded to 0.01%
+    # Per step, not the ncu replay of one launch per profiled kernel (4.2 ms before: 31 launches of 41 ms).
+    assert roof["time_ms"] > 0.2 * metrics["kernel_time_ms"]["value"]
+    points = roof["kernels"]  # the largest MAX_POINTS of them, by time per step
+    assert sum(p["time_ms"] for p in points) <= roof["time_ms"] + 1e-9
+    assert [p["time_ms"] for p in points] == sorted((p["time_ms"] for p in points), reverse=True)
+    # Each point stands for whole launches per step.
+    assert all(p["calls_per_step"] >= 1 and float(p["calls_per_step"] * 5).is_integer() for p in points)
+
+
+def test_coverage_metric_and_warning_quote_one_computation(resnet50):
+    coverage = resnet50["metrics"]["ncu_coverage_pct"]["value"]
+    warning = next(w for w in resnet50["warnings"] if w.startswith("ncu counters cover only"))
+    assert f"{coverage:.1f}%" in warning
+
+
+def test_op_points_time_is_the_device_time_per_step_of_their_ops():
+    profile = load_torch_trace(FIXTURES / "torch_trace.json")
+    roof = roofline(profile, peaks_for(profile.device))
+    ops = profile.ops[profile.ops["device_ns"] > 0]
+    n = max(profile.measured_steps, 1)
+    assert roof["time_ms"] == pytest.approx(ops["device_ns"].sum() / n / 1e6)

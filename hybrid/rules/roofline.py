@@ -27,8 +27,9 @@ def check_low_efficiency(ctx: Context) -> Finding | None:
     step, kernel = ctx.value("step_time_ms", 0.0), ctx.value("kernel_time_ms", 0.0)
     if achieved is None or achieved >= LOW_EFFICIENCY_PCT or not step or 100 * kernel / step < GPU_BOUND_KERNEL_PCT:
         return None
-    # Counters place only the kernels ncu replayed: their efficiency is not extrapolated to the rest.
-    placed_ms = kernel * ctx.value("ncu_coverage_pct", 100.0) / 100.0 if roof["source"] == MEASURED_NCU else kernel
+    # Counters place only the kernels ncu replayed (roofline time_ms: their GPU time per step): their
+    # efficiency is not extrapolated to the rest.
+    placed_ms = roof["time_ms"] if roof["source"] == MEASURED_NCU else kernel
     # A specific cause (FP32 or misaligned GEMMs) owns the part of the shortfall it explains; this
     # generic finding keeps the rest (tc_fp16_unaligned: the narrow-alignment GEMMs were the low points).
     lost = roofline_lost_ms(placed_ms, achieved) - explained_lost_ms(ctx)
