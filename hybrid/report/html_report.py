@@ -23,7 +23,12 @@ from hybrid.report import (
 PLOT_WIDTH, PLOT_HEIGHT = 720, 420
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 70, 150, 20, 50
 POINT_RADIUS_MIN, POINT_RADIUS_MAX = 3.0, 12.0  # radius grows with sqrt of the kernel's time share
+ROOF_LABEL_GAP = 13  # least vertical distance between roof labels: one line of the 11px SVG font
 ROOF_MARGIN_DECADES = 0.3  # space around the data on the log axes, in decades
+
+# Second line of defence behind escaping: should a name ever reach the page as markup, the browser still
+# runs no script (inline handlers included) and fetches nothing; the page needs only its inline <style>.
+CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])(?:/|[A-Za-z]:\\)(?:[^\s/\\\"'<>]+[/\\])+([^\s/\\\"'<>]*)")
 
@@ -39,7 +44,7 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .SEVERE .badge{background:#e16f24;color:#fff}.MODERATE .badge{background:#d4a72c}
 .src{font-size:.85em;color:#0550ae;white-space:nowrap}.src.estimated,.src.spec{color:#8250df}
 .muted{color:#57606a}.summary td:first-child{font-weight:600;width:16em}
-svg text{font:11px system-ui,sans-serif;fill:#1d232a}
+svg text{font:11px system-ui,sans-serif;fill:#1d232a}svg text.dram{fill:#0550ae}
 """
 
 
@@ -134,7 +139,7 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     px = _log_scale(x_low, x_high, MARGIN_LEFT, inner_w)
     py = _log_scale(y_low, y_high, MARGIN_TOP, inner_h, invert=True)
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" '
-             f'width="{PLOT_WIDTH}" role="img" aria-label="roofline">'),
+             f'style="width:100%;max-width:{PLOT_WIDTH * 1.4:.0f}px;height:auto" role="img" aria-label="roofline">'),
              "<title>Roofline: achieved FLOP/s against arithmetic intensity (log-log)</title>"]
     for exponent in range(round(math.log10(x_low)), round(math.log10(x_high)) + 1):
         x = px(10 ** exponent)
@@ -149,26 +154,34 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
                  f'<text transform="translate(16 {MARGIN_TOP + inner_h / 2}) rotate(-90)" text-anchor="middle">'
                  f'FLOP/s</text>')
     top_peak = max(compute.values())
-    parts.append(f'<line x1="{px(x_low):.1f}" y1="{py(x_low * bandwidth):.1f}" x2="{px(top_peak / bandwidth):.1f}" '
-                 f'y2="{py(top_peak):.1f}" stroke="#0550ae" stroke-width="2"><title>DRAM roof: '
-                 f'{w.value(bandwidth, "B/s")} [{w.text(source_label(str(dram.get("source", ""))))}]</title></line>'
-                 f'<text x="{px(x_low) + 4:.1f}" y="{py(x_low * bandwidth) - 6:.1f}" fill="#0550ae">'
-                 f'DRAM {w.value(bandwidth, "B/s")}</text>')
+    dram_x1, dram_y1 = px(x_low), py(x_low * bandwidth)
+    dram_x2, dram_y2 = px(top_peak / bandwidth), py(top_peak)
+    # The label runs along the DRAM roof, just above it, so the line never strikes through the text.
+    slope_deg = math.degrees(math.atan2(dram_y2 - dram_y1, dram_x2 - dram_x1))
+    parts.append(f'<line x1="{dram_x1:.1f}" y1="{dram_y1:.1f}" x2="{dram_x2:.1f}" y2="{dram_y2:.1f}" '
+                 f'stroke="#0550ae" stroke-width="2"><title>DRAM roof: {w.value(bandwidth, "B/s")} '
+                 f'[{w.text(source_label(str(dram.get("source", ""))))}]</title></line>'
+                 f'<text transform="translate({dram_x1 + 8:.1f} {dram_y1 - 5 + 8 * math.tan(math.radians(slope_deg)):.1f}) '
+                 f'rotate({slope_deg:.1f})" class="dram">DRAM {w.value(bandwidth, "B/s")}</text>')
     # Precisions with the same peak (fp16 and bf16) share one roof and one label. The roofs of the
     # precisions the kernels ran in are drawn solid; the others are dashed, for reference only.
     used = {roof.get("precision")} | {k.get("precision") for k in points}
     roofs: dict[float, list[str]] = {}
     for precision, peak_flops in compute.items():
         roofs.setdefault(peak_flops, []).append(precision)
-    for peak_flops, precisions in sorted(roofs.items()):
+    label_y = -math.inf
+    # Highest roof first (smallest y), each label pushed down clear of the one above it: fp64 and fp32
+    # roofs sit a factor of two apart, under one line of text on these axes.
+    for peak_flops, precisions in sorted(roofs.items(), reverse=True):
         names = "/".join(precisions)
         ridge_x, roof_y = px(peak_flops / bandwidth), py(peak_flops)
+        label_y = max(roof_y + 4, label_y + ROOF_LABEL_GAP)
         style = ('stroke="#57606a" stroke-width="1.5"' if used & set(precisions)
                  else 'stroke="#8c959f" stroke-width="1" stroke-dasharray="4 3"')
         sources = ", ".join(sorted({source_label(str(compute_entries[p].get("source", ""))) for p in precisions}))
         parts.append(f'<line class="roof" x1="{ridge_x:.1f}" y1="{roof_y:.1f}" x2="{MARGIN_LEFT + inner_w}" '
                      f'y2="{roof_y:.1f}" {style}/>'
-                     f'<text x="{MARGIN_LEFT + inner_w + 4}" y="{roof_y + 4:.1f}">{w.text(names)} '
+                     f'<text x="{MARGIN_LEFT + inner_w + 4}" y="{label_y:.1f}">{w.text(names)} '
                      f'{w.value(peak_flops, "FLOP/s")}</text>'
                      f'<circle cx="{ridge_x:.1f}" cy="{roof_y:.1f}" r="3" fill="#57606a"><title>ridge point '
                      f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} [{w.text(sources)}]</title></circle>')
@@ -178,10 +191,10 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     if aggregate:
         x, y = px(aggregate["arithmetic_intensity"]), py(aggregate["flops_per_s"])
         parts.append(f'<rect class="aggregate" x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12" fill="#1d232a">'
-                     f'<title>all profiled kernels together: AI {w.value(aggregate["arithmetic_intensity"], "FLOP/B")}'
+                     f'<title>all placed points together: AI {w.value(aggregate["arithmetic_intensity"], "FLOP/B")}'
                      f', {w.value(aggregate["flops_per_s"], "FLOP/s")} '
                      f'[{w.text(source_label(str(aggregate.get("source") or "")))}]</title></rect>')
-    parts.append(_legend(MARGIN_LEFT + 10, MARGIN_TOP + 10))
+    parts.append(_legend(MARGIN_LEFT + 10, MARGIN_TOP + 10, points, aggregate is not None))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -191,9 +204,14 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) 
     radius = POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(share)
     source = str(kernel.get("source", ""))
     precision = f" {w.text(kernel['precision'])}" if kernel.get("precision") else ""
+    seconds = (kernel.get("time_ms") or 0.0) / 1e3
+    # The point's own totals, rate times its time (for ncu points, the replayed launch; for torch ops, a step).
+    flops = kernel["flops_per_s"] * seconds
+    dram_bytes = kernel["bytes_per_s"] * seconds if _finite_positive(kernel.get("bytes_per_s")) else None
     tooltip = (f"<title>{w.text(kernel.get('name'))}&#10;AI {w.value(kernel.get('ai'), 'FLOP/B')} (L2 "
                f"{w.value(kernel.get('l2_ai'), 'FLOP/B')})&#10;{w.value(kernel.get('flops_per_s'), 'FLOP/s')}{precision}"
-               f"&#10;DRAM {w.value(kernel.get('bytes_per_s'), 'B/s')}&#10;time {w.value(kernel.get('time_ms'), 'ms')}"
+               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at {w.value(kernel.get('bytes_per_s'), 'B/s')}"
+               f"&#10;time {w.value(kernel.get('time_ms'), 'ms')}"
                f"&#10;{w.text(kernel.get('bound'))}-bound, {w.value(kernel.get('achieved_pct_of_attainable'), '%')} of "
                f"attainable&#10;[{w.text(source_label(source))}]</title>")
     if source.startswith("measured:"):  # measured: filled circle
@@ -205,13 +223,24 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) 
             f'{x - d:.1f},{y:.1f}" fill="none" stroke="#8250df" stroke-width="2">{tooltip}</polygon>')
 
 
-def _legend(x: float, y: float) -> str:
-    return (f'<circle cx="{x}" cy="{y}" r="5" fill="#cf222e" fill-opacity="0.7"/>'
-            f'<text x="{x + 10}" y="{y + 4}">kernel, measured (ncu)</text>'
-            f'<polygon points="{x},{y + 12} {x + 6},{y + 18} {x},{y + 24} {x - 6},{y + 18}" fill="none" '
-            f'stroke="#8250df" stroke-width="2"/><text x="{x + 10}" y="{y + 22}">kernel, estimated</text>'
-            f'<rect x="{x - 5}" y="{y + 31}" width="10" height="10" fill="#1d232a"/>'
-            f'<text x="{x + 10}" y="{y + 40}">all profiled kernels</text>')
+LEGEND_LINE = 18  # SVG units between legend entries
+
+
+def _legend(x: float, y: float, points: list[dict], aggregate: bool) -> str:
+    """Only the marks the chart holds: a torch-only run has no measured point, and its estimated
+    points are operators (FLOPs from torch, bytes modeled from shapes), not kernels."""
+    measured = [str(k.get("source", "")).startswith("measured:") for k in points]
+    what = "kernel" if any(measured) else "operator"
+    marks = []
+    if any(measured):
+        marks.append((f'<circle cx="{x}" cy="0" r="5" fill="#cf222e" fill-opacity="0.7"/>', "kernel, measured (ncu)"))
+    if not all(measured):
+        diamond = f'<polygon points="{x},-6 {x + 6},0 {x},6 {x - 6},0" fill="none" stroke="#8250df" stroke-width="2"/>'
+        marks.append((diamond, f"{what}, estimated"))
+    if aggregate:
+        marks.append((f'<rect x="{x - 5}" y="-5" width="10" height="10" fill="#1d232a"/>', f"all {what}s together"))
+    return "".join(f'<g transform="translate(0 {y + index * LEGEND_LINE})">{mark}<text x="{x + 10}" y="4">{label}'
+                   f"</text></g>" for index, (mark, label) in enumerate(marks))
 
 
 def plotted_kernels(results: dict) -> list[dict]:
@@ -251,7 +280,10 @@ def _roofline(results: dict, w: _Writer) -> str:
              f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · {w.value(roof.get('achieved_pct_of_attainable'), '%')} "
              f"of attainable {w.source(roof.get('source'))}</p><p>Compute {compute} · DRAM {dram}</p>"
              f'<p class="muted">{basis}.</p>')
-    return f"<h2>Roofline</h2>{facts}{_roofline_svg(results, w)}"
+    # A layer point would need the layer's FLOPs and DRAM bytes; results.json gives layers GPU time only.
+    layers_note = ('<p class="muted">Layers are not plotted: the results give each layer its GPU time (table below) '
+                   "but no FLOPs or DRAM bytes.</p>" if results.get("layers") else "")
+    return f"<h2>Roofline</h2>{facts}{_roofline_svg(results, w)}{layers_note}"
 
 
 def _card(index: int, finding: dict, w: _Writer) -> str:
@@ -373,5 +405,6 @@ def render_html(results: dict, *, include_paths: bool = False) -> str:
                     _provenance(results, w)])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">"
             f"<title>{w.text(title)}</title><style>{CSS}</style></head><body><h1>{w.text(title)}</h1>{body}"
             "</body></html>\n")
