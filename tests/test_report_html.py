@@ -109,3 +109,24 @@ def test_no_roofline_without_device_peaks(results):
     page = render_html(results)
     assert "<svg" not in page
     assert "peaks are unknown" in page or results["roofline"]["bound"] is None
+
+
+def test_hover_text_gives_the_points_own_flops_and_bytes(results):
+    kernels = [k for k in results["roofline"]["kernels"] if (k["ai"] or 0) > 0 and (k["flops_per_s"] or 0) > 0]
+    if not kernels:
+        return
+    svg = _svg(render_html(results))
+    # drawn longest first; names repeat (one kernel, several launch configurations), so match by order
+    points = [n for n in svg.documentElement.childNodes if "kernel" in (n.getAttribute("class") or "")]
+    assert len(points) == len(kernels)
+    for point, kernel in zip(points, sorted(kernels, key=lambda k: -k["time_ms"])):
+        lines = point.getElementsByTagName("title")[0].firstChild.data.split("\n")
+        assert lines[0] == kernel["name"]
+        seconds = kernel["time_ms"] / 1e3
+        assert lines[2].endswith(f", {format_value(kernel['flops_per_s'] * seconds, 'FLOP')}")
+        assert lines[3] == (f"DRAM {format_value(kernel['bytes_per_s'] * seconds, 'B')} at "
+                            f"{format_value(kernel['bytes_per_s'], 'B/s')}")
+    # the legend names only the kinds of point drawn
+    legend = [t.firstChild.data for t in svg.getElementsByTagName("text") if t.firstChild]
+    has_estimated = any(not k["source"].startswith("measured:") for k in kernels)
+    assert any(label.endswith(", estimated") for label in legend) == has_estimated
