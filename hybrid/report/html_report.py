@@ -370,7 +370,7 @@ def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
         return w.value(step, "ms"), "kernel replay, not overhead"
     if item.get("name") == "plain" or item.get("overhead_pct") is None:
         return w.value(step, "ms"), ""
-    return w.value(step, "ms"), f"{item['overhead_pct']:+.1f}% vs unprofiled warmup steps"
+    return w.value(step, "ms"), f"{item["overhead_pct"]:+.1f}% vs the plain pass"
 
 
 def _notes(results: dict, w: _Writer) -> str:
