@@ -361,7 +361,7 @@ def _metrics(results: dict, w: _Writer) -> str:
 
 
 def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
-    """Step time and what it says: overhead against the unprofiled warmup steps, or ncu's replay cost."""
+    """Step time and what it says: overhead against the plain pass, or ncu's replay cost."""
     step = item.get("step_time_ms")
     if step is None:
         return "n/a", ""
@@ -370,7 +370,7 @@ def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
         return w.value(step, "ms"), "kernel replay, not overhead"
     if item.get("name") == "plain" or item.get("overhead_pct") is None:
         return w.value(step, "ms"), ""
-    return w.value(step, "ms"), f"{item["overhead_pct"]:+.1f}% vs the plain pass"
+    return w.value(step, "ms"), f"{item['overhead_pct']:+.1f}% vs the plain pass"
 
 
 def _notes(results: dict, w: _Writer) -> str:
