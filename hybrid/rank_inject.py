@@ -60,7 +60,27 @@ def _wrap_for(wrap_json: Path | None, rank: int, folder: Path) -> list[str]:
 
 
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    # Once only: a second signal must not cut the report short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+def _run_injector(inject_argv: list[str]) -> int:
+    from hybrid.inject import main as inject_main
+    from hybrid.stepping import EXIT_INTERRUPTED, INTERRUPTED, active_session
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return inject_main(inject_argv)
+    except KeyboardInterrupt:
+        # The launcher stopped this rank after its script had ended (typically raising on a peer's
+        # crash), while the injector was writing its report: write it now, without that traceback.
+        session = active_session()
+        if session is not None:
+            session.warnings.append("stopped by the launcher (SIGTERM) while writing this report; how the "
+                                    "script ended before that is not known")
+            session.finish(INTERRUPTED, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,10 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     inject_argv = ["--pass", args.pass_name, "--out", str(out), *inject_args]
     collector = _wrap_for(args.wrap_json, rank, folder)
     if not collector:
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        from hybrid.inject import main as inject_main
-
-        return inject_main(inject_argv)
+        return _run_injector(inject_argv)
     child = subprocess.Popen([*collector, sys.executable, "-m", "hybrid.inject", *inject_argv])
     # torchrun stops a failed job with SIGTERM: pass it on, so the collector can close its report.
     signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))

@@ -113,9 +113,10 @@ def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
     error = raised.value
     assert error.exit_code == 3
     assert "rank 1 failed first" in error.cause and "planted failure on rank 1" in error.cause
-    for rank in (0, 1):
-        inject = json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())
-        assert inject["outcome"] == "exception"
+    outcomes = {rank: json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())["outcome"]
+                for rank in (0, 1)}
+    # Rank 0 either raises on its peer's closed socket or, when torchrun's SIGTERM comes first, is stopped.
+    assert outcomes[1] == "exception" and outcomes[0] in ("exception", "interrupted")
     assert "rank-00" in error.kept and "rank-01" in error.kept
     # What the ranks gathered before the crash still analyzes: two measured steps each.
     results = analyze_job(tmp_path / "run")
