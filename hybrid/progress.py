@@ -20,6 +20,10 @@ PASS_TITLES = {
 }
 
 
+# Collector output lines worth showing while a pass runs (nsys 2025.3 prints these around its export).
+COLLECTOR_STAGES = ("Collecting data", "Generating", "Processing", "Exporting", "[1/", "[2/", "[3/", "==PROF== Connected")
+
+
 class _View:
     def __init__(self, console: Console, live: bool) -> None:
         self.console = console
@@ -38,6 +42,10 @@ class _View:
                 self.status.start()
             else:
                 self.console.print(f"hybrid: {title}: {self.detail}", highlight=False)
+        elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):
+            # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of a pass.
+            elapsed = time.monotonic() - self.started.get(name, time.monotonic())
+            self.status.update(f"{title}: {escape(detail.strip()[:80])}  [{elapsed:.0f} s]")
         elif event == "step" and self.status is not None:
             self.detail = detail
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
