@@ -17,7 +17,7 @@ _LAZY = {
     "profile_model": "hybrid.api",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "mark_step", "name_modules", "profile_model", "set_batch_size", "step"]
 
 
 def __getattr__(name: str):

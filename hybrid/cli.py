@@ -8,9 +8,9 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Callable, List, Optional
 
 import typer
 
@@ -142,11 +142,11 @@ NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel
 @handles_errors
 def run(
     script: str = typer.Argument(..., help="the training/inference script (run as __main__)"),
-    args: Optional[List[str]] = typer.Argument(None, help="arguments passed to the script unchanged"),
+    args: list[str] | None = typer.Argument(None, help="arguments passed to the script unchanged"),
     steps: int = typer.Option(20, "--steps", help="measured steps"),
     warmup: int = typer.Option(5, "--warmup", help="steps run before measuring (excluded)"),
     mode: Mode = ModeOpt,
-    out: Optional[Path] = OutOpt,
+    out: Path | None = OutOpt,
     nvtx_modules: bool = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
                                       help="an NVTX range per module forward call (per-layer table)"),
     baseline: bool = BaselineOpt,
@@ -156,7 +156,7 @@ def run(
     verbose: bool = VerboseOpt,
     quiet: bool = QuietOpt,
     include_paths: bool = PathsOpt,
-    fail_on: Optional[Severity] = FailOnOpt,
+    fail_on: Severity | None = FailOnOpt,
 ) -> None:
     """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found through the optimizer."""
     from hybrid.orchestrate import RunOptions, Target
@@ -172,13 +172,13 @@ def run(
 @handles_errors
 def diagnose(
     model: str = typer.Option(..., "--model", "-m", help="resnet50, transformer or simple_cnn"),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b"),
-    steps: Optional[int] = typer.Option(None, "--steps"),
-    warmup: Optional[int] = typer.Option(None, "--warmup"),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b"),
+    steps: int | None = typer.Option(None, "--steps"),
+    warmup: int | None = typer.Option(None, "--warmup"),
     precision: Precision = typer.Option(Precision.fp32, "--precision"),
-    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
+    device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
-    out: Optional[Path] = OutOpt,
+    out: Path | None = OutOpt,
     nvtx_modules: bool = typer.Option(True, "--nvtx-modules/--no-nvtx-modules"),
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
@@ -187,7 +187,7 @@ def diagnose(
     verbose: bool = VerboseOpt,
     quiet: bool = QuietOpt,
     include_paths: bool = PathsOpt,
-    fail_on: Optional[Severity] = FailOnOpt,
+    fail_on: Severity | None = FailOnOpt,
 ) -> None:
     """Diagnose a built-in workload: `hybrid diagnose --model resnet50 --batch-size 32 --steps 50`."""
     from hybrid.models import MODEL_NAMES, cpu_defaults
@@ -223,13 +223,13 @@ def diagnose(
 @handles_errors
 def report(
     path: Path = typer.Argument(..., help="a run directory, or an nsys .sqlite export made elsewhere"),
-    ncu: Optional[Path] = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) to add counters"),
-    step_range: Optional[str] = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
+    ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) to add counters"),
+    step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
     as_json: bool = JsonOpt,
     html: bool = HtmlOpt,
     verbose: bool = VerboseOpt,
     include_paths: bool = PathsOpt,
-    fail_on: Optional[Severity] = FailOnOpt,
+    fail_on: Severity | None = FailOnOpt,
 ) -> None:
     """Re-analyze saved artifacts offline: a run directory or someone's nsys export."""
     from hybrid.pipeline import analyze_export, analyze_run_dir
@@ -272,7 +272,7 @@ def _load_results(path: Path) -> dict:
 def compare(
     run_a: Path = typer.Argument(..., help="the baseline: a run directory or its results.json"),
     run_b: Path = typer.Argument(..., help="the candidate"),
-    fail_on_regression: Optional[float] = typer.Option(
+    fail_on_regression: float | None = typer.Option(
         None, "--fail-on-regression", help="exit 1 when B's step time is more than PCT percent above A's"),
     as_json: bool = JsonOpt,
 ) -> None:

@@ -36,7 +36,7 @@ def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
         argv = [str(ncu_path), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
                 "--csv", "--log-file", f"{tmp}/ncu.log", sys.executable, "-c", _COUNTER_PROBE]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=COUNTER_PROBE_TIMEOUT_S)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=COUNTER_PROBE_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             return None, f"ncu did not finish a one-kernel probe in {COUNTER_PROBE_TIMEOUT_S} s"
         log = Path(f"{tmp}/ncu.log").read_text(errors="replace") if Path(f"{tmp}/ncu.log").exists() else ""

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from hybrid import __version__
 from hybrid.errors import ProfilerError, UsageError, WorkloadError
@@ -340,7 +340,7 @@ class Orchestrator:
         chosen = kernels[kernels["name"].astype(str).isin(kernel_names) & (kernels["step"] == 0)]
         if chosen.empty:
             chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
-        return int(len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])))
+        return len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]))
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.ncu_pass import select_kernels

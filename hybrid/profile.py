@@ -195,4 +195,4 @@ class Profile:
 
     @property
     def measured_steps(self) -> int:
-        return int(len(self.steps))
+        return len(self.steps)

@@ -31,7 +31,7 @@ class RunDir:
         self.path = path
 
     @classmethod
-    def create(cls, path: Path) -> "RunDir":
+    def create(cls, path: Path) -> RunDir:
         try:
             path.mkdir(parents=True, exist_ok=True)
             probe = path / ".write-test"
@@ -43,7 +43,7 @@ class RunDir:
         return cls(path)
 
     @classmethod
-    def open(cls, path: Path) -> "RunDir":
+    def open(cls, path: Path) -> RunDir:
         if not path.is_dir():
             raise InputError(f"{path} is not a run directory", "pass the folder `hybrid run` wrote (--out)")
         return cls(path)

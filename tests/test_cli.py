@@ -21,7 +21,7 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
                           cwd=cwd or ROOT, env=env, timeout=timeout)
 
 

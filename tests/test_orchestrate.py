@@ -11,6 +11,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -28,7 +29,7 @@ NCU = Path("/opt/nvidia/nsight-compute/2025.3.1/ncu")
 class FakeProcess:
     """Stands in for Popen: records argv and leaves the artifacts of the pass it was asked to run."""
 
-    calls: list[list[str]] = []
+    calls: ClassVar[list[list[str]]] = []
 
     def __init__(self, argv, **_kwargs) -> None:
         FakeProcess.calls.append(list(argv))

@@ -45,6 +45,7 @@ def test_queries_load_from_the_installed_wheel(wheel, tmp_path):
             "q = e.load_query('kernels'); print(len(q.sql))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 50

@@ -22,8 +22,8 @@ def plain(script: str, out: str) -> str:
 
 
 def job(entry: dict) -> str:
-    parts = [f"python3 -m hybrid run --mode hybrid --warmup {WARMUP} --steps {STEPS} --quiet --out $RUN/run "
-             f"{PLANTED / entry['script']} > $RUN/hybrid.log 2>&1; rc=$?",
+    parts = [(f"python3 -m hybrid run --mode hybrid --warmup {WARMUP} --steps {STEPS} --quiet --out $RUN/run "
+              f"{PLANTED / entry['script']} > $RUN/hybrid.log 2>&1; rc=$?"),
              plain(entry["script"], "plain_script")]
     if entry.get("twin"):
         parts.append(plain(entry["twin"], "plain_twin"))

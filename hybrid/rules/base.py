@@ -4,8 +4,8 @@ evidence. The time-lost estimate is a separate pure function per rule so it can 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
