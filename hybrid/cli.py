@@ -123,6 +123,30 @@ def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: 
           include_paths=include_paths, fail_on=fail_on)
 
 
+def _torchrun_argv(argv: list[str]) -> list[str] | None:
+    """`hybrid run -- torchrun [flags] train.py ...` or `... python -m torch.distributed.run ...`:
+    the launcher's own arguments (after its name), else None."""
+    if Path(argv[0]).name == "torchrun":
+        return argv[1:]
+    if len(argv) > 2 and Path(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]:
+        return argv[3:]
+    return None
+
+
+def _profile_job(argv: list[str], launcher: list[str] | None, nproc: int | None, options, *, rank: int | None,
+                 as_json: bool, html: bool, verbose: bool, quiet: bool, include_paths: bool,
+                 fail_on: Severity | None) -> None:
+    from hybrid.distributed import analyze_job, rank_path, run_job
+    from hybrid.pipeline import analyze_run_dir
+    from hybrid.progress import progress_view
+
+    with progress_view(quiet=quiet or as_json) as progress:
+        run_dir = run_job(None if launcher is not None else argv, options, nproc, launcher, progress)
+    results = analyze_run_dir(rank_path(run_dir, rank)) if rank is not None else analyze_job(run_dir)
+    _emit(results, run_dir=run_dir if rank is None else rank_path(run_dir, rank), as_json=as_json, html=html,
+          verbose=verbose, include_paths=include_paths, fail_on=fail_on)
+
+
 # Options shared by `run` and `diagnose`.
 ModeOpt = typer.Option(Mode.auto, "--mode", help="auto: every collector available; hybrid: torch+nsys+ncu "
                        "(fail if one is missing); nsys: torch+nsys; torch: torch.profiler only")
@@ -136,6 +160,7 @@ PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in r
 BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no collector, the reference "
                            "for profiler overhead")
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+RankOpt = typer.Option(None, "--rank", help="multi-process runs: show this rank's full report instead of the job's")
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
@@ -151,6 +176,9 @@ def run(
                                       help="an NVTX range per module forward call (per-layer table)"),
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    nproc_per_node: int | None = typer.Option(
+        None, "--nproc-per-node", help="launch the script on N processes with torchrun and profile every rank"),
+    rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
     html: bool = HtmlOpt,
     verbose: bool = VerboseOpt,
@@ -158,13 +186,20 @@ def run(
     include_paths: bool = PathsOpt,
     fail_on: Severity | None = FailOnOpt,
 ) -> None:
-    """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found through the optimizer."""
+    """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found through the optimizer.
+    Multi-process jobs: `hybrid run --nproc-per-node 2 train.py`, or `hybrid run -- torchrun ... train.py`."""
     from hybrid.orchestrate import RunOptions, Target
 
-    target = Target(argv=[script, *(args or [])])
-    options = RunOptions(out_dir=out or _default_out(Path(script).stem), mode=mode.value, warmup=warmup,
+    argv = [script, *(args or [])]
+    launcher = _torchrun_argv(argv)
+    stem = Path(launcher[-1] if launcher else script).stem
+    options = RunOptions(out_dir=out or _default_out(stem), mode=mode.value, warmup=warmup,
                          steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
-    _profile_and_report(target, options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
+    if launcher is not None or nproc_per_node is not None:
+        _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
+                     verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)
+        return
+    _profile_and_report(Target(argv=argv), options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
                         include_paths=include_paths, fail_on=fail_on)
 
 
@@ -225,6 +260,7 @@ def report(
     path: Path = typer.Argument(..., help="a run directory, or an nsys .sqlite export made elsewhere"),
     ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) to add counters"),
     step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
+    rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
     html: bool = HtmlOpt,
     verbose: bool = VerboseOpt,
@@ -237,8 +273,22 @@ def report(
     if not path.exists():
         raise UsageError(f"{path} does not exist", "pass a run directory or an .sqlite export")
     if path.is_dir():
-        results = analyze_run_dir(path, step_range=step_range)
+        from hybrid.job import is_job_dir
+
         run_dir: Path | None = path
+        if is_job_dir(path):
+            from hybrid.distributed import analyze_job, rank_path
+
+            if rank is not None:
+                run_dir = rank_path(path, rank)
+                results = analyze_run_dir(run_dir, step_range=step_range)
+            else:
+                results = analyze_job(path)
+        else:
+            if rank is not None:
+                raise UsageError(f"{path} is a single-process run: --rank applies to multi-process runs",
+                                 "drop --rank")
+            results = analyze_run_dir(path, step_range=step_range)
     else:
         if ncu is not None and not ncu.is_file():
             raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")

@@ -58,6 +58,33 @@ def _tag(source: object) -> Text:
     return Text(f"  [{source_label(str(source or 'unknown'))}]", style=SOURCE_STYLE)
 
 
+def _job(results: dict) -> list[Text]:
+    """Multi-process runs: the job first (ranks, slowest and straggler rank, communication), then the
+    representative rank's own summary below it."""
+    job = results.get("job")
+    if not job:
+        return []
+    metrics = job.get("metrics") or {}
+
+    def value(name: str, unit: str) -> str:
+        return format_value((metrics.get(name) or {}).get("value"), unit)
+
+    per_rank = job.get("per_rank") or {}
+    steps = " · ".join(f"rank {rank} {format_value(row.get('step_time_ms'), 'ms')}" for rank, row in per_rank.items())
+    lines = [Text.assemble(("Job", "bold"), f": {job.get('world_size')} ranks ({job.get('backend') or 'backend unknown'})"
+                           f" · step per rank: {steps} · slowest rank {job.get('slowest_rank')}")]
+    straggler = job.get("straggler") or {}
+    comm = (f"communication {value('comm_ms', 'ms')}/step, exposed {value('exposed_comm_ms', 'ms')}, "
+            f"overlap {value('overlap_pct', '%')}")
+    if straggler.get("rank") is not None:
+        comm = (f"straggler rank {straggler['rank']} (others wait {format_value(straggler.get('lateness_ms'), 'ms')}"
+                f"/step) · " + comm)
+    lines.append(Text(f"  {comm}  [{source_label(str(job.get('comm_source') or ''))}]"))
+    lines.append(Text(f"  below: rank {job.get('representative_rank')}'s own report (--rank K for another)",
+                      style="dim"))
+    return lines
+
+
 def _header(results: dict) -> Text:
     device, workload = results.get("device") or {}, results.get("workload") or {}
     name = device.get("name") or "no GPU"
@@ -348,7 +375,7 @@ def _with_gaps(sections: list[list[RenderableType]]) -> list[RenderableType]:
 
 def print_report(results: dict, console: Console, *, verbose: bool = False) -> None:
     """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide."""
-    summary = [_header(results), _step(results), *_roofline(results), _sources(results)]
+    summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
         sections += [[_kernel_table(results)], [_layer_table(results)], [_roofline_table(results)],
