@@ -28,6 +28,19 @@ PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
 PCIE_GEN4_X16 = 32 * GIGA
 PCIE_GEN5_X16 = 64 * GIGA
 
+# L2 bandwidth of the H200 (SXM, the part our captures ran on), as Nsight Compute 2025.3.1 models it for
+# the device, read off `ncu --set full` on a resnet50 step (gpu-captures/models-call2/ncu_full_sample):
+# lts__t_sectors.avg.peak_sustained = 3 sectors/cycle per L2 slice, 94 slices (lts__t_sectors.sum /
+# .avg), 32 B per sector, at the highest L2 clock seen (lts__cycles_elapsed.avg.per_second, 1.7084 GHz):
+# 3 x 94 x 32 B x 1.7084 GHz = 15.4 TB/s. It is the peak of lts__t_bytes, the metric our points' L2
+# intensity divides by, and ncu's own pct_of_peak_sustained agrees (6.05 TB/s read as 39.31%). The same
+# recipe gives DRAM dram__bytes.sum.peak_sustained 1504 B/cycle x 3.198 GHz = 4.81 TB/s, the bandwidth
+# nsys reports for this device. No microbenchmark paper in reach gives an H200 figure (Luo et al. 2024
+# measured an H800), and other GPUs' slice counts and L2 clocks differ, so they stay unknown.
+H200_L2_BYTES_PER_S = 3 * 94 * 32 * 1.7084 * GIGA
+H200_L2_REFERENCE = ("L2 peak from Nsight Compute 2025.3.1's model of an H200 (lts__t_sectors peak_sustained "
+                     "x 94 slices x L2 clock, ncu --set full): a device property, not measured in this run")
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -41,6 +54,9 @@ class GpuSpec:
     boost_clock_hz: float
     host_link_bytes_per_s: float
     reference: str
+    # L2 bandwidth is in no NVIDIA datasheet: None unless a source is cited where the entry sets it.
+    l2_bytes_per_s: float | None = None
+    l2_reference: str | None = None
 
 
 # Figures and where they come from; order matters (more specific entries first).
@@ -56,7 +72,8 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("H200 SXM", ("h200",), ("nvl",), 4.8 * TERA,
             {"fp64": 34 * TERA, "fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA,
              "bf16": 989.4 * TERA, "fp8": 1978.9 * TERA},
-            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (SXM column)"),
+            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (SXM column)",
+            H200_L2_BYTES_PER_S, H200_L2_REFERENCE),
     # H100 PCIe (H100 datasheet, PCIe column): 2.0 TB/s, FP64 26, FP32 51, TF32 756 / FP16 1513 /
     # FP8 3026 TF sparse -> halved; 114 SMs (Hopper whitepaper), 1.755 GHz boost.
     GpuSpec("H100 PCIe", ("h100", "pcie"), (), 2.0 * TERA,
@@ -120,6 +137,7 @@ class Peaks:
     l2_bytes: Metric | None
     sm_count: Metric | None
     host_link_bytes_per_s: Metric | None
+    l2_bytes_per_s: Metric | None = None
     unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -130,6 +148,10 @@ class Peaks:
     @property
     def dram(self) -> float | None:
         return None if self.dram_bytes_per_s is None else float(self.dram_bytes_per_s.value)
+
+    @property
+    def l2(self) -> float | None:
+        return None if self.l2_bytes_per_s is None else float(self.l2_bytes_per_s.value)
 
     @property
     def pinned_copy_bytes_per_s(self) -> float | None:
@@ -147,6 +169,7 @@ class Peaks:
             "l2_bytes": plain(self.l2_bytes),
             "sm_count": plain(self.sm_count),
             "host_link_bytes_per_s": plain(self.host_link_bytes_per_s),
+            "l2_bytes_per_s": plain(self.l2_bytes_per_s),
             "unknown": list(self.unknown),
             "notes": list(self.notes),
         }
@@ -201,11 +224,15 @@ def peaks_for(device: DeviceInfo) -> Peaks:
                 flops[precision] = Metric(value * scale, "FLOP/s", ESTIMATED if rescaled else SPEC)
         notes.append(f"peaks from {spec.reference}; tensor FLOP/s are dense (no 2:4 sparsity)")
     link = Metric(spec.host_link_bytes_per_s, "B/s", SPEC) if spec else None
+    l2_bandwidth = Metric(spec.l2_bytes_per_s, "B/s", SPEC) if spec and spec.l2_bytes_per_s else None
+    if l2_bandwidth is not None:
+        notes.append(spec.l2_reference)
 
-    figures = {"dram_bytes_per_s": dram, "sm_count": sm_count, "l2_bytes": l2, "host_link_bytes_per_s": link}
+    figures = {"dram_bytes_per_s": dram, "sm_count": sm_count, "l2_bytes": l2, "host_link_bytes_per_s": link,
+               "l2_bytes_per_s": l2_bandwidth}
     unknown = [k for k, v in figures.items() if v is None]
     unknown += [f"flops_per_s.{p}" for p, v in flops.items()
                 if v is None and not (spec and p in spec.flops_per_s)]
     if spec is None and device.name:
         notes.append(f"no datasheet entry for {device.name!r}: peaks not reported by the device are unknown")
-    return Peaks(spec.model if spec else None, dram, flops, l2, sm_count, link, unknown, notes)
+    return Peaks(spec.model if spec else None, dram, flops, l2, sm_count, link, l2_bandwidth, unknown, notes)

@@ -27,30 +27,33 @@ from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
 # Points listed in results.json (the step point covers all of them).
 MAX_POINTS = 30
+# Layer points listed (resnet50 has 150+ module ranges; the largest 30 hold most of the forward time).
+MAX_LAYER_POINTS = 30
 # Precision assumed for scalar work when the point names none (PyTorch runs fp16 elementwise math as
 # fp32 FMUL/FFMA: hopper-metrics.md).
 DEFAULT_PRECISION = "fp32"
 
 
-def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
-    """One point per profiled kernel (counter row) that stands for launches in the steady steps: its
-    counters per launch, and how many launches and how much timeline GPU time per step it covers."""
+def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Kernel launches of the steady steps that stand for a profiled kernel (counter row, matched by launch
+    or launch configuration as ncu_pass matched them), with their timeline time; and the number of steps."""
     ncu = profile.extras.get("ncu") or {}
     kernels = profile.kernels.reset_index(drop=True)
     rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
-    if rows is None or len(rows) != len(kernels):
-        return pd.DataFrame()
     steps = steady_steps(profile)
-    matched = kernels.assign(counter_row=rows, match=levels)
+    n = max(len(steps), 1)
+    if rows is None or len(rows) != len(kernels):
+        return kernels.iloc[0:0].assign(counter_row=pd.Series(dtype=float), ns=pd.Series(dtype=float)), n
+    matched = kernels.assign(counter_row=rows, match=levels, ns=kernels["end_ns"] - kernels["start_ns"])
     matched = matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])
                       & matched["counter_row"].isin(counted.index)]
-    if matched.empty:
-        return pd.DataFrame()
-    n = max(len(steps), 1)
-    per_row = (matched["end_ns"] - matched["start_ns"]).groupby(matched["counter_row"]).agg(["size", "sum"])
-    c = counted.loc[per_row.index]
-    tensor = c["tensor_flops"].fillna(0)
-    scalar = c["fp64_flops"].fillna(0) + c["fp32_flops"].fillna(0) + c["fp16_flops"].fillna(0)
+    return matched, n
+
+
+def _counter_work(counted: pd.DataFrame) -> pd.DataFrame:
+    """Per counter row (one replayed launch): FLOPs, DRAM and L2 bytes, ncu's duration, dominant precision."""
+    tensor = counted["tensor_flops"].fillna(0)
+    scalar = counted["fp64_flops"].fillna(0) + counted["fp32_flops"].fillna(0) + counted["fp16_flops"].fillna(0)
 
     def dominant(row) -> str:
         # Tensor work decides when there is any; else the scalar precision with the most FLOPs.
@@ -61,17 +64,71 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
         best = max(scalar_by_p, key=scalar_by_p.get)
         return best if scalar_by_p[best] > 0 else DEFAULT_PRECISION
 
-    frame = c.assign(tensor=tensor)
+    frame = counted.assign(tensor=tensor)
     return pd.DataFrame({
-        "name": c["name"].to_numpy(),
-        "flops": (tensor + scalar).to_numpy(float),
-        "bytes": (c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)).to_numpy(float),
-        "l2_bytes": c["l2_bytes"].to_numpy(float),
-        "time_ns": c["duration_ns"].to_numpy(float),
-        "precision": frame.apply(dominant, axis=1).to_numpy() if len(frame) else np.empty(0, object),
+        "name": counted["name"],
+        "flops": (tensor + scalar).astype(float),
+        "bytes": (counted["dram_read_bytes"].fillna(0) + counted["dram_write_bytes"].fillna(0)).astype(float),
+        "l2_bytes": counted["l2_bytes"].astype(float),
+        "time_ns": counted["duration_ns"].astype(float),
+        "precision": frame.apply(dominant, axis=1) if len(frame) else pd.Series(dtype=object),
+    }, index=counted.index)
+
+
+def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
+    """One point per profiled kernel (counter row) that stands for launches in the steady steps: its
+    counters per launch, and how many launches and how much timeline GPU time per step it covers."""
+    matched, n = _matched_launches(profile, counted)
+    if matched.empty:
+        return pd.DataFrame()
+    per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
+    work = _counter_work(counted.loc[per_row.index])
+    return pd.DataFrame({
+        "name": work["name"].to_numpy(),
+        "flops": work["flops"].to_numpy(float),
+        "bytes": work["bytes"].to_numpy(float),
+        "l2_bytes": work["l2_bytes"].to_numpy(float),
+        "time_ns": work["time_ns"].to_numpy(float),
+        "precision": work["precision"].to_numpy(),
         "source": MEASURED_NCU,
         "per_step": per_row["size"].to_numpy(float) / n,
         "step_time_ns": per_row["sum"].to_numpy(float) / n,
+    })
+
+
+def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
+    """One point per module range (the kernels' `layer`: innermost range at launch, forward only): the
+    counters of every launch in it that stands for a profiled kernel, summed per step (each profiled
+    kernel weighted by its launches per step, as the step point is), its rate over ncu's durations of
+    those launches. `covered_pct` is the share of the layer's kernel time those launches take."""
+    matched, n = _matched_launches(profile, counted)
+    matched = matched[matched["layer"].notna()]
+    if matched.empty:
+        return pd.DataFrame()
+    work = _counter_work(counted.loc[matched["counter_row"].unique()])
+    per_launch = work.loc[matched["counter_row"]].set_index(matched.index).assign(
+        layer=matched["layer"].astype(str), ns=matched["ns"].astype(float))
+    by_layer = per_launch.groupby("layer", sort=False)
+    totals = by_layer[["flops", "bytes", "l2_bytes", "time_ns", "ns"]].sum(min_count=1)
+    # The precision that took most of the layer's time sets its compute roof.
+    precision = per_launch.groupby(["layer", "precision"])["ns"].sum().reset_index() \
+        .sort_values("ns", ascending=False).drop_duplicates("layer").set_index("layer")["precision"]
+    steps = steady_steps(profile)
+    in_layers = profile.kernels[profile.kernels["step"].isin(steps["step"]) & profile.kernels["layer"].notna()]
+    layer_ns = (in_layers["end_ns"] - in_layers["start_ns"]).groupby(in_layers["layer"].astype(str)).sum()
+    return pd.DataFrame({
+        "name": totals.index.to_numpy(),
+        "flops": totals["flops"].to_numpy(float) / n,
+        "bytes": totals["bytes"].to_numpy(float) / n,
+        "l2_bytes": totals["l2_bytes"].to_numpy(float) / n,
+        "time_ns": totals["time_ns"].to_numpy(float) / n,
+        "precision": precision.loc[totals.index].to_numpy(),
+        "source": MEASURED_NCU,
+        # Already per step, like op points.
+        "per_step": 1.0,
+        "step_time_ns": totals["ns"].to_numpy(float) / n,
+        "launches_per_step": by_layer.size().loc[totals.index].to_numpy(float) / n,
+        "covered_pct": 100 * totals["ns"].to_numpy(float) / layer_ns.loc[totals.index].to_numpy(float),
     })
 
 
@@ -123,15 +180,37 @@ def _finite(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
+def _layer_block(profile: Profile, counted: pd.DataFrame, peaks: Peaks) -> tuple[list[dict], str | None]:
+    """The roofline's `layers` (largest MAX_LAYER_POINTS by time), or why there are none."""
+    if counted.empty:
+        # torch's FLOP estimates come per operator; its kernels carry no module, so no layer sums them.
+        return [], "layer points need ncu counters (FLOPs and DRAM bytes of each layer's kernels)"
+    if not profile.kernels["layer"].notna().any():
+        return [], "no module ranges in this run (profile with --nvtx-modules)"
+    points = _points_from_layers(profile, counted)
+    points = points[(points["time_ns"] > 0) & (points["step_time_ns"] > 0)] if len(points) else points
+    if points.empty:
+        return [], "no kernel launched inside a module range was profiled by ncu"
+    placed = _place(points, peaks).sort_values("step_time_ns", ascending=False).head(MAX_LAYER_POINTS)
+    return [{"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
+             "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6,
+             "kernels_per_step": r.launches_per_step, "covered_pct": float(r.covered_pct), "bound": r.bound,
+             "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
+            for r in placed.itertuples(index=False)], None
+
+
 def roofline(profile: Profile, peaks: Peaks) -> dict:
     """The `roofline` block of results.json."""
     empty = {"bound": None, "arithmetic_intensity": None, "ridge_point": None,
-             "achieved_pct_of_attainable": None, "source": None, "kernels": []}
+             "achieved_pct_of_attainable": None, "source": None, "kernels": [], "layers": []}
     if peaks.dram is None:
-        return {**empty, "reason": "DRAM bandwidth of this GPU is unknown"}
+        return {**empty, "reason": "DRAM bandwidth of this GPU is unknown",
+                "layers_reason": "DRAM bandwidth of this GPU is unknown"}
     # A kernel is placed from counters only where ncu read both its tensor FLOPs and its DRAM bytes:
     # a GEMM with no FLOP metric would otherwise sit at AI 0 as if it did no math.
     counted = profile.counters[profile.counters["tensor_flops"].notna() & profile.counters["dram_read_bytes"].notna()]
+    layers, layers_reason = _layer_block(profile, counted, peaks)
+    empty = {**empty, "layers": layers, **({"layers_reason": layers_reason} if layers_reason else {})}
     if not counted.empty:
         points = _points_from_counters(profile, counted)
         if points.empty:
@@ -173,5 +252,7 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
         "source": source,
         "kernels": kernels,
+        "layers": layers,
+        **({"layers_reason": layers_reason} if layers_reason else {}),
     }
 
