@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
+from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
 from hybrid.profile import ANNOTATION_PREFIX, Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 
@@ -596,8 +597,60 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
     return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
 
 
+def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per counter row (position in profile.counters): how many launches per steady step it stands for
+    and their timeline GPU time per step (`launches`, `time_ns`), matched by launch or launch
+    configuration as ncu_pass matches them and as the roofline's step point counts them. ncu replays
+    one launch per row, so an average over rows gives a kernel launched 100 times a step the weight of
+    one launched once. Rows that stand for no launch in the steady steps weigh 0; with no timeline
+    match at all (counters attached to no kernel frame), each row counts once at its replayed duration."""
+    c = profile.counters.reset_index(drop=True)
+    ncu = profile.extras.get("ncu") or {}
+    kernels = profile.kernels.reset_index(drop=True)
+    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
+    fallback = pd.DataFrame({"launches": 1.0, "time_ns": c["duration_ns"].astype(float)})
+    if rows is None or len(rows) != len(kernels) or kernels.empty:
+        return fallback
+    matched = kernels.assign(counter_row=rows, match=levels)
+    matched = matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])]
+    if matched.empty:
+        return fallback
+    per_row = (matched["end_ns"] - matched["start_ns"]).groupby(matched["counter_row"]).agg(["size", "sum"])
+    per_row = per_row.reindex(range(len(c)), fill_value=0).astype(float) / max(len(steps), 1)
+    return pd.DataFrame({"launches": per_row["size"], "time_ns": per_row["sum"]})
+
+
+# Averages of per-kernel ncu figures: (metric name, counter column, unit).
+COUNTER_AVERAGES = (
+    ("ncu_l2_hit_pct", "l2_hit_pct", "%"), ("ncu_l1_hit_pct", "l1_hit_pct", "%"),
+    ("ncu_tensor_pipe_pct", "tensor_pipe_pct", "%"), ("ncu_sm_throughput_pct", "sm_throughput_pct", "%"),
+    ("ncu_memory_throughput_pct", "memory_throughput_pct", "%"),
+    ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct", "%"),
+    ("ncu_sectors_per_request", "global_load_sectors_per_request", "sectors/req"),
+)
+
+
+def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | None:
+    return _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], weights)
+
+
+def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series) -> dict[str, Metric]:
+    """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
+    dilute it), and of those whose name does not say FP32: FP32 GEMMs cannot use the tensor pipe at
+    all, which the FP32 finding already explains; the rest is what the idle-pipe finding judges."""
+    precision = kernel_precision(c["name"].astype(str))
+    gemm = precision.notna()
+    out: dict[str, Metric] = {}
+    for name, mask in (("ncu_gemm_tensor_pipe_pct", gemm),
+                       ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & (precision != "fp32"))):
+        value = _counter_average(c[mask], "tensor_pipe_pct", weights[mask])
+        if value is not None:
+            out[name] = Metric(value, "%", MEASURED_NCU)
+    return out
+
+
 def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
-    c = profile.counters
+    c = profile.counters.reset_index(drop=True)
     if c.empty:
         return {}
     src = MEASURED_NCU
@@ -607,19 +660,21 @@ def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     coverage = (profile.extras.get("ncu") or {}).get("covered_gpu_time_pct")
     if coverage is not None:
         out["ncu_coverage_pct"] = Metric(float(coverage), "%", src)
-    w = c["duration_ns"]
-    for name, col in (("ncu_l2_hit_pct", "l2_hit_pct"), ("ncu_l1_hit_pct", "l1_hit_pct"),
-                      ("ncu_tensor_pipe_pct", "tensor_pipe_pct"), ("ncu_sm_throughput_pct", "sm_throughput_pct"),
-                      ("ncu_memory_throughput_pct", "memory_throughput_pct"),
-                      ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct"),
-                      ("ncu_sectors_per_request", "global_load_sectors_per_request")):
-        value = _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], w)
+    per_step = counter_launches(profile, steps)
+    weights = per_step["time_ns"]
+    for name, col, unit in COUNTER_AVERAGES:
+        value = _counter_average(c, col, weights)
         if value is not None:
-            out[name] = Metric(value, "%" if col.endswith("_pct") else "sectors/req", src)
+            out[name] = Metric(value, unit, src)
+    out.update(_gemm_tensor_pipe(c, weights))
     dram = c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)
     if c["dram_read_bytes"].notna().any():
         out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
-        out["ncu_dram_bytes_per_s"] = Metric(float(dram.sum() / (w.sum() / 1e9)) if w.sum() else 0.0, "B/s", src)
+        # Bytes and duration of each replayed launch, counted as often as its kernel runs in a step.
+        launches = per_step["launches"]
+        moved_ns = float((c["duration_ns"].fillna(0) * launches).sum())
+        out["ncu_dram_bytes_per_s"] = Metric(float((dram * launches).sum() / (moved_ns / 1e9)) if moved_ns else 0.0,
+                                             "B/s", src)
     by_precision: dict[str, float] = {}
     for d in c["tensor_flops_by_precision"].dropna():
         for p, v in dict(d).items():
