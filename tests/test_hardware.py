@@ -66,3 +66,15 @@ def test_unknown_gpu_lists_its_unknown_peaks_instead_of_guessing():
     assert "dram_bytes_per_s" in peaks.unknown
     assert all(f"flops_per_s.{p}" in peaks.unknown for p in PRECISIONS)
     assert any("Tesla T4" in note for note in peaks.notes)
+
+
+def test_l2_bandwidth_is_known_only_where_a_source_is_cited():
+    h200 = peaks_for(load_nsys_export(NSYS).device)
+    # Nsight Compute's model of the H200: 3 sectors/cycle x 94 slices x 32 B at the 1.7084 GHz L2 clock.
+    assert h200.l2 == pytest.approx(15.4166e12, rel=1e-4)
+    assert h200.l2_bytes_per_s.source == SPEC
+    assert any("L2 peak from Nsight Compute" in note for note in h200.notes)
+    assert h200.to_dict()["l2_bytes_per_s"]["value"] == h200.l2
+    for name in ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA L4"):
+        peaks = peaks_for(DeviceInfo(name=name))
+        assert peaks.l2 is None and "l2_bytes_per_s" in peaks.unknown

@@ -82,3 +82,59 @@ def test_op_points_time_is_the_device_time_per_step_of_their_ops():
     ops = profile.ops[profile.ops["device_ns"] > 0]
     n = max(profile.measured_steps, 1)
     assert roof["time_ms"] == pytest.approx(ops["device_ns"].sum() / n / 1e6)
+
+
+def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50):
+    # Independent aggregation: walk every kernel launch of the measured steps; a launch inside a module
+    # range that ncu_pass matched to a profiled kernel (by launch or launch configuration) adds that
+    # kernel's FLOPs and DRAM bytes once, and its timeline time.
+    from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
+    from hybrid.rundir import RunDir
+    from nsight.ncu_csv import parse_ncu_csv
+
+    run = RunDir.open(RESNET50)
+    profile = attach_counters(load_nsys_export(run.nsys_export()), parse_ncu_csv(run.ncu_csv()))
+    assert resnet50["timing"]["steps_excluded"] == 0  # so every measured step counts
+    steps = len(profile.steps)
+    ncu = profile.extras["ncu"]
+    counters = profile.counters
+    expected: dict[str, dict[str, float]] = {}
+    for i, kernel in enumerate(profile.kernels.itertuples(index=False)):
+        row, match = ncu["kernel_counter_rows"][i], ncu["kernel_match"][i]
+        if not isinstance(kernel.layer, str) or kernel.step < 0 or match not in (MATCH_LAUNCH, MATCH_CONFIG):
+            continue
+        c = counters.loc[row]
+        if c["tensor_flops"] != c["tensor_flops"] or c["dram_read_bytes"] != c["dram_read_bytes"]:  # NaN: not placed
+            continue
+        acc = expected.setdefault(str(kernel.layer), {"flops": 0.0, "bytes": 0.0, "ns": 0.0, "rate_ns": 0.0})
+        acc["flops"] += sum(0.0 if v != v else float(v) for v in
+                            (c["tensor_flops"], c["fp64_flops"], c["fp32_flops"], c["fp16_flops"]))
+        acc["bytes"] += float(c["dram_read_bytes"]) + (0.0 if c["dram_write_bytes"] != c["dram_write_bytes"]
+                                                       else float(c["dram_write_bytes"]))
+        acc["ns"] += kernel.end_ns - kernel.start_ns
+        acc["rate_ns"] += float(c["duration_ns"])
+
+    layers = resnet50["roofline"]["layers"]
+    assert len(layers) == 30 and "layers_reason" not in resnet50["roofline"]
+    # the 30 layers with the most profiled kernel time, largest first
+    longest = sorted(expected, key=lambda name: -expected[name]["ns"])[:30]
+    assert [p["name"] for p in layers] == longest
+    for point in layers:
+        acc = expected[point["name"]]
+        assert point["source"] == "measured:ncu"
+        assert point["time_ms"] == pytest.approx(acc["ns"] / steps / 1e6)
+        assert point["ai"] == pytest.approx(acc["flops"] / acc["bytes"])
+        assert point["flops_per_s"] == pytest.approx(acc["flops"] / (acc["rate_ns"] / 1e9))
+        assert point["bytes_per_s"] == pytest.approx(acc["bytes"] / (acc["rate_ns"] / 1e9))
+        assert 0 < point["covered_pct"] <= 100
+    # Layers hold a subset of the launches the step point covers.
+    assert sum(p["time_ms"] for p in layers) <= resnet50["roofline"]["time_ms"]
+
+
+def test_no_layer_points_without_counters_and_the_block_says_why():
+    torch_only = roofline(load_torch_trace(FIXTURES / "torch_trace.json"),
+                          peaks_for(load_torch_trace(FIXTURES / "torch_trace.json").device))
+    assert torch_only["layers"] == [] and "ncu counters" in torch_only["layers_reason"]
+    nsys_only = load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite")
+    roof = roofline(nsys_only, peaks_for(nsys_only.device))
+    assert roof["layers"] == [] and roof["layers_reason"]
