@@ -130,3 +130,70 @@ def test_hover_text_gives_the_points_own_flops_and_bytes(results):
     legend = [t.firstChild.data for t in svg.getElementsByTagName("text") if t.firstChild]
     has_estimated = any(not k["source"].startswith("measured:") for k in kernels)
     assert any(label.endswith(", estimated") for label in legend) == has_estimated
+
+
+RESNET50_RUN = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"
+
+
+@pytest.fixture(scope="module")
+def resnet50_results() -> dict:
+    from hybrid.pipeline import analyze_run_dir
+
+    return analyze_run_dir(RESNET50_RUN)
+
+
+def _layer_markers(svg: xml.dom.minidom.Document) -> list:
+    return [p for p in svg.getElementsByTagName("polygon") if p.getAttribute("class").startswith("layer")]
+
+
+def _plotted_layers(results: dict) -> list[dict]:
+    return [p for p in results["roofline"].get("layers") or [] if (p["ai"] or 0) > 0 and (p["flops_per_s"] or 0) > 0]
+
+
+def test_one_layer_marker_per_layer_point_with_its_own_hover(resnet50_results):
+    layers = _plotted_layers(resnet50_results)
+    assert layers, "the resnet50 run has module ranges and ncu counters"
+    svg = _svg(render_html(resnet50_results))
+    markers = _layer_markers(svg)
+    assert len(markers) == len(layers)
+    for marker, layer in zip(markers, sorted(layers, key=lambda p: -p["time_ms"])):
+        lines = marker.getElementsByTagName("title")[0].firstChild.data.split("\n")
+        assert lines[0] == layer["name"]
+        assert lines[1] == f"AI {format_value(layer['ai'], 'FLOP/B')} (L2 {format_value(layer['l2_ai'], 'FLOP/B')})"
+        assert f"{format_value(layer['covered_pct'], '%')} of the layer's kernel time profiled" in lines[4]
+    legend = [t.firstChild.data for t in svg.getElementsByTagName("text") if t.firstChild]
+    assert "layer (module range), measured (ncu)" in legend
+
+
+def test_layer_markers_match_the_results_files(results):
+    page = render_html(results)
+    if "<svg" not in page:
+        return
+    assert len(_layer_markers(_svg(page))) == len(_plotted_layers(results))
+
+
+def test_l2_roof_is_drawn_iff_its_peak_is_known(resnet50_results):
+    l2 = resnet50_results["device"]["peaks"]["l2_bytes_per_s"]
+    svg = _svg(render_html(resnet50_results))
+    roofs = [line for line in svg.getElementsByTagName("line") if line.getAttribute("class") == "l2-roof"]
+    assert len(roofs) == 1 and l2["source"] == "spec"
+    labels = [t.firstChild.data for t in svg.getElementsByTagName("text") if t.firstChild]
+    assert f"L2 {format_value(l2['value'], 'B/s')}" in labels and "L2 roof (against L2 intensity)" in labels
+    # Parallel to the DRAM roof, above it by the ratio of the two bandwidths (log axes: a constant offset).
+    dram = next(line for line in svg.getElementsByTagName("line") if line.getAttribute("stroke") == "#0550ae")
+    assert float(roofs[0].getAttribute("y1")) < float(dram.getAttribute("y1"))
+
+    unknown = json.loads(json.dumps(resnet50_results))
+    unknown["device"]["peaks"]["l2_bytes_per_s"] = None
+    svg = _svg(render_html(unknown))
+    assert not [line for line in svg.getElementsByTagName("line") if line.getAttribute("class") == "l2-roof"]
+    assert not any(t.firstChild.data.startswith("L2 ") for t in svg.getElementsByTagName("text") if t.firstChild)
+
+
+def test_kernel_hover_gives_its_l2_intensity(resnet50_results):
+    kernels = [k for k in resnet50_results["roofline"]["kernels"] if (k["ai"] or 0) > 0 and (k["flops_per_s"] or 0) > 0]
+    svg = _svg(render_html(resnet50_results))
+    circles = [c for c in svg.getElementsByTagName("circle") if "kernel" in c.getAttribute("class")]
+    for circle, kernel in zip(circles, sorted(kernels, key=lambda k: -k["time_ms"])):
+        line = circle.getElementsByTagName("title")[0].firstChild.data.split("\n")[1]
+        assert line.endswith(f"(L2 {format_value(kernel['l2_ai'], 'FLOP/B')})") and kernel["l2_ai"] is not None

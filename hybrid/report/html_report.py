@@ -44,7 +44,7 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .SEVERE .badge{background:#e16f24;color:#fff}.MODERATE .badge{background:#d4a72c}
 .src{font-size:.85em;color:#0550ae;white-space:nowrap}.src.estimated,.src.spec{color:#8250df}
 .muted{color:#57606a}.summary td:first-child{font-weight:600;width:16em}
-svg text{font:11px system-ui,sans-serif;fill:#1d232a}svg text.dram{fill:#0550ae}
+svg text{font:11px system-ui,sans-serif;fill:#1d232a}svg text.dram{fill:#0550ae}svg text.l2{fill:#1a7f37}
 """
 
 
@@ -125,11 +125,13 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
         return '<p class="muted">No roofline: the device peaks are unknown in this mode.</p>'
     bandwidth = float(dram["value"])
     points = plotted_kernels(results)
+    layers = plotted_layers(results)
     roof = results.get("roofline") or {}
     aggregate = roof if _finite_positive(roof.get("arithmetic_intensity")) and _finite_positive(
         roof.get("flops_per_s")) else None
-    xs = [k["ai"] for k in points] + [v / bandwidth for v in compute.values()] + ([aggregate["arithmetic_intensity"]] if aggregate else [])
-    ys = [k["flops_per_s"] for k in points] + list(compute.values()) + ([aggregate["flops_per_s"]] if aggregate else [])
+    placed = points + layers
+    xs = [k["ai"] for k in placed] + [v / bandwidth for v in compute.values()] + ([aggregate["arithmetic_intensity"]] if aggregate else [])
+    ys = [k["flops_per_s"] for k in placed] + list(compute.values()) + ([aggregate["flops_per_s"]] if aggregate else [])
     x_low = 10 ** math.floor(math.log10(min(xs)) - ROOF_MARGIN_DECADES)
     x_high = 10 ** math.ceil(math.log10(max(xs)) + ROOF_MARGIN_DECADES)
     y_low = 10 ** math.floor(math.log10(min(min(ys), x_low * bandwidth)) - ROOF_MARGIN_DECADES)
@@ -163,6 +165,10 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
                  f'[{w.text(source_label(str(dram.get("source", ""))))}]</title></line>'
                  f'<text transform="translate({dram_x1 + 8:.1f} {dram_y1 - 5 + 8 * math.tan(math.radians(slope_deg)):.1f}) '
                  f'rotate({slope_deg:.1f})" class="dram">DRAM {w.value(bandwidth, "B/s")}</text>')
+    l2 = peak(results, "l2_bytes_per_s")
+    if l2 is not None:
+        parts.append(_l2_roof(float(l2["value"]), str(l2.get("source") or ""), px(x_low), px, py, x_low, top_peak,
+                              slope_deg, w))
     # Precisions with the same peak (fp16 and bf16) share one roof and one label. The roofs of the
     # precisions the kernels ran in are drawn solid; the others are dashed, for reference only.
     used = {roof.get("precision")} | {k.get("precision") for k in points}
@@ -185,18 +191,56 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
                      f'{w.value(peak_flops, "FLOP/s")}</text>'
                      f'<circle cx="{ridge_x:.1f}" cy="{roof_y:.1f}" r="3" fill="#57606a"><title>ridge point '
                      f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} [{w.text(sources)}]</title></circle>')
-    longest = max((k.get("time_ms") or 0.0 for k in points), default=0.0) or 1.0
+    longest = max((k.get("time_ms") or 0.0 for k in placed), default=0.0) or 1.0
     for kernel in sorted(points, key=lambda k: -(k.get("time_ms") or 0.0)):
         parts.append(_kernel_point(kernel, px(kernel["ai"]), py(kernel["flops_per_s"]), longest, w))
+    for layer in sorted(layers, key=lambda k: -(k.get("time_ms") or 0.0)):
+        parts.append(_layer_point(layer, px(layer["ai"]), py(layer["flops_per_s"]), longest, w))
     if aggregate:
         x, y = px(aggregate["arithmetic_intensity"]), py(aggregate["flops_per_s"])
         parts.append(f'<rect class="aggregate" x="{x - 6:.1f}" y="{y - 6:.1f}" width="12" height="12" fill="#1d232a">'
                      f'<title>all placed points together: AI {w.value(aggregate["arithmetic_intensity"], "FLOP/B")}'
                      f', {w.value(aggregate["flops_per_s"], "FLOP/s")} '
                      f'[{w.text(source_label(str(aggregate.get("source") or "")))}]</title></rect>')
-    parts.append(_legend(MARGIN_LEFT + 10, MARGIN_TOP + 10, points, aggregate is not None))
+    parts.append(_legend(MARGIN_LEFT + 10, MARGIN_TOP + 10, points, layers, aggregate is not None, l2 is not None))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _l2_roof(l2_bandwidth: float, source: str, x1: float, px, py, x_low: float, top_peak: float, slope_deg: float,
+             w: _Writer) -> str:
+    """The L2 roof, parallel to the DRAM one: the bound on a point whose data came from L2, read against
+    its L2 intensity (FLOPs per L2 byte, in the hover text), not against the DRAM intensity it is plotted at."""
+    y1, x2, y2 = py(x_low * l2_bandwidth), px(top_peak / l2_bandwidth), py(top_peak)
+    return (f'<line class="l2-roof" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#1a7f37" '
+            f'stroke-width="1.5" stroke-dasharray="6 3"><title>L2 roof: {w.value(l2_bandwidth, "B/s")} '
+            f'[{w.text(source_label(source))}]; compare a point\'s L2 intensity with it</title></line>'
+            f'<text transform="translate({x1 + 8:.1f} {y1 - 5 + 8 * math.tan(math.radians(slope_deg)):.1f}) '
+            f'rotate({slope_deg:.1f})" class="l2">L2 {w.value(l2_bandwidth, "B/s")}</text>')
+
+
+def _layer_point(layer: dict, x: float, y: float, longest: float, w: _Writer) -> str:
+    share = max(layer.get("time_ms") or 0.0, 0.0) / longest
+    size = 1.2 * (POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(share))
+    source = str(layer.get("source", ""))
+    seconds = (layer.get("time_ms") or 0.0) / 1e3
+    # Rates are over ncu's durations of the layer's profiled launches; time_ms is their timeline time per step.
+    flops = layer["flops_per_s"] * seconds
+    dram_bytes = layer["bytes_per_s"] * seconds if _finite_positive(layer.get("bytes_per_s")) else None
+    precision = f" {w.text(layer['precision'])}" if layer.get("precision") else ""
+    tooltip = (f"<title>{w.text(layer.get('name'))}&#10;AI {w.value(layer.get('ai'), 'FLOP/B')} (L2 "
+               f"{w.value(layer.get('l2_ai'), 'FLOP/B')})&#10;{w.value(layer.get('flops_per_s'), 'FLOP/s')}{precision}"
+               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at {w.value(layer.get('bytes_per_s'), 'B/s')}"
+               f"&#10;time {w.value(layer.get('time_ms'), 'ms')}, {w.value(layer.get('kernels_per_step'))} kernels, "
+               f"{w.value(layer.get('covered_pct'), '%')} of the layer's kernel time profiled"
+               f"&#10;{w.text(layer.get('bound'))}-bound, {w.value(layer.get('achieved_pct_of_attainable'), '%')} of "
+               f"attainable&#10;[{w.text(source_label(source))}]</title>")
+    measured = source.startswith("measured:")
+    fill = 'fill="#0a7ea4" fill-opacity="0.6"' if measured else 'fill="none"'
+    kind = "measured" if measured else "estimated"
+    # A triangle (up) for a layer, so it never reads as a kernel's circle or an operator's diamond.
+    return (f'<polygon class="layer {kind}" points="{x:.1f},{y - size:.1f} {x + size:.1f},{y + size * 0.8:.1f} '
+            f'{x - size:.1f},{y + size * 0.8:.1f}" {fill} stroke="#0a7ea4" stroke-width="1.5">{tooltip}</polygon>')
 
 
 def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) -> str:
@@ -226,7 +270,7 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) 
 LEGEND_LINE = 18  # SVG units between legend entries
 
 
-def _legend(x: float, y: float, points: list[dict], aggregate: bool) -> str:
+def _legend(x: float, y: float, points: list[dict], layers: list[dict], aggregate: bool, l2: bool) -> str:
     """Only the marks the chart holds: a torch-only run has no measured point, and its estimated
     points are operators (FLOPs from torch, bytes modeled from shapes), not kernels."""
     measured = [str(k.get("source", "")).startswith("measured:") for k in points]
@@ -234,13 +278,25 @@ def _legend(x: float, y: float, points: list[dict], aggregate: bool) -> str:
     marks = []
     if any(measured):
         marks.append((f'<circle cx="{x}" cy="0" r="5" fill="#cf222e" fill-opacity="0.7"/>', "kernel, measured (ncu)"))
-    if not all(measured):
+    if points and not all(measured):
         diamond = f'<polygon points="{x},-6 {x + 6},0 {x},6 {x - 6},0" fill="none" stroke="#8250df" stroke-width="2"/>'
         marks.append((diamond, f"{what}, estimated"))
+    if layers:
+        triangle = f'<polygon points="{x},-6 {x + 6},5 {x - 6},5" fill="#0a7ea4" fill-opacity="0.6" stroke="#0a7ea4"/>'
+        marks.append((triangle, "layer (module range), measured (ncu)"))
+    if l2:
+        dashed = f'<line x1="{x - 7}" y1="0" x2="{x + 7}" y2="0" stroke="#1a7f37" stroke-width="1.5" stroke-dasharray="6 3"/>'
+        marks.append((dashed, "L2 roof (against L2 intensity)"))
     if aggregate:
         marks.append((f'<rect x="{x - 5}" y="-5" width="10" height="10" fill="#1d232a"/>', f"all {what}s together"))
     return "".join(f'<g transform="translate(0 {y + index * LEGEND_LINE})">{mark}<text x="{x + 10}" y="4">{label}'
                    f"</text></g>" for index, (mark, label) in enumerate(marks))
+
+
+def plotted_layers(results: dict) -> list[dict]:
+    """Roofline layer points that can sit on log-log axes (a layer of copies only has no FLOPs)."""
+    return [k for k in (results.get("roofline") or {}).get("layers") or []
+            if _finite_positive(k.get("ai")) and _finite_positive(k.get("flops_per_s"))]
 
 
 def plotted_kernels(results: dict) -> list[dict]:
@@ -280,9 +336,15 @@ def _roofline(results: dict, w: _Writer) -> str:
              f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · {w.value(roof.get('achieved_pct_of_attainable'), '%')} "
              f"of attainable {w.source(roof.get('source'))}</p><p>Compute {compute} · DRAM {dram}</p>"
              f'<p class="muted">{basis}.</p>')
-    # A layer point would need the layer's FLOPs and DRAM bytes; results.json gives layers GPU time only.
-    layers_note = ('<p class="muted">Layers are not plotted: the results give each layer its GPU time (table below) '
-                   "but no FLOPs or DRAM bytes.</p>" if results.get("layers") else "")
+    layers_note = ""
+    if results.get("layers") and not roof.get("layers"):
+        # Results from before layer points, or a run without counters for its layers.
+        why = roof.get("layers_reason") or "the results give each layer its GPU time (table below) but no FLOPs or DRAM bytes"
+        layers_note = f'<p class="muted">Layers are not plotted: {w.text(why)}.</p>'
+    elif roof.get("layers"):
+        layers_note = (f'<p class="muted">Layer points: the {len(roof["layers"])} module ranges with the most '
+                       "profiled kernel time, each summing the ncu counters of its profiled launches per step "
+                       "(hover for the share of the layer's kernel time they cover).</p>")
     return f"<h2>Roofline</h2>{facts}{_roofline_svg(results, w)}{layers_note}"
 
 
