@@ -307,8 +307,8 @@ def test_control_page_with_the_unescaped_name_does_run_it(browser, planted_run, 
     without_policy = tmp_path / "control.html"
     without_policy.write_text(raw[:raw.index('<meta http-equiv="Content-Security-Policy"')]
                               + raw[raw.index(">", raw.index('<meta http-equiv="Content-Security-Policy"')) + 1:])
+    control = browser.visit(without_policy)
     assert control.dialogs and set(control.dialogs) == {"1"}  # one alert per place the name is shown
-    assert control.dialogs == ["1"]
     assert control.dom["images"] >= 1
 
     with_policy = tmp_path / "control-csp.html"
