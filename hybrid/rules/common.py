@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hybrid.rules.base import Context, Evidence, Finding
+from hybrid.provenance import ESTIMATED
+from hybrid.rules.base import SEVERITY_RANK, Context, Evidence, Finding
 
 # Severity from the share of the step a finding costs. A third of the step is a >1.4x speedup when
 # fixed (CRITICAL); 15% is well outside run-to-run noise of a steady loop (SEVERE); 5% is the
@@ -11,6 +12,10 @@ SEVERITY_FLOORS = (("CRITICAL", 30.0), ("SEVERE", 15.0), ("MODERATE", 5.0))
 # Tuned library kernels reach about 80% of the roofline (cuBLAS large GEMMs ~70-80% of tensor peak,
 # streaming kernels ~85-90% of DRAM bandwidth); estimates of what a fix recovers aim at that ceiling.
 PRACTICAL_ROOFLINE_PCT = 80.0
+# An estimate that rests on a premise the run did not measure (that per-step costs stay fixed when the
+# batch doubles, that a documented slowdown applies here) can point somewhere worth a look, but not
+# outrank what was measured: its severity stops here, whatever the time it claims.
+ASSUMED_SEVERITY_CAP = "MODERATE"
 
 
 def severity_for(lost_pct: float) -> str:
@@ -30,13 +35,36 @@ def evidence(ctx: Context, pairs: list[tuple[str, str]]) -> list[Evidence]:
     return [ctx.evidence(label, name) for label, name in pairs if name in ctx.metrics]
 
 
+def claimed_ms(ctx: Context, *rule_ids: str) -> float:
+    """Time lost that the findings of these rules claim on this context. A rule that sees time another
+    rule already explains (the same GEMMs through ncu's pipe figure, the same idle gaps through host
+    op times) names the owners here and counts only what they leave, so one cause is never counted twice."""
+    from hybrid.rules.registry import RULES  # the registry imports every family, this module included
+
+    by_id = {rule.id: rule for rule in RULES}
+    total = 0.0
+    for rule_id in rule_ids:
+        found = by_id[rule_id].evaluate(ctx)
+        if found is not None and not found.not_measured:
+            total += found.time_lost_ms
+    return total
+
+
 def finding(ctx: Context, *, id: str, title: str, category: str, pairs: list[tuple[str, str]],
             explanation: str, suggestions: list[str], lost_ms: float,
-            extra: list[Evidence] | None = None) -> Finding:
+            extra: list[Evidence] | None = None, assumes: str | None = None) -> Finding:
+    """`assumes` names the unmeasured premise of the time-lost estimate: it is shown as evidence and
+    caps the severity at ASSUMED_SEVERITY_CAP."""
     lost_ms = max(0.0, float(lost_ms))
     pct = lost_pct(ctx, lost_ms)
-    return Finding(id=id, title=title, category=category, severity=severity_for(pct),
-                   evidence=evidence(ctx, pairs) + list(extra or []), explanation=explanation,
+    severity = severity_for(pct)
+    extra = list(extra or [])
+    if assumes:
+        extra.append(Evidence("time lost assumes", assumes, "", ESTIMATED))
+        if SEVERITY_RANK[severity] > SEVERITY_RANK[ASSUMED_SEVERITY_CAP]:
+            severity = ASSUMED_SEVERITY_CAP
+    return Finding(id=id, title=title, category=category, severity=severity,
+                   evidence=evidence(ctx, pairs) + extra, explanation=explanation,
                    suggestions=suggestions, time_lost_ms=lost_ms, time_lost_pct=pct)
 
 

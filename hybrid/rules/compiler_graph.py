@@ -46,6 +46,7 @@ def check_graph_breaks(ctx: Context) -> Finding | None:
     return finding(
         ctx, id="compile.graph_breaks", title=f"torch.compile graph breaks ({breaks})", category="COMPILER_GRAPH",
         pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons")],
+        assumes="launch gaps spread evenly over the compiled pieces (the gaps are not attributed to a piece)",
         explanation=("Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
                      "CUDA-graph capture across the break."),
         suggestions=["List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs).",

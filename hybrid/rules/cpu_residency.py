@@ -4,7 +4,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.common import claimed_ms, finding, lost_pct
 from hybrid.rules.data_pipeline import loader_stall_lost_ms
 
 MIN_LOST_PCT = 1.0
@@ -15,6 +15,12 @@ EXCESSIVE_COPIES_PER_STEP = 10
 EXPECTED_COPIES_PER_STEP = 2
 # Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
 HOST_GAP_MIN_PCT = 5.0
+# GPU idle time other findings give a cause to: the host ops that were slow to launch or compute are
+# where the launch and host gaps come from, so those findings own the gaps and this one the rest.
+IDLE_OWNERS = ("launch.bound", "compile.graph_breaks", "sync.per_step", "cpu.preprocessing", "data.loader_stall")
+# The copies themselves: creating a tensor on the device removes its copy (cpu.late_migration),
+# which is more specific than "too many copies".
+COPY_OWNERS = ("cpu.late_migration",)
 
 
 def preprocessing_lost_ms(idle_host_ms: float, loader_stall_ms: float) -> float:
@@ -23,9 +29,12 @@ def preprocessing_lost_ms(idle_host_ms: float, loader_stall_ms: float) -> float:
     return max(0.0, idle_host_ms - loader_stall_ms)
 
 
-def cpu_heavy_lost_ms(cpu_heavy_ms: float, gpu_idle_ms: float | None) -> float:
-    """Host time of CPU-heavy ops only costs step time while the GPU has nothing queued."""
-    return cpu_heavy_ms if gpu_idle_ms is None else min(cpu_heavy_ms, gpu_idle_ms)
+def cpu_heavy_lost_ms(cpu_heavy_ms: float, gpu_idle_ms: float | None, claimed_by_others_ms: float = 0.0) -> float:
+    """Host time of CPU-heavy ops only costs step time while the GPU has nothing queued, and only the
+    idle time no other finding explains."""
+    if gpu_idle_ms is None:
+        return max(0.0, cpu_heavy_ms - claimed_by_others_ms)
+    return min(cpu_heavy_ms, max(0.0, gpu_idle_ms - claimed_by_others_ms))
 
 
 def transfers_lost_ms(exposed_copy_ms: float, copies_per_step: float) -> float:
@@ -46,7 +55,8 @@ def late_migration_lost_ms(htod_ms: float, htod_count: float, moved_per_step: fl
 def check_cpu_heavy(ctx: Context) -> Finding | None:
     if ctx.value("cpu_heavy_ops", 0) < 1:
         return None
-    lost = cpu_heavy_lost_ms(ctx.value("cpu_heavy_ops_ms", 0.0), ctx.value("gpu_idle_ms"))
+    lost = cpu_heavy_lost_ms(ctx.value("cpu_heavy_ops_ms", 0.0), ctx.value("gpu_idle_ms"),
+                             claimed_ms(ctx, *IDLE_OWNERS))
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
@@ -65,7 +75,9 @@ def check_transfers(ctx: Context) -> Finding | None:
     copies = ctx.value("htod_count", 0.0) + ctx.value("dtoh_count", 0.0)
     if copies < EXCESSIVE_COPIES_PER_STEP:
         return None
-    lost = transfers_lost_ms(ctx.value("exposed_copy_ms", 0.0), copies)
+    lost = transfers_lost_ms(ctx.value("exposed_copy_ms", 0.0), copies) - claimed_ms(ctx, *COPY_OWNERS)
+    if lost_pct(ctx, lost) < MIN_LOST_PCT:
+        return None
     return finding(
         ctx, id="cpu.transfers", title="Tensors move between host and device many times per step",
         category="CPU_RESIDENCY",

@@ -4,7 +4,7 @@ with compute, step jitter."""
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.common import claimed_ms, finding, lost_pct
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
@@ -16,6 +16,9 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # A steady training loop varies by a few % step to step; above 10% CV something intermittent
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
+# Copy time with a more specific cause: tensors that should have been created on the device
+# (cpu.late_migration) and copies that should be batched into a few (cpu.transfers).
+COPY_OWNERS = ("cpu.late_migration", "cpu.transfers")
 
 
 def pageable_copy_lost_ms(exposed_pageable_ms: float, pageable_bytes_per_s: float | None,
@@ -75,7 +78,8 @@ def check_loader_stall(ctx: Context) -> Finding | None:
 
 def check_pageable(ctx: Context) -> Finding | None:
     pinned = ctx.peaks.get("pinned_copy_bytes_per_s")
-    lost = pageable_copy_lost_ms(ctx.value("exposed_pageable_copy_ms", 0.0), ctx.value("pageable_bytes_per_s"), pinned)
+    lost = (pageable_copy_lost_ms(ctx.value("exposed_pageable_copy_ms", 0.0), ctx.value("pageable_bytes_per_s"), pinned)
+            - claimed_ms(ctx, *COPY_OWNERS))
     if ctx.value("pageable_copy_ms", 0.0) <= 0 or lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
@@ -99,7 +103,7 @@ def check_pageable(ctx: Context) -> Finding | None:
 
 def check_exposed_copies(ctx: Context) -> Finding | None:
     exposed_pinned = ctx.value("exposed_copy_ms", 0.0) - ctx.value("exposed_pageable_copy_ms", 0.0)
-    lost = exposed_copy_lost_ms(exposed_pinned, ctx.value("kernel_time_ms", 0.0))
+    lost = exposed_copy_lost_ms(exposed_pinned, ctx.value("kernel_time_ms", 0.0)) - claimed_ms(ctx, *COPY_OWNERS)
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(

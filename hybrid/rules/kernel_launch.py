@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.common import claimed_ms, finding, lost_pct
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
 MIN_LOST_PCT = 5.0
 # Memory below half of capacity leaves room to at least double the batch.
 BATCH_HEADROOM_PEAK_PCT = 50.0
+# Findings that name a cause for the launch and host idle time a larger batch would amortize: a
+# larger batch is another fix for the same gaps, so it counts only the gaps they leave unexplained.
+IDLE_OWNERS = ("launch.bound", "compile.graph_breaks", "cpu.preprocessing", "data.loader_stall", "cpu.heavy_ops")
 
 
 def launch_bound_lost_ms(idle_launch_ms: float) -> float:
@@ -17,15 +20,18 @@ def launch_bound_lost_ms(idle_launch_ms: float) -> float:
     return max(0.0, idle_launch_ms)
 
 
-def batch_headroom_lost_ms(idle_launch_ms: float, idle_host_ms: float) -> float:
-    """Per-step fixed host costs are paid once per batch: doubling the batch halves them per sample."""
-    return 0.5 * (max(0.0, idle_launch_ms) + max(0.0, idle_host_ms))
+def batch_headroom_lost_ms(idle_launch_ms: float, idle_host_ms: float, claimed_by_others_ms: float) -> float:
+    """Per-step fixed host costs are paid once per batch: doubling the batch halves them per sample.
+    Only the idle time no other finding explains is counted."""
+    unexplained = max(0.0, idle_launch_ms) + max(0.0, idle_host_ms) - max(0.0, claimed_by_others_ms)
+    return 0.5 * max(0.0, unexplained)
 
 
 def check_launch_bound(ctx: Context) -> Finding | None:
     if ctx.value("small_kernel_share_pct", 0.0) < SMALL_KERNEL_SHARE_PCT:
         return None
-    lost = launch_bound_lost_ms(ctx.value("idle_launch_ms", 0.0))
+    # Graph breaks own the launch gaps of the eager pieces between compiled graphs.
+    lost = launch_bound_lost_ms(ctx.value("idle_launch_ms", 0.0)) - claimed_ms(ctx, "compile.graph_breaks")
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
@@ -34,8 +40,11 @@ def check_launch_bound(ctx: Context) -> Finding | None:
         pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 us", "small_kernel_share_pct"),
                ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_ms"),
                ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
+        extra=([ctx.evidence("ops with CPU:GPU > 10:1", "cpu_heavy_op_names")]
+               if ctx.value("cpu_heavy_ops", 0) >= 1 else []),
         explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
-                     "roughly 5-20 us of host time per op), so the GPU idles between them."),
+                     "roughly 5-20 us of host time per op), so the GPU idles between them. Host-heavy ops, "
+                     "when listed, are where that host time goes; this finding owns the idle gaps they cause."),
         suggestions=[("Capture the step with CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
                      "torch.cuda.graphs."),
                      "Fuse small ops with torch.compile.",
@@ -46,7 +55,8 @@ def check_launch_bound(ctx: Context) -> Finding | None:
 def check_batch_headroom(ctx: Context) -> Finding | None:
     if ctx.value("peak_memory_pct", 100.0) >= BATCH_HEADROOM_PEAK_PCT:
         return None
-    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0))
+    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0),
+                                  claimed_ms(ctx, *IDLE_OWNERS))
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
@@ -54,9 +64,10 @@ def check_batch_headroom(ctx: Context) -> Finding | None:
         category="KERNEL_LAUNCH",
         pairs=[("peak memory of capacity", "peak_memory_pct"), ("batch size", "batch_size"),
                ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_ms")],
+        assumes="per-step host costs stay the same when the batch doubles (not measured at a larger batch)",
         explanation=("The step leaves the GPU idle for fixed host costs while using under half of its memory; a "
                      "larger batch spreads those costs over more samples (time lost is per-sample, estimated for "
-                     "a doubled batch)."),
+                     "a doubled batch, on the idle time no other finding explains)."),
         suggestions=["Double the batch size (scale the learning rate accordingly) and re-measure.",
                      "If the batch is fixed, use gradient accumulation only to keep the effective batch."],
         lost_ms=lost)

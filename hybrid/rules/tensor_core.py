@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.base import Context, Evidence, Finding, Rule
-from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, finding, has_counters, lost_pct, not_measured
+from hybrid.rules.common import (
+    PRACTICAL_ROOFLINE_PCT,
+    claimed_ms,
+    finding,
+    has_counters,
+    lost_pct,
+    not_measured,
+)
 
 MIN_LOST_PCT = 2.0
 # Without FLOPs for the misaligned calls, assume NVIDIA's Matrix Multiplication guide's ~2x slowdown of
@@ -44,16 +51,6 @@ def misaligned_achieved_pct(ctx: Context) -> float | None:
     return 100.0 * (flops / (ms / 1e3)) / attainable
 
 
-def explained_lost_ms(ctx: Context) -> float:
-    """Kernel time the tensor-core causes account for (FP32 GEMMs, misaligned dims); a generic
-    below-the-roofline finding must not count it again."""
-    flops = ctx.peaks.get("flops_per_s", {})
-    fp32 = fp32_gemm_lost_ms(ctx.value("gemm_fp32_ms", 0.0), flops.get("fp32"), flops.get("tf32"))
-    misaligned = (misaligned_lost_ms(ctx.value("misaligned_gemm_device_ms", 0.0), misaligned_achieved_pct(ctx))
-                  if ctx.value("misaligned_gemms_per_step", 0.0) > 0 else 0.0)
-    return fp32 + misaligned
-
-
 def check_fp32_gemm(ctx: Context) -> Finding | None:
     fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
     if fp32_ms <= 0:
@@ -66,9 +63,12 @@ def check_fp32_gemm(ctx: Context) -> Finding | None:
         ctx, id="tensor.fp32_gemm", title="Matrix multiplies run in full FP32 without tensor cores",
         category="TENSOR_CORE",
         pairs=[("FP32 GEMM time per step", "gemm_fp32_ms"), ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
-               ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct")],
+               ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct"),
+               ("tensor pipe busy in the profiled GEMMs", "ncu_gemm_tensor_pipe_pct")],
         explanation=("FP32 GEMM kernels (sgemm-style names) ran on CUDA cores; TF32 or BF16 tensor cores have "
-                     "several times the peak. Time lost assumes the TF32 peak from the datasheet."),
+                     "several times the peak. Time lost assumes the TF32 peak from the datasheet. This finding "
+                     "owns the FP32 GEMM time: the idle tensor pipe ncu sees in them is its evidence, not a "
+                     "second finding."),
         suggestions=[("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
                      "torch.backends.cudnn.allow_tf32 = True for convolutions."),
                      "Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ..."],
@@ -81,12 +81,16 @@ def check_misaligned(ctx: Context) -> Finding | None:
     achieved = misaligned_achieved_pct(ctx)
     lost = misaligned_lost_ms(ctx.value("misaligned_gemm_device_ms", 0.0), achieved)
     extra = [] if achieved is None else [Evidence("their share of the attainable roofline", achieved, "%", ESTIMATED)]
+    assumes = None
+    if achieved is None:
+        assumes = ("the ~2x slowdown of misaligned shapes in NVIDIA's matrix-multiplication guide "
+                   "(no FLOPs or bytes to place these calls on the roofline)")
     return finding(
         ctx, id="tensor.misaligned_dims", title="FP16/BF16 matmul dimensions are not multiples of 8",
         category="TENSOR_CORE",
         pairs=[("misaligned GEMM calls per step", "misaligned_gemms_per_step"),
                ("their GPU time", "misaligned_gemm_device_ms"), ("examples", "misaligned_gemm_shapes")],
-        extra=extra,
+        extra=extra, assumes=assumes,
         explanation=("Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
                      "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
                      f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."),
@@ -95,26 +99,42 @@ def check_misaligned(ctx: Context) -> Finding | None:
         lost_ms=lost)
 
 
+def unexplained_gemm_ms(ctx: Context) -> float:
+    """GEMM time no specific tensor-core finding owns: FP32 GEMMs are tensor-pipe idle by
+    construction (tensor.fp32_gemm owns them), misaligned 16-bit GEMMs are tensor.misaligned_dims'."""
+    owned = ctx.value("gemm_fp32_ms", 0.0)
+    if claimed_ms(ctx, "tensor.misaligned_dims") > 0:
+        owned += ctx.value("misaligned_gemm_device_ms", 0.0)
+    return max(0.0, ctx.value("gemm_time_ms", 0.0) - owned)
+
+
+def pipe_idle_lost_ms(gemm_ms: float, pipe_pct: float) -> float:
+    return gemm_ms * (1.0 - pipe_pct / 100.0) * (1.0 - LOW_TENSOR_PIPE_PCT / 100.0)
+
+
 def check_tensor_pipe(ctx: Context) -> Finding | None:
     if not has_counters(ctx):
         return not_measured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
                             category="TENSOR_CORE",
                             explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
                                         "precision here is inferred from kernel names and op dtypes.")
-    pipe = ctx.value("ncu_tensor_pipe_pct")
-    step, gemm = ctx.value("step_time_ms", 0.0), ctx.value("gemm_time_ms", 0.0)
+    # The pipe figure of the GEMMs this finding judges (not FP32 by name), weighted by their time per step.
+    pipe = ctx.value("ncu_non_fp32_gemm_tensor_pipe_pct")
+    step, gemm = ctx.value("step_time_ms", 0.0), unexplained_gemm_ms(ctx)
     if pipe is None or pipe >= LOW_TENSOR_PIPE_PCT or not step or 100 * gemm / step < GEMM_SHARE_PCT:
         return None
-    lost = gemm * (1.0 - pipe / 100.0) * (1.0 - LOW_TENSOR_PIPE_PCT / 100.0)
     return finding(
         ctx, id="tensor.pipe_idle", title="GEMM time is high but the tensor pipe is mostly idle",
         category="TENSOR_CORE",
-        pairs=[("tensor pipe busy", "ncu_tensor_pipe_pct"), ("GEMM time per step", "gemm_time_ms"),
-               ("kernel time covered by ncu", "ncu_coverage_pct")],
-        explanation="GEMMs take much of the step while tensor cores are busy a small fraction of it: small or "
-                    "skinny matrices, or FP32 math.",
-        suggestions=["Use bf16/fp16 autocast or TF32; grow matrix sizes (batch, hidden dims) to fill tiles."],
-        lost_ms=lost)
+        pairs=[("tensor pipe busy in the profiled non-FP32 GEMMs", "ncu_non_fp32_gemm_tensor_pipe_pct"),
+               ("GEMM time per step", "gemm_time_ms"), ("kernel time covered by ncu", "ncu_coverage_pct")],
+        extra=[Evidence("GEMM time no FP32 or misalignment finding explains", gemm, "ms", ctx.metrics["gemm_time_ms"].source)],
+        explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy a small fraction "
+                    "of their time: small or skinny matrices that cannot fill the tiles, or layouts that force "
+                    "narrow kernels. FP32 and misaligned GEMMs are left to their own findings.",
+        suggestions=["Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles.",
+                     "Batch many small matmuls into one (torch.bmm, grouped GEMMs) or let torch.compile fuse them."],
+        lost_ms=pipe_idle_lost_ms(gemm, pipe))
 
 
 RULES = [
