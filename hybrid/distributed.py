@@ -114,14 +114,7 @@ class JobOrchestrator(Orchestrator):
                                        "--pass", pass_name]
         if wrap is not None:
             argv += ["--wrap-json", str(wrap)]
-        argv += ["--", "--warmup", str(self.options.warmup), "--steps", str(steps)]
-        if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
-            argv.append("--nvtx-modules")
-        if whole_run:
-            argv.append("--whole-run")
-        if self.target.is_module:
-            argv.append("--module")
-        return argv + ["--", *self.target.argv]
+        return argv + ["--", *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
 
     def _check_steps_agree(self, name: str) -> None:
         steps = {r: (i or {}).get("measured_steps") for r, i in self.run_dir.rank_injects(name).items()}

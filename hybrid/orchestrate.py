@@ -133,17 +133,21 @@ class Orchestrator:
         }
 
     # -- running ----------------------------------------------------------------------------------
-    def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
-        argv = [sys.executable, "-m", "hybrid.inject", "--pass", pass_name,
-                "--out", str(self.run_dir.pass_dir(pass_name)),
-                "--warmup", str(self.options.warmup), "--steps", str(steps)]
+    def inject_flags(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
+        """The injector's options and the target, shared by single-process and per-rank launches."""
+        flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
         if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
-            argv.append("--nvtx-modules")
+            flags.append("--nvtx-modules")
         if whole_run:
-            argv.append("--whole-run")
+            flags.append("--whole-run")
         if self.target.is_module:
-            argv.append("--module")
-        return argv + ["--", *self.target.argv]
+            flags.append("--module")
+        return flags + ["--", *self.target.argv]
+
+    def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
+        return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name,
+                "--out", str(self.run_dir.pass_dir(pass_name)),
+                *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
