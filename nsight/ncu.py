@@ -16,10 +16,8 @@ passes each kernel cost. nsight/ncu_csv.py reads both layouts.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
@@ -27,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybrid.errors import ProfilerError
+from nsight.locate import find_tool
 from nsight.ncu_metrics import METRICS
 
 NCU_ENV = "HYBRID_NCU"
@@ -81,32 +80,10 @@ class NcuRun:
     partial: bool  # ncu exited non-zero but left a table: the kernels profiled before it stopped
 
 
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
 def find_ncu() -> Path | None:
     """The ncu CLI to use: $HYBRID_NCU (binary or install folder), PATH, then the usual install
     folders (newest first)."""
-    forced = os.environ.get(NCU_ENV)
-    if forced:
-        path = Path(forced)
-        for candidate in (path, path / "ncu"):
-            if _is_executable(candidate):
-                return candidate
-        return None
-    on_path = shutil.which("ncu")
-    if on_path:
-        return Path(on_path)
-    for pattern in NCU_GLOBS:
-        for match in sorted(glob.glob(pattern), key=_version_key, reverse=True):
-            if _is_executable(Path(match)):
-                return Path(match)
-    return None
+    return find_tool("ncu", NCU_ENV, NCU_GLOBS)
 
 
 def parse_ncu_version(text: str) -> str | None:

@@ -5,15 +5,13 @@ Torch-free and pandas-free: the orchestrator imports this before deciding which 
 
 from __future__ import annotations
 
-import glob
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from hybrid.errors import ProfilerError
+from nsight.locate import find_tool
 
 NSYS_ENV = "HYBRID_NSYS"
 
@@ -67,35 +65,9 @@ class NsysRun:
     sqlite_path: Path
 
 
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _version_key(path: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
 def find_nsys() -> Path | None:
     """The nsys CLI to use: $HYBRID_NSYS, then PATH, then the usual install folders (newest first)."""
-    forced = os.environ.get(NSYS_ENV)
-    if forced:
-        path = Path(forced)
-        # Accept the folder of an install as well as the binary itself.
-        for candidate in (path, path / "nsys", path / "bin" / "nsys"):
-            if _is_executable(candidate):
-                return candidate
-        return None
-    on_path = shutil.which("nsys")
-    if on_path:
-        return Path(on_path)
-    for pattern in NSYS_GLOBS:
-        for match in sorted(glob.glob(pattern), key=_version_key, reverse=True):
-            path = Path(match)
-            # Some Nsight Compute layouts hold nsys as a folder with the binary in bin/.
-            for candidate in (path, path / "bin" / "nsys"):
-                if _is_executable(candidate):
-                    return candidate
-    return None
+    return find_tool("nsys", NSYS_ENV, NSYS_GLOBS)
 
 
 def parse_nsys_version(text: str) -> tuple[int, ...] | None:
