@@ -44,6 +44,20 @@ class Precision(str, Enum):
     fp16_amp = "fp16-amp"
 
 
+def _version(show: bool) -> None:
+    if show:
+        from hybrid import __version__
+
+        print(f"hybrid {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Diagnose why a PyTorch training or inference step is slow on the GPU."""
+
+
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 

@@ -76,6 +76,10 @@ def _would_use(facts: dict) -> tuple[str, str]:
     return "hybrid", "torch.profiler, nsys and ncu are all available"
 
 
+def _permitted(value: bool | None) -> str:
+    return {True: "readable", False: "NOT permitted", None: "unknown"}[value]
+
+
 def render_doctor(facts: dict) -> str:
     def show(value) -> str:
         return "not found" if value is None else str(value)
@@ -87,7 +91,7 @@ def render_doctor(facts: dict) -> str:
         + (f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""),
         f"nsys        {show(facts['nsys'])}  {facts['nsys_version'] or ''}".rstrip(),
         f"ncu         {show(facts['ncu'])}  {facts['ncu_version'] or ''}".rstrip(),
-        f"counters    {show(facts['counters_permitted'])}  ({facts['counters_detail']})",
+        f"counters    {_permitted(facts['counters_permitted'])}  ({facts['counters_detail']})",
         f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
     ]
     return "\n".join(lines) + "\n"
