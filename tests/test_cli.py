@@ -320,3 +320,14 @@ def test_multi_process_run_reports_the_job_then_one_rank(tmp_path):
     assert "job" not in json.loads(one.stdout)
     missing = hybrid("report", str(out), "--rank", "5")
     assert missing.returncode == 2 and "no rank 5" in missing.stderr
+
+
+@pytest.mark.slow
+def test_html_shows_ranks_side_by_side(tmp_path):
+    out = tmp_path / "job"
+    done = hybrid("run", "--nproc-per-node", "2", "--steps", "3", "--warmup", "1", "--out", str(out), "--html",
+                  "--quiet", str(SCRIPTS / "ddp_train.py"), "--slow-rank", "1", "--sleep-ms", "30")
+    assert done.returncode == 0, done.stderr
+    page = (out / "report.html").read_text()
+    assert "Ranks side by side (2 ranks, gloo" in page
+    assert "<td>rank 0</td>" in page and "<td>rank 1 (straggler)</td>" in page

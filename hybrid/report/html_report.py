@@ -388,6 +388,28 @@ def _kernels(results: dict, w: _Writer) -> str:
                                              ("share of kernel time", True), ("source", False)], rows)
 
 
+def _ranks(results: dict, w: _Writer) -> str:
+    """Multi-process runs: every rank side by side, the straggler marked, before the representative rank's detail."""
+    job = results.get("job")
+    if not job:
+        return ""
+    summaries = results.get("ranks") or {}
+    straggler = (job.get("straggler") or {}).get("rank")
+    rows = []
+    for rank, row in sorted((job.get("per_rank") or {}).items(), key=lambda item: int(item[0])):
+        primary = (summaries.get(rank) or {}).get("primary_bottleneck") or {}
+        label = f"rank {w.text(rank)}" + (" (straggler)" if str(straggler) == str(rank) else "")
+        rows.append([label, w.value(row.get("step_time_ms"), "ms"), w.value(row.get("compute_ms"), "ms"),
+                     w.value(row.get("comm_ms"), "ms"), w.value(row.get("exposed_comm_ms"), "ms"),
+                     w.value(row.get("overlap_pct"), "%"), w.value(row.get("wait_ms"), "ms"),
+                     w.text((primary.get("title") if isinstance(primary, dict) else primary) or "none")])
+    title = (f"Ranks side by side ({w.text(job.get('world_size'))} ranks, {w.text(job.get('backend') or 'backend unknown')};"
+             f" per step, {w.source(job.get('comm_source'))})")
+    return _table(title, [("rank", False), ("step", True), ("compute", True), ("communication", True),
+                          ("exposed", True), ("overlap", True), ("waiting for peers", True),
+                          ("rank's primary finding", False)], rows)
+
+
 def _roofline_kernels(results: dict, w: _Writer) -> str:
     kernels = sorted((results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0))
     if not kernels:
@@ -462,7 +484,8 @@ def render_html(results: dict, *, include_paths: bool = False) -> str:
     w = _Writer(include_paths)
     device = (results.get("device") or {}).get("name") or "no GPU"
     title = f"hybrid report: {device}, {results.get('mode')}"
-    body = "".join([_summary(results, w), _roofline(results, w), _findings(results, w), _kernels(results, w),
+    body = "".join([_summary(results, w), _ranks(results, w), _roofline(results, w), _findings(results, w),
+                    _kernels(results, w),
                     _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _metrics(results, w),
                     _provenance(results, w)])
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
