@@ -129,7 +129,8 @@ def test_wrap_runs_only_the_named_rank_under_the_collector(tmp_path):
     wrap = orchestrator._write_wrap("plain", [1], ["env", "HYBRID_WRAPPED={rank_dir}"])
     argv = orchestrator.inject_argv("plain", steps=1, whole_run=False, wrap=wrap)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run(argv, check=True, env=env, capture_output=True, timeout=120)
+    done = subprocess.run(argv, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     records = {r: json.loads((tmp_path / f"rank{r}.json").read_text())["wrapped"] for r in (0, 1)}
     assert records == {0: None, 1: str(tmp_path / "run" / "rank-01")}
 
