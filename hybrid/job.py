@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.metrics import covered, interval_union
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from hybrid.rank_inject import RANK_DIR_FORMAT
 
@@ -78,16 +79,7 @@ def rank_dir_name(rank: int) -> str:
 
 def union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Merged, sorted (n, 2) intervals covering the given ones."""
-    if len(starts) == 0:
-        return np.empty((0, 2), dtype="int64")
-    order = np.argsort(starts, kind="stable")
-    merged: list[list[int]] = []
-    for start, end in zip(np.asarray(starts)[order].tolist(), np.asarray(ends)[order].tolist()):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return np.array(merged, dtype="int64")
+    return np.column_stack(interval_union(np.asarray(starts, np.int64), np.asarray(ends, np.int64)))
 
 
 def covered_ns(intervals: np.ndarray) -> int:
@@ -96,17 +88,10 @@ def covered_ns(intervals: np.ndarray) -> int:
 
 def uncovered_ns(intervals: np.ndarray, cover: np.ndarray) -> int:
     """Time in merged `intervals` that merged `cover` does not overlap."""
-    total = covered_ns(intervals)
-    overlap = 0
-    j = 0
-    for start, end in intervals.tolist():
-        while j < len(cover) and cover[j, 1] <= start:
-            j += 1
-        k = j
-        while k < len(cover) and cover[k, 0] < end:
-            overlap += min(end, int(cover[k, 1])) - max(start, int(cover[k, 0]))
-            k += 1
-    return total - overlap
+    if not len(intervals):
+        return 0
+    overlap = covered(cover[:, 0], cover[:, 1], intervals[:, 0], intervals[:, 1]).sum() if len(cover) else 0
+    return covered_ns(intervals) - int(overlap)
 
 
 # -- one rank ------------------------------------------------------------------------------------
