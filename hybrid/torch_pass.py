@@ -36,6 +36,7 @@ from hybrid.profile import (
 )
 from hybrid.provenance import MEASURED_TORCH
 from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_PREFIX
+from nsight.intervals import NO_RANGE, nesting_parents
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no
 # `schemaVersion` comes from another tool.
@@ -331,7 +332,7 @@ def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
     start = ops["start_ns"].to_numpy()
     end = ops["end_ns"].to_numpy()
     duration = end - start
-    parent = _parents(ops["tid"].to_numpy(), start, end)
+    parent = _parents(ops["tid"].to_numpy(), end)
     children_ns = np.zeros(len(ops), dtype="int64")
     has_parent = parent >= 0
     np.add.at(children_ns, parent[has_parent], duration[has_parent])
@@ -384,21 +385,14 @@ def _annotation_frame(events: pd.DataFrame, steps: pd.DataFrame,
     })
 
 
-def _parents(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _parents(tid: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Index of each op's innermost enclosing op on the same thread, -1 for none. Input sorted by
     (tid, start, end descending), so a parent always precedes its children."""
-    parent = np.full(len(start), -1, dtype="int64")
-    stack: list[int] = []
-    previous_tid = None
-    for i, (thread, op_end) in enumerate(zip(tid.tolist(), end.tolist())):
-        if thread != previous_tid:
-            stack.clear()
-            previous_tid = thread
-        while stack and end[stack[-1]] < op_end:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
+    parent = np.full(len(end), NO_RANGE, dtype="int64")
+    bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])
+    for first, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        local = nesting_parents(end[first:stop])
+        parent[first:stop] = np.where(local != NO_RANGE, local + first, NO_RANGE)
     return parent
 
 
