@@ -597,6 +597,19 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
     return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
 
 
+def matched_counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """Kernel launches of `steps` that stand for a profiled kernel (its counter row, matched by launch or
+    launch configuration as ncu_pass matched them), with their timeline GPU time `ns`; None when the
+    counters were attached to no kernel frame."""
+    ncu = profile.extras.get("ncu") or {}
+    kernels = profile.kernels.reset_index(drop=True)
+    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
+    if rows is None or len(rows) != len(kernels):
+        return None
+    matched = kernels.assign(counter_row=rows, match=levels, ns=kernels["end_ns"] - kernels["start_ns"])
+    return matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])]
+
+
 def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
     """Per counter row (position in profile.counters): how many launches per steady step it stands for
     and their timeline GPU time per step (`launches`, `time_ns`), matched by launch or launch
@@ -605,17 +618,11 @@ def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
     one launched once. Rows that stand for no launch in the steady steps weigh 0; with no timeline
     match at all (counters attached to no kernel frame), each row counts once at its replayed duration."""
     c = profile.counters.reset_index(drop=True)
-    ncu = profile.extras.get("ncu") or {}
-    kernels = profile.kernels.reset_index(drop=True)
-    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
     fallback = pd.DataFrame({"launches": 1.0, "time_ns": c["duration_ns"].astype(float)})
-    if rows is None or len(rows) != len(kernels) or kernels.empty:
+    matched = matched_counter_launches(profile, steps)
+    if matched is None or matched.empty:
         return fallback
-    matched = kernels.assign(counter_row=rows, match=levels)
-    matched = matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])]
-    if matched.empty:
-        return fallback
-    per_row = (matched["end_ns"] - matched["start_ns"]).groupby(matched["counter_row"]).agg(["size", "sum"])
+    per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
     per_row = per_row.reindex(range(len(c)), fill_value=0).astype(float) / max(len(steps), 1)
     return pd.DataFrame({"launches": per_row["size"], "time_ns": per_row["sum"]})
 

@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import op_bytes, op_flops, op_precision, steady_steps
-from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
+from hybrid.metrics import matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -37,17 +36,13 @@ DEFAULT_PRECISION = "fp32"
 def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Kernel launches of the steady steps that stand for a profiled kernel (counter row, matched by launch
     or launch configuration as ncu_pass matched them), with their timeline time; and the number of steps."""
-    ncu = profile.extras.get("ncu") or {}
-    kernels = profile.kernels.reset_index(drop=True)
-    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
     steps = steady_steps(profile)
     n = max(len(steps), 1)
-    if rows is None or len(rows) != len(kernels):
+    matched = matched_counter_launches(profile, steps)
+    if matched is None:
+        kernels = profile.kernels
         return kernels.iloc[0:0].assign(counter_row=pd.Series(dtype=float), ns=pd.Series(dtype=float)), n
-    matched = kernels.assign(counter_row=rows, match=levels, ns=kernels["end_ns"] - kernels["start_ns"])
-    matched = matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])
-                      & matched["counter_row"].isin(counted.index)]
-    return matched, n
+    return matched[matched["counter_row"].isin(counted.index)], n
 
 
 def _counter_work(counted: pd.DataFrame) -> pd.DataFrame:
