@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from hybrid.pipeline import _attach_ncu, _inject_facts, _pass_rows, analyze_profile, merge
+from hybrid.pipeline import analyze_artifacts
 from hybrid.rules.base import SEVERITY_RANK
 from hybrid.rundir import RunDir
 
@@ -47,11 +47,9 @@ def analyze_modes(run_path: Path) -> dict[str, dict]:
     from hybrid.torch_pass import load_torch_trace
 
     run = RunDir.open(run_path)
-    run_json = run.run_json()
     trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv()
     torch_profile = load_torch_trace(trace) if trace is not None else None
     nsys_profile = load_nsys_export(export) if export is not None else None
-    facts = _inject_facts(run)
     plans = {"torch-only": (torch_profile, None, False), "nsys": (torch_profile, nsys_profile, False),
              "hybrid": (torch_profile, nsys_profile, True)}
     out = {}
@@ -60,15 +58,7 @@ def analyze_modes(run_path: Path) -> dict[str, dict]:
                 or (with_ncu and csv is None):
             continue
         # merge() and attach_counters() fill the profile they are given: each mode gets its own copy.
-        profile = merge(copy.deepcopy(tp), copy.deepcopy(npf))
-        profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
-        if with_ncu:
-            profile = _attach_ncu(profile, csv)
-        workload = {"command": run_json.get("command"), "steps_measured": profile.measured_steps,
-                    "warmup_steps": facts.get("warmup_steps"), "batch_size": facts.get("batch_size"),
-                    "step_source": profile.step_source}
-        out[mode] = analyze_profile(profile, workload=workload, tools={}, passes=_pass_rows(run_json, run),
-                                    facts=facts)
+        out[mode] = analyze_artifacts(run, copy.deepcopy(tp), copy.deepcopy(npf), csv if with_ncu else None)
     return out
 
 

@@ -110,7 +110,6 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
 def analyze_run_dir(path: Path, *, step_range: str | None = None) -> dict:
     """Re-analyze a run directory written by `hybrid run` (offline, on any machine)."""
     run = RunDir.open(path)
-    run_json = run.run_json()
     trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv()
     if trace is None and export is None:
         raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
@@ -131,11 +130,19 @@ def analyze_run_dir(path: Path, *, step_range: str | None = None) -> dict:
             # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
             torch_profile.warnings += nsys_profile.warnings
             nsys_profile = None
+    return analyze_artifacts(run, torch_profile, nsys_profile, csv)
+
+
+def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
+                      ncu_csv: Path | None) -> dict:
+    """The results document from a run directory's loaded profiles (merged in place: pass copies to
+    analyze the same profiles more than once, as the planted-suite scorer does per mode)."""
+    run_json = run.run_json()
     profile = merge(torch_profile, nsys_profile)
     facts = _inject_facts(run)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
-    if csv is not None and nsys_profile is not None:
-        profile = _attach_ncu(profile, csv)
+    if ncu_csv is not None and nsys_profile is not None:
+        profile = _attach_ncu(profile, ncu_csv)
     workload = {
         "command": run_json.get("command"),
         "steps_measured": profile.measured_steps,
