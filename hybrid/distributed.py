@@ -207,7 +207,7 @@ class JobOrchestrator(Orchestrator):
             self._collector_failed("ncu", ProfilerError(f"rank {rank}'s nsys pass captured no kernels to replay",
                                                         "check that every rank launches CUDA kernels in its steps"))
             return
-        prefix = ncu.build_ncu_command(Path(tools["ncu"]), Path(RANK_DIR_PLACEHOLDER) / "ncu" / "counters.csv", [],
+        prefix = ncu.build_ncu_command(Path(tools["ncu"]), Path(RANK_DIR_PLACEHOLDER) / "ncu" / ncu.REPORT_NAME, [],
                                        kernel_names=names, measured_window=not stepless,
                                        metrics=ncu_metrics.METRICS, one_per_config=True)
         wrap = self._write_wrap("ncu", [rank], prefix)
@@ -221,7 +221,8 @@ class JobOrchestrator(Orchestrator):
         folder = self.run_dir.path / rank_dir_name(rank) / "ncu"
         try:
             console = (self.run_dir.pass_dir("ncu") / "console.log").read_text(errors="replace")
-            if ncu.check_run(folder / "counters.csv", folder / "ncu.log", result.returncode, console):
+            if ncu.finish_pass(Path(tools["ncu"]), folder / ncu.REPORT_NAME, folder / "counters.csv",
+                               folder / "ncu.log", result.returncode, console):
                 self.mode_reasons.append("ncu stopped early: counters cover only the kernels it profiled")
         except ProfilerError as error:
             self._collector_failed("ncu", error)

@@ -84,7 +84,8 @@ class PassResult:
         return out
 
 
-# progress(pass_name, event, detail): event is "start", "step", "line" or "end"
+# progress(pass_name, event, detail): event is "start", "step", "line", "end", or "total" (how many
+# units of work the next pass has, as text: the launches ncu will replay)
 Progress = Callable[[str, str, str], None]
 
 
@@ -364,13 +365,14 @@ class Orchestrator:
         ncu_dir = self.run_dir.pass_dir("ncu")
         # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
-        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / "counters.csv", inner,
+        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / ncu.REPORT_NAME, inner,
                                      # The window between the injector's cudaProfilerStart/Stop, on every
                                      # thread: an NVTX step filter would only see the launching thread and
                                      # miss the backward pass, which autograd launches from its own thread.
                                      kernel_names=kernel_names, measured_window=not stepless,
                                      metrics=ncu_metrics.METRICS, one_per_config=True)
         configs = self._launch_configs(profile, kernel_names)
+        self.progress("ncu", "total", str(configs))
         result = self._run_child("ncu", argv, note=f"replaying {configs} launch configurations of "
                                                    f"{len(kernel_names)} kernels (counters cost ~0.4 s each)")
         self._record(result)
@@ -379,7 +381,8 @@ class Orchestrator:
             raise failure
         try:
             console = (ncu_dir / "console.log").read_text(errors="replace")
-            if ncu.check_run(ncu_dir / "counters.csv", ncu_dir / "ncu.log", result.returncode, console):
+            if ncu.finish_pass(Path(tools["ncu"]), ncu_dir / ncu.REPORT_NAME, ncu_dir / "counters.csv",
+                               ncu_dir / "ncu.log", result.returncode, console):
                 self.mode_reasons.append("ncu stopped early: counters cover only the kernels it profiled")
         except ProfilerError as error:
             self._collector_failed("ncu", error)

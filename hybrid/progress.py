@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from nsight.ncu import profiled_kernel
+
 PASS_TITLES = {
     "plain": "baseline run (no collector)",
     "torch": "torch.profiler pass",
@@ -31,17 +33,31 @@ class _View:
         self.status: Status | None = None
         self.started: dict[str, float] = {}
         self.detail = ""
+        self.totals: dict[str, str] = {}
+        self.replayed = 0
 
     def __call__(self, name: str, event: str, detail: str) -> None:
         title = PASS_TITLES.get(name, name)
-        if event == "start":
+        if event == "total":
+            self.totals[name] = detail
+        elif event == "start":
             self.started[name] = time.monotonic()
+            self.replayed = 0
             self.detail = detail or "starting"
             if self.live:
                 self.status = self.console.status(f"{title}: {escape(self.detail)}")
                 self.status.start()
             else:
                 self.console.print(f"hybrid: {title}: {self.detail}", highlight=False)
+        elif event == "line" and (kernel := profiled_kernel(detail)) is not None:
+            self.replayed += 1
+            if self.status is None:
+                return
+            total = self.totals.get(name)
+            elapsed = time.monotonic() - self.started.get(name, time.monotonic())
+            of = f" of ~{total}" if total else ""
+            self.status.update(f"{title}: replayed {self.replayed}{of} launches, last {escape(kernel[:60])}  "
+                               f"[{elapsed:.0f} s]")
         elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):
             # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of a pass.
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
@@ -55,7 +71,8 @@ class _View:
             if self.status is not None:
                 self.status.stop()
                 self.status = None
-            self.console.print(f"hybrid: {title}: {escape(detail)} after {elapsed:.1f} s", highlight=False)
+            replayed = f", {self.replayed} launches replayed" if self.replayed else ""
+            self.console.print(f"hybrid: {title}: {escape(detail)}{replayed} after {elapsed:.1f} s", highlight=False)
 
     def close(self) -> None:
         if self.status is not None:

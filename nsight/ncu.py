@@ -2,10 +2,12 @@
 
 Torch-free and pandas-free: the orchestrator imports this before deciding which passes to run.
 
-Output layout: ncu writes everything it prints (its `==PROF==`/`==WARNING==`/`==ERROR==` lines and
-the CSV table) to `--log-file`, which is the counters CSV; the workload's own stdout/stderr stays on
-ncu's stdout, so program output never lands inside the table. `check_run` then copies ncu's message
-lines into ncu.log for people to read; the CSV reader skips them.
+Output layout: the profiling run writes an Nsight Compute report (`--export report.ncu-rep`, which
+users can open in the Nsight Compute GUI) and prints, beside the workload's own output, one
+`==PROF== Profiling "kernel" - N: ...` line per replayed launch: that line is the pass's live
+progress, which ncu suppresses in `--csv` mode. A second, short ncu call (`--import`) turns the
+report into the counters CSV (`export_counters`), so program output never lands inside the table.
+`check_run` copies ncu's message lines into ncu.log for people to read; the CSV reader skips them.
 
 CSV layout: `--page raw` (one row per kernel, one column per metric, a units row), not the default
 long details page (one row per kernel and metric): a kernel name full of commas is one cell per
@@ -54,8 +56,15 @@ DEFAULT_MAX_LAUNCHES = 500
 
 LOG_TAIL_LINES = 20
 
+REPORT_NAME = "report.ncu-rep"
+# Reading a report back as CSV takes seconds; a minute means something is wrong.
+IMPORT_TIMEOUT_S = 300
+
 # ncu's own output lines start with "==PROF==", "==WARNING==", "==ERROR==".
 _MESSAGE_LINE = re.compile(r"^==[A-Z]+==")
+# Printed once per profiled launch: `==PROF== Profiling "name" - 3: 0%....50%....100% - 9 passes`
+# (older releases leave out the " - 3" launch number; long names end in "...").
+_PROFILING_LINE = re.compile(r'^==PROF== Profiling "(?P<kernel>[^"]*)"(?: - \d+)?:')
 
 # What ncu prints when the user may not read GPU performance counters.
 PERMISSION_MARKERS = (
@@ -168,12 +177,13 @@ def kernel_name_filter(kernel_names: Sequence[str]) -> str:
     return f"regex:{guard}(?:{'|'.join(_ecma_escape(b) for b in bases)})$"
 
 
-def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
+def build_ncu_command(ncu: Path, report_path: Path, target_argv: Sequence[str], *,
                       kernel_names: Sequence[str], measured_window: bool = False,
                       nvtx_step: int | None = None,
                       launch_count: int | None = DEFAULT_MAX_LAUNCHES,
                       metrics: Sequence[str] = METRICS, one_per_config: bool = False) -> list[str]:
-    """The argv of the ncu pass: the given metrics for the selected kernels, launched
+    """The argv of the ncu pass: the given metrics for the selected kernels, saved to `report_path`
+    (an .ncu-rep), launched
 
     - with `measured_window`, between the injector's cudaProfilerStart (end of warmup) and
       cudaProfilerStop (after the last measured step), from any thread: what the ncu pass under the
@@ -189,9 +199,7 @@ def build_ncu_command(ncu: Path, csv_path: Path, target_argv: Sequence[str], *,
     """
     argv = [
         str(ncu),
-        "--csv", "--page", "raw",
-        "--print-units", "base",
-        "--log-file", str(csv_path),
+        "--export", str(report_path), "--force-overwrite",
         # ncu otherwise locks clocks to base, and durations stop being comparable with nsys.
         "--clock-control", "none",
         # Flush caches before each replay pass so every pass sees the same (cold) memory state;
@@ -239,11 +247,22 @@ def _has_table(text: str) -> bool:
     return any(line.startswith('"ID","Process ID"') for line in text.splitlines())
 
 
+def build_import_command(ncu: Path, report_path: Path) -> list[str]:
+    """Read a saved report back as the raw CSV page: one row per launch, base units."""
+    return [str(ncu), "--import", str(report_path), "--csv", "--page", "raw", "--print-units", "base"]
+
+
+def profiled_kernel(line: str) -> str | None:
+    """The kernel of ncu's once-per-replayed-launch line, None for any other line."""
+    match = _PROFILING_LINE.match(line)
+    return match["kernel"] if match else None
+
+
 def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = "") -> bool:
-    """Check an ncu pass after it ran: write ncu's message lines from the CSV (and `console`, the
-    run's stdout/stderr, when the caller kept it) into `log_path`; raise ProfilerError, keeping what
-    exists, when counters were not permitted or no table was written. Returns True when the table is
-    partial (ncu exited non-zero after profiling some kernels); the CSV is never rewritten.
+    """Check an ncu pass after it ran: write ncu's message lines from the CSV and `console` (the
+    run's stdout/stderr) into `log_path`; raise ProfilerError, keeping what exists, when counters
+    were not permitted or no table was written. Returns True when the table is partial (ncu exited
+    non-zero after profiling some kernels); the CSV is never rewritten.
     """
     csv_path, log_path = Path(csv_path), Path(log_path)
     text = csv_path.read_text(encoding="utf-8", errors="replace") if csv_path.is_file() else ""
@@ -267,15 +286,42 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
     return returncode != 0
 
 
+def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
+    """Write the report's counters to `csv_path`; returns what the import printed on stderr (empty
+    when fine). A missing report leaves no CSV, and check_run then says why from ncu's output."""
+    report_path, csv_path = Path(report_path), Path(csv_path)
+    if not report_path.is_file():
+        return f"ncu wrote no report ({report_path.name})"
+    try:
+        proc = subprocess.run(build_import_command(ncu, report_path), check=False, capture_output=True,
+                              text=True, errors="replace", timeout=IMPORT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"reading {report_path.name} back failed: {exc}"
+    csv_path.write_text(proc.stdout, encoding="utf-8")
+    return proc.stderr.strip() if proc.returncode != 0 or not _has_table(proc.stdout) else ""
+
+
+def finish_pass(ncu: Path, report_path: Path, csv_path: Path, log_path: Path, returncode: int,
+                console: str) -> bool:
+    """After the profiling run: the report as CSV, then check_run (raises ProfilerError; returns
+    whether the table is partial)."""
+    import_error = export_counters(ncu, report_path, csv_path)
+    if import_error:
+        console = f"{console}\n==ERROR== {import_error}\n"
+    return check_run(csv_path, log_path, returncode, console)
+
+
 def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str], *,
             kernel_names: Sequence[str], measured_window: bool = False, nvtx_step: int | None = None,
             launch_count: int | None = DEFAULT_MAX_LAUNCHES, metrics: Sequence[str] = METRICS,
             env: dict[str, str] | None = None, timeout_s: float | None = None) -> NcuRun:
-    """Run one ncu pass outside the orchestrator (benchmarks, tests). Whatever the CSV holds is kept
-    when ncu or the workload stops early; `log_path` gets ncu's messages and the console output."""
+    """Run one ncu pass outside the orchestrator (benchmarks, tests): the report goes beside
+    `csv_path` (same name, .ncu-rep). Whatever ncu saved is kept when it or the workload stops
+    early; `log_path` gets ncu's messages and the console output."""
     csv_path, log_path = Path(csv_path), Path(log_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    argv = build_ncu_command(ncu, csv_path, target_argv, kernel_names=kernel_names,
+    report_path = csv_path.with_suffix(".ncu-rep")
+    argv = build_ncu_command(ncu, report_path, target_argv, kernel_names=kernel_names,
                              measured_window=measured_window, nvtx_step=nvtx_step,
                              launch_count=launch_count, metrics=metrics)
     # Own process group: a timeout must stop ncu and the workload it launched, not only ncu.
@@ -289,6 +335,6 @@ def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str
         log_path.write_text(console, encoding="utf-8")
         raise ProfilerError(f"ncu did not finish within {timeout_s:.0f} s",
                             "select fewer kernels or launches (coverage, cap), or raise the timeout",
-                            kept=f"{csv_path} and {log_path}") from exc
-    partial = check_run(csv_path, log_path, proc.returncode, console)
+                            kept=f"{report_path} and {log_path}") from exc
+    partial = finish_pass(ncu, report_path, csv_path, log_path, proc.returncode, console)
     return NcuRun(proc.returncode, csv_path, log_path, partial)

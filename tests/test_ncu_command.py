@@ -31,12 +31,11 @@ PERMISSION_TEXT = (
 def test_build_ncu_command_exact_argv():
     names = ["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
              "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float>>(T3)"]
-    argv = ncu.build_ncu_command(Path("/opt/ncu/ncu"), Path("/run/ncu/counters.csv"),
+    argv = ncu.build_ncu_command(Path("/opt/ncu/ncu"), Path("/run/ncu/report.ncu-rep"),
                                  ["python", "-m", "hybrid.inject", "--", "train.py"],
                                  kernel_names=names, nvtx_step=0, launch_count=40)
     assert argv == [
-        "/opt/ncu/ncu", "--csv", "--page", "raw", "--print-units", "base",
-        "--log-file", "/run/ncu/counters.csv",
+        "/opt/ncu/ncu", "--export", "/run/ncu/report.ncu-rep", "--force-overwrite",
         "--clock-control", "none", "--cache-control", "all", "--target-processes", "all",
         "--metrics", ",".join(METRICS),
         "--kernel-name-base", "function",
@@ -45,6 +44,36 @@ def test_build_ncu_command_exact_argv():
         "--launch-count", "40",
         "python", "-m", "hybrid.inject", "--", "train.py",
     ]
+
+
+def test_report_is_read_back_as_the_raw_csv_page_in_base_units():
+    assert ncu.build_import_command(Path("/opt/ncu/ncu"), Path("/run/ncu/report.ncu-rep")) == [
+        "/opt/ncu/ncu", "--import", "/run/ncu/report.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
+
+
+# ncu's per-launch lines as 2025.x prints them (number, truncated name) and as older releases did.
+PROFILING_LINES = [
+    '==PROF== Profiling "vectorized_elementwise_kernel" - 0: 0%....50%....100% - 9 passes',
+    '==PROF== Profiling "sm80_xmma_fprop_implicit_gemm_f3..." - 41: 0%....50%....100% - 9 passes',
+    '==PROF== Profiling "add_kernel": 0%....50%....100% - 18 passes',
+]
+
+
+def test_profiling_lines_name_the_replayed_kernel_and_nothing_else_does():
+    assert [ncu.profiled_kernel(line) for line in PROFILING_LINES] == [
+        "vectorized_elementwise_kernel", "sm80_xmma_fprop_implicit_gemm_f3...", "add_kernel"]
+    for other in ("==PROF== Connected to process 7659 (/usr/bin/python3.12)", "[hybrid] ncu step 1/1",
+                  'print("==PROF== Profiling \"x\"")', "==PROF== Report: /run/ncu/report.ncu-rep"):
+        assert ncu.profiled_kernel(other) is None
+
+
+def test_finish_pass_without_a_report_says_ncu_wrote_none_and_keeps_the_log(tmp_path):
+    console = "==PROF== Connected to process 1\n==ERROR== The application returned an error code (1).\n"
+    with pytest.raises(ProfilerError, match="wrote no counter table") as failed:
+        ncu.finish_pass(Path("/nonexistent/ncu"), tmp_path / "report.ncu-rep", tmp_path / "counters.csv",
+                        tmp_path / "ncu.log", 1, console)
+    assert "ncu wrote no report" in str(failed.value)
+    assert "The application returned an error code" in (tmp_path / "ncu.log").read_text()
 
 
 def test_measured_window_is_the_profiler_api_range_not_a_thread_bound_nvtx_filter():

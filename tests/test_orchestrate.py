@@ -45,7 +45,8 @@ class FakeProcess:
         if pass_name == "nsys":
             shutil.copy(H200_RUN / "nsys" / "profile.sqlite", out / "profile.sqlite")
         if pass_name == "ncu":
-            shutil.copy(H200_RUN / "ncu" / "counters.csv", out / "counters.csv")
+            # Stands in for report.ncu-rep; export_counters below "imports" it.
+            shutil.copy(H200_RUN / "ncu" / "counters.csv", out / "report.ncu-rep")
 
     def wait(self) -> int:
         return 0
@@ -62,6 +63,8 @@ def patched(monkeypatch):
     monkeypatch.setattr(nsys, "nsys_version", lambda _path: "2025.3.1.90")
     monkeypatch.setattr(ncu, "find_ncu", lambda: NCU)
     monkeypatch.setattr(ncu, "ncu_version", lambda _path: "2025.3.1.0")
+    monkeypatch.setattr(ncu, "export_counters",
+                        lambda _ncu, report, csv_path: shutil.copy(report, csv_path) and "")
     return FakeProcess
 
 
@@ -86,8 +89,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
         "--capture-range=cudaProfilerApi", "--capture-range-end=stop", *inject("nsys", 3, True)]
     selected = json.loads((out / "ncu" / "selected_kernels.json").read_text())
     assert selected, "kernels are selected from the nsys export"
-    prefix = [str(NCU), "--csv", "--page", "raw", "--print-units", "base",
-              "--log-file", str(out / "ncu" / "counters.csv"), "--clock-control", "none", "--cache-control", "all",
+    prefix = [str(NCU), "--export", str(out / "ncu" / "report.ncu-rep"), "--force-overwrite", "--clock-control", "none", "--cache-control", "all",
               "--target-processes", "all", "--metrics"]
     assert ncu_argv[:len(prefix)] == prefix
     rest = ncu_argv[len(prefix) + 1:]
