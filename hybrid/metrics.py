@@ -306,7 +306,14 @@ def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.DataFrame:
     launch_gap = _overlaps_any(lus, lue, a, b) & (length <= LAUNCH_GAP_MAX_NS)
     parts = {"sync": all_syncs - memcpy, "memcpy": memcpy,
              "launch": np.where(launch_gap, rest, 0), "host": np.where(launch_gap, 0, rest)}
-    out = gaps.assign(**{f"{cause}_ns": parts[cause] for cause in IDLE_CAUSES})
+    # The device went idle while the host sat in a sync: without that sync the host would have queued
+    # the work it then prepared before the device ran dry, so the host time that follows in the gap is
+    # the sync's cost too, as far as host and device could have overlapped (the sync rule bounds that).
+    sus, sue = interval_union(syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64))
+    slot = np.searchsorted(sus, a, side="right") - 1
+    drained = (slot >= 0) & (a < sue[np.clip(slot, 0, None)]) if len(sus) else np.zeros(len(a), bool)
+    out = gaps.assign(**{f"{cause}_ns": parts[cause] for cause in IDLE_CAUSES},
+                      host_after_sync_ns=np.where(drained, rest, 0))
     shares = np.stack([parts[cause] for cause in IDLE_CAUSES])
     return out.assign(cause=np.array(IDLE_CAUSES, dtype=object)[shares.argmax(axis=0)])
 
@@ -321,7 +328,8 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[
     if len(gaps):
         gaps = _gap_causes(profile, gaps)
     else:
-        gaps = gaps.assign(cause=pd.Series(dtype=object), **{f"{c}_ns": pd.Series(dtype="int64") for c in IDLE_CAUSES})
+        gaps = gaps.assign(cause=pd.Series(dtype=object), host_after_sync_ns=pd.Series(dtype="int64"),
+                           **{f"{c}_ns": pd.Series(dtype="int64") for c in IDLE_CAUSES})
     by_cause = {cause: gaps[f"{cause}_ns"].sum() for cause in IDLE_CAUSES}
     out = {
         "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
@@ -330,6 +338,7 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[
     }
     for cause in IDLE_CAUSES:
         out[f"idle_{cause}_ms"] = Metric(_per_step(by_cause[cause], n) / NS_PER_MS, "ms", src)
+    out["idle_host_after_sync_ms"] = Metric(_per_step(gaps["host_after_sync_ns"].sum(), n) / NS_PER_MS, "ms", src)
     return out, gaps
 
 

@@ -11,6 +11,7 @@ import argparse
 import os
 import time
 
+import numpy as np
 import torch
 
 try:
@@ -61,3 +62,22 @@ class Timer:
         synchronize(self.device)
         elapsed = time.perf_counter() - self.start
         print(f"{name}: {steps} steps on {self.device.type}, {1000 * elapsed / max(steps, 1):.2f} ms/step")
+
+
+class WeightedSampler:
+    """Host work that a training loop runs every (micro-)step: draw the next batch's sample indices
+    with probability proportional to a per-sample weight (hard-example mining). numpy's weighted
+    choice rebuilds the cumulative distribution on every call, ~2-3 ms for 250,000 samples on a
+    server core: host time that overlaps the GPU's work unless something makes the host wait for it."""
+
+    def __init__(self, samples: int, batch: int, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        weights = self.rng.random(samples)
+        self.probabilities = weights / weights.sum()
+        self.samples = samples
+        self.batch = batch
+
+    def next_indices(self, device: torch.device) -> torch.Tensor:
+        indices = self.rng.choice(self.samples, self.batch, p=self.probabilities)
+        # A small pageable copy: non_blocking lets the host go on once the driver staged it.
+        return torch.from_numpy(indices).to(device, non_blocking=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct
 from hybrid.rules.data_pipeline import loader_stall_lost_ms
+from hybrid.rules.synchronization import host_idle_claimed_ms
 
 MIN_LOST_PCT = 1.0
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
@@ -92,6 +93,8 @@ def check_transfers(ctx: Context) -> Finding | None:
 
 def check_preprocessing(ctx: Context) -> Finding | None:
     idle_host = ctx.value("idle_host_ms", 0.0)
+    # Host work that only idles the device because a sync drained its queue first is the sync's finding.
+    idle_host -= host_idle_claimed_ms(ctx, claimed_ms(ctx, "sync.per_step"))
     lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(ctx.value("data_loader_idle_ms", 0.0), idle_host))
     if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:
         return None

@@ -10,16 +10,23 @@ MIN_LOST_PCT = 1.0
 
 
 def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: float,
-                       idle_sync_ms: float, idle_memcpy_ms: float) -> float:
+                       idle_sync_ms: float, idle_memcpy_ms: float, idle_host_after_sync_ms: float = 0.0) -> float:
     """What removing the syncs saves. Without them host and device overlap, so the step takes at
     least the longer of the GPU's busy time and the host's own (non-blocked) time: the syncs cost at
     most step - max(busy, step - blocked). A host slower than the GPU barely waits in its syncs, and
-    removing them saves nothing (the H200 captures of sync_cuda_synchronize / sync_item_per_microstep:
-    0.06-0.07 ms blocked a step, and the fixed twins were no faster). The device idle right after the
-    syncs bounds it as well."""
+    removing them saves nothing (the first H200 captures of the sync scripts: 0.06-0.07 ms blocked a
+    step, and the fixed twins were no faster). The device idle the syncs caused bounds it as well: the
+    wait itself, and the host work that followed a sync while the drained device waited for it."""
     overlap_bound = max(0.0, step_ms - max(gpu_busy_ms, step_ms - max(0.0, sync_blocked_ms)))
-    idle_bound = max(0.0, idle_sync_ms) + max(0.0, idle_memcpy_ms)
+    idle_bound = max(0.0, idle_sync_ms) + max(0.0, idle_memcpy_ms) + max(0.0, idle_host_after_sync_ms)
     return min(overlap_bound, idle_bound)
+
+
+def host_idle_claimed_ms(ctx: Context, sync_lost_ms: float) -> float:
+    """The part of the host-work idle time (idle_host_ms) that the sync finding explains: what it
+    claims beyond the wait itself, at most the host time that followed a sync."""
+    beyond_wait = sync_lost_ms - ctx.value("idle_sync_ms", 0.0) - ctx.value("idle_memcpy_ms", 0.0)
+    return min(max(0.0, beyond_wait), max(0.0, ctx.value("idle_host_after_sync_ms", 0.0)))
 
 
 def check_sync_per_step(ctx: Context) -> Finding | None:
@@ -27,15 +34,19 @@ def check_sync_per_step(ctx: Context) -> Finding | None:
         return None
     lost = sync_stall_lost_ms(ctx.value("step_time_ms", 0.0), ctx.value("gpu_busy_ms", 0.0),
                               ctx.value("sync_blocked_ms", 0.0), ctx.value("idle_sync_ms", 0.0),
-                              ctx.value("idle_memcpy_ms", 0.0))
+                              ctx.value("idle_memcpy_ms", 0.0), ctx.value("idle_host_after_sync_ms", 0.0))
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
         ctx, id="sync.per_step", title="The host waits for the GPU inside every step", category="SYNCHRONIZATION",
         pairs=[("syncs per step", "sync_count"), ("host blocked in sync", "sync_blocked_ms"),
-               ("GPU busy", "gpu_busy_ms"), ("GPU idle after syncs", "idle_sync_ms"), ("device->host copies per step", "dtoh_count")],
+               ("GPU busy", "gpu_busy_ms"), ("GPU idle after syncs", "idle_sync_ms"),
+               ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
+               ("device->host copies per step", "dtoh_count")],
         explanation=("Each synchronization empties the GPU's work queue: the host blocks until the device "
-                     "finishes, then the device idles while the host prepares and launches the next work. "
+                     "finishes, then the device idles while the host prepares and launches the next work; "
+                     "host work that could have run while the GPU computed (sampling, logging, batch "
+                     "preparation) now runs while it waits. "
                      "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
                      "indexing (data-dependent shapes) and blocking copies."),
         suggestions=[("Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
