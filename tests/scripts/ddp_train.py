@@ -1,4 +1,5 @@
-"""A tiny data-parallel training loop over gloo, launched by torchrun (CPU only).
+"""A data-parallel training loop launched by torchrun: tiny over gloo on the CPU (the default, for
+CI), or sized for H200s over NCCL with --device cuda (one GPU per rank, cuda:LOCAL_RANK).
 
 --mode ddp: DistributedDataParallel reduces the gradients (bucketed, launched during backward).
 --mode manual: every gradient is all-reduced by hand after backward(), one blocking call each: the
@@ -20,6 +21,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--mode", choices=("ddp", "manual"), default="ddp")
 parser.add_argument("--iters", type=int, default=40)
 parser.add_argument("--width", type=int, default=256)
+parser.add_argument("--layers", type=int, default=0, help="hidden Linear(2W, 2W) layers")
+parser.add_argument("--batch", type=int, default=64)
+parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 parser.add_argument("--crash-rank", type=int, default=-1)
@@ -27,19 +31,27 @@ parser.add_argument("--crash-at", type=int, default=-1)
 parser.add_argument("--record-env", help="write each rank's HYBRID_WRAPPED variable to RECORD_ENV/rank<R>.json")
 args = parser.parse_args()
 
-dist.init_process_group("gloo")
+if args.device == "cuda":
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dist.init_process_group("nccl", device_id=device)
+else:
+    device = torch.device("cpu")
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)  # two ranks share two cores
 rank = dist.get_rank()
 if args.record_env:
     with open(f"{args.record_env}/rank{rank}.json", "w") as record:
         json.dump({"wrapped": os.environ.get("HYBRID_WRAPPED")}, record)
 torch.manual_seed(0)
-torch.set_num_threads(1)  # two ranks share two cores
-model = torch.nn.Sequential(torch.nn.Linear(args.width, 2 * args.width), torch.nn.ReLU(),
-                            torch.nn.Linear(2 * args.width, args.width))
+hidden = [m for _ in range(args.layers) for m in (torch.nn.Linear(2 * args.width, 2 * args.width), torch.nn.ReLU())]
+model = torch.nn.Sequential(torch.nn.Linear(args.width, 2 * args.width), torch.nn.ReLU(), *hidden,
+                            torch.nn.Linear(2 * args.width, args.width)).to(device)
 if args.mode == "ddp":
     model = DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.randn(64, args.width)
+data = torch.randn(args.batch, args.width, device=device)
 try:
     for i in range(args.iters):
         if rank == args.crash_rank and i == args.crash_at:
