@@ -10,6 +10,10 @@ nsight.ncu_csv, exactly as the ncu pass does; the op is warmed up outside the NV
 cases launch from one thread, so the NVTX step filter sees all their kernels.
 Writes a markdown table of expected vs measured values and exits 1 when a check fails; a case whose
 ncu run fails is reported as failed and the other cases still run.
+
+    python benchmarks/ncu_accuracy.py RESULTS.md --rescore WORK --gpu "NVIDIA H200"
+
+checks the CSVs a GPU run left in WORK (its --work folder) again, without a GPU.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hybrid.errors import HybridError
+from hybrid.hardware import match_spec
 from nsight import ncu
 from nsight.ncu_csv import parse_ncu_csv
 
@@ -103,12 +108,16 @@ class Check:
 
 
 def profile(case: str, ncu_path: Path, work: Path) -> dict[str, float]:
-    """Run one case under ncu; the counters of all kernels in its step, summed (percentages: the
-    time-weighted mean)."""
+    """Run one case under ncu; the counters of all kernels in its step, summed."""
     run = ncu.run_ncu(ncu_path, work / f"{case}.csv", work / f"{case}.log",
                       [sys.executable, str(Path(__file__).resolve()), "--case", case],
                       kernel_names=[], nvtx_step=0, env=dict(os.environ), timeout_s=CASE_TIMEOUT_S)
-    frame = parse_ncu_csv(run.csv_path).frame
+    return summed_counters(run.csv_path)
+
+
+def summed_counters(csv_path: Path) -> dict[str, float]:
+    """The counters of all kernels in a case's CSV, summed (percentages: the time-weighted mean)."""
+    frame = parse_ncu_csv(csv_path).frame
     weights = frame["duration_ns"] / frame["duration_ns"].sum()
     summed = {col: float(frame[col].sum(min_count=1)) for col in
               ("duration_ns", "dram_read_bytes", "dram_write_bytes", "fp32_flops", "tensor_flops")}
@@ -122,26 +131,44 @@ def within(measured: float, expected: float, tolerance: float) -> bool:
     return not math.isnan(measured) and abs(measured - expected) <= tolerance * expected
 
 
-def copy_checks(copy: dict[str, float]) -> list[Check]:
+def roofline_bound(flops: float, dram_bytes: float, precision: str, gpu: str) -> tuple[float, float, str]:
+    """(arithmetic intensity, ridge point, bound) by hybrid's roofline rule (hybrid/roofline.py: memory-
+    bound left of the ridge, peak FLOP/s of the precision over DRAM bandwidth), from the measured FLOPs
+    and DRAM bytes and the datasheet peaks of `gpu`."""
+    spec = match_spec(gpu)
+    if spec is None or not spec.flops_per_s.get(precision):
+        return math.nan, math.nan, "unknown GPU"
+    ai = flops / dram_bytes if dram_bytes > 0 else math.inf
+    ridge = spec.flops_per_s[precision] / spec.dram_bytes_per_s
+    return ai, ridge, "memory" if ai < ridge else "compute"
+
+
+def bound_check(case: str, counters: dict[str, float], flops_column: str, precision: str, expected: str,
+                gpu: str) -> Check:
+    dram = counters["dram_read_bytes"] + counters["dram_write_bytes"]
+    ai, ridge, bound = roofline_bound(counters[flops_column], dram, precision, gpu)
+    return Check(case, f"roofline class (AI vs ridge {ridge:.4g} FLOP/B)", f"{expected}-bound", ai,
+                 bound == expected, f"FLOP/B: {bound}-bound")
+
+
+def copy_checks(copy: dict[str, float], gpu: str) -> list[Check]:
     dram = copy["dram_read_bytes"] + copy["dram_write_bytes"]
     return [Check("strided copy 1 GiB", "DRAM read+write bytes", f"{2 * COPY_BYTES:.4g} ±5%", dram,
                   within(dram, 2 * COPY_BYTES, DRAM_TOLERANCE), "byte")]
 
 
-def gemm_bf16_checks(bf16: dict[str, float]) -> list[Check]:
+def gemm_bf16_checks(bf16: dict[str, float], gpu: str) -> list[Check]:
     m, n, k = GEMM_BF16
     out = []
     out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor FLOPs", f"{2 * m * n * k:.4g} ±2%", bf16["tensor_flops"],
                      within(bf16["tensor_flops"], 2 * m * n * k, FLOP_TOLERANCE), "flop"))
     out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor pipe busy", f"> {TENSOR_PIPE_BUSY_PCT:.0f}",
                      bf16["tensor_pipe_pct"], bf16["tensor_pipe_pct"] > TENSOR_PIPE_BUSY_PCT, "%"))
-    out.append(Check(f"bf16 GEMM {m}^3", "SM % of peak minus memory % of peak", "> 0 (compute-bound)",
-                     bf16["sm_throughput_pct"] - bf16["memory_throughput_pct"],
-                     bf16["sm_throughput_pct"] > bf16["memory_throughput_pct"], "points"))
+    out.append(bound_check(f"bf16 GEMM {m}x{n}x{k}", bf16, "tensor_flops", "bf16", "compute", gpu))
     return out
 
 
-def gemm_fp32_checks(fp32: dict[str, float]) -> list[Check]:
+def gemm_fp32_checks(fp32: dict[str, float], gpu: str) -> list[Check]:
     m, n, k = GEMM_FP32
     out = []
     out.append(Check(f"fp32 GEMM {m}x{n}x{k}, TF32 off", "tensor FLOPs", f"< {NO_TENSOR_FRACTION:.1%} of 2MNK",
@@ -151,10 +178,8 @@ def gemm_fp32_checks(fp32: dict[str, float]) -> list[Check]:
     return out
 
 
-def elementwise_checks(ew: dict[str, float]) -> list[Check]:
-    return [Check("elementwise x*2 (1 GiB fp32)", "memory % of peak minus SM % of peak", "> 0 (memory-bound)",
-                  ew["memory_throughput_pct"] - ew["sm_throughput_pct"],
-                  ew["memory_throughput_pct"] > ew["sm_throughput_pct"], "points")]
+def elementwise_checks(ew: dict[str, float], gpu: str) -> list[Check]:
+    return [bound_check("elementwise x*2 (1 GiB fp32)", ew, "fp32_flops", "fp32", "memory", gpu)]
 
 
 CASES = {"copy": copy_checks, "gemm_bf16": gemm_bf16_checks, "gemm_fp32": gemm_fp32_checks,
@@ -168,17 +193,18 @@ def failed_case(case: str, error: HybridError) -> Check:
     return Check(case, f"ncu run failed: {reason}", "counters", math.nan, False, "")
 
 
-def run_cases(found: Path, work: Path, cases: dict = CASES) -> tuple[dict[str, dict[str, float]], list[Check]]:
-    """Profile every case and check it; a case that fails is reported and the rest still run."""
+def run_cases(measure: Callable[[str], dict[str, float]], gpu: str,
+              cases: dict = CASES) -> tuple[dict[str, dict[str, float]], list[Check]]:
+    """Measure every case and check it; a case that fails is reported and the rest still run."""
     results: dict[str, dict[str, float]] = {}
     rows: list[Check] = []
     for case, case_checks in cases.items():
         try:
-            results[case] = profile(case, found, work)
+            results[case] = measure(case)
         except HybridError as error:
             rows.append(failed_case(case, error))
             continue
-        rows += case_checks(results[case])
+        rows += case_checks(results[case], gpu)
     return results, rows
 
 
@@ -191,10 +217,10 @@ def device_name() -> str:
         return "unknown"
 
 
-def write_report(path: Path, found: Path, results: dict[str, dict[str, float]], rows: list[Check]) -> None:
+def write_report(path: Path, source: str, results: dict[str, dict[str, float]], rows: list[Check]) -> None:
     lines = [
         "# ncu accuracy: hybrid's metric set on kernels of known work", "",
-        f"GPU: {device_name()}; ncu {ncu.ncu_version(found)} ({found})", "",
+        source, "",
         "| case | quantity | expected | measured | unit | result |",
         "|---|---|---|---|---|---|",
     ]
@@ -210,19 +236,29 @@ def main() -> int:
     parser.add_argument("out", nargs="?", type=Path, help="markdown file to write")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: the profiled process
     parser.add_argument("--work", type=Path, help="keep the ncu CSVs and logs here")
+    parser.add_argument("--rescore", type=Path, metavar="WORK", help="check the CSVs of an earlier run's --work folder")
+    parser.add_argument("--gpu", help="with --rescore: the GPU the CSVs were measured on (for its peaks)")
     args = parser.parse_args()
     if args.case:
         run_case(args.case)
         return 0
     if args.out is None:
         parser.error("give the markdown file to write")
-    found = ncu.find_ncu()
-    if found is None:
-        parser.error(f"ncu not found: put it on PATH or set {ncu.NCU_ENV}")
-    work = args.work or Path(tempfile.mkdtemp(prefix="ncu_accuracy_"))
-    work.mkdir(parents=True, exist_ok=True)
-    results, rows = run_cases(found, work)
-    write_report(args.out, found, results, rows)
+    if args.rescore:
+        if not args.gpu:
+            parser.error("--rescore needs --gpu NAME (the device the CSVs came from)")
+        results, rows = run_cases(lambda case: summed_counters(args.rescore / f"{case}.csv"), args.gpu)
+        source = f"GPU: {args.gpu}; counters re-read from the CSVs in {args.rescore} (no GPU used for this table)"
+    else:
+        found = ncu.find_ncu()
+        if found is None:
+            parser.error(f"ncu not found: put it on PATH or set {ncu.NCU_ENV}")
+        work = args.work or Path(tempfile.mkdtemp(prefix="ncu_accuracy_"))
+        work.mkdir(parents=True, exist_ok=True)
+        gpu = device_name()
+        results, rows = run_cases(lambda case: profile(case, found, work), gpu.split(",")[0])
+        source = f"GPU: {gpu}; ncu {ncu.ncu_version(found)} ({found})"
+    write_report(args.out, source, results, rows)
     print(args.out.read_text())
     return 0 if all(r.passed for r in rows) else 1
 
