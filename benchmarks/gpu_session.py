@@ -81,7 +81,9 @@ def _size(path: Path) -> int:
 def pack(root: Path, target: Path) -> None:
     for export in root.rglob("*.sqlite"):
         trim_export(export)
-    for report in root.rglob("*.nsys-rep"):
+    # Reports are the collectors' own files (tens of MB each, cubins inside); hybrid reads the SQLite
+    # export and the counters CSV made from them.
+    for report in [*root.rglob("*.nsys-rep"), *root.rglob("*.ncu-rep")]:
         report.unlink()
     for trace in root.rglob("trace.json"):
         subprocess.run(["gzip", "-f", str(trace)], check=True)  # the trace loader reads .gz
@@ -103,7 +105,8 @@ def pack(root: Path, target: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("jobfile")
-    parser.add_argument("--root", default="/tmp/hybrid-gpu-runs")
+    parser.add_argument("--root", help="job folders (default /tmp/hybrid-gpu-runs/<pack name>: two sessions "
+                                        "running side by side, one per GPU, must not pack each other's jobs)")
     parser.add_argument("--budget-s", type=float, default=480)
     parser.add_argument("--job-timeout-s", type=float, default=240)
     parser.add_argument("--pack", required=True)
@@ -113,7 +116,7 @@ def main() -> int:
         if line.strip() and not line.startswith("#"):
             name, command = line.split("\t", 1)
             jobs.append((name.strip(), command.strip()))
-    root = Path(args.root)
+    root = Path(args.root or f"/tmp/hybrid-gpu-runs/{Path(args.pack).name.removesuffix('.tar.gz')}")
     root.mkdir(parents=True, exist_ok=True)
     summary = run_jobs(jobs, root, args.budget_s, args.job_timeout_s)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -309,9 +309,17 @@ def analyze_job(run_dir: Path) -> dict:
         raise InputError(f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
                          "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run")
     warnings, rank_results, timelines = [], {}, []
+    ncu_rank = (RunDir(run_dir).run_json().get("job") or {}).get("ncu_rank")
+    peer_counters = RunDir(folders[ncu_rank]).ncu_csv() if ncu_rank in folders else None
     for r, folder in folders.items():
         try:
-            rank_results[r] = analyze_run_dir(folder)
+            rank_results[r] = analyze_run_dir(folder, peer_counters=peer_counters)
+            if peer_counters is not None and r != ncu_rank:
+                # Ranks run the same kernels; ncu replayed one rank's, so the others take them by name and
+                # launch configuration (a kernel launched only here keeps its estimates).
+                rank_results[r]["warnings"].append(
+                    f"hardware counters of rank {r} were measured on rank {ncu_rank}'s kernels (ncu ran on "
+                    "one rank) and matched to this rank's by kernel name and launch configuration")
         except InputError as error:
             warnings.append(f"rank {r} left nothing to analyze ({error.cause})")
             continue

@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.metrics import covered, interval_union
+from hybrid.metrics import covered, interval_union, is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from hybrid.rank_inject import RANK_DIR_FORMAT
 
 RANK_DIR_PATTERN = re.compile(r"rank-(\d+)$")
-NCCL_PREFIX = "nccl"
 GLOO_PREFIX = "gloo:"
 C10D_PREFIX = "c10d::"
 # Backends whose collectives hybrid can see (NCCL through its kernels, gloo through its ranges).
@@ -128,8 +127,7 @@ def _sequenced(comm: pd.DataFrame) -> pd.DataFrame:
 
 
 def _device_split(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    names = kernels["name"].astype(str)
-    nccl = names.str.lower().str.startswith(NCCL_PREFIX)
+    nccl = is_communication(kernels["name"])
     cols = ["step", "name", "start_ns", "end_ns"]
     return kernels.loc[nccl, cols].reset_index(drop=True), kernels.loc[~nccl, cols].reset_index(drop=True)
 

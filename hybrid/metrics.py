@@ -69,6 +69,17 @@ MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
 DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
 
 
+# Collectives: NCCL kernels (ncclDevKernel_*, ncclKernel_*) and the torch ops or ranges around them
+# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce). The job analysis measures them as
+# communication; left among the compute kernels, an NCCL kernel (a few blocks, spinning while it
+# waits for its peers) would read as a small-grid, zero-FLOP kernel far below the roofline.
+COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:")
+
+
+def is_communication(names: pd.Series) -> np.ndarray:
+    return names.astype(str).str.lower().str.startswith(COMMUNICATION_PREFIXES).to_numpy(bool)
+
+
 # ----------------------------------------------------------------------------- intervals
 def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted, disjoint intervals covering the same time as the input intervals."""
@@ -343,8 +354,10 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[
 
 
 def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
+    """Compute kernels only: collectives are the job analysis's communication metrics."""
     n = len(steps)
     k = _in_steps(profile.kernels, steps)
+    k = k[~is_communication(k["name"])]
     if k.empty:
         return {}
     dur = (k["end_ns"] - k["start_ns"]).to_numpy()

@@ -107,10 +107,12 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
     return results
 
 
-def analyze_run_dir(path: Path, *, step_range: str | None = None) -> dict:
-    """Re-analyze a run directory written by `hybrid run` (offline, on any machine)."""
+def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None) -> dict:
+    """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `peer_counters`:
+    an ncu CSV measured in another process running the same kernels (a job's ncu rank), used when the
+    folder has none of its own."""
     run = RunDir.open(path)
-    trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv()
+    trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv() or peer_counters
     if trace is None and export is None:
         raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
                          "point at a run directory written by `hybrid run`; if a pass failed, its "

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
+from hybrid.metrics import is_communication, matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -131,6 +131,7 @@ def _points_from_ops(profile: Profile) -> pd.DataFrame:
     """One point per (op, shapes, dtypes) that ran kernels itself; FLOPs from torch, bytes modeled."""
     steps = steady_steps(profile)
     ops = profile.ops[profile.ops["step"].isin(steps["step"]) & (profile.ops["device_ns"] > 0)]
+    ops = ops[~is_communication(ops["name"])]
     if ops.empty:
         return pd.DataFrame()
     key = ops["name"] + "|" + ops["shapes"].astype(str) + "|" + ops["dtypes"].astype(str)

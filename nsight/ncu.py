@@ -314,7 +314,8 @@ def finish_pass(ncu: Path, report_path: Path, csv_path: Path, log_path: Path, re
 def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str], *,
             kernel_names: Sequence[str], measured_window: bool = False, nvtx_step: int | None = None,
             launch_count: int | None = DEFAULT_MAX_LAUNCHES, metrics: Sequence[str] = METRICS,
-            env: dict[str, str] | None = None, timeout_s: float | None = None) -> NcuRun:
+            one_per_config: bool = False, env: dict[str, str] | None = None,
+            timeout_s: float | None = None) -> NcuRun:
     """Run one ncu pass outside the orchestrator (benchmarks, tests): the report goes beside
     `csv_path` (same name, .ncu-rep). Whatever ncu saved is kept when it or the workload stops
     early; `log_path` gets ncu's messages and the console output."""
@@ -323,7 +324,7 @@ def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str
     report_path = csv_path.with_suffix(".ncu-rep")
     argv = build_ncu_command(ncu, report_path, target_argv, kernel_names=kernel_names,
                              measured_window=measured_window, nvtx_step=nvtx_step,
-                             launch_count=launch_count, metrics=metrics)
+                             launch_count=launch_count, metrics=metrics, one_per_config=one_per_config)
     # Own process group: a timeout must stop ncu and the workload it launched, not only ncu.
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env=env, start_new_session=True)

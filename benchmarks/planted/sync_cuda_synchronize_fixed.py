@@ -15,7 +15,7 @@ args = _planted.parse_args(__doc__)
 device = args.device
 torch.backends.cuda.matmul.allow_tf32 = True
 width = _planted.pick(device, 2048, 64)
-batch = _planted.pick(device, 4096, 16)
+batch = _planted.pick(device, 8192, 16)
 samples = _planted.pick(device, 250_000, 1_000)
 LOG_EVERY = 50
 
