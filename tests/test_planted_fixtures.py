@@ -27,6 +27,11 @@ NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "run").is_dir())
 # edges; 3% (or 0.1 ms on ~3 ms steps) covers that on every capture.
 STEP_TIME_REL_TOL = 0.03
 STEP_TIME_ABS_TOL_MS = 0.1
+# Passes whose injector window is not a fair clock for the analysis: mem_transposed_operand runs ~1 ms
+# steps asynchronously, and torch.profiler's start-up put 2.9 ms of host time into the first measured
+# step (the others: 0.1-0.3 ms), so the window mean (1.56 ms) is not the GPU's step (1.05 ms analyzed,
+# 1.09 ms by the nsys pass's window).
+WINDOW_SKEWED = {("mem_transposed_operand", "torch")}
 # Controls that the hybrid analysis still flags SEVERE+: see Notes in benchmarks/results/planted.md.
 KNOWN_CONTROL_ALARMS = {"healthy_pipelined_input"}
 
@@ -71,7 +76,7 @@ def test_step_time_follows_the_wall_clock_of_its_pass(name):
     # the step the GPU takes, as the injector's synchronized window does.
     results = analyzed(name)
     for mode, pass_name in (("torch-only", "torch"), ("nsys", "nsys")):
-        if mode in results:
+        if mode in results and (name, pass_name) not in WINDOW_SKEWED:
             assert results[mode]["timing"]["step_time_ms"] == pytest.approx(
                 _inject_step_ms(name, pass_name), rel=STEP_TIME_REL_TOL, abs=STEP_TIME_ABS_TOL_MS)
 
@@ -89,8 +94,26 @@ def test_controls_raise_nothing_severe(name):
     assert worst < SEVERITY_RANK["SEVERE"]
 
 
-def test_planted_sync_is_not_blamed_when_the_host_barely_waits():
-    # sync_cuda_synchronize: 0.06 ms blocked a step on the H200 and the fixed twin was not faster.
-    findings = analyzed("sync_cuda_synchronize")["hybrid"]["diagnosis"]["bottlenecks"]
-    sync = [f for f in findings if f["category"] == "SYNCHRONIZATION"]
-    assert all(f["time_lost_ms"] < 0.2 for f in sync)
+def _realized_ms(name: str) -> float:
+    """Plain step time of the script minus that of its fixed twin (no collector in either)."""
+    def plain(folder: str) -> float:
+        return json.loads((FIXTURES / name / folder / "inject.json").read_text())["step_time_ms"]
+
+    return plain("plain_script") - plain("plain_twin")
+
+
+def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
+    # sync_item_per_microstep (captured revision: pageable index copies, micro-batch 4096): after each
+    # .item() the host samples the next micro-batch (~3.7 ms) while the drained GPU waits.
+    doc = analyzed("sync_item_per_microstep")["hybrid"]
+    m = doc["metrics"]
+    found = {f["id"]: f for f in doc["diagnosis"]["bottlenecks"]}
+    sync, host = found["sync.per_step"], found["cpu.preprocessing"]
+    assert m["idle_host_after_sync_ms"]["value"] > 0.5 * m["idle_host_ms"]["value"]
+    # Removing the .item() calls saved 4.7 ms a step in plain runs; the estimate is within 30%.
+    assert sync["time_lost_ms"] == pytest.approx(_realized_ms("sync_item_per_microstep"), rel=0.3)
+    # The two findings split the idle time the syncs and the host work left, without counting any twice.
+    explained = m["idle_host_ms"]["value"] + m["idle_sync_ms"]["value"] + m["idle_memcpy_ms"]["value"]
+    assert sync["time_lost_ms"] + host["time_lost_ms"] == pytest.approx(explained, rel=1e-6)
+    # The host's sampling (14.8 ms a step) outweighs the GPU time it could hide behind: host work leads.
+    assert doc["diagnosis"]["primary_bottleneck"]["id"] == "cpu.preprocessing"

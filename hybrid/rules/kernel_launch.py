@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct
+from hybrid.rules.synchronization import host_idle_claimed_ms
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
@@ -55,8 +56,9 @@ def check_launch_bound(ctx: Context) -> Finding | None:
 def check_batch_headroom(ctx: Context) -> Finding | None:
     if ctx.value("peak_memory_pct", 100.0) >= BATCH_HEADROOM_PEAK_PCT:
         return None
-    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0),
-                                  claimed_ms(ctx, *IDLE_OWNERS))
+    # The host time a sync left exposed is the sync finding's, like the gaps the owners explain.
+    claimed = claimed_ms(ctx, *IDLE_OWNERS) + host_idle_claimed_ms(ctx, claimed_ms(ctx, "sync.per_step"))
+    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0), claimed)
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None
     return finding(
