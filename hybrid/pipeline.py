@@ -88,12 +88,32 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     return rows
 
 
+def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
+    """Give each finding `time_lost_baseline_ms`: its time lost as the same share of the step without a
+    collector (the plain pass). Collectors slow the host side most (nsys traced launch_batch1_deep_mlp
+    at 123.7 ms a step, 50.5 ms plain), and a fix saves time on the plain step: on the H200 planted
+    suite, scaling brought 12 of 18 primary estimates within 30% of the realized saving (10 unscaled).
+    The scaling is proportional, a first-order correction: it does not know which part of the step
+    the collector slowed."""
+    step_ms = (analysis.get("timing") or {}).get("step_time_ms")
+    if not baseline_step_ms or not step_ms:
+        return
+    analysis["timing"]["baseline_step_time_ms"] = baseline_step_ms
+    for finding in analysis["diagnosis"]["bottlenecks"]:
+        finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / step_ms
+    primary = analysis["diagnosis"].get("primary_bottleneck")
+    if primary is not None:
+        primary["time_lost_baseline_ms"] = primary["time_lost_ms"] * baseline_step_ms / step_ms
+
+
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
-                    extra_warnings: list[str] | None = None, facts: dict | None = None) -> dict:
+                    extra_warnings: list[str] | None = None, facts: dict | None = None,
+                    baseline_step_ms: float | None = None) -> dict:
     from hybrid.analyze import analyze
 
     facts = facts or {}
     analysis = analyze(profile)
+    at_baseline(analysis, baseline_step_ms)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -136,9 +156,10 @@ def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters:
 
 
 def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
-                      ncu_csv: Path | None) -> dict:
+                      ncu_csv: Path | None, *, baseline_step_ms: float | None = None) -> dict:
     """The results document from a run directory's loaded profiles (merged in place: pass copies to
-    analyze the same profiles more than once, as the planted-suite scorer does per mode)."""
+    analyze the same profiles more than once, as the planted-suite scorer does per mode). The
+    baseline step time is the plain pass's unless given."""
     run_json = run.run_json()
     profile = merge(torch_profile, nsys_profile)
     facts = _inject_facts(run)
@@ -155,9 +176,12 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     }
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
     tools["torch"] = facts.get("torch_version")
-    return analyze_profile(profile, workload=workload, tools=tools, passes=_pass_rows(run_json, run),
+    passes = _pass_rows(run_json, run)
+    if baseline_step_ms is None:
+        baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
+    return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                            extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts)
+                           facts=facts, baseline_step_ms=baseline_step_ms)
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
