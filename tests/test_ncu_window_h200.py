@@ -1,0 +1,29 @@
+"""The current ncu pass on a real resnet50 b32 run (tests/fixtures/runs/h200-resnet50-50steps): the
+measured window reaches the backward kernels, and ncu's per-launch lines are what progress counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hybrid.pipeline import analyze_run_dir
+from nsight import ncu
+from nsight.ncu_csv import parse_ncu_csv
+
+RUN = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50-50steps"
+
+
+def test_the_measured_window_gives_counters_for_most_of_the_step():
+    results = analyze_run_dir(RUN)
+    assert results["mode"] == "hybrid"
+    # Session 1's NVTX step filter saw only the Python thread's launches: 24% of the GPU time.
+    assert results["metrics"]["ncu_coverage_pct"]["value"] > 70.0
+    assert results["roofline"]["source"] == "measured:ncu"
+
+
+def test_progress_counts_one_line_per_replayed_launch():
+    console = (RUN / "ncu" / "console.log").read_text().splitlines()
+    profiled = [kernel for kernel in map(ncu.profiled_kernel, console) if kernel is not None]
+    counters = parse_ncu_csv(RUN / "ncu" / "counters.csv")
+    assert len(profiled) == len(counters.frame) == 71
+    assert counters.replay_passes == 15
+    assert {ncu.function_base_name(n) for n in counters.frame["name"]} == set(profiled)
