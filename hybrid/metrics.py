@@ -508,6 +508,36 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     }
 
 
+# torch.compile wraps each compiled frame's run in a record_function range of this name (one per
+# graph piece when breaks split the frame; a break's eager code and resume run inside the outer one).
+COMPILED_REGION_PREFIX = "Torch-Compiled Region"
+
+
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """Rows not nested in an earlier row of the same thread (ranges of one thread nest or follow)."""
+    ops = ops.sort_values(["tid", "start_ns"], kind="stable")
+    reach = ops.groupby("tid")["end_ns"].transform(lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min))
+    return ops[ops["start_ns"].to_numpy() >= reach.to_numpy()]
+
+
+def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+    """Host time inside torch.compile'd regions and the device idle time within them, on the torch
+    pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
+    code's own overhead: guard checks and graph switches at each break, and the eager code and syncs
+    between the pieces."""
+    ops = _in_steps(profile.ops, steps)
+    regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
+    if regions.empty:
+        return {}
+    outer = _outermost(regions)
+    n = len(steps)
+    src = frame_source(profile, "ops")
+    return {
+        "compiled_region_ms": Metric(_per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "compiled_region_idle_ms": Metric(_per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+    }
+
+
 def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
     ops = _in_steps(profile.ops, steps)
@@ -731,6 +761,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
         out.update(_copies(profile, steps, peaks, frame_source(profile, "memcpys")))
     out.update(_syncs(profile, steps))
     out.update(_ops(profile, steps))
+    out.update(_compiled_regions(profile, steps))
     out.update(_data_loader(profile, steps))
     out.update(_extras(profile))
     out.update(_counters(profile, steps))

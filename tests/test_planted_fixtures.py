@@ -117,3 +117,16 @@ def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
     assert sync["time_lost_ms"] + host["time_lost_ms"] == pytest.approx(explained, rel=1e-6)
     # The host's sampling (14.8 ms a step) outweighs the GPU time it could hide behind: host work leads.
     assert doc["diagnosis"]["primary_bottleneck"]["id"] == "cpu.preprocessing"
+
+def test_graph_breaks_own_the_device_idle_time_inside_the_compiled_regions():
+    # graph_breaks: .item() in each of 8 compiled blocks; the eager code, syncs and graph switches at the
+    # breaks run inside the outer "Torch-Compiled Region" range while the GPU waits.
+    for mode, doc in analyzed("graph_breaks").items():
+        m = doc["metrics"]
+        found = {f["id"]: f for f in doc["diagnosis"]["bottlenecks"]}
+        breaks = found["compile.graph_breaks"]
+        assert doc["diagnosis"]["primary_bottleneck"]["id"] == "compile.graph_breaks", mode
+        assert breaks["time_lost_ms"] == pytest.approx(
+            min(m["compiled_region_idle_ms"]["value"], m["gpu_idle_ms"]["value"]))
+        # Measured inside the regions, so the estimate does not rest on an assumption (no severity cap).
+        assert not any(e["label"] == "time lost assumes" for e in breaks["evidence"])

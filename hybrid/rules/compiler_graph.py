@@ -14,11 +14,19 @@ def fusion_lost_ms(fusible_saving_ms: float) -> float:
 
 
 def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
-    """Each break splits the compiled graph and returns to eager Python for the ops between; we charge
-    the launch-idle time proportionally to the number of graph pieces beyond one."""
+    """Without the compiled regions' timing (no torch pass): each break splits the compiled graph and
+    returns to eager Python for the ops between; we charge the launch-idle time proportionally to the
+    number of graph pieces beyond one."""
     if breaks <= 0:
         return 0.0
     return idle_launch_ms * breaks / (breaks + 1)
+
+
+def compiled_idle_lost_ms(compiled_region_idle_ms: float, gpu_idle_ms: float) -> float:
+    """The device idle time measured inside the compiled regions (torch pass clock), at most the idle
+    time of the analyzed timeline: what removing the breaks can give back, as one graph runs its pieces
+    back to back (graph_breaks on the H200: 7.2 ms of 17.8 idle inside the regions, 3.7 ms saved plain)."""
+    return max(0.0, min(compiled_region_idle_ms, gpu_idle_ms))
 
 
 def check_fusible(ctx: Context) -> Finding | None:
@@ -42,13 +50,21 @@ def check_graph_breaks(ctx: Context) -> Finding | None:
     breaks = int(ctx.value("graph_breaks", 0))
     if breaks <= 0:
         return None
-    lost = graph_break_lost_ms(breaks, ctx.value("idle_launch_ms", 0.0))
+    measured = "compiled_region_idle_ms" in ctx.metrics
+    if measured:
+        lost = compiled_idle_lost_ms(ctx.value("compiled_region_idle_ms", 0.0), ctx.value("gpu_idle_ms", 0.0))
+    else:
+        lost = graph_break_lost_ms(breaks, ctx.value("idle_launch_ms", 0.0))
     return finding(
         ctx, id="compile.graph_breaks", title=f"torch.compile graph breaks ({breaks})", category="COMPILER_GRAPH",
-        pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons")],
-        assumes="launch gaps spread evenly over the compiled pieces (the gaps are not attributed to a piece)",
+        pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons"),
+               ("time in compiled regions", "compiled_region_ms"),
+               ("GPU idle inside compiled regions", "compiled_region_idle_ms")],
+        assumes=None if measured else
+        "launch gaps spread evenly over the compiled pieces (the gaps are not attributed to a piece)",
         explanation=("Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
-                     "CUDA-graph capture across the break."),
+                     "CUDA-graph capture across the break; the guard checks, graph switches, eager code and any "
+                     "sync at the break run on the host while the GPU waits."),
         suggestions=["List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs).",
                      "Remove data-dependent Python control flow, .item() and print() from compiled code."],
         lost_ms=lost)
