@@ -152,8 +152,8 @@ def render_markdown(rows: list[dict], commands: list[str], notes: list[str]) -> 
               "time minus its fixed twin's (wall clock, no profiler; * = the script's nsys-pass step time, "
               "no plain pass of it was captured); `err` = est - realized.")
     lines += ["", legend, "",
-              "| script | expected | mode | primary (severity) | verdict | step ms | profiled est ms | est ms "
-              "| realized ms | err ms |",
+              ("| script | expected | mode | primary (severity) | verdict | step ms | profiled est ms | est ms "
+               "| realized ms | err ms |"),
               "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         star = "" if row["script_step_source"] == "plain pass" else "*"

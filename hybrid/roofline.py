@@ -20,7 +20,14 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import is_communication, matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
+from hybrid.metrics import (
+    is_communication,
+    matched_counter_launches,
+    op_bytes,
+    op_flops,
+    op_precision,
+    steady_steps,
+)
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
