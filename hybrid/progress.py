@@ -55,7 +55,8 @@ class _View:
                 return
             total = self.totals.get(name)
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
-            of = f" of ~{total}" if total else ""
+            # The total counts launch configurations in the nsys pass's step; ncu can tell a few more apart.
+            of = f" of ~{total}" if total and self.replayed <= int(total) else ""
             self.status.update(f"{title}: replayed {self.replayed}{of} launches, last {escape(kernel[:60])}  "
                                f"[{elapsed:.0f} s]")
         elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):

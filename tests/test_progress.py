@@ -37,3 +37,13 @@ def test_a_log_gets_one_line_per_pass_start_and_end_and_no_per_launch_noise():
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 2
     assert lines[1].startswith("hybrid: Nsight Compute pass (hardware counters): ok, 3 launches replayed after")
+
+
+def test_more_launches_than_expected_drop_the_total_rather_than_read_71_of_69():
+    view, _ = _view(live=True)
+    view("ncu", "total", "1")
+    view("ncu", "start", "replaying 1 launch configuration of 1 kernel")
+    for line in PROFILING_LINES[:2]:
+        view("ncu", "line", line)
+    assert "replayed 2 launches" in str(view.status.renderable.text)
+    view("ncu", "end", "ok")
