@@ -357,7 +357,10 @@ def _card(index: int, finding: dict, w: _Writer) -> str:
     return (f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
             f'{w.text(finding.get("category"))}: {w.text(finding.get("title"))}</h3>'
             f'<p>time lost: {w.value(finding.get("time_lost_ms"), "ms")}/step '
-            f'({w.value(finding.get("time_lost_pct"), "%")}) {w.source("estimated")} · id '
+            f'({w.value(finding.get("time_lost_pct"), "%")}) {w.source("estimated")}'
+            + (f' · {w.value(finding["time_lost_baseline_ms"], "ms")} at the plain step'
+               if finding.get("time_lost_baseline_ms") is not None else "")
+            + f' · id '
             f'<code>{w.text(finding.get("id"))}</code></p>{not_measured}'
             + (f"<table>{evidence}</table>" if evidence else "")
             + f'<p>{w.text(finding.get("explanation"))}</p>' + (f"<ul>{fixes}</ul>" if fixes else "") + "</div>")

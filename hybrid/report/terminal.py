@@ -228,13 +228,19 @@ def _findings(results: dict, verbose: bool) -> list[RenderableType]:
     table.add_column("#", justify="right")
     table.add_column("severity")
     table.add_column("lost/step", justify="right", style="magenta")
+    # With a plain pass (--baseline), what the fix saves on the unprofiled step (time_lost_baseline_ms).
+    plain = any("time_lost_baseline_ms" in f for f in findings)
+    if plain:
+        table.add_column("plain", justify="right", style="magenta")
     table.add_column("%", justify="right", style="magenta")
     table.add_column("finding", ratio=1)
     listed = findings if verbose else findings[:FINDING_ROWS_DEFAULT]
     for number, finding in enumerate(listed, start=1):
         severity = str(finding.get("severity", ""))
         table.add_row(str(number), Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-                      format_value(finding.get("time_lost_ms"), "ms"), format_value(finding.get("time_lost_pct"), "%"),
+                      format_value(finding.get("time_lost_ms"), "ms"),
+                      *([format_value(finding.get("time_lost_baseline_ms"), "ms")] if plain else []),
+                      format_value(finding.get("time_lost_pct"), "%"),
                       _finding_cell(finding, marked_primary=finding.get("id") == marked, expanded=number <= expanded,
                                     verbose=verbose))
     hidden = findings[len(listed):]
