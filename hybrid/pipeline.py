@@ -127,12 +127,26 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
     return results
 
 
+def _counters_from_report(run: RunDir) -> Path | None:
+    """counters.csv from the saved ncu report when the pass left none (ncu stopped before the CSV was
+    written): read back with the ncu found on this machine, if any."""
+    from nsight import ncu
+
+    report = run.path / "ncu" / ncu.REPORT_NAME
+    found = ncu.find_ncu() if report.is_file() else None
+    if found is None:
+        return None
+    ncu.export_counters(found, report, run.path / "ncu" / "counters.csv")
+    return run.ncu_csv()
+
+
 def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None) -> dict:
     """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `peer_counters`:
     an ncu CSV measured in another process running the same kernels (a job's ncu rank), used when the
     folder has none of its own."""
     run = RunDir.open(path)
-    trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv() or peer_counters
+    trace, export = run.torch_trace(), run.nsys_export()
+    csv = run.ncu_csv() or _counters_from_report(run) or peer_counters
     if trace is None and export is None:
         raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
                          "point at a run directory written by `hybrid run`; if a pass failed, its "

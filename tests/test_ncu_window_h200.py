@@ -3,6 +3,7 @@ measured window reaches the backward kernels, and ncu's per-launch lines are wha
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from hybrid.pipeline import analyze_run_dir
@@ -27,3 +28,24 @@ def test_progress_counts_one_line_per_replayed_launch():
     assert len(profiled) == len(counters.frame) == 71
     assert counters.replay_passes == 15
     assert {ncu.function_base_name(n) for n in counters.frame["name"]} == set(profiled)
+
+
+def test_report_rereads_counters_from_the_saved_ncu_report_when_the_csv_is_missing(tmp_path, monkeypatch):
+    # ncu stopped after saving its report but before the CSV was made: `hybrid report` reads the report
+    # back with the ncu of this machine. A stand-in ncu answers the import with the H200 table and
+    # records its argv, so the test checks the wiring, not Nsight Compute.
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    table = run / "ncu" / "counters.csv"
+    captured = tmp_path / "h200-counters.csv"
+    table.rename(captured)
+    (run / "ncu" / ncu.REPORT_NAME).write_bytes(b"stand-in for an .ncu-rep")
+    argv_log = tmp_path / "argv.txt"
+    stand_in = tmp_path / "ncu"
+    stand_in.write_text(f'#!/bin/sh\necho "$@" > {argv_log}\ncat {captured}\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setenv(ncu.NCU_ENV, str(stand_in))
+    results = analyze_run_dir(run)
+    assert results["mode"] == "hybrid" and results["metrics"]["ncu_coverage_pct"]["value"] > 70.0
+    assert argv_log.read_text().split() == ncu.build_import_command(stand_in, run / "ncu" / ncu.REPORT_NAME)[1:]
+    assert table.read_text() == captured.read_text()
