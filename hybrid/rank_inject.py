@@ -60,8 +60,15 @@ def _wrap_for(wrap_json: Path | None, rank: int, folder: Path) -> list[str]:
 
 
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    from hybrid.stepping import active_session
+
     # Once only: a second signal must not cut the report short.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    session = active_session()
+    if session is not None and session.finishing:
+        # Already writing the trace and inject.json (the script ended, e.g. raising on a peer's crash):
+        # let it finish; torchrun waits for the rank before it escalates to SIGKILL.
+        return
     raise KeyboardInterrupt
 
 

@@ -178,6 +178,9 @@ class StepSession:
         self._torch_step_range: Any = None
         self._step_ranges = RangeStack(STEP_DOMAIN, enabled=config.pass_name in NVTX_PASSES)
         self._result: dict | None = None
+        # True from the moment finish() starts writing the trace and inject.json: a launcher's SIGTERM
+        # that lands then must not cut the report short (hybrid.rank_inject checks it).
+        self.finishing = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -214,6 +217,7 @@ class StepSession:
             return self._result
         if os.getpid() != self._pid:
             return {}
+        self.finishing = True
         if self._state == "measuring":
             if self.config.whole_run:
                 self._synchronize()
