@@ -618,6 +618,11 @@ def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     }
 
 
+# extras key: the mean steady step of the pass whose clock the ops frame is on, when the analyzed
+# timeline is another pass's (pipeline.merge).
+OPS_CLOCK_STEP_NS = "ops_clock_step_ns"
+
+
 def _extras(profile: Profile) -> dict[str, Metric]:
     extras = profile.extras
     src = MEASURED_TORCH  # the injector reads these from torch in the profiled process
@@ -635,6 +640,8 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         out["graph_breaks"] = Metric(count, "breaks", src)
         text = [r.get("reason", str(r)) if isinstance(r, dict) else str(r) for r in reasons[:3]]
         out["graph_break_reasons"] = Metric("; ".join(text), "", src)
+    if extras.get(OPS_CLOCK_STEP_NS):
+        out["torch_pass_step_time_ms"] = Metric(float(extras[OPS_CLOCK_STEP_NS]) / NS_PER_MS, "ms", MEASURED_TORCH)
     if extras.get("batch_size") is not None:
         out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
     if extras.get("uses_compile") is not None:

@@ -32,10 +32,16 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
         return torch_profile
     if torch_profile is None:
         return nsys_profile
+    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps
+
+    torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
     merged.ops = torch_profile.ops
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
+    if len(torch_steps):
+        # The ops were timed under torch.profiler, whose steps run at another pace than nsys's.
+        merged.extras[OPS_CLOCK_STEP_NS] = float(torch_steps["dur_ns"].mean())
     merged.warnings = torch_profile.warnings + nsys_profile.warnings
     if not merged.device.name:
         merged.device = torch_profile.device

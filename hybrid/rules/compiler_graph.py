@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.common import finding, lost_pct, on_analyzed_clock
 
 MIN_LOST_PCT = 1.0
 
@@ -52,7 +52,8 @@ def check_graph_breaks(ctx: Context) -> Finding | None:
         return None
     measured = "compiled_region_idle_ms" in ctx.metrics
     if measured:
-        lost = compiled_idle_lost_ms(ctx.value("compiled_region_idle_ms", 0.0), ctx.value("gpu_idle_ms", 0.0))
+        lost = compiled_idle_lost_ms(on_analyzed_clock(ctx, ctx.value("compiled_region_idle_ms", 0.0)),
+                                     ctx.value("gpu_idle_ms", 0.0))
     else:
         lost = graph_break_lost_ms(breaks, ctx.value("idle_launch_ms", 0.0))
     return finding(

@@ -4,7 +4,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct
+from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
 from hybrid.rules.data_pipeline import loader_stall_lost_ms
 from hybrid.rules.synchronization import host_idle_claimed_ms
 
@@ -96,7 +96,8 @@ def check_preprocessing(ctx: Context) -> Finding | None:
     # Host work that only idles the device because a sync drained its queue first is the sync's finding;
     # host work inside compiled regions split by graph breaks is the breaks' finding.
     idle_host -= host_idle_claimed_ms(ctx, claimed_ms(ctx, "sync.per_step")) + claimed_ms(ctx, "compile.graph_breaks")
-    lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(ctx.value("data_loader_idle_ms", 0.0), idle_host))
+    loader_idle = on_analyzed_clock(ctx, ctx.value("data_loader_idle_ms", 0.0))
+    lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(loader_idle, idle_host))
     if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:
         return None
     return finding(

@@ -4,7 +4,7 @@ with compute, step jitter."""
 from __future__ import annotations
 
 from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct
+from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
@@ -49,7 +49,7 @@ def jitter_lost_ms(mean_ms: float, median_ms: float) -> float:
 
 
 def check_loader_stall(ctx: Context) -> Finding | None:
-    lost = loader_stall_lost_ms(ctx.value("data_loader_idle_ms", 0.0), ctx.value("idle_host_ms"))
+    lost = loader_stall_lost_ms(on_analyzed_clock(ctx, ctx.value("data_loader_idle_ms", 0.0)), ctx.value("idle_host_ms"))
     if lost_pct(ctx, lost) < LOADER_STALL_MIN_PCT:
         return None
     in_process = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
