@@ -212,24 +212,39 @@ def op_bytes(name: str, shapes: list, dtypes: list) -> float:
     return float(sum(sizes) + max(sizes))
 
 
+def _matmul_operands(name: str, shapes: list) -> tuple[list, list] | None:
+    """The two matrices of a matmul call: the last two inputs of 2+ dims (addmm and baddbmm lead with
+    the bias or input and end with the scalars alpha and beta, recorded as []: taking the last two
+    entries missed every addmm, among them tc_fp16_unaligned's 7 ms vocabulary projection), the first
+    two of _scaled_mm (its scales follow)."""
+    if name not in MATMUL_OPS:
+        return None
+    mats = [s for s in (shapes or []) if isinstance(s, list) and len(s) >= 2]
+    if len(mats) < 2:
+        return None
+    a, b = mats[:2] if name == "aten::_scaled_mm" else mats[-2:]
+    return a, b
+
+
 def op_flops(name: str, shapes: list, torch_flops: float) -> float:
     """torch's FLOP count when it recorded one, else 2*M*N*K (x batch) for matmuls from their shapes;
     0 for other ops (elementwise math is negligible next to the bytes it moves)."""
     if torch_flops is not None and not np.isnan(torch_flops):
         return float(torch_flops)
-    shapes = [s for s in (shapes or []) if isinstance(s, list)]
-    if name in MATMUL_OPS and len(shapes) >= 2 and len(shapes[-2]) >= 2 and len(shapes[-1]) >= 2:
-        a, b = shapes[-2], shapes[-1]
-        return 2.0 * _numel(a) * b[-1]
-    return 0.0
+    operands = _matmul_operands(name, shapes)
+    if operands is None:
+        return 0.0
+    a, b = operands
+    return 2.0 * _numel(a) * b[-1]
 
 
 def op_gemm_dims(name: str, shapes: list) -> list[int]:
     """The M/N/K (or conv channel) dims of a matmul/conv call, empty when not one."""
-    shapes = [s for s in (shapes or []) if isinstance(s, list)]
-    if name in MATMUL_OPS and len(shapes) >= 2 and len(shapes[-2]) >= 2 and len(shapes[-1]) >= 2:
-        a, b = shapes[-2], shapes[-1]
+    operands = _matmul_operands(name, shapes)
+    if operands is not None:
+        a, b = operands
         return [a[-2], a[-1], b[-1]]
+    shapes = [s for s in (shapes or []) if isinstance(s, list)]
     if name in CONV_OPS and len(shapes) >= 2 and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
         return [shapes[0][1], shapes[1][0]]
     return []

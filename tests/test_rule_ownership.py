@@ -74,15 +74,18 @@ def test_idle_time_is_claimed_at_most_once(name):
     assert claimed <= idle_ms * (1 + 1e-9) + 1e-9
 
 
-def test_misaligned_gemms_own_their_time_and_the_idle_pipe_finding_keeps_the_rest():
+def test_misaligned_gemms_own_their_time_and_leave_the_idle_pipe_finding_only_the_rest():
     doc = run(PLANTED / "tc_fp16_unaligned" / "run")
     found, m = findings(doc), doc["metrics"]
     assert doc["diagnosis"]["primary_bottleneck"]["id"] == "tensor.misaligned_dims"
-    pipe = found["tensor.pipe_idle"]
-    rest = next(e for e in pipe["evidence"] if e["label"].startswith("GEMM time no FP32"))
-    expected = m["gemm_time_ms"]["value"] - m["gemm_fp32_ms"]["value"] - m["misaligned_gemm_device_ms"]["value"]
-    assert rest["value"] == pytest.approx(expected)
-    assert pipe["time_lost_ms"] < found["tensor.misaligned_dims"]["time_lost_ms"]
+    # Every GEMM of this model has a dimension off a multiple of 8, the forward addmm calls included
+    # (bias first, alpha and beta last in their recorded shapes): nothing is left for the idle pipe.
+    rest = m["gemm_time_ms"]["value"] - m["gemm_fp32_ms"]["value"] - m["misaligned_gemm_device_ms"]["value"]
+    assert rest < 0.01 * m["gemm_time_ms"]["value"]
+    assert "tensor.pipe_idle" not in found
+    # 5 forward addmm (2 blocks x 2 Linear + the vocabulary head) and 10 backward mm a step.
+    assert m["misaligned_gemms_per_step"]["value"] == 15
+    assert "aten::addmm [[50257], [8192, 1020], [1020, 50257], [], []]" in m["misaligned_gemm_shapes"]["value"]
 
 
 def test_fp32_gemms_are_not_also_an_idle_tensor_pipe():
