@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.metrics import covered, interval_union, is_communication
+from hybrid.metrics import covered, interval_union
+from hybrid.profile import is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from hybrid.rank_inject import RANK_DIR_FORMAT
 

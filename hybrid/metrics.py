@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.profile import ANNOTATION_PREFIX, Profile
+from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 
 NS_PER_MS = 1e6
@@ -67,17 +67,6 @@ MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
 # {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
 # host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
 DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
-
-
-# Collectives: NCCL kernels (ncclDevKernel_*, ncclKernel_*) and the torch ops or ranges around them
-# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce). The job analysis measures them as
-# communication; left among the compute kernels, an NCCL kernel (a few blocks, spinning while it
-# waits for its peers) would read as a small-grid, zero-FLOP kernel far below the roofline.
-COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:")
-
-
-def is_communication(names: pd.Series) -> np.ndarray:
-    return names.astype(str).str.lower().str.startswith(COMMUNICATION_PREFIXES).to_numpy(bool)
 
 
 # ----------------------------------------------------------------------------- intervals

@@ -15,9 +15,9 @@ import dataclasses
 
 import pandas as pd
 
-from hybrid.profile import COUNTER_COLUMNS, Profile, conform
+from hybrid.profile import COUNTER_COLUMNS, Profile, conform, is_communication
 from hybrid.provenance import MEASURED_NCU
-from nsight.ncu import NCCL_PREFIX, function_base_name, kernel_signature
+from nsight.ncu import function_base_name, kernel_signature
 from nsight.ncu_csv import NcuCounters
 
 DEFAULT_COVERAGE = 0.9
@@ -37,16 +37,6 @@ MATCH_NAME = "name"
 MATCH_NONE = "none"
 
 _KEY = ["signature", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
-
-
-def is_nccl(name: str) -> bool:
-    return function_base_name(name).lower().startswith(NCCL_PREFIX)
-
-
-def _nccl_mask(names: pd.Series) -> pd.Series:
-    """Boolean mask of NCCL kernels. The nsys loader gives names as a categorical, and mapping a
-    categorical one-to-one (a capture with a single kernel name) yields a categorical, not bools."""
-    return names.map(is_nccl).astype(bool)
 
 
 def _durations(kernels: pd.DataFrame) -> pd.Series:
@@ -69,7 +59,7 @@ def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, ca
     kernel time, at most `cap` of them, largest first. NCCL kernels are never chosen (they hang
     when replayed). `step` defaults to representative_step; with no measured step, the whole capture
     is used."""
-    candidates = kernels[~_nccl_mask(kernels["name"])] if len(kernels) else kernels
+    candidates = kernels[~is_communication(kernels["name"])] if len(kernels) else kernels
     if step is None:
         step = representative_step(candidates)
     if step is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 # Column contracts. Loaders must produce exactly these columns (extra columns are allowed only where
@@ -72,6 +73,18 @@ LAUNCH_COLUMNS = {
 # ANNOTATION_PREFIX + their name. They are not operators: top_level False, cpu_self_ns and device_ns
 # 0, no shapes or FLOPs, so operator totals are unchanged by them.
 ANNOTATION_PREFIX = "annotation: "
+
+# Collectives: NCCL kernels (ncclDevKernel_*, ncclKernel_*) and the torch ops or ranges around them
+# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce). The job analysis measures them as
+# communication; left among the compute kernels, an NCCL kernel (a few blocks, spinning while it
+# waits for its peers) would read as a small-grid, zero-FLOP kernel far below the roofline, and ncu
+# must never replay one (it waits for peers that are not replayed with it).
+COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:")
+
+
+def is_communication(names: pd.Series) -> np.ndarray:
+    """Boolean mask of the collective kernels or ops among `names` (kernel or op names)."""
+    return names.astype(str).str.lower().str.startswith(COMMUNICATION_PREFIXES).to_numpy(bool)
 OP_COLUMNS = {
     "name": "object",
     "tid": "int64",

@@ -20,15 +20,8 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import (
-    is_communication,
-    matched_counter_launches,
-    op_bytes,
-    op_flops,
-    op_precision,
-    steady_steps,
-)
-from hybrid.profile import Profile
+from hybrid.metrics import matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
+from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
 # Points listed in results.json (the step point covers all of them).
