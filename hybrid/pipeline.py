@@ -105,11 +105,10 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
     if not baseline_step_ms or not step_ms:
         return
     analysis["timing"]["baseline_step_time_ms"] = baseline_step_ms
-    for finding in analysis["diagnosis"]["bottlenecks"]:
-        finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / step_ms
     primary = analysis["diagnosis"].get("primary_bottleneck")
-    if primary is not None:
-        primary["time_lost_baseline_ms"] = primary["time_lost_ms"] * baseline_step_ms / step_ms
+    # The primary is its own copy of one of the bottlenecks.
+    for finding in [*analysis["diagnosis"]["bottlenecks"], *([primary] if primary else [])]:
+        finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / step_ms
 
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],

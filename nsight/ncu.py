@@ -57,7 +57,7 @@ DEFAULT_MAX_LAUNCHES = 500
 LOG_TAIL_LINES = 20
 
 REPORT_NAME = "report.ncu-rep"
-# Reading a report back as CSV takes seconds; a minute means something is wrong.
+# Reading a report back as CSV takes seconds; five minutes means it is stuck.
 IMPORT_TIMEOUT_S = 300
 
 # ncu's own output lines start with "==PROF==", "==WARNING==", "==ERROR==".

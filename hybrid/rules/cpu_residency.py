@@ -95,7 +95,7 @@ def check_preprocessing(ctx: Context) -> Finding | None:
     idle_host = ctx.value("idle_host_ms", 0.0)
     # Host work that only idles the device because a sync drained its queue first is the sync's finding;
     # host work inside compiled regions split by graph breaks is the breaks' finding.
-    idle_host -= host_idle_claimed_ms(ctx, claimed_ms(ctx, "sync.per_step")) + claimed_ms(ctx, "compile.graph_breaks")
+    idle_host -= host_idle_claimed_ms(ctx) + claimed_ms(ctx, "compile.graph_breaks")
     loader_idle = on_analyzed_clock(ctx, ctx.value("data_loader_idle_ms", 0.0))
     lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(loader_idle, idle_host))
     if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:

@@ -57,7 +57,7 @@ def check_batch_headroom(ctx: Context) -> Finding | None:
     if ctx.value("peak_memory_pct", 100.0) >= BATCH_HEADROOM_PEAK_PCT:
         return None
     # The host time a sync left exposed is the sync finding's, like the gaps the owners explain.
-    claimed = claimed_ms(ctx, *IDLE_OWNERS) + host_idle_claimed_ms(ctx, claimed_ms(ctx, "sync.per_step"))
+    claimed = claimed_ms(ctx, *IDLE_OWNERS) + host_idle_claimed_ms(ctx)
     lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0), claimed)
     if lost_pct(ctx, lost) < MIN_LOST_PCT:
         return None

@@ -22,10 +22,11 @@ def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: floa
     return min(overlap_bound, idle_bound)
 
 
-def host_idle_claimed_ms(ctx: Context, sync_lost_ms: float) -> float:
+def host_idle_claimed_ms(ctx: Context) -> float:
     """The part of the host-work idle time (idle_host_ms) that the sync finding explains: what it
     claims beyond the wait itself, at most the host time that followed a sync."""
-    beyond_wait = sync_lost_ms - ctx.value("idle_sync_ms", 0.0) - ctx.value("idle_memcpy_ms", 0.0)
+    beyond_wait = (claimed_ms(ctx, "sync.per_step") - ctx.value("idle_sync_ms", 0.0)
+                   - ctx.value("idle_memcpy_ms", 0.0))
     return min(max(0.0, beyond_wait), max(0.0, ctx.value("idle_host_after_sync_ms", 0.0)))
 
 
