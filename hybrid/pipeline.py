@@ -65,6 +65,38 @@ def _inject_facts(run: RunDir) -> dict:
     return {}
 
 
+def step_fields(profile: Profile, inject: dict | None = None) -> dict:
+    """workload.step_source, step_unit, step_confidence, step_reason (and where the step ranges were
+    read, step_ranges): the injector's own account when the ranges are its marks, else the loader's
+    (periodicity, steady window, NVTX pattern in a bare export)."""
+    ours = profile.step_source in ("nvtx:hybrid", "torch:annotation")
+    if ours and inject and inject.get("step_source") not in (None, "none"):
+        fields = {key: inject.get(key) for key in ("step_source", "step_unit", "step_confidence", "step_reason")}
+    else:
+        fields = {"step_source": profile.step_source, "step_unit": profile.step_unit,
+                  "step_confidence": profile.step_confidence, "step_reason": profile.step_reason}
+    fields["step_ranges"] = profile.step_source
+    return fields
+
+
+def _warmup_dropped(profile: Profile, stepped: dict, facts: dict) -> int | None:
+    """Warmup steps dropped before the measured ones; None where the steps were found in the export
+    (their reason says what was dropped)."""
+    if stepped.get("warmup_dropped") is not None:
+        return stepped["warmup_dropped"]
+    return facts.get("warmup_steps") if profile.step_source in ("nvtx:hybrid", "torch:annotation") else None
+
+
+def _step_inject(run: RunDir, profile: Profile) -> dict:
+    """The inject.json of the pass whose step ranges the profile uses."""
+    preferred = {"nvtx:hybrid": ("nsys", "torch"), "torch:annotation": ("torch", "nsys")}.get(profile.step_source, ())
+    for name in preferred:
+        inject = run.read_inject(name)
+        if inject:
+            return inject
+    return {}
+
+
 def _mode(profile: Profile, facts: dict) -> str:
     if len(profile.counters):
         return "hybrid"
@@ -185,12 +217,15 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
     if ncu_csv is not None and nsys_profile is not None:
         profile = _attach_ncu(profile, ncu_csv)
+    stepped = _step_inject(run, profile)
     workload = {
         "command": run_json.get("command"),
         "steps_measured": profile.measured_steps,
-        "warmup_steps": facts.get("warmup_steps"),
+        # Steps actually dropped before the window (at least --warmup, more until step times settled).
+        "warmup_steps": _warmup_dropped(profile, stepped, facts),
+        "warmup_reason": stepped.get("warmup_reason"),
         "batch_size": facts.get("batch_size"),
-        "step_source": profile.step_source,
+        **step_fields(profile, stepped),
         "model": run_json.get("model"),
     }
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
@@ -213,7 +248,7 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     if ncu_csv is not None:
         profile = _attach_ncu(profile, ncu_csv)
     workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
-                "warmup_steps": None, "step_source": profile.step_source}
+                "warmup_steps": None, **step_fields(profile)}
     nsys_facts = profile.extras.get("nsys", {})
     return analyze_profile(profile, workload=workload,
                            tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])

@@ -193,8 +193,12 @@ class Profile:
     device: DeviceInfo = field(default_factory=DeviceInfo)
     sources: dict[str, str] = field(default_factory=dict)
     # How steps were found: "nvtx:hybrid" (our injector), "nvtx:<NAME>" (--step-range), "pattern",
-    # "whole-capture", "torch:annotation".
+    # "periodicity", "steady-window", "whole-capture", "torch:annotation". A loader that inferred the
+    # steps says what one step is, how sure it is (high | medium | low) and why.
     step_source: str = "none"
+    step_unit: str | None = None
+    step_confidence: str | None = None
+    step_reason: str | None = None
     # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
     extras: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

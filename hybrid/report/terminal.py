@@ -85,6 +85,12 @@ def _job(results: dict) -> list[Text]:
     return lines
 
 
+STEP_FOUND_BY = {"optimizer_hook": "optimizer step hook", "mark_step": "hybrid.mark_step()",
+                 "profiler_step": "the script's prof.step()", "module_call": "detected (module calls)",
+                 "script_loop": "detected (the script's loop)", "pattern": "repeating NVTX range",
+                 "periodicity": "detected (periodic CUDA calls)", "steady-window": "no step found"}
+
+
 def _header(results: dict) -> Text:
     device, workload = results.get("device") or {}, results.get("workload") or {}
     name = device.get("name") or "no GPU"
@@ -96,6 +102,13 @@ def _header(results: dict) -> Text:
     text = Text.assemble(("hybrid", "bold"), f" · {name} · mode {results.get('mode')} · {steps}")
     if workload.get("batch_size"):
         text.append(f" · batch {workload['batch_size']}")
+    if workload.get("step_unit"):
+        # What one step is and how it was found (workload.step_*); a guess is a warning, not a footnote.
+        low = workload.get("step_confidence") == "low"
+        text.append(f"\nstep = {workload['step_unit']} · {STEP_FOUND_BY.get(workload.get('step_source'), 'found')}, "
+                    f"{workload.get('step_confidence')} confidence", style="yellow" if low else None)
+        if low and workload.get("step_reason"):
+            text.append(f"\nwarning: the step is a guess: {workload['step_reason']}", style="yellow")
     return text
 
 
