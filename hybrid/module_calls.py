@@ -41,6 +41,8 @@ class TopLevelCalls:
         self._want_caller = want_caller
         self._thread = threading.get_ident()
         self._hooks: list[Any] = []
+        self._global_hooks: list[Any] = []
+        self._inert = False  # global hooks left installed but doing nothing (see stop())
         self._caller: FrameType | None = None
         # Where the caller's frame lies above the hook's caller (module._call_impl), once known: after
         # narrow() the caller is found by sys._getframe(depth) alone, without walking the stack.
@@ -54,9 +56,9 @@ class TopLevelCalls:
         import torch.nn.modules.module as nn_module
 
         _is_compiling = torch.compiler.is_compiling
-        self._hooks = [nn_module.register_module_forward_pre_hook(self._pre),
-                       # always_call: the depth stays right when a forward raises.
-                       nn_module.register_module_forward_hook(self._post, always_call=True)]
+        self._global_hooks = [nn_module.register_module_forward_pre_hook(self._pre),
+                              # always_call: the depth stays right when a forward raises.
+                              nn_module.register_module_forward_hook(self._post, always_call=True)]
 
     def narrow(self, module: Any, caller: FrameType | None) -> None:
         """Only `module`'s own calls from now on (it was seen at the top level, called from `caller`)."""
@@ -69,12 +71,20 @@ class TopLevelCalls:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        if _dynamo_compiled():
+            # torch.compile guards its graphs on the number of global hooks: removing ours would
+            # recompile every compiled model once more (seconds each). They stay, doing nothing.
+            self._inert = True
+            return
+        for handle in self._global_hooks:
+            handle.remove()
+        self._global_hooks = []
 
     # Each hook asks torch.compiler.is_compiling() first: while dynamo traces a compiled module, that
     # call is a constant True and the hook traces to nothing; anything else (threading.get_ident) would
     # be a graph break in the user's model.
     def _pre(self, module: Any, args: Any) -> None:
-        if _is_compiling() or threading.get_ident() != self._thread:
+        if _is_compiling() or self._inert or threading.get_ident() != self._thread:
             return
         if self.depth == 0 and self._want_caller():
             call_impl = sys._getframe(1)
@@ -86,7 +96,7 @@ class TopLevelCalls:
         self.depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if _is_compiling() or threading.get_ident() != self._thread or self.depth == 0:
+        if _is_compiling() or self._inert or threading.get_ident() != self._thread or self.depth == 0:
             return
         self.depth -= 1
         if self.depth == 0:
@@ -112,6 +122,12 @@ class TopLevelCalls:
                 below = frame
             frame = frame.f_back
         return below if frame is not None else None
+
+
+def _dynamo_compiled() -> bool:
+    """Whether torch.compile has compiled a frame in this process so far."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return bool(utils is not None and utils.counters["stats"].get("unique_graphs"))
 
 
 def _is_compiling() -> bool:
