@@ -270,7 +270,7 @@ def test_report_on_a_real_h200_run_directory(h200_run):
     assert results["mode"] == "hybrid"
     assert results["device"]["name"] == "NVIDIA H200"
     assert results["workload"]["steps_measured"] == 50
-    assert results["workload"]["step_source"] == "nvtx:hybrid"
+    assert (results["workload"]["step_source"], results["workload"]["step_ranges"]) == ("optimizer_hook", "nvtx:hybrid")
     sources = {m["source"] for m in results["metrics"].values()}
     assert {"measured:torch", "measured:nsys", "measured:ncu"} <= sources
     assert results["diagnosis"]["primary_bottleneck"] is not None
