@@ -10,13 +10,16 @@ watched, decided once per code object by `is_user_code`:
 - Python 3.10/3.11: `sys.settrace`. The global function is called on every Python call and returns a
   line tracer only for the user's frames with a loop. Its cost is one Python callback per Python
   call (about 1 us each on a loaded CI core; measured in tests/test_step_detect.py), so `narrow()`
-  keeps only the chosen loop's frames traced once the unit is decided.
+  keeps only the chosen loop's frames traced once the unit is decided, and tracing pauses while an
+  import runs (`builtins.__import__` is wrapped): a lazy import of torch._dynamo alone executes
+  millions of calls, and no loop of the user's runs inside an import.
 
 Standard library only: this runs inside the profiled process before the user's code.
 """
 
 from __future__ import annotations
 
+import builtins
 import dis
 import sys
 import threading
@@ -87,6 +90,8 @@ class LoopTracer:
         self._only: Loop | None = None
         self._thread = threading.get_ident()
         self._tool: int | None = None
+        self._import = builtins.__import__
+        self._importing = False
         self.running = False
 
     def loops_in(self, code: CodeType) -> dict[int, Loop]:
@@ -102,6 +107,7 @@ class LoopTracer:
             self._start_monitoring()
         else:
             sys.settrace(self._on_call)  # this thread only: the script's loop runs on its main thread
+            builtins.__import__ = self._untraced_import
         self.running = True
 
     def narrow(self, loop: Loop) -> None:
@@ -127,8 +133,11 @@ class LoopTracer:
             monitoring.register_callback(self._tool, monitoring.events.JUMP, None)
             monitoring.free_tool_id(self._tool)
             self._tool = None
-        elif sys.gettrace() == self._on_call:  # a bound method: equal, never identical
-            sys.settrace(None)
+        else:
+            if builtins.__import__ == self._untraced_import:
+                builtins.__import__ = self._import
+            if sys.gettrace() == self._on_call:  # a bound method: equal, never identical
+                sys.settrace(None)
 
     # -- sys.monitoring (3.12+) ------------------------------------------------------------------
 
@@ -162,6 +171,19 @@ class LoopTracer:
         return None
 
     # -- sys.settrace (3.10, 3.11) ---------------------------------------------------------------
+
+    def _untraced_import(self, name: str, globals: dict | None = None, locals: dict | None = None,
+                         fromlist: tuple = (), level: int = 0) -> object:
+        if self._importing or threading.get_ident() != self._thread or sys.gettrace() != self._on_call:
+            return self._import(name, globals, locals, fromlist, level)
+        self._importing = True
+        sys.settrace(None)
+        try:
+            return self._import(name, globals, locals, fromlist, level)
+        finally:
+            self._importing = False
+            if self.running:
+                sys.settrace(self._on_call)
 
     def _on_call(self, frame: FrameType, event: str, arg: object):
         code = frame.f_code
