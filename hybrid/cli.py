@@ -262,7 +262,11 @@ def diagnose(
                     f"({', '.join(f'{k}={v}' for k, v in shrunk.items())})")
     steps = steps or 20
     warmup = warmup if warmup is not None else 5
-    model_args = [model, "--steps", str(steps + warmup + 5), "--precision", precision.value, "--device", device]
+    # Room for the warmup to grow until step times settle; the injector stops the loop after the measured steps.
+    from hybrid.settle import MAX_EXTRA_WARMUP
+
+    model_args = [model, "--steps", str(steps + warmup + MAX_EXTRA_WARMUP + 5), "--precision", precision.value,
+                  "--device", device]
     if batch_size:
         model_args += ["--batch-size", str(batch_size)]
     target = Target(argv=["hybrid.models", *model_args], is_module=True)

@@ -115,6 +115,7 @@ class LoopTracer:
         self._only = loop
         if USE_MONITORING and self._tool is not None:
             monitoring = sys.monitoring
+            monitoring.set_events(self._tool, 0)  # no new code to meet: the loop's code is instrumented
             for code in self._loops:
                 if code is not loop.code and self._loops[code]:
                     monitoring.set_local_events(self._tool, code, 0)

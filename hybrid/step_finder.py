@@ -102,9 +102,11 @@ class StepFinder:
         """What the detectors saw, for inject.json."""
         per_call = None
         if self._caller_name and self._callers:
-            complete = self._callers[:-1] or self._callers
-            per_call = {"function": self._caller_name, "forwards": sorted(complete)[len(complete) // 2],
-                        "calls_seen": len(self._callers)}
+            # The last call may have been cut short by the step limit: only calls seen to their end count.
+            complete = self._callers[:-1]
+            per_call = {"function": self._caller_name, "calls_seen": len(self._callers),
+                        "complete": bool(complete),
+                        "forwards": sorted(complete)[len(complete) // 2] if complete else self._callers[-1]}
         return {"tracer": TRACER_NAME, "python": sys.version.split()[0],
                 "decided_after_s": (round((self.decided_ns - self.started_ns) / 1e9, 3)
                                     if self.decided_ns else None),

@@ -432,6 +432,9 @@ class StepSession:
                     and self.step_source == "module_call" else None)
         if not per_call or not self.step_unit:
             return self.step_unit
+        if not per_call["complete"]:
+            return (f"{self.step_unit}, at least {per_call['forwards']} per {per_call['function']}() call "
+                    "(the script was stopped inside the first)")
         return f"{self.step_unit}, {per_call['forwards']} per {per_call['function']}() call"
 
     def _warmup_done(self) -> bool:

@@ -75,3 +75,25 @@ def test_periods_are_whole_iterations_not_repeated_blocks():
     for name, calls_per_iteration in (("deep_narrow_conv_b1", 165), ("compiled_infer_loop", 72)):
         unit = analyze_export(BARE / f"{name}.sqlite")["workload"]["step_unit"]
         assert unit == f"one repeat of a {calls_per_iteration}-call CUDA sequence"
+
+
+# -- a `hybrid run --mode nsys` of the unmarked HF generate() script on the H200 (GPU call B), offline ---------
+
+HF_RUN = Path(__file__).parent / "fixtures" / "unmarked_runs" / "hf_generate_gpt2" / "run"
+
+
+def test_generate_run_measures_decode_steps_found_without_edits():
+    """The injector chose one top-level GPT2LMHeadModel.forward as the step; the nsys pass's ranges hold one
+    greedy decode step each (one argmax), and results.json says what the step is and how it was found."""
+    from hybrid.pipeline import analyze_run_dir
+
+    results = analyze_run_dir(HF_RUN)
+    workload = results["workload"]
+    assert (workload["step_source"], workload["step_ranges"], workload["step_confidence"]) == \
+        ("module_call", "nvtx:hybrid", "medium")
+    assert workload["step_unit"].startswith("one top-level GPT2LMHeadModel.forward")
+    assert workload["steps_measured"] == 10 and workload["warmup_steps"] >= 3
+    profile = load_nsys_export(HF_RUN / "nsys" / "profile.sqlite")
+    names = profile.kernels["name"].astype(str)
+    argmax = profile.kernels[names.str.contains("ArgMax") & (profile.kernels["step"] >= 0)]
+    assert argmax.groupby("step").size().to_dict() == {step: 1 for step in range(10)}
