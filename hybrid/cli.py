@@ -174,6 +174,12 @@ PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in r
 BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no collector, the reference "
                            "for profiler overhead")
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+CallsitesOpt = typer.Option("python", "--callsites", help="what the nsys pass records to point findings at "
+                            "the script's lines: off, python (Python sampling) or cuda (also Python "
+                            "backtraces of blocking CUDA calls, with CPU sampling)")
+TorchStacksOpt = typer.Option(False, "--torch-stacks/--no-torch-stacks", help="the torch pass also records "
+                              "operators' Python stacks (with_stack), to place .item(), .cpu() and tensor "
+                              "creation on their lines; slows Python-heavy steps")
 RankOpt = typer.Option(None, "--rank", help="multi-process runs: show this rank's full report instead of the job's")
 
 
@@ -190,6 +196,8 @@ def run(
                                       help="an NVTX range per module forward call (per-layer table)"),
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    callsites: str = CallsitesOpt,
+    torch_stacks: bool = TorchStacksOpt,
     nproc_per_node: int | None = typer.Option(
         None, "--nproc-per-node", help="launch the script on N processes with torchrun and profile every rank"),
     rank: int | None = RankOpt,
@@ -208,7 +216,8 @@ def run(
     launcher = _torchrun_argv(argv)
     stem = Path(launcher[-1] if launcher else script).stem
     options = RunOptions(out_dir=out or _default_out(stem), mode=mode.value, warmup=warmup,
-                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
+                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels,
+                         callsites=callsites, torch_stacks=torch_stacks)
     if launcher is not None or nproc_per_node is not None:
         _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
                      verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)

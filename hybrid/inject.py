@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nvtx-modules", action="store_true", help="NVTX range per module forward")
     parser.add_argument("--whole-run", action="store_true", help="capture the whole script as one step")
     parser.add_argument("--module", action="store_true", help="TARGET is a module name, run as with -m")
+    parser.add_argument("--python-stacks", action="store_true",
+                        help="torch pass: record operators' Python stacks (with_stack), for callsites")
     return parser
 
 
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         session = StepSession(SessionConfig(
             pass_name=args.pass_name, out_dir=args.out, warmup_steps=args.warmup, measured_steps=args.steps,
             nvtx_modules=args.nvtx_modules, whole_run=args.whole_run, progress=True,
+            python_stacks=args.python_stacks,
         ))
         session.begin()
     except HybridError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from hybrid import __version__
 from hybrid.errors import ProfilerError, UsageError, WorkloadError
 from hybrid.rundir import RunDir
+from nsight.nsys import CALLSITE_LEVELS
 
 MODES = ("auto", "hybrid", "nsys", "torch")
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
@@ -52,11 +53,16 @@ class RunOptions:
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
     ncu_coverage: float = 0.9
+    # What the nsys pass records to point findings at the script's lines (nsight.nsys.CALLSITE_LEVELS).
+    callsites: str = "python"
+    torch_stacks: bool = False  # the torch pass records operators' Python stacks (with_stack)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
+        if self.callsites not in CALLSITE_LEVELS:
+            raise UsageError(f"unknown --callsites level {self.callsites!r}", f"use one of: {', '.join(CALLSITE_LEVELS)}")
         if self.steps <= 0:
             raise UsageError(f"--steps must be at least 1 (got {self.steps})", "pass --steps 20, for example")
         if self.warmup < 0:
@@ -139,6 +145,8 @@ class Orchestrator:
         flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
         if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
             flags.append("--nvtx-modules")
+        if self.options.torch_stacks and pass_name == "torch":
+            flags.append("--python-stacks")
         if whole_run:
             flags.append("--whole-run")
         if self.target.is_module:
@@ -326,7 +334,12 @@ class Orchestrator:
 
         out_base = self.run_dir.pass_dir("nsys") / "profile"
         inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=stepless)
-        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless)
+        sampling = nsys.callsite_sampling(nsys.profile_help(Path(tools["nsys"])), self.options.callsites)
+        if sampling.missing:
+            self.mode_reasons.append(f"this nsys has no {', '.join(sampling.missing)}: findings get fewer "
+                                     "or no callsites (Nsight Systems 2024.1 or newer samples Python)")
+        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless,
+                                       sampling=sampling)
         result = self._run_child("nsys", argv)
         self._record(result)
         failure = self._workload_failure(result)

@@ -37,6 +37,7 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
     merged.ops = torch_profile.ops
+    merged.op_callsites = torch_profile.op_callsites
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
     if len(torch_steps):
@@ -113,11 +114,15 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None) -> dict:
+                    baseline_step_ms: float | None = None, script: str | None = None) -> dict:
+    """`script`: the profiled script's path as the run was given it (callsites are shown relative
+    to its folder); None for a module or a foreign export."""
     from hybrid.analyze import analyze
+    from hybrid.callsites import attach_callsites
 
     facts = facts or {}
     analysis = analyze(profile)
+    attach_callsites(analysis, profile, script)
     at_baseline(analysis, baseline_step_ms)
     results = {
         "schema_version": SCHEMA_VERSION,
@@ -200,7 +205,13 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                            extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms)
+                           facts=facts, baseline_step_ms=baseline_step_ms, script=_script(run_json))
+
+
+def _script(run_json: dict) -> str | None:
+    target = run_json.get("target") or {}
+    argv = target.get("argv") or []
+    return None if target.get("is_module") or not argv else str(argv[0])
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:

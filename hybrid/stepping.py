@@ -84,6 +84,7 @@ class SessionConfig:
     whole_run: bool = False  # the collector covers the whole script as one step
     stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
     progress: bool = False  # print PROGRESS_PREFIX lines (the injector; not in-process use)
+    python_stacks: bool = False  # torch pass: Python stacks of operators (with_stack), for callsites
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -338,7 +339,8 @@ class StepSession:
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self._profiler = torch.profiler.profile(
-                activities=activities, record_shapes=True, with_flops=True, profile_memory=False
+                activities=activities, record_shapes=True, with_flops=True, profile_memory=False,
+                with_stack=self.config.python_stacks,
             )
             self._profiler.start()
         elif pass_name in NVTX_PASSES:

@@ -363,7 +363,19 @@ def _card(index: int, finding: dict, w: _Writer) -> str:
             + f' · id '
             f'<code>{w.text(finding.get("id"))}</code></p>{not_measured}'
             + (f"<table>{evidence}</table>" if evidence else "")
+            + _callsites(finding, w)
             + f'<p>{w.text(finding.get("explanation"))}</p>' + (f"<ul>{fixes}</ul>" if fixes else "") + "</div>")
+
+
+def _callsites(finding: dict, w: _Writer) -> str:
+    """The finding's top user lines: 'at train.py:42 (63%) total += loss.item()', full paths with
+    include_paths."""
+    items = "".join(
+        f'<li>at <code>{w.text(c.get("path") if w.include_paths and c.get("path") else c.get("file"))}:'
+        f'{w.text(c.get("line"))}</code> ({w.value(c.get("share_pct"), "%")}) '
+        f'<code>{w.text(c.get("source_line") or c.get("function") or "")}</code></li>'
+        for c in finding.get("callsites") or [])
+    return f'<ul class="callsites">{items}</ul>' if items else ""
 
 
 def _findings(results: dict, w: _Writer) -> str:

@@ -196,8 +196,9 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
         title.append("  (primary)", style="bold")
     if finding.get("not_measured"):
         title.append("  not measured in this run", style="dim")
+    callsite = _top_callsite(finding)
     if not expanded:
-        return title
+        return title if callsite is None else Group(title, callsite)
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
@@ -207,7 +208,17 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
     if verbose:
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(title, Padding(Group(*details), (0, 0, 0, 2)))
+    return Group(title, *([callsite] if callsite is not None else []), Padding(Group(*details), (0, 0, 0, 2)))
+
+
+def _top_callsite(finding: dict) -> Text | None:
+    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding."""
+    callsites = finding.get("callsites") or []
+    if not callsites:
+        return None
+    top = callsites[0]
+    return Text.assemble("  at ", (f"{top.get('file')}:{top.get('line')}", "bold"),
+                         f"  {top.get('source_line') or top.get('function') or ''}".rstrip())
 
 
 def _findings(results: dict, verbose: bool) -> list[RenderableType]:
