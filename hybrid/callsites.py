@@ -29,6 +29,7 @@ from hybrid.profile import Profile
 from nsight.python_frames import is_user_file
 
 NO_SAMPLES_NOTE = "no callsites: the capture has no Python samples"
+NO_STACKS_NOTE = "no callsites: the export left out the stacks of its Python samples"
 TOP_CALLSITES = 3
 
 # Operators whose calls place a finding when the torch pass recorded their stacks: the host-side
@@ -268,31 +269,43 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
     return [paths.callsite(file, line, function, 100 * count / total) for (file, line), (function, count) in ranked]
 
 
-def attach_callsites(analysis: dict, profile: Profile, script: str | None) -> None:
+def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None) -> None:
     """Give every finding of `analysis` (the analyze() document) `callsites`: the top user lines,
-    [] when none applies. `script` is the profiled script's path as the run was given it (None for
-    a module or a foreign export): paths are shown relative to its folder. Without Python samples,
-    the limitations say so."""
+    [] when none applies. `profiles`: the analyzed profile first, then others of the same run that
+    may carry Python stacks on their own clock (the torch pass's); the first with samples places the
+    findings' segments, on its own timeline. `script` is the profiled script's path as the run was
+    given it (None for a module or a foreign export): paths are shown relative to its folder.
+    Without Python samples, the limitations say so."""
     diagnosis = analysis.get("diagnosis") or {}
     findings = [*diagnosis.get("bottlenecks", [])]
     if diagnosis.get("primary_bottleneck"):
         findings.append(diagnosis["primary_bottleneck"])
-    samples = _Samples(profile)
-    recorded = [*samples.frames["file"].dropna().unique().tolist(), *profile.op_callsites["file"].dropna().unique()]
+    sampled = next((p for p in profiles if not p.samples.empty), profiles[0])
+    stacked = next((p for p in profiles if not p.op_callsites.empty), profiles[0])
+    samples = _Samples(sampled)
+    recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique()]
     paths = _Paths(script, recorded)
     for finding in findings:
-        finding["callsites"] = _for_finding(finding["id"], profile, samples, paths)
-    if profile.samples.empty and profile.op_callsites.empty:
-        analysis.setdefault("limitations", []).append(
-            f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or an nsys older than 2024.1): "
-            "findings do not name the script's lines; rerun with `hybrid run --callsites python`.")
+        finding["callsites"] = _for_finding(finding["id"], sampled, stacked, samples, paths)
+    if sampled.samples.empty and stacked.op_callsites.empty:
+        analysis.setdefault("limitations", []).append(_missing_note(profiles))
 
 
-def _for_finding(finding_id: str, profile: Profile, samples: _Samples, paths: _Paths) -> list[dict]:
+def _missing_note(profiles: list[Profile]) -> str:
+    stackless = max((p.extras.get("nsys", {}).get("python_samples_without_stack") or 0 for p in profiles), default=0)
+    if stackless:
+        return (f"{NO_STACKS_NOTE} ({stackless} samples; `nsys profile --export sqlite` drops NVTX payloads): "
+                "export the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`.")
+    return (f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or is older than 2024.1): findings do not "
+            "name the script's lines; rerun with `hybrid run --callsites python`.")
+
+
+def _for_finding(finding_id: str, profile: Profile, stacked: Profile, samples: _Samples,
+                 paths: _Paths) -> list[dict]:
     if finding_id == "compile.graph_breaks":
         return _graph_break_callsites(profile, paths)
     if finding_id in FINDING_OPS:
-        placed = _op_callsites(profile, FINDING_OPS[finding_id], paths)
+        placed = _op_callsites(stacked, FINDING_OPS[finding_id], paths)
         if placed:
             return placed
     segments = _SEGMENTS.get(finding_id)

@@ -347,6 +347,9 @@ class Orchestrator:
             raise failure
         try:
             log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
+            if sampling.separate_export and Path(f"{out_base}.nsys-rep").is_file():
+                log += nsys.export_sqlite(Path(tools["nsys"]), out_base,
+                                          log_path=self.run_dir.pass_dir("nsys") / "export.log")
             nsys.check_export(out_base, result.returncode, log)
         except ProfilerError as error:
             self._collector_failed("nsys", error)

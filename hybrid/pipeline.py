@@ -114,15 +114,17 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None, script: str | None = None) -> dict:
+                    baseline_step_ms: float | None = None, script: str | None = None,
+                    stack_profiles: list[Profile] | None = None) -> dict:
     """`script`: the profiled script's path as the run was given it (callsites are shown relative
-    to its folder); None for a module or a foreign export."""
+    to its folder); None for a module or a foreign export. `stack_profiles`: other profiles of the
+    run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
     from hybrid.analyze import analyze
     from hybrid.callsites import attach_callsites
 
     facts = facts or {}
     analysis = analyze(profile)
-    attach_callsites(analysis, profile, script)
+    attach_callsites(analysis, [profile, *(stack_profiles or [])], script)
     at_baseline(analysis, baseline_step_ms)
     results = {
         "schema_version": SCHEMA_VERSION,
@@ -185,6 +187,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
     baseline step time is the plain pass's unless given."""
     run_json = run.run_json()
+    # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
+    stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
     profile = merge(torch_profile, nsys_profile)
     facts = _inject_facts(run)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
@@ -205,7 +209,7 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                            extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms, script=_script(run_json))
+                           facts=facts, baseline_step_ms=baseline_step_ms, script=_script(run_json), stack_profiles=stack_profiles)
 
 
 def _script(run_json: dict) -> str | None:

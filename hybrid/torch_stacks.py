@@ -20,10 +20,13 @@ from importlib import metadata
 import numpy as np
 import pandas as pd
 
-from hybrid.profile import OP_CALLSITE_COLUMNS, empty_frame
+from hybrid.profile import OP_CALLSITE_COLUMNS, SAMPLE_COLUMNS, empty_frame
 from nsight.intervals import NO_RANGE, nesting_parents, stab_innermost
 from nsight.python_frames import is_user_file
 
+# The recorded calls are read every 100 us (stack_samples): finer than nsys's 1 kHz sampling, and
+# ten thousand points a second of trace stay cheap.
+STACK_SAMPLE_PERIOD_NS = 100_000
 # 'file(line): function' names of Python-defined functions (not '<built-in ...>' ones).
 PY_FUNCTION = re.compile(r"^(.*)\((\d+)\): (.+)$")
 CALL_FROM = re.compile(r"^(.*):(\d+)$")
@@ -66,6 +69,35 @@ def _sites(calls: pd.DataFrame, parents: np.ndarray) -> tuple[list, list, list]:
     return files, lines, functions
 
 
+def _threads(events: pd.DataFrame):
+    """Per thread with Python calls: the calls sorted for nesting, their parents and user sites."""
+    calls = events[events["cat"] == "python_function"]
+    for tid, group in calls.groupby("tid"):
+        group = group.sort_values(["start_ns", "end_ns"], ascending=[True, False]).reset_index(drop=True)
+        starts, ends = group["start_ns"].to_numpy(np.int64), group["end_ns"].to_numpy(np.int64)
+        parents = nesting_parents(ends)
+        yield int(tid), starts, ends, parents, _sites(group, parents)
+
+
+def stack_samples(events: pd.DataFrame, period_ns: int = STACK_SAMPLE_PERIOD_NS) -> pd.DataFrame:
+    """SAMPLE_COLUMNS read off the recorded Python calls: every `period_ns` on each thread, the user
+    line of the innermost call open then. The calls are exact; sampling them on a grid gives the
+    same shape as nsys's samples, so one attribution serves both."""
+    rows = []
+    for tid, starts, ends, parents, (files, lines, functions) in _threads(events):
+        grid = np.arange(int(starts.min()), int(ends.max()), period_ns, dtype=np.int64)
+        inner = stab_innermost(grid, starts, ends, parents)
+        found = inner != NO_RANGE
+        pick = inner[found]
+        rows.append(pd.DataFrame({
+            "start_ns": grid[found], "end_ns": grid[found] + period_ns, "tid": tid,
+            "file": np.array(files, dtype=object)[pick], "line": np.array(lines, dtype=np.int64)[pick],
+            "function": np.array(functions, dtype=object)[pick]}))
+    if not rows:
+        return empty_frame(SAMPLE_COLUMNS)
+    return pd.concat(rows, ignore_index=True).astype({c: d for c, d in SAMPLE_COLUMNS.items() if d != "object"})
+
+
 def op_callsites(events: pd.DataFrame) -> pd.DataFrame:
     """OP_CALLSITE_COLUMNS from a trace's complete events (torch_pass._complete_events): host time
     of each operator name per user line; empty when the trace has no Python stacks."""
@@ -74,11 +106,7 @@ def op_callsites(events: pd.DataFrame) -> pd.DataFrame:
     if calls.empty or ops.empty:
         return empty_frame(OP_CALLSITE_COLUMNS)
     rows = []
-    for tid, group in calls.groupby("tid"):
-        group = group.sort_values(["start_ns", "end_ns"], ascending=[True, False]).reset_index(drop=True)
-        starts, ends = group["start_ns"].to_numpy(np.int64), group["end_ns"].to_numpy(np.int64)
-        parents = nesting_parents(ends)
-        files, lines, functions = _sites(group, parents)
+    for tid, starts, ends, parents, (files, lines, functions) in _threads(events):
         own = ops[ops["tid"] == tid]
         if own.empty:
             continue

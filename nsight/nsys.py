@@ -128,6 +128,12 @@ class CallsiteSampling:
     def python_sampling(self) -> bool:
         return any(flag.startswith("--python-sampling=") for flag in self.flags)
 
+    @property
+    def separate_export(self) -> bool:
+        """The samples' stacks are NVTX payloads (blobs), which `nsys profile --export sqlite` leaves
+        out (binaryData NULL, nsys 2025.3): the pass then exports with `nsys export` (export_sqlite)."""
+        return self.python_sampling or any(flag.startswith("--python-backtrace=") for flag in self.flags)
+
 
 def profile_help(nsys: Path) -> str:
     """`nsys profile --help` (the options this nsys accepts); empty when it cannot be run."""
@@ -186,7 +192,7 @@ def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, ca
         "--cpuctxsw=none",
         # Without this, a CUDA graph replay is one opaque row and its kernels are invisible.
         "--cuda-graph-trace=node",
-        "--export", "sqlite",
+        "--export", "none" if sampling is not None and sampling.separate_export else "sqlite",
         "-o", str(out_base),
         "--force-overwrite", "true",
     ]
@@ -198,6 +204,36 @@ def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, ca
     if sampling is not None:
         argv += list(sampling.flags)
     return argv + list(target_argv)
+
+
+def export_command(nsys: Path, out_base: Path, *, include_blobs: bool) -> list[str]:
+    """`nsys export` of out_base.nsys-rep to out_base.sqlite; `include_blobs` keeps NVTX payloads."""
+    return [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true",
+            *(["--include-blobs=true"] if include_blobs else []),
+            "-o", f"{out_base}.sqlite", f"{out_base}.nsys-rep"]
+
+
+def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
+                  timeout_s: float | None = None) -> str:
+    """Export the pass's report with its NVTX payloads (the Python samples); when this nsys cannot
+    (no --include-blobs), export without them: the analysis then says the samples are missing.
+    Returns the exports' output; a report that cannot be exported at all is left to check_export."""
+    logs = []
+    for include_blobs in (True, False):
+        argv = export_command(nsys, out_base, include_blobs=include_blobs)
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  errors="replace", timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            logs.append(f"$ {' '.join(argv)}\n{exc}\n")
+            continue
+        logs.append(f"$ {' '.join(argv)}\n{proc.stdout}")
+        if proc.returncode == 0 and Path(f"{out_base}.sqlite").is_file():
+            break
+    log = "".join(logs)
+    if log_path is not None:
+        log_path.write_text(log)
+    return log
 
 
 def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:

@@ -6,19 +6,30 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from hybrid.callsites import NO_SAMPLES_NOTE
-from hybrid.pipeline import analyze_run_dir
+from hybrid.callsites import NO_SAMPLES_NOTE, NO_STACKS_NOTE
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.pipeline import analyze_export, analyze_run_dir
 from hybrid.torch_pass import load_torch_trace
 from hybrid.torch_stacks import is_user_trace_file
+from nsight import nsys
 from nsight.python_frames import first_user_frame, is_user_file
+from nsight.python_samples import layout_matches
+from nsight.sqlite_export import open_export
 
 REPO = Path(__file__).resolve().parent.parent
 PLANTED = REPO / "tests" / "fixtures" / "planted"
+FIXTURES = REPO / "tests" / "fixtures" / "callsites"
 OPS_SCRIPT = REPO / "tests" / "scripts" / "callsite_ops.py"
+# `nsys profile --help` of nsys 2025.3.1 on the H200 box (GPU call A, session 3).
+H200_HELP = (FIXTURES / "h200_nsys_2025.3.1_profile_help.txt").read_text()
+# data_pageable_h2d under nsys 2025.3.1 with --python-sampling, exported by `nsys profile --export sqlite`
+# (call A; trimmed): 1 kHz sampling marks whose payloads the export left out.
+NO_BLOBS_EXPORT = FIXTURES / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
 
 
 def _marked_line(script: Path, marker: str) -> int:
@@ -75,3 +86,54 @@ def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_
 def test_a_trace_without_stacks_has_no_op_callsites():
     trace = PLANTED / "cpu_tensors_then_moved" / "run" / "torch" / "trace.json.gz"
     assert load_torch_trace(trace).op_callsites.empty
+
+
+def test_callsite_flags_are_those_the_installed_nsys_lists():
+    assert nsys.callsite_sampling(H200_HELP, "off").flags == ()
+    python = nsys.callsite_sampling(H200_HELP, "python")
+    assert python.flags == ("--python-sampling=true", "--python-sampling-frequency=1000")
+    assert not python.cpu_sampling and not python.missing and python.separate_export
+    cuda = nsys.callsite_sampling(H200_HELP, "cuda")
+    assert cuda.flags[2:] == ("--python-backtrace=cuda", "--cudabacktrace=sync:100000,memory:100000")
+    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True, sampling=cuda)
+    assert argv[argv.index("-s") + 1] == "process-tree"  # the CUDA backtraces need CPU sampling
+    assert argv[argv.index("--export") + 1] == "none" and argv[-2:] == ["python3", "x.py"]
+    # An nsys whose help lacks the Python options (before 2024.1): the pass runs as before, and says why.
+    older = "\n".join(line for line in H200_HELP.splitlines() if "python" not in line.lower())
+    degraded = nsys.callsite_sampling(older, "cuda")
+    assert degraded.flags == () and degraded.missing == ("--python-sampling", "--python-backtrace")
+    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True,
+                                   sampling=degraded)
+    assert argv[argv.index("--export") + 1] == "sqlite" and argv[argv.index("-s") + 1] == "none"
+
+
+def _fake_nsys(path: Path, *, knows_blobs: bool) -> Path:
+    """An `nsys export` stand-in that writes the -o file, and refuses --include-blobs if told to."""
+    refuse = "" if knows_blobs else 'case "$*" in *--include-blobs*) echo "unrecognised option"; exit 1;; esac\n'
+    path.write_text("#!/bin/sh\n" + refuse + 'while [ "$1" != "-o" ]; do shift; done; echo export > "$2"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("knows_blobs", [True, False])
+def test_the_export_keeps_payloads_where_nsys_can(tmp_path, knows_blobs):
+    fake = _fake_nsys(tmp_path / "nsys", knows_blobs=knows_blobs)
+    log = nsys.export_sqlite(fake, tmp_path / "profile", log_path=tmp_path / "export.log")
+    assert (tmp_path / "profile.sqlite").read_text() == "export\n"
+    runs = [line for line in log.splitlines() if line.startswith("$ ")]
+    assert "--include-blobs=true" in runs[0]
+    assert len(runs) == (1 if knows_blobs else 2)
+    if not knows_blobs:
+        assert "--include-blobs" not in runs[-1]
+    assert (tmp_path / "export.log").read_text() == log
+
+
+def test_an_export_without_the_sample_stacks_says_how_to_get_them():
+    with closing(open_export(NO_BLOBS_EXPORT)) as export:
+        assert layout_matches(export)  # the declared payload layout is the one decoded
+    profile = load_nsys_export(NO_BLOBS_EXPORT)
+    facts = profile.extras["nsys"]
+    assert profile.samples.empty and facts["python_samples"] == facts["python_samples_without_stack"] > 1000
+    results = analyze_export(NO_BLOBS_EXPORT)
+    assert all(f["callsites"] == [] for f in results["diagnosis"]["bottlenecks"])
+    assert any(n.startswith(NO_STACKS_NOTE) and "--include-blobs=true" in n for n in results["limitations"])

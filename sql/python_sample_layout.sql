@@ -1,0 +1,17 @@
+-- The payload layout nsys declares for its Python samples: the entries (name, byte offset) of the
+-- NVTX payload schemas of the "Python Periodic Sampling" domain, and each schema's static size.
+-- nsight/python_samples.py checks them against the layout it decodes.
+-- requires: NVTX_EVENTS, NVTX_PAYLOAD_SCHEMAS, NVTX_PAYLOAD_SCHEMA_ENTRIES
+WITH sampling AS (
+    SELECT DISTINCT domainId AS domain_id
+    FROM NVTX_EVENTS
+    WHERE eventType = 75 AND text = 'Python Periodic Sampling'
+)
+SELECT
+    e.name AS name,
+    coalesce(e.offset, 0) AS offset,
+    s.payloadSize AS payload_size
+FROM NVTX_PAYLOAD_SCHEMA_ENTRIES AS e
+JOIN NVTX_PAYLOAD_SCHEMAS AS s ON s.domainId = e.domainId AND s.schemaId = e.schemaId
+WHERE e.domainId IN (SELECT domain_id FROM sampling)
+ORDER BY e.schemaId, e.idx
