@@ -251,21 +251,24 @@ def _op_callsites(profile: Profile, ops: set[str], paths: _Paths) -> list[dict]:
 
 
 def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
+    """Each torch.compile graph break at the user line dynamo recorded for it (the injector keeps it
+    beside the reason), or the innermost user frame of a traceback in the reason text; shares are
+    of the breaks counted."""
     breaks = profile.extras.get("graph_breaks")
-    if not isinstance(breaks, list):
+    if not isinstance(breaks, list) or not breaks:
         return []
-    counted = [(match, int(b.get("count", 1)) if isinstance(b, dict) else 1)
-               for b in breaks for match in [TRACEBACK_FRAME.findall(b.get("reason", "") if isinstance(b, dict)
-                                                                      else str(b))] if match]
-    frames: dict[tuple[str, int], list] = {}
-    for matches, count in counted:
-        user = [m for m in matches if is_user_file(m[0])]
-        if user:
-            file, line, function = user[-1]  # traceback order: the innermost user frame is last
-            entry = frames.setdefault((file, int(line)), [function or None, 0])
-            entry[1] += count
-    total = sum(count for _, count in counted)
-    ranked = sorted(frames.items(), key=lambda item: -item[1][1])[:TOP_CALLSITES]
+    counts: dict[tuple[str, int], list] = {}
+    total = 0
+    for entry in breaks:
+        entry = entry if isinstance(entry, dict) else {"reason": str(entry)}
+        count = int(entry.get("count") or 1)
+        total += count
+        site = ((entry["file"], int(entry["line"]), entry.get("function")) if entry.get("file") and entry.get("line")
+                else next(((f, int(n), fn or None) for f, n, fn in reversed(TRACEBACK_FRAME.findall(entry.get("reason", "")))
+                           if is_user_file(f)), None))
+        if site is not None and is_user_file(site[0]):
+            counts.setdefault(site[:2], [site[2], 0])[1] += count
+    ranked = sorted(counts.items(), key=lambda item: -item[1][1])[:TOP_CALLSITES]
     return [paths.callsite(file, line, function, 100 * count / total) for (file, line), (function, count) in ranked]
 
 
@@ -283,7 +286,9 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
     sampled = next((p for p in profiles if not p.samples.empty), profiles[0])
     stacked = next((p for p in profiles if not p.op_callsites.empty), profiles[0])
     samples = _Samples(sampled)
-    recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique()]
+    breaks = profiles[0].extras.get("graph_breaks")
+    recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique(),
+                *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded)
     for finding in findings:
         finding["callsites"] = _for_finding(finding["id"], sampled, stacked, samples, paths)

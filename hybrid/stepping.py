@@ -473,7 +473,12 @@ def _graph_breaks() -> list[dict]:
     if dynamo_utils is None:
         return []
     breaks = dynamo_utils.counters.get("graph_break", {})
-    return [{"reason": str(reason), "count": int(count)}
+    # Where each break happened: the innermost user frame dynamo kept with the reason (GraphCompileReason).
+    sites = {str(r.reason): r.user_stack[-1] for r in getattr(dynamo_utils, "graph_break_reasons", [])
+             if getattr(r, "user_stack", None)}
+    return [{"reason": str(reason), "count": int(count),
+             **({"file": sites[reason].filename, "line": sites[reason].lineno, "function": sites[reason].name}
+                if reason in sites else {})}
             for reason, count in sorted(breaks.items(), key=lambda item: -item[1])]
 
 
