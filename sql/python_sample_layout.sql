@@ -1,11 +1,12 @@
 -- The payload layout nsys declares for its Python samples: the entries (name, byte offset) of the
--- NVTX payload schemas of the "Python Periodic Sampling" domain, and each schema's static size.
+-- NVTX payload schemas of its Python stack domains (sql/python_samples.sql), and each schema's static
+-- size.
 -- nsight/python_samples.py checks them against the layout it decodes.
 -- requires: NVTX_EVENTS, NVTX_PAYLOAD_SCHEMAS, NVTX_PAYLOAD_SCHEMA_ENTRIES
 WITH sampling AS (
     SELECT DISTINCT domainId AS domain_id
     FROM NVTX_EVENTS
-    WHERE eventType = 75 AND text = 'Python Periodic Sampling'
+    WHERE eventType = 75 AND text IN ('Python Periodic Sampling', 'Python Backtrace on CUDA')
 )
 SELECT
     e.name AS name,
