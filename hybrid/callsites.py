@@ -9,7 +9,7 @@ the sync too). The Python samples of the host thread during the owner interval s
 weight between the lines they show (each sample's first frame in the user's files), so a line's
 share is the share of the finding's time spent there. Samples come from the nsys pass's Python
 sampling; operators the torch pass recorded with Python stacks (Profile.op_callsites) place the
-op-based findings. A torch.compile graph break's reason carries its own file and line.
+op-based findings. A torch.compile graph break is placed at the line dynamo recorded for it.
 
 Post-processing only: it reads the Profile and the finished findings, and adds `callsites` to each.
 """

@@ -22,7 +22,7 @@ import pandas as pd
 
 from hybrid.profile import OP_CALLSITE_COLUMNS, SAMPLE_COLUMNS, empty_frame
 from nsight.intervals import NO_RANGE, nesting_parents, stab_innermost
-from nsight.python_frames import is_user_file
+from nsight.python_frames import is_hybrid_file, is_user_file
 
 # The recorded calls are read every 100 us (stack_samples): finer than nsys's 1 kHz sampling, and
 # ten thousand points a second of trace stay cheap.
@@ -60,6 +60,8 @@ def _sites(calls: pd.DataFrame, parents: np.ndarray) -> tuple[list, list, list]:
     call_from = [a.get("CallFrom") for a in calls["args"]]
     for i, parent in enumerate(parents.tolist()):
         match = CALL_FROM.match(call_from[i] or "")
+        if match and is_hybrid_file(match.group(1)):
+            continue  # called by hybrid's injector or step marker: the time is hybrid's, no user line
         if match and is_user_trace_file(match.group(1)):
             caller = PY_FUNCTION.match(names[parent]) if parent != NO_RANGE else None
             files[i], lines[i] = match.group(1), int(match.group(2))

@@ -20,16 +20,28 @@ LIBRARY_PATH = re.compile(r"^<|/lib(64)?/python\d+(\.\d+)?/|[/\\](site|dist)-pac
 HYBRID_IN_PROCESS = re.compile(r"[/\\]hybrid[/\\](inject|stepping|rank_inject|__init__|__main__)\.py$")
 
 
+def is_hybrid_file(path: str | None) -> bool:
+    """True for hybrid's own code in the profiled process (its injector and step markers)."""
+    return bool(path) and HYBRID_IN_PROCESS.search(path) is not None
+
+
 def is_user_file(path: str | None) -> bool:
     """True for a source file of the user's own code (see the module docstring)."""
     if not path:
         return False
-    return LIBRARY_PATH.search(path) is None and HYBRID_IN_PROCESS.search(path) is None
+    return LIBRARY_PATH.search(path) is None and not is_hybrid_file(path)
 
 
 Frame = tuple[str, int, str]  # (file, line, function)
 
 
 def first_user_frame(frames: list[Frame]) -> Frame | None:
-    """The first of `frames` (leaf first) in the user's files, None when there is none."""
-    return next((frame for frame in frames if is_user_file(frame[0])), None)
+    """The first of `frames` (leaf first) in the user's files; None when there is none, or when
+    hybrid's own code comes first: the time is then hybrid's (its step marker's final sync), not the
+    line of the script that called into it."""
+    for frame in frames:
+        if is_hybrid_file(frame[0]):
+            return None
+        if is_user_file(frame[0]):
+            return frame
+    return None

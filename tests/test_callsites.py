@@ -47,6 +47,10 @@ def test_user_files_are_not_the_library_the_interpreter_or_hybrid():
     stack = [("/x/site-packages/torch/_tensor.py", 10, "item"), ("/x/train.py", 42, "<module>"),
              ("/x/hybrid/inject.py", 5, "main")]
     assert first_user_frame(stack) == ("/x/train.py", 42, "<module>")
+    # Inside hybrid's step marker (its final sync), the time is hybrid's, not the optimizer.step() line's.
+    hook = [("/x/site-packages/torch/cuda/__init__.py", 1, "synchronize"), ("/x/hybrid/stepping.py", 9, "step"),
+            ("/x/site-packages/torch/optim/optimizer.py", 5, "wrapper"), ("/x/train.py", 50, "<module>")]
+    assert first_user_frame(hook) is None
     # The profiler writes paths relative to the sys.path entry they were found under.
     assert not is_user_trace_file("torch/nn/modules/module.py")
     assert not is_user_trace_file("enum.py")
