@@ -301,7 +301,7 @@ def _missing_note(profiles: list[Profile]) -> str:
     if stackless:
         return (f"{NO_STACKS_NOTE} ({stackless} samples; `nsys profile --export sqlite` drops NVTX payloads): "
                 "export the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`.")
-    return (f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or is older than 2024.1): findings do not "
+    return (f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or has no such option): findings do not "
             "name the script's lines; rerun with `hybrid run --callsites python`.")
 
 

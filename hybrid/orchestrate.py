@@ -337,7 +337,7 @@ class Orchestrator:
         sampling = nsys.callsite_sampling(nsys.profile_help(Path(tools["nsys"])), self.options.callsites)
         if sampling.missing:
             self.mode_reasons.append(f"this nsys has no {', '.join(sampling.missing)}: findings get fewer "
-                                     "or no callsites (Nsight Systems 2024.1 or newer samples Python)")
+                                     "or no callsites (a newer Nsight Systems samples Python: `nsys profile --help` lists --python-sampling)")
         argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless,
                                        sampling=sampling)
         result = self._run_child("nsys", argv)

@@ -209,7 +209,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                            extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms, script=_script(run_json), stack_profiles=stack_profiles)
+                           facts=facts, baseline_step_ms=baseline_step_ms, script=_script(run_json),
+                           stack_profiles=stack_profiles)
 
 
 def _script(run_json: dict) -> str | None:
