@@ -1,29 +1,38 @@
 """Python stack samples from an Nsight Systems export (nsys profile --python-sampling=true).
 
-nsys writes each sample as an NVTX event of its "Python Periodic Sampling" domain on the sampled
-thread, whose binary payload is the stack: a header (uint64 schema word, uint32 thread state,
-uint32 frame count), then per frame, leaf first, uint64 StringIds ids of the function and the file
-and a uint64 line number. Each sample is reduced here to its first frame in the user's own files
-(nsight.python_frames).
+nsys writes each sample as an NVTX mark of its "Python Periodic Sampling" domain on the sampled
+thread (and each Python backtrace of a CUDA call as one of "Python Backtrace on CUDA"), whose binary
+payload is the stack. `nsys export --include-blobs=true` writes it to NVTX_EVENTS.binaryData as NVTX
+extended payloads: a uint64 count of payloads, then per payload its uint64 schema id, size and byte
+offset; at that offset the stack in the layout the export declares (sql/python_sample_layout.sql):
+a uint64 thread-state id, a uint32 thread state, a uint32 frame count, then per frame, leaf first,
+the uint64 StringIds ids of the function and the file, an int32 line number and 4 bytes of padding
+(read off the H200 box's nsys 2025.3.1). StringIds holds the names HTML-escaped ('&lt;frozen abc&gt;'). Each sample is
+reduced here to its first frame in the user's own files (nsight.python_frames).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import html
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from nsight.python_frames import first_user_frame
+from nsight.python_frames import Frame, first_user_frame
 from nsight.sqlite_export import NsysExport
 
+ENVELOPE_COUNT = struct.Struct("<Q")
+ENVELOPE_ENTRY = struct.Struct("<QQQ")  # schema id, size, offset
 HEADER = struct.Struct("<QII")
-FRAME = struct.Struct("<QQQ")
-# The same layout as the export declares it (sql/python_sample_layout.sql): entry -> byte offset.
-LAYOUT = {"Thread state ID": 0, "Thread state": 8, "Frames count": 12, "Frames": HEADER.size,
-          "Function": 0, "File": 8, "Line": 16}
+FRAME = struct.Struct("<QQi4x")  # the line is an int32; the 4 bytes after it are padding, not zeroed
+# The same layout as the export declares it (sql/python_sample_layout.sql): entry -> (byte offset,
+# NVTX payload entry type: 15 int32, 16 uint32, 18 uint64, 80 registered string handle; None: any).
+LAYOUT = {"Thread state ID": (0, 18), "Thread state": (8, None), "Frames count": (12, 16),
+          "Frames": (HEADER.size, None), "Function": (0, 80), "File": (8, 80), "Line": (16, 15)}
 
 
 @dataclass
@@ -61,7 +70,19 @@ def _payload_bytes(value: object) -> bytes | None:
         return None
 
 
-def _frames(payload: bytes | None) -> list[tuple[int, int, int]] | None:
+def _stack_payload(blob: bytes) -> bytes | None:
+    """The first payload of an NVTX extended-payload blob (see the module docstring)."""
+    if len(blob) < ENVELOPE_COUNT.size + ENVELOPE_ENTRY.size:
+        return None
+    (count,) = ENVELOPE_COUNT.unpack_from(blob)
+    if count < 1 or ENVELOPE_COUNT.size + count * ENVELOPE_ENTRY.size > len(blob):
+        return None
+    _, size, offset = ENVELOPE_ENTRY.unpack_from(blob, ENVELOPE_COUNT.size)
+    return blob[offset:offset + size] if offset + size <= len(blob) else None
+
+
+def _frames(blob: bytes | None) -> list[tuple[int, int, int]] | None:
+    payload = _stack_payload(blob) if blob is not None else None
     if payload is None or len(payload) < HEADER.size:
         return None
     _, _, count = HEADER.unpack_from(payload)
@@ -76,13 +97,18 @@ def layout_matches(export: NsysExport) -> bool:
     if declared is None or declared.empty:
         return True
     sizes = set(declared["payload_size"].dropna().astype(int))
-    offsets = dict(zip(declared["name"], declared["offset"].astype(int)))
-    return sizes <= {FRAME.size} and all(offsets.get(name, offset) == offset for name, offset in LAYOUT.items())
+    entries = {name: (int(offset), int(kind)) for name, offset, kind in
+               zip(declared["name"], declared["offset"], declared["type"])}
+    return sizes <= {FRAME.size} and all(
+        entries[name][0] == offset and kind in (None, entries[name][1])
+        for name, (offset, kind) in LAYOUT.items() if name in entries)
 
 
-def read_python_samples(export: NsysExport, start_ns: int, end_ns: int) -> PythonSamples | None:
-    """The export's Python samples in [start_ns, end_ns]; None when nsys recorded none (sampling
-    was off, or an nsys without it)."""
+def read_python_samples(export: NsysExport, start_ns: int, end_ns: int,
+                        pick: Callable[[list[Frame]], Frame | None] = first_user_frame) -> PythonSamples | None:
+    """The export's Python samples in [start_ns, end_ns], each reduced to the frame `pick` chooses
+    from its stack (leaf first); None when nsys recorded none (sampling was off, or an nsys without
+    it)."""
     rows = export.frame("python_samples", {"start_ns": start_ns, "end_ns": end_ns})
     if rows is None or rows.empty:
         return None
@@ -91,7 +117,7 @@ def read_python_samples(export: NsysExport, start_ns: int, end_ns: int) -> Pytho
     stacks = [_frames(p) if readable else None for p in payloads]
     keep = np.array([s is not None for s in stacks], dtype=bool)
     ids = np.array(sorted({i for s in stacks if s for f in s for i in f[:2]}), dtype=np.int64)
-    strings = export.strings(ids)
+    strings = {i: html.unescape(v) for i, v in export.strings(ids).items()}
     cache: dict[tuple, tuple] = {}
     files, lines, functions = [], [], []
     for stack in (s for s in stacks if s is not None):
@@ -99,7 +125,7 @@ def read_python_samples(export: NsysExport, start_ns: int, end_ns: int) -> Pytho
         if key not in cache:
             named = [(strings.get(int(file_id), ""), int(line), strings.get(int(function_id), ""))
                      for function_id, file_id, line in key]
-            cache[key] = first_user_frame(named) or (None, -1, None)
+            cache[key] = pick(named) or (None, -1, None)
         file, line, function = cache[key]
         files.append(file)
         lines.append(line)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from hybrid.torch_pass import load_torch_trace
 from hybrid.torch_stacks import is_user_trace_file
 from nsight import nsys
 from nsight.python_frames import first_user_frame, is_user_file
-from nsight.python_samples import layout_matches
+from nsight.python_samples import layout_matches, read_python_samples
 from nsight.sqlite_export import open_export
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,6 +32,10 @@ H200_HELP = (FIXTURES / "h200_nsys_2025.3.1_profile_help.txt").read_text()
 # data_pageable_h2d under nsys 2025.3.1 with --python-sampling, exported by `nsys profile --export sqlite`
 # (call A; trimmed): 1 kHz sampling marks whose payloads the export left out.
 NO_BLOBS_EXPORT = FIXTURES / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
+# `python3 -c PROGRAM` under nsys 2025.3.1 --python-sampling, exported with --include-blobs=true (the
+# callsites probe, benchmarks/probe/python_samples_export.sh; trimmed to the samples of its loop).
+BLOBS_EXPORT = FIXTURES / "h200_python_samples_blobs.sqlite"
+PROBE_LOOP_LINE = 6  # `total += (x @ x).sum().item()` in the probe's program
 
 
 def _marked_line(script: Path, marker: str) -> int:
@@ -178,3 +183,16 @@ def test_graph_breaks_carry_the_user_line_dynamo_recorded():
     sites = _graph_break_callsites(Profile(extras={"graph_breaks": breaks}), _Paths(__file__, [__file__]))
     assert sites[0]["file"] == Path(__file__).name and sites[0]["line"] == line and sites[0]["share_pct"] == 100.0
     assert sites[0]["source_line"] == "total = y.sum().item()  # GRAPH BREAK"
+
+
+def test_sample_stacks_decode_from_the_exported_payloads():
+    with closing(open_export(BLOBS_EXPORT)) as export:
+        assert layout_matches(export)
+        program = read_python_samples(export, 0, 2**62,
+                                      pick=lambda stack: next((f for f in stack if f[0] == "<string>"), None))
+    assert program.marks == len(program.start_ns) > 200 and program.without_stack == program.unreadable == 0
+    lines = Counter(program.line.tolist())
+    # The program spends its time in its loop; the int32 line numbers are read without the padding after them.
+    assert lines.most_common(1)[0][0] == PROBE_LOOP_LINE and lines[PROBE_LOOP_LINE] > 0.9 * len(program.line)
+    assert Counter(f for f, line in zip(program.function, program.line)
+                   if line == PROBE_LOOP_LINE).most_common(1)[0][0] == "<module>"
