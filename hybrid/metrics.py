@@ -262,7 +262,7 @@ def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric
         "step_time_std_ms": Metric(std, "ms", src),
         "step_time_cv_pct": Metric(100 * std / mean if mean else 0.0, "%", src),
         "step_time_all_mean_ms": Metric(float(all_steps["dur_ns"].mean() / NS_PER_MS), "ms", src),
-        "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3f} ms)", "", src),
+        "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3g} ms)", "", src),
         "slowest_step_ms": Metric(float(slow["dur_ns"] / NS_PER_MS), "ms", src),
     }
 
@@ -558,7 +558,8 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values("cpu_ns", ascending=False)
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
-    out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index[:3]), "", src)
+    # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
+    out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
 
     no_gpu = top[top["device_total_ns"] == 0]
     out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
