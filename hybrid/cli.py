@@ -182,6 +182,11 @@ BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no c
                            "for profiler overhead")
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
 RankOpt = typer.Option(None, "--rank", help="multi-process runs: show this rank's full report instead of the job's")
+# Off by default in both commands: each module call then costs a Python hook and two NVTX calls on the
+# host, which the nsys pass measures as part of the program.
+NvtxModulesOpt = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
+                              help="an NVTX range per module forward call: the per-layer table and layer roofline "
+                              "points (adds host time per module call to the nsys pass)")
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
@@ -193,8 +198,7 @@ def run(
     warmup: int = typer.Option(5, "--warmup", help="steps run before measuring (excluded)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
-    nvtx_modules: bool = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
-                                      help="an NVTX range per module forward call (per-layer table)"),
+    nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
     nproc_per_node: int | None = typer.Option(
@@ -228,14 +232,15 @@ def run(
 @handles_errors
 def diagnose(
     model: str = typer.Option(..., "--model", "-m", help="resnet50, transformer or simple_cnn"),
-    batch_size: int | None = typer.Option(None, "--batch-size", "-b"),
-    steps: int | None = typer.Option(None, "--steps"),
-    warmup: int | None = typer.Option(None, "--warmup"),
-    precision: Precision = typer.Option(Precision.fp32, "--precision"),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b", help="samples per step (default: the model's "
+                                          "own; smaller on the CPU)"),
+    steps: int | None = typer.Option(None, "--steps", help="measured steps (default 20; fewer on the CPU)"),
+    warmup: int | None = typer.Option(None, "--warmup", help="steps run before measuring (default 5)"),
+    precision: Precision = typer.Option(Precision.fp32, "--precision", help="fp32, tf32, or autocast to bf16/fp16"),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
-    nvtx_modules: bool = typer.Option(True, "--nvtx-modules/--no-nvtx-modules"),
+    nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
     as_json: bool = JsonOpt,
