@@ -114,4 +114,4 @@ def test_the_timeline_is_the_median_steady_step_of_the_profile(resnet):
     assert timeline["lanes"][0].startswith("host thread") and any(lane.startswith("stream") for lane in timeline["lanes"])
     # The FP32 GEMMs the primary finding is about are the kernels drawn in colour.
     page = render_html(resnet)
-    assert "In colour: the GEMM and convolution kernels" in page and 'class="kernel lit"' in page
+    assert "In colour: the GEMM and convolution kernels" in page and 'class="tl-kernel lit"' in page

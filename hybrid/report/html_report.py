@@ -20,7 +20,7 @@ from hybrid.report import (
     source_label,
 )
 from hybrid.report.compare import compare_lines
-from hybrid.report.html_timeline import timeline_svg
+from hybrid.report.html_timeline import timeline_css, timeline_svg
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_controls, escape_strings
 from hybrid.report.units import format_change_pct, noun
@@ -339,7 +339,7 @@ def _roofline(results: dict, w: _Writer) -> str:
     if coverage is not None:
         basis += f", {w.value(coverage, '%')} of the step's kernel time"
     if unplotted:
-        basis += f"; {unplotted} kernel(s) without FLOPs are not plotted"
+        basis += f"; {unplotted} {noun('kernels', unplotted)} without FLOPs {'is' if unplotted == 1 else 'are'} not plotted"
     compute = _rate_vs_peak(roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
                             f"{precision or 'compute'} peak", w)
     dram = _rate_vs_peak(roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], "peak", w)
@@ -513,7 +513,7 @@ def _page(title: str, body: str, w: _Writer) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">"
-            f"<title>{w.text(title)}</title><style>{CSS}</style></head><body><h1>{w.text(title)}</h1>{body}"
+            f"<title>{w.text(title)}</title><style>{CSS}{timeline_css()}</style></head><body><h1>{w.text(title)}</h1>{body}"
             "</body></html>\n")
 
 
@@ -528,6 +528,14 @@ def render_html(results: dict, *, include_paths: bool = False) -> str:
                     _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _views(results, w),
                     _metrics(results, w), _provenance(results, w)])
     return _page(title, body, w)
+
+
+def render_timeline_html(results: dict) -> str:
+    """The one-step timeline alone on a page (for the README's screenshot)."""
+    results = escape_strings(results)
+    w = _Writer(False)
+    return _page(f"hybrid: one step on {(results.get('device') or {}).get('name') or 'no GPU'}",
+                 timeline_svg(results, w.text), w)
 
 
 def render_compare_html(diff: dict, labels: tuple[str, str] = ("A", "B"), *, include_paths: bool = False) -> str:

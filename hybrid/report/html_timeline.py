@@ -6,6 +6,7 @@ no script (the page's Content-Security-Policy allows none)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from hybrid.report import short_name, source_label
@@ -31,6 +32,21 @@ SEGMENT_WORDS = {"memcpy": "the copies", "elementwise": "the elementwise kernels
                  "sync": "the synchronizations", "gemm": "the GEMM and convolution kernels",
                  "idle": "the GPU's idle gaps", "profiled": "the kernels ncu profiled",
                  "communication": "the NCCL kernels"}
+
+
+def ticks(duration_us: float, most: int = 10) -> list[float]:
+    """Round tick positions (1, 2 or 5 times a power of ten) from 0 to the step's end, at most `most`+1."""
+    step = 10 ** math.floor(math.log10(duration_us / most))
+    step = next(m * step for m in (1, 2, 5, 10) if duration_us / (m * step) <= most)
+    return [i * step for i in range(int(duration_us // step) + 1)]
+
+
+def timeline_css() -> str:
+    """The segments' colours, faded unless `lit` (the page's <style>)."""
+    # "tl-" keeps these classes apart from the roofline's point classes (.kernel, .layer) on the same page.
+    rules = "".join(f"svg.timeline rect.tl-{kind}{{fill:{colour};fill-opacity:{FADED_OPACITY}}}"
+                    for kind, colour in COLOURS.items())
+    return rules + f"svg.timeline rect.lit{{fill-opacity:{HIGHLIGHT_OPACITY}}}"
 
 
 def highlighted_segments(primary: dict | None) -> str | None:
@@ -95,13 +111,13 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
     def x_of(us: float) -> float:
         return LABEL_WIDTH + us / duration * inner
 
-    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img" '
+    parts = [(f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img" '
              f'aria-label="timeline" style="width:100%;height:auto">')]
-    for tick in range(11):
-        x = LABEL_WIDTH + inner * tick / 10
+    for tick_us in ticks(duration):
+        x = x_of(tick_us)
         parts.append(f'<line x1="{x:.1f}" y1="{AXIS_HEIGHT - 4}" x2="{x:.1f}" y2="{height}" stroke="#eaeef2"/>'
                      f'<text x="{x:.1f}" y="{AXIS_HEIGHT - 8}" text-anchor="middle">'
-                     f'{text(format_value(duration * tick / 10, "us"))}</text>')
+                     f'{text(format_value(tick_us, "us"))}</text>')
     for index, lane in enumerate(lanes):
         y = AXIS_HEIGHT + index * LANE_HEIGHT
         parts.append(f'<text x="4" y="{y + LANE_HEIGHT / 2 + 4:.1f}">{text(lane)}</text>')
@@ -109,15 +125,15 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
     shown = [short_name(str(name), HOVER_NAME_WIDTH) for name in names]
     drawn = [(e[0], e[1], float(e[2]), float(e[3]), shown[e[4]] if e[4] < len(shown) else "", selected(e))
              for e in timeline["events"]]
-    drawn += [(len(lanes) - 1, "idle", start, dur, "GPU idle", segments == "idle")
-              for start, dur in idle_gaps(timeline)]
+    gaps = idle_gaps(timeline)
+    drawn += [(len(lanes) - 1, "idle", start, dur, "GPU idle", segments == "idle") for start, dur in gaps]
     for lane, kind, start, dur, name, lit in drawn:
         y = AXIS_HEIGHT + lane * LANE_HEIGHT + 3
-        opacity = HIGHLIGHT_OPACITY if lit or segments is None else FADED_OPACITY
-        parts.append(f'<rect class="{kind}{" lit" if lit else ""}" x="{x_of(start):.2f}" y="{y}" '
-                     f'width="{max(MIN_SEGMENT_WIDTH, dur / duration * inner):.2f}" height="{LANE_HEIGHT - 6}" '
-                     f'fill="{COLOURS.get(kind, "#57606a")}" fill-opacity="{opacity}"><title>{text(name)}&#10;{kind}, '
-                     f'{text(format_value(dur, "us"))} at {text(format_value(start, "us"))}</title></rect>')
+        # Colour and opacity come from the page's CSS classes (timeline_css): a step has up to 2,000 segments.
+        parts.append(f'<rect class="tl-{kind}{" lit" if lit or segments is None else ""}" x="{x_of(start):.1f}" y="{y}" '
+                     f'width="{max(MIN_SEGMENT_WIDTH, dur / duration * inner):.1f}" height="{LANE_HEIGHT - 6}">'
+                     f'<title>{text(name)}&#10;{kind}, {text(format_value(dur, "us"))} at '
+                     f'{text(format_value(start, "us"))}</title></rect>')
     parts.append("</svg>")
     step = timeline.get("step")
     caption = (f"Step {text(step)} (the steady step of median duration), {text(format_value(duration, 'us'))}, "
@@ -125,6 +141,9 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
     if segments is not None and primary:
         caption += (f"In colour: {text(SEGMENT_WORDS[segments])}, what the primary finding "
                     f"({text(primary.get('title'))}) is about; the rest is faded. ")
+    idle_us = sum(dur for _, dur in gaps)
+    caption += (f"The GPU is idle {text(format_value(idle_us, 'us'))} of the step, in {len(gaps)} "
+                f"{'gap' if len(gaps) == 1 else 'gaps'}. ")
     total, kept = timeline.get("events_total"), len(timeline["events"])
     if isinstance(total, int) and total > kept:
         caption += f"{kept} of the step's {total} events are drawn (device work and syncs first, longest first). "
