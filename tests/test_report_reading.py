@@ -115,3 +115,13 @@ def test_the_timeline_is_the_median_steady_step_of_the_profile(resnet):
     # The FP32 GEMMs the primary finding is about are the kernels drawn in colour.
     page = render_html(resnet)
     assert "In colour: the GEMM and convolution kernels" in page and 'class="tl-kernel lit"' in page
+
+
+def test_a_jobs_artifacts_are_those_of_its_representative_rank():
+    from hybrid.distributed import analyze_job
+
+    job = FIXTURES / "jobs" / "h200-ddp-slow-rank"
+    results = analyze_job(job)
+    rank = results["job"]["representative_rank"]
+    assert results["artifacts"]["torch_trace"] == f"rank-{rank:02d}/torch/trace.json.gz"
+    assert (job / results["artifacts"]["torch_trace"]).is_file()
