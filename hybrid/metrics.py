@@ -35,6 +35,7 @@ CPU_HEAVY_RATIO = 10.0
 
 ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
 REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
+BANDWIDTH_MIN_COPY_BYTES = 1024  # mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s)
 GEMM_KERNEL = re.compile(
     r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.IGNORECASE)
 # Precision from the kernel name; checked in order (bf16 before fp16: names like "bf16" contain "f16").
@@ -441,7 +442,9 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
         out[f"{tag}_count"] = Metric(_per_step(len(part), n), "copies", src)
         out[f"{tag}_bytes"] = Metric(_per_step(part["bytes"].sum(), n), "B", src)
         out[f"{tag}_ms"] = Metric(_per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
-        if part["ns"].sum() > 0:
+        # A copy of a few bytes (a loss read back with .item()) takes its launch latency, whatever its size:
+        # bytes over that time are no bandwidth (4 B in 1.7 us read "2.4 MB/s" on the H200).
+        if part["ns"].sum() > 0 and part["bytes"].mean() >= BANDWIDTH_MIN_COPY_BYTES:
             bw = float(part["bytes"].sum() / (part["ns"].sum() / 1e9))
             out[f"{tag}_bytes_per_s"] = Metric(bw, "B/s", src)
             if peaks.host_link_bytes_per_s:

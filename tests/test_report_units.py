@@ -69,3 +69,10 @@ def test_real_reports_write_three_significant_digits(run):
 
 def test_significant_keeps_three_digits():
     assert [significant(v) for v in (0.0123456, 1.23456, 123.456, 123456.0)] == ["0.0123", "1.23", "123", "123,000"]
+
+
+def test_a_copy_of_a_few_bytes_has_no_bandwidth():
+    # sync_item_per_microstep on the H200: 16 B a step back to the host (.item()), 10.7 GB/s of index copies in.
+    metrics = analyze_run_dir(FIXTURES / "planted" / "sync_item_per_microstep" / "run")["metrics"]
+    assert metrics["dtoh_bytes"]["value"] < 1024 and "dtoh_bytes_per_s" not in metrics
+    assert metrics["htod_bytes_per_s"]["value"] > 1e9
