@@ -359,6 +359,11 @@ def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbo
     """Show a saved results document without re-analysis (and without rewriting it)."""
     from rich.console import Console
 
+    # Only the artifacts still beside the document get a command to open them.
+    artifacts = results.get("artifacts") if isinstance(results.get("artifacts"), dict) else {}
+    results["artifacts"] = {key: relative for key, relative in artifacts.items()
+                            if isinstance(relative, str) and (Path(location) / relative).is_file()}
+
     from hybrid.report.json_report import results_to_json
     from hybrid.report.terminal import print_report
 

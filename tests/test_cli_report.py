@@ -48,6 +48,7 @@ def test_a_results_json_is_rendered_without_its_artifacts(analyzed, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "NVIDIA H200" in done.stdout and "TENSOR_CORE" in done.stdout
     assert saved.read_bytes() == before  # shown, not re-analyzed or rewritten
+    assert "Open the raw views" not in done.stdout  # its artifacts are not beside it
     assert (tmp_path / "results.report.html").is_file() and f"wrote {tmp_path / 'results.report.html'}" in done.stderr
 
 
