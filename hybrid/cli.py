@@ -337,13 +337,22 @@ def report(
         run_dir = None
         if html:
             from hybrid.report.html_report import render_html
-            from hybrid.rundir import write_atomic
 
-            html_path = path.with_suffix(".report.html")
-            write_atomic(html_path, render_html(results, include_paths=include_paths))
-            _stderr(f"wrote {html_path}")
+            _write_page(path.with_suffix(".report.html"), render_html(results, include_paths=include_paths))
     _emit(results, run_dir=run_dir, as_json=as_json, html=html and run_dir is not None, verbose=verbose,
           include_paths=include_paths, fail_on=fail_on, location=run_dir or path.parent)
+
+
+def _write_page(path: Path, page: str) -> None:
+    """Write an HTML page beside its input; where that is not writable, say so and go on with the report."""
+    from hybrid.rundir import write_atomic
+
+    try:
+        write_atomic(path, page)
+    except OSError as error:
+        _stderr(f"warning: could not write {path}: {error.strerror or error}; the report is printed only")
+        return
+    _stderr(f"wrote {path}")
 
 
 def _artifacts_gone(path: Path) -> bool:
@@ -369,10 +378,8 @@ def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbo
 
     if html_path is not None:
         from hybrid.report.html_report import render_html
-        from hybrid.rundir import write_atomic
 
-        write_atomic(html_path, render_html(results, include_paths=include_paths))
-        _stderr(f"wrote {html_path}")
+        _write_page(html_path, render_html(results, include_paths=include_paths))
     if as_json:
         sys.stdout.write(results_to_json(results))
     else:
@@ -432,13 +439,8 @@ def compare(
     sys.stdout.write(json.dumps(diff, indent=1, default=str) + "\n" if as_json else render_compare(diff) + "\n")
     if html is not None:
         from hybrid.report.html_report import render_compare_html
-        from hybrid.rundir import write_atomic
 
-        try:
-            write_atomic(html, render_compare_html(diff, (str(run_a), str(run_b))))
-        except OSError as error:
-            raise UsageError(f"cannot write {html}: {error.strerror or error}", "choose a writable --html path") from None
-        _stderr(f"wrote {html}")
+        _write_page(html, render_compare_html(diff, (str(run_a), str(run_b))))
     if threshold is not None:
         reason = gate(diff, threshold)
         if reason is not None:

@@ -120,3 +120,11 @@ def test_doctor_says_how_to_get_what_is_missing():
         assert INSTALL_NCU in text
     refused = {**facts, "counters_permitted": False, "next_steps": None}
     assert "NVreg_RestrictProfilingToAdminUsers=0" in render_doctor(refused)
+
+
+def test_an_unwritable_html_path_is_a_warning_not_a_traceback(analyzed):
+    # A path under a regular file cannot be created (as root, permissions would not stop it).
+    target = analyzed["h200-resnet50"] / "compare.html"
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]), "--html", str(target))
+    assert done.returncode == 0 and f"warning: could not write {target}" in done.stderr
+    assert "Step time:" in done.stdout and "Traceback" not in done.stderr
