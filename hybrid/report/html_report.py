@@ -103,14 +103,16 @@ def _summary(results: dict, w: _Writer) -> str:
                      f"utilization) {w.source(timing.get('source'))}")),
         ("GPU idle", (f"{w.value(timing.get('gpu_idle_ms'), 'ms')}" + (f" ({idle})" if idle else "")
                       + f" {w.source(timing.get('source'))}")),
-        ("Device", (f"{w.text(device.get('name') or 'no GPU')}, {w.value(device.get('sm_count'))} SMs "
-                   f"{w.source(device.get('source'))}")),
+        ("Device", (f"{w.text(device['name'])}, {w.value(device.get('sm_count'))} SMs {w.source(device.get('source'))}"
+                    if device.get("name") else "no GPU: GPU analysis was not possible")),
         ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} "
                  f"{noun('steps', workload.get('steps_measured'))} measured after "
                  f"{w.value(workload.get('warmup_steps'))} warmup{batch}"
                  + (f"; steps found by {w.text(workload['step_source'])}" if workload.get("step_source") else ""))),
         ("Metrics by source", ", ".join(f"{w.value(n)} {w.source(source)}" for source, n in counts.items()) or "none"),
     ]
+    if timing.get("gpu_busy_ms") is None:  # no device timeline: rows of n/a say nothing
+        rows = [row for row in rows if row[0] not in ("GPU busy", "GPU idle")]
     body = "".join(f"<tr><td>{label}</td><td>{cell}</td></tr>" for label, cell in rows)
     return f'<h2>Summary</h2><table class="summary">{body}</table>'
 
