@@ -303,7 +303,7 @@ def report(
         raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
     if path.is_file() and path.suffix == ".json":
         # Nothing to re-analyze: the document is shown as it was written.
-        _render_saved(_load_results(path), html_path=path.with_suffix(".report.html") if html else None,
+        _render_saved(_complete(_load_results(path), path), html_path=path.with_suffix(".report.html") if html else None,
                       as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
                       location=str(path.parent))
         return
@@ -325,7 +325,8 @@ def report(
                                  "drop --rank")
             if _artifacts_gone(path):
                 _stderr(f"{path} keeps no raw artifacts: showing its results.json as it was written")
-                _render_saved(_load_results(path), html_path=path / "report.html" if html else None,
+                _render_saved(_complete(_load_results(path), path / "results.json"),
+                              html_path=path / "report.html" if html else None,
                               as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
                               location=str(path))
                 return
@@ -404,6 +405,21 @@ def _load_results(path: Path) -> dict:
     if not isinstance(document, dict):
         raise UsageError(f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
                          "not an object", "pass the results.json that `hybrid run` or `hybrid report` wrote")
+    return document
+
+
+def _complete(document: dict, target: Path) -> dict:
+    """A results document that has the contract's keys (hybrid.schema), else bad input naming what is missing."""
+    from hybrid.schema import missing_keys
+
+    try:
+        missing = missing_keys(document)
+    except (AttributeError, TypeError):  # a section of the wrong type (a number where an object belongs)
+        missing = ["sections of the right types"]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UsageError(f"{target} is not a complete results.json document: it lacks {shown}",
+                         "re-create it with `hybrid report RUN_DIR` from the run's artifacts")
     return document
 
 

@@ -128,3 +128,19 @@ def test_an_unwritable_html_path_is_a_warning_not_a_traceback(analyzed):
     done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]), "--html", str(target))
     assert done.returncode == 0 and f"warning: could not write {target}" in done.stderr
     assert "Step time:" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("document", ["{}", '{"timing": 5, "diagnosis": {"bottlenecks": [1]}}'])
+def test_a_json_that_is_no_results_document_is_bad_input_for_report(tmp_path, document):
+    path = tmp_path / "results.json"
+    path.write_text(document)
+    done = hybrid("report", str(path))
+    assert done.returncode == 2 and "is not a complete results.json document" in done.stderr
+
+
+def test_the_committed_seed_results_render(tmp_path):
+    for document in sorted((ROOT / "examples" / "seed-commands").glob("*/results.json")):
+        shutil.copy(document, tmp_path / "results.json")
+        done = hybrid("report", str(tmp_path / "results.json"))
+        assert done.returncode == 0, (document, done.stderr)
+        assert "NVIDIA H200" in done.stdout

@@ -21,6 +21,12 @@ from hybrid.report.units import format_change_pct, format_pp, is_number
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
 
 
+def _section(results: dict, key: str) -> dict:
+    """One section of a document that may not be a results.json at all (the gate must still decide)."""
+    value = results.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _number(value: object) -> float | None:
     return float(value) if is_number(value) and math.isfinite(float(value)) else None
 
@@ -42,7 +48,7 @@ def _change(before: object, after: object, *, percent: bool = False) -> dict:
 def step_change(a: dict, b: dict) -> dict:
     """Step time of each run, the change, and whether it exceeds the noise: the spread of one step's time
     in each run (standard deviation), combined as for a difference, sqrt(std_a^2 + std_b^2)."""
-    timing_a, timing_b = a.get("timing") or {}, b.get("timing") or {}
+    timing_a, timing_b = _section(a, "timing"), _section(b, "timing")
     change = _change(timing_a.get("step_time_ms"), timing_b.get("step_time_ms"))
     spreads = [_number(timing_a.get("step_time_std_ms")), _number(timing_b.get("step_time_std_ms"))]
     noise = math.hypot(*spreads) if all(s is not None for s in spreads) else None
@@ -58,7 +64,7 @@ def step_change(a: dict, b: dict) -> dict:
 
 
 def _identity(results: dict) -> dict:
-    workload, device = results.get("workload") or {}, results.get("device") or {}
+    workload, device = _section(results, "workload"), _section(results, "device")
     command = workload.get("command")
     words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
     # The program: a script's path, or `-m module [name]` for a module such as hybrid.models resnet50.
@@ -89,7 +95,7 @@ def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
 
 def _evidence_metrics(results: dict, finding: dict) -> list[str]:
     """Names of the metrics a finding's evidence shows (same value, unit and source)."""
-    metrics = results.get("metrics") or {}
+    metrics = _section(results, "metrics")
     names = []
     for item in finding.get("evidence") or []:
         for name, metric in metrics.items():
@@ -101,17 +107,25 @@ def _evidence_metrics(results: dict, finding: dict) -> list[str]:
 
 
 def _lacks(results: dict, metric_names: list[str]) -> list[str]:
-    metrics = results.get("metrics") or {}
-    return [n for n in metric_names if (metrics.get(n) or {}).get("value") in (None, "")]
+    metrics = _section(results, "metrics")
+    return [n for n in metric_names if not isinstance(metrics.get(n), dict) or metrics[n].get("value") in (None, "")]
 
 
 def _summary(finding: dict) -> dict:
     return {"id": finding.get("id"), "title": finding.get("title"), "severity": finding.get("severity")}
 
 
+def _findings_of(results: dict) -> list[dict]:
+    diagnosis = _section(results, "diagnosis")
+    if not isinstance(diagnosis.get("bottlenecks"), list):
+        return []
+    bottlenecks = [f for f in diagnosis["bottlenecks"] if isinstance(f, dict) and "id" in f]
+    return findings_by_impact({"diagnosis": {"bottlenecks": bottlenecks}})
+
+
 def _findings(a: dict, b: dict) -> dict:
-    before = {f["id"]: f for f in findings_by_impact(a) if "id" in f}
-    after = {f["id"]: f for f in findings_by_impact(b) if "id" in f}
+    before = {f["id"]: f for f in _findings_of(a)}
+    after = {f["id"]: f for f in _findings_of(b)}
     out: dict[str, list] = {"resolved": [], "new": [], "unchanged": [], "not_checked_in_b": [],
                             "not_checked_in_a": []}
     for fid, finding in before.items():
@@ -137,8 +151,8 @@ def _findings(a: dict, b: dict) -> dict:
 
 def _kernels(a: dict, b: dict) -> list[dict]:
     def totals(results: dict) -> dict:
-        return {k.get("name"): k.get("total_ms_per_step")
-                for k in (results.get("top_kernels") or [])[:TOP_KERNELS_COMPARED]}
+        kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
+        return {k.get("name"): k.get("total_ms_per_step") for k in kernels[:TOP_KERNELS_COMPARED] if isinstance(k, dict)}
     before, after = totals(a), totals(b)
     names = list(dict.fromkeys([*before, *after]))
     rows = [{"name": name, **_change(before.get(name), after.get(name))} for name in names]
@@ -146,14 +160,14 @@ def _kernels(a: dict, b: dict) -> list[dict]:
 
 
 def _roofline(results: dict) -> dict:
-    roof = results.get("roofline") or {}
+    roof = _section(results, "roofline")
     return {key: roof.get(key) for key in ("bound", "arithmetic_intensity", "achieved_pct_of_attainable", "source")}
 
 
 def compare_results(a: dict, b: dict) -> dict:
     """What changed from run `a` to run `b` (both results documents)."""
     serious, minor = workload_differences(a, b)
-    timing_a, timing_b = a.get("timing") or {}, b.get("timing") or {}
+    timing_a, timing_b = _section(a, "timing"), _section(b, "timing")
     roof_a, roof_b = _roofline(a), _roofline(b)
     return {
         "mode": {"a": a.get("mode"), "b": b.get("mode")},
