@@ -144,3 +144,14 @@ def test_the_committed_seed_results_render(tmp_path):
         done = hybrid("report", str(tmp_path / "results.json"))
         assert done.returncode == 0, (document, done.stderr)
         assert "NVIDIA H200" in done.stdout
+
+
+def test_an_export_with_its_ncu_csv_reads_as_one_mode_throughout(tmp_path):
+    run = RUNS / "h200-resnet50"
+    export = tmp_path / "profile.sqlite"
+    shutil.copy(run / "nsys" / "profile.sqlite", export)
+    done = hybrid("report", str(export), "--ncu", str(run / "ncu" / "counters.csv"), "--html")
+    assert done.returncode == 0, done.stderr
+    header, roofline = done.stdout.splitlines()[0], " ".join(done.stdout.split("Roofline:")[1].split()[:30])
+    assert "mode hybrid" in header and "[measured (ncu)]" in roofline
+    assert f"wrote {tmp_path / 'profile.report.html'}" in done.stderr
