@@ -341,6 +341,9 @@ def analyze_job(run_dir: Path) -> dict:
 
     top = primary(findings)
     results = copy.deepcopy(rank_results[representative])
+    # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
+    rank_folder = folders[representative].relative_to(run_dir).as_posix()
+    results["artifacts"] = {key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()}
     run_json = RunDir(run_dir).run_json()
     block["representative_rank"] = representative
     block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")

@@ -233,9 +233,22 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     passes = _pass_rows(run_json, run)
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
-    return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
-                           extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms)
+    results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
+                              extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
+                              facts=facts, baseline_step_ms=baseline_step_ms)
+    results["artifacts"] = run_artifacts(run)
+    return results
+
+
+def run_artifacts(run: RunDir) -> dict[str, str]:
+    """The raw files the run kept, relative to its directory, for the commands that open them in their
+    own tools (hybrid.report.views)."""
+    from nsight import ncu
+
+    found = {"torch_trace": run.torch_trace(), "nsys_report": run.path / "nsys" / "profile.nsys-rep",
+             "nsys_export": run.nsys_export(), "ncu_report": run.path / "ncu" / ncu.REPORT_NAME}
+    return {key: path.relative_to(run.path).as_posix() for key, path in found.items()
+            if path is not None and path.is_file()}
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
@@ -250,5 +263,9 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
                 "warmup_steps": None, **step_fields(profile)}
     nsys_facts = profile.extras.get("nsys", {})
-    return analyze_profile(profile, workload=workload,
-                           tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    results = analyze_profile(profile, workload=workload,
+                              tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    # Relative to the export's folder, where its .nsys-rep normally lies.
+    report = export.with_suffix(".nsys-rep")
+    results["artifacts"] = {"nsys_export": export.name, **({"nsys_report": report.name} if report.is_file() else {})}
+    return results
