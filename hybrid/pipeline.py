@@ -14,7 +14,7 @@ from hybrid.schema import SCHEMA_VERSION
 
 # Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
 # shapes, dtypes, FLOP estimates) which nsys cannot see.
-NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
+NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")
 
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
