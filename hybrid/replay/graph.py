@@ -257,8 +257,10 @@ def build_graph(profile: Profile) -> ReplayGraph:
     busy_until = np.concatenate([[-np.inf], np.maximum.accumulate(d_end)[:-1]]) if n_ops else np.empty(0)
     device_idle = (busy_until < launch_start) & (launch_slack >= 0) & (ops["kind"].to_numpy() == KERNEL)
     launch_latency = _median(launch_slack[device_idle], DEFAULT_LAUNCH_LATENCY_NS)
-    back_to_back = has_prev & (stream_slack >= 0) & (stream_slack < 5 * BIND_SLACK_NS)
-    stream_gap = _median(stream_slack[back_to_back], DEFAULT_STREAM_GAP_NS)
+    # The gap between back-to-back ops shows where an op was queued well before its predecessor ended.
+    prev_end_ns = np.where(has_prev, d_end[np.clip(prev_on_stream, 0, None)], 0)
+    queued = has_prev & (launch_start + launch_latency < prev_end_ns - BIND_SLACK_NS) & (stream_slack >= 0)
+    stream_gap = _median(stream_slack[queued], DEFAULT_STREAM_GAP_NS)
 
     r_launch = launch_start + launch_latency
     r_stream = np.where(has_prev, d_end[np.clip(prev_on_stream, 0, None)] + stream_gap, -np.inf)
@@ -369,7 +371,9 @@ def _host_waits(api, kinds, start, end, h_op, d_host, d_stream, d_end, stream_id
             own = h_op[i]
             blocking_copy = own >= 0 and d_kind[own] == MEMCPY and (
                 "Async" not in name or d_pinned[own] is False or d_pinned[own] is None)
-            if blocking_copy and d_end[own] <= end[i] + BIND_SLACK_NS:
+            # A staged (pageable) copy returns once its last chunk is handed over, which can be a
+            # little before the copy ends on the device: it waited for its own copy all the same.
+            if blocking_copy and d_end[own] >= start[i] and abs(end[i] - d_end[own]) <= WAKE_MAX_NS:
                 kind, wait_op[i], awaited_end[i] = WAIT_OP, own, d_end[own]
             elif dur[i] > max(LONG_CALL_MIN_NS, LONG_CALL_FACTOR * typical[name]):
                 kind, wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end, own)

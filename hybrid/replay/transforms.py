@@ -15,7 +15,6 @@ from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
 # A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
 # (hybrid.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
 HOST_WORK_GAP_NS = 100_000
-LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
 
 
 @dataclass(frozen=True)
@@ -111,9 +110,14 @@ def pinned_copies(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 
 def less_host_work(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """`saved_ns_per_step` of host work leaves each step (a batch fetched by DataLoader workers,
-    preprocessing moved to the GPU), taken from the step's longest host gaps first."""
-    saved = float(fix.params["saved_ns_per_step"])
+    preprocessing moved to the GPU), taken from the step's longest host gaps first; without it, all
+    of the step's host work longer than a dispatch goes, or `share` of each piece of it."""
     out = graph.copy(copy_arrays=("h_gap",))
+    if "share" in fix.params:
+        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= HOST_WORK_GAP_NS)
+        out.h_gap[long_gaps] *= 1.0 - min(max(float(fix.params["share"]), 0.0), 1.0)
+        return out
+    saved = float(fix.params.get("saved_ns_per_step", np.inf))
     for step in graph.step_ids:
         idx = np.flatnonzero((graph.h_step == step) & (graph.h_gap >= HOST_WORK_GAP_NS))
         left = saved
@@ -127,31 +131,30 @@ def less_host_work(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 
 
 def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
-    """CUDA graphs (torch.compile mode="reduce-overhead"): a step's launches become one graph launch,
-    so the per-launch host cost and the dispatch gaps between launches go, and each kernel follows
-    the one before it on the device as graph nodes do. Host work longer than a dispatch stays."""
-    api = graph.h_api.astype(str)
-    is_launch = np.char.startswith(api, LAUNCH_PREFIXES[0]) | np.char.startswith(api, LAUNCH_PREFIXES[1])
-    launch = (graph.h_kind == CALL) & is_launch & _in_steps(graph, graph.h_step)
-    dispatch = launch & (graph.h_gap < HOST_WORK_GAP_NS)
-    out = graph.copy(copy_arrays=("h_gap", "h_cost", "d_lat", "d_sgap"))
+    """CUDA graphs (torch.compile mode="reduce-overhead"): a step's launches, copies and memsets
+    become one graph launch, so their per-call host cost, their host waits and the dispatch gaps
+    between them go, and each node follows the one before it on the device. Host work longer than a
+    dispatch stays."""
+    issues = (graph.h_kind == CALL) & (graph.h_op >= 0) & _in_steps(graph, graph.h_step)
+    dispatch = issues & (graph.h_gap < HOST_WORK_GAP_NS)
+    out = graph.copy(copy_arrays=("h_gap", "h_cost", "h_wait", "d_lat", "d_sgap"))
     first_of_step = np.zeros(graph.n_host, bool)
     for step in graph.step_ids:
-        idx = np.flatnonzero(launch & (graph.h_step == step))
+        idx = np.flatnonzero(issues & (graph.h_step == step))
         if len(idx):
             first_of_step[idx[0]] = True
     out.h_gap[dispatch & ~first_of_step] = 0.0
-    out.h_cost[launch & ~first_of_step] = 0.0
-    ops = graph.h_op[launch]
-    ops = ops[ops >= 0]
+    out.h_cost[issues & ~first_of_step] = 0.0
+    own_wait = issues & (graph.h_wait_op == graph.h_op)
+    out.h_wait[own_wait] = WAIT_NONE
+    ops = graph.h_op[issues]
     out.d_sgap[ops] = graph.stream_gap_ns
     return out
 
 
 def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """Back-to-back elementwise kernels on one stream in one step become one kernel (torch.compile):
-    the chain keeps 1/n of its time (one pass over the tensor instead of n) and its other launches
-    and their dispatch gaps go."""
+    the chain keeps 1/n of its time and its other launches and their dispatch gaps go."""
     from hybrid.metrics import ELEMENTWISE_KERNEL, REDUCE_KERNEL
 
     names = pd.Series(graph.d_name, dtype="category")
@@ -169,8 +172,10 @@ def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
             members = idx[(chain == c) & ew]
             if len(members) < 2:
                 continue
-            total = graph.d_dur[members].sum()
-            out.d_dur[members[0]] = total / len(members)
+            # One pass over the tensor instead of n, but never shorter than the longest member (tiny
+            # kernels are bound by latency, not bytes).
+            durations = graph.d_dur[members]
+            out.d_dur[members[0]] = max(durations.sum() / len(members), durations.max())
             rest = members[1:]
             out.d_dur[rest] = 0.0
             out.d_sgap[rest] = 0.0
@@ -215,10 +220,12 @@ def apply(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 
 
 def host_scaled(graph: ReplayGraph, factor: float) -> ReplayGraph:
-    """Host time (gaps, call costs, wake-ups) scaled by `factor`: the same step with a lighter or
-    heavier host, e.g. without the tracing overhead of the pass it was measured under."""
-    out = graph.copy(copy_arrays=("h_gap", "h_cost", "h_wake"))
+    """Host time (gaps, call costs, wake-ups, the launch path to the device) scaled by `factor`: the
+    same step with a lighter or heavier host, e.g. without the tracing overhead of the pass it was
+    measured under (CUPTI lengthens every call and every launch)."""
+    out = graph.copy(copy_arrays=("h_gap", "h_cost", "h_wake", "d_lat"))
     out.h_gap *= factor
     out.h_cost *= factor
     out.h_wake *= factor
+    out.d_lat *= factor
     return out
