@@ -113,12 +113,14 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None) -> dict:
+                    baseline_step_ms: float | None = None, calibration: dict | None = None) -> dict:
     from hybrid.analyze import analyze
+    from hybrid.replay.predict import replay_findings
 
     facts = facts or {}
     analysis = analyze(profile)
     at_baseline(analysis, baseline_step_ms)
+    replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -200,7 +202,19 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                            extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms)
+                           facts=facts, baseline_step_ms=baseline_step_ms, calibration=read_calibration(run.path))
+
+
+def read_calibration(run_path: Path) -> dict | None:
+    """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
+    import json
+
+    from hybrid.replay.calibrate import CALIBRATION_FILE
+
+    try:
+        return json.loads((run_path / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
