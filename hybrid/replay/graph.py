@@ -74,7 +74,8 @@ class ReplayGraph:
     h_kind: np.ndarray
     h_start: np.ndarray  # measured, for reference and fixes that locate host work
     h_end: np.ndarray
-    h_api: np.ndarray  # API name per event ("" for markers)
+    h_api: np.ndarray  # code of each event's API name in api_names (-1 for markers)
+    api_names: np.ndarray
     h_thread: np.ndarray
     h_step: np.ndarray
     h_pred: np.ndarray
@@ -115,6 +116,11 @@ class ReplayGraph:
     @property
     def n_ops(self) -> int:
         return len(self.d_kind)
+
+    def calls_named(self, *words: str) -> np.ndarray:
+        """Which host events are calls whose API name contains one of `words`."""
+        hit = np.array([any(w in name for w in words) for name in self.api_names], bool)
+        return hit[self.h_api] & (self.h_kind == CALL)
 
     def copy(self, **changes) -> ReplayGraph:
         """A copy whose arrays a fix may change in place (the ones not named are shared)."""
@@ -217,8 +223,10 @@ def build_graph(profile: Profile) -> ReplayGraph:
     n = len(kinds)
     event_of_call = np.empty(n_calls, np.int64)
     event_of_call[source[is_call]] = np.flatnonzero(is_call)
-    api = np.full(n, "", dtype=object)
-    api[is_call] = calls["api"].astype(str).to_numpy(object)[source[is_call]]
+    api_categories = calls["api"].astype("category")
+    api_names = np.array([str(c) for c in api_categories.cat.categories] + [""], dtype=object)
+    api = np.full(n, len(api_names) - 1, np.int64)  # markers: the "" name
+    api[is_call] = api_categories.cat.codes.to_numpy(np.int64)[source[is_call]]
     thread = np.full(n, -1, np.int64)
     thread[is_call] = calls["global_tid"].to_numpy(np.int64)[source[is_call]]
     h_step = np.full(n, -1, np.int64)
@@ -279,11 +287,12 @@ def build_graph(profile: Profile) -> ReplayGraph:
         notes.append(f"{int(has_dep.sum())} cross-stream waits inferred from the timeline")
 
     h_wait, h_wait_op, h_wait_stream, h_wake, h_cost = _host_waits(
-        api, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids,
+        api, api_names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids,
         calls["sync_stream"].to_numpy(np.int64), source, is_call, ops["kind"].to_numpy(), ops["pinned"].to_numpy())
 
     graph = ReplayGraph(
         origin_ns=origin, h_kind=kinds, h_start=start.astype(float), h_end=end.astype(float), h_api=api,
+        api_names=api_names,
         h_thread=thread, h_step=h_step, h_pred=pred, h_gap=gap, h_cost=h_cost, h_wait=h_wait,
         h_wait_op=h_wait_op, h_wait_stream=h_wait_stream, h_wake=h_wake, h_op=h_op,
         d_host=d_host, d_kind=ops["kind"].to_numpy(np.int64), d_stream=d_stream.astype(np.int64),
@@ -320,74 +329,79 @@ def _cross_stream_deps(unexplained: np.ndarray, d_stream: np.ndarray, d_start: n
             d_dep[i], d_dgap[i] = best, d_start[i] - best_end
 
 
-def _host_waits(api, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids, sync_stream, source,
+def _sync_kind(name: str) -> int:
+    """What a synchronization API waits for (WAIT_NONE for any other call)."""
+    if "Synchronize" not in name:
+        return WAIT_NONE
+    return next((k for word, k in SYNC_WORDS if word in name), WAIT_DEVICE)
+
+
+def _host_waits(api_code, names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids, sync_stream, source,
                 is_call, d_kind, d_pinned):
-    """What each host call waited for, with its own cost and its wake-up delay after the wait."""
+    """What each host call waited for, with its own cost and its wake-up delay after the wait.
+    Vectorized per API name: a large export has hundreds of thousands of calls and few names."""
     n = len(kinds)
     dur = (end - start).astype(float)
     wait = np.full(n, WAIT_NONE, np.int64)
     wait_op = np.full(n, -1, np.int64)
     wait_stream = np.full(n, -1, np.int64)
     awaited_end = np.full(n, -np.inf)
-    stream_index = {int(s): i for i, s in enumerate(stream_ids)}
     call_stream = np.full(n, -1, np.int64)
     call_stream[is_call] = sync_stream[source[is_call]]
-
-    # Latest measured end of the ops issued before each event, overall and per stream.
-    issued_before = np.searchsorted(d_host, np.arange(n), side="left")  # ops issued by earlier events
+    typical = np.array([np.median(dur[api_code == c]) if (api_code == c).any() else 0.0 for c in range(len(names))])
+    sync_of_name = np.array([_sync_kind(str(name)) for name in names], np.int64)
+    sync = sync_of_name[api_code] * is_call
+    # Ops issued by earlier events; the latest end among them, overall and per stream (within a
+    # stream ends grow with issue order, so its last op issued before is the one it waits for).
+    issued_before = np.searchsorted(d_host, np.arange(n), side="left")
     running_max = np.maximum.accumulate(d_end) if len(d_end) else d_end
-    unique_apis = {a: i for i, a in enumerate(dict.fromkeys(api.tolist()))}
-    api_code = np.array([unique_apis[a] for a in api.tolist()], np.int64)
-    typical = {}
-    for name, code in unique_apis.items():
-        durations = dur[api_code == code]
-        typical[name] = float(np.median(durations)) if len(durations) else 0.0
+    has_before = issued_before > 0
 
-    per_stream_ops = [np.flatnonzero(d_stream == s) for s in range(len(stream_ids))]
-    for i in np.flatnonzero(is_call):
-        name = api[i]
-        kind = WAIT_NONE
-        if "Synchronize" in name:
-            kind = next((k for word, k in SYNC_WORDS if word in name), WAIT_DEVICE)
-            if kind == WAIT_STREAM and int(call_stream[i]) not in stream_index:
-                kind = WAIT_DEVICE if int(call_stream[i]) < 0 else WAIT_NONE  # a stream with no work
-            before = issued_before[i]
-            if kind == WAIT_STREAM:
-                s = stream_index[int(call_stream[i])]
-                idx = per_stream_ops[s]
-                k = int(np.searchsorted(idx, before)) - 1
-                if k >= 0:
-                    wait_stream[i], awaited_end[i] = s, d_end[idx[k]]
-                else:
-                    kind = WAIT_NONE
-            elif kind == WAIT_DEVICE:
-                if before > 0:
-                    awaited_end[i] = running_max[before - 1]
-                else:
-                    kind = WAIT_NONE
-            elif kind == WAIT_OP:
-                kind, wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end)
-        else:
-            own = h_op[i]
-            blocking_copy = own >= 0 and d_kind[own] == MEMCPY and (
-                "Async" not in name or d_pinned[own] is False or d_pinned[own] is None)
-            # A staged (pageable) copy returns once its last chunk is handed over, which can be a
-            # little before the copy ends on the device: it waited for its own copy all the same.
-            if blocking_copy and d_end[own] >= start[i] and abs(end[i] - d_end[own]) <= WAKE_MAX_NS:
-                kind, wait_op[i], awaited_end[i] = WAIT_OP, own, d_end[own]
-            elif dur[i] > max(LONG_CALL_MIN_NS, LONG_CALL_FACTOR * typical[name]):
-                kind, wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end, own)
-        wait[i] = kind
+    device = (sync == WAIT_DEVICE) | ((sync == WAIT_STREAM) & (call_stream < 0))
+    rows = np.flatnonzero(device & has_before)
+    wait[rows], awaited_end[rows] = WAIT_DEVICE, running_max[issued_before[rows] - 1]
+
+    stream_index = np.full(int(stream_ids.max()) + 2 if len(stream_ids) else 1, -1, np.int64)
+    if len(stream_ids):
+        stream_index[np.clip(stream_ids, 0, None)] = np.arange(len(stream_ids))
+    named = (sync == WAIT_STREAM) & (call_stream >= 0)
+    known = np.zeros(n, bool)
+    known[named] = (call_stream[named] < len(stream_index)) & (stream_index[np.clip(call_stream[named], 0,
+                                                                                     len(stream_index) - 1)] >= 0)
+    for s in range(len(stream_ids)):
+        rows = np.flatnonzero(known & (stream_index[np.clip(call_stream, 0, len(stream_index) - 1)] == s))
+        ops = np.flatnonzero(d_stream == s)
+        last = np.searchsorted(ops, issued_before[rows]) - 1
+        rows, last = rows[last >= 0], last[last >= 0]
+        wait[rows], wait_stream[rows], awaited_end[rows] = WAIT_STREAM, s, d_end[ops[last]]
+
+    for i in np.flatnonzero(sync == WAIT_OP):  # event syncs: the op that ended just before the call returned
+        wait[i], wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end)
+
+    # Calls that are no sync but waited all the same: staged copies (for their own copy) and calls
+    # far longer than their API usually takes (a launch on a full queue, cudaFree).
+    others = is_call & (sync == WAIT_NONE)
+    own = h_op
+    copies = others & (own >= 0)
+    copies[copies] = d_kind[own[copies]] == MEMCPY
+    for i in np.flatnonzero(copies):
+        name, op = names[api_code[i]], own[i]
+        staged = "Async" not in name or d_pinned[op] is not True
+        # A staged (pageable) copy returns once its last chunk is handed over, which can be a little
+        # before the copy ends on the device: it waited for its own copy all the same.
+        if staged and d_end[op] >= start[i] and abs(end[i] - d_end[op]) <= WAKE_MAX_NS:
+            wait[i], wait_op[i], awaited_end[i] = WAIT_OP, op, d_end[op]
+    long_calls = others & (wait == WAIT_NONE) & (dur > np.maximum(LONG_CALL_MIN_NS, LONG_CALL_FACTOR * typical[api_code]))
+    for i in np.flatnonzero(long_calls):
+        wait[i], wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end, own[i])
 
     waited = (wait != WAIT_NONE) & (awaited_end > start)
     wait[(wait != WAIT_NONE) & ~waited] = WAIT_NONE
     # A call that waited costs what the same API costs when it does not wait (never more than measured).
-    free_cost = {}
-    for name, code in unique_apis.items():
-        free = dur[(api_code == code) & ~waited]
-        free_cost[name] = float(np.median(free)) if len(free) else min(2_000.0, typical[name])
+    free_cost = np.array([np.median(dur[(api_code == c) & ~waited]) if ((api_code == c) & ~waited).any()
+                          else min(2_000.0, typical[c]) for c in range(len(names))])
     cost = dur.copy()
-    cost[waited] = np.minimum(dur[waited], [free_cost[a] for a in api[waited]])
+    cost[waited] = np.minimum(dur[waited], free_cost[api_code[waited]])
     wake = np.zeros(n)
     wake[waited] = end[waited] - awaited_end[waited]
     return wait, wait_op, wait_stream, wake, cost

@@ -68,16 +68,14 @@ def _final_sync(graph: ReplayGraph) -> int:
     """The device sync the step hook issues before closing the last measured step (it is part of the
     measurement, not of the script): the last waiting sync call before the last step's end."""
     last_end = graph.step_end_event[-1]
-    waits = np.flatnonzero((graph.h_wait[:last_end] != WAIT_NONE) &
-                           np.char.find(graph.h_api[:last_end].astype(str), "Synchronize") >= 0)
+    waits = np.flatnonzero((graph.h_wait[:last_end] != WAIT_NONE) & graph.calls_named("Synchronize")[:last_end])
     return int(waits[-1]) if len(waits) else -1
 
 
 def no_syncs(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """The host no longer waits in the steps' synchronizations and blocking device->host reads (the
     value is kept on the device and read every `keep_every` steps, if at all)."""
-    api = graph.h_api.astype(str)
-    sync = (np.char.find(api, "Synchronize") >= 0) | (np.char.find(api, "Memcpy") >= 0)
+    sync = graph.calls_named("Synchronize", "Memcpy")
     mask = sync & (graph.h_wait != WAIT_NONE) & _in_steps(graph, graph.h_step)
     final = _final_sync(graph)
     if final >= 0:
