@@ -31,6 +31,7 @@ import pandas as pd
 from hybrid import periodicity, settle
 from hybrid.errors import InputError
 from hybrid.profile import (
+    API_CALL_COLUMNS,
     KERNEL_COLUMNS,
     LAUNCH_COLUMNS,
     LAYER_COLUMNS,
@@ -475,6 +476,7 @@ def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
         "host_pinned": HOST_PINNED[raw["host_pinned_code"] + 1],
         "step": _launch_steps(runtime, raw, steps_for)[2],
+        "correlation": raw["correlation"],
     }
     return _contract_frame(frame, MEMCPY_COLUMNS)
 
@@ -484,7 +486,8 @@ def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         return _empty(MEMSET_COLUMNS)
     raw = _by_start(raw)
     frame = {**{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
-             "step": _launch_steps(runtime, raw, steps_for)[2]}
+             "step": _launch_steps(runtime, raw, steps_for)[2],
+             "correlation": raw["correlation"]}
     return _contract_frame(frame, MEMSET_COLUMNS)
 
 
@@ -499,6 +502,27 @@ def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
         "step": steps_for(calls["start_ns"], calls["global_tid"]),
     }
     return _contract_frame(frame, LAUNCH_COLUMNS)
+
+
+def _api_calls(runtime: _Runtime, sync_targets: Columns | None, steps_for) -> pd.DataFrame:
+    """Profile.api_calls: every call runtime_calls.sql keeps, with the stream its synchronization
+    record names (joined on process and correlation id)."""
+    calls = runtime.calls
+    stream = np.full(len(calls["start_ns"]), -1, dtype=np.int64)
+    if sync_targets is not None and len(sync_targets["correlation"]):
+        rows = runtime.launch_of(sync_targets["global_pid"], sync_targets["correlation"])
+        found = rows >= 0
+        stream[rows[found]] = sync_targets["stream"][found]
+    frame = {
+        "api": _categorical(calls["name_id"], runtime.names),
+        "start_ns": calls["start_ns"],
+        "end_ns": calls["end_ns"],
+        "global_tid": calls["global_tid"],
+        "correlation": calls["correlation"],
+        "sync_stream": stream,
+        "step": steps_for(calls["start_ns"], calls["global_tid"]),
+    }
+    return _contract_frame(frame, API_CALL_COLUMNS)
 
 
 def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
@@ -588,7 +612,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
         # Biggest first: the two workers read kernels and runtime calls side by side.
-        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets"])
+        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"])
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export)
         raw_kernels = raw.pop("kernels")
@@ -604,6 +628,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             memsets=_memsets(raw["memsets"], runtime, steps.assign),
             syncs=_syncs(runtime, steps.assign),
             launches=_launches(runtime, steps.assign),
+            api_calls=_api_calls(runtime, raw["sync_targets"], steps.assign),
             layers=layers,
             device=_device_info(export, kernels),
             step_source=steps.source,
@@ -620,7 +645,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
                             "capture started or from an untraced API); they are placed by their GPU start time")
     profile.sources = {name: MEASURED_NSYS for name in
-                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")}
+                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")}
     profile.warnings = warnings
     return profile
 

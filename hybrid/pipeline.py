@@ -14,7 +14,7 @@ from hybrid.schema import SCHEMA_VERSION
 
 # Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
 # shapes, dtypes, FLOP estimates) which nsys cannot see.
-NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
+NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")
 
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
@@ -145,12 +145,14 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None) -> dict:
+                    baseline_step_ms: float | None = None, calibration: dict | None = None) -> dict:
     from hybrid.analyze import analyze
+    from hybrid.replay.predict import replay_findings
 
     facts = facts or {}
     analysis = analyze(profile)
     at_baseline(analysis, baseline_step_ms)
+    replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -235,7 +237,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
                               extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                              facts=facts, baseline_step_ms=baseline_step_ms)
+                              facts=facts, baseline_step_ms=baseline_step_ms,
+                              calibration=read_calibration(run.path))
     results["artifacts"] = run_artifacts(run)
     return results
 
@@ -249,6 +252,18 @@ def run_artifacts(run: RunDir) -> dict[str, str]:
              "nsys_export": run.nsys_export(), "ncu_report": run.path / "ncu" / ncu.REPORT_NAME}
     return {key: path.relative_to(run.path).as_posix() for key, path in found.items()
             if path is not None and path.is_file()}
+
+
+def read_calibration(run_path: Path) -> dict | None:
+    """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
+    import json
+
+    from hybrid.replay.calibrate import CALIBRATION_FILE
+
+    try:
+        return json.loads((run_path / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:

@@ -255,6 +255,7 @@ def _memcpy_frame(memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "stream": _int_arg(memcpys, "stream"),
         "host_pinned": pd.Series(host_pinned, dtype="object"),
         "step": _step_of(_launch_time(memcpys), steps),
+        "correlation": memcpys["correlation"],
     })
 
 
@@ -265,6 +266,7 @@ def _memset_frame(memsets: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "end_ns": memsets["end_ns"],
         "stream": _int_arg(memsets, "stream"),
         "step": _step_of(_launch_time(memsets), steps),
+        "correlation": memsets["correlation"],
     })
 
 
