@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.
 SAMPLED = Path(__file__).parent / "fixtures" / "callsites" / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
 EXPORT_FOR = {"python_samples": SAMPLED, "python_sample_layout": SAMPLED}
 QUERIES = sorted(p.name[:-4] for p in files("sql").iterdir() if p.name.endswith(".sql"))
-COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets"}
+COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"}
 PARAMS = {
     "strings": {"ids": [708, 756]},
     "osrt_blocking": {"min_ns": 100_000, "limit": 5, "start_ns": 0, "end_ns": 2**62},
