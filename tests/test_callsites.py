@@ -3,7 +3,6 @@ pass's operator stacks, on real captures and real injector runs."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -71,19 +70,19 @@ def test_a_capture_without_python_samples_says_so():
 
 
 @pytest.fixture(scope="module")
-def stacked_run(tmp_path_factory) -> Path:
-    """`hybrid run --torch-stacks` on a CPU loop (a real CLI subprocess): the torch pass records stacks."""
-    out = tmp_path_factory.mktemp("run") / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-m", "hybrid", "run", "--torch-stacks", "--warmup", "1", "--steps", "3",
-                           "--quiet", "--out", str(out), str(OPS_SCRIPT)],
+def stacked_trace(tmp_path_factory) -> Path:
+    """The torch pass with --python-stacks on a CPU loop (a real injector subprocess)."""
+    out = tmp_path_factory.mktemp("torch")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "torch", "--python-stacks", "--out",
+                           str(out), "--warmup", "1", "--steps", "3", "--", str(OPS_SCRIPT)],
                           capture_output=True, text=True, env=env, timeout=180, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+    return out / "trace.json"
 
 
-def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_run):
-    calls = load_torch_trace(stacked_run / "torch" / "trace.json").op_callsites
+def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_trace):
+    calls = load_torch_trace(stacked_trace).op_callsites
     for op, marker in (("aten::item", "CALLSITE: item"), ("aten::randn", "CALLSITE: randn")):
         rows = calls[calls["op"] == op]
         assert len(rows) == 1, rows
@@ -91,18 +90,6 @@ def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_
         assert Path(row["file"]).name == OPS_SCRIPT.name
         assert row["line"] == _marked_line(OPS_SCRIPT, marker)
         assert row["function"] == "<module>" and row["ns"] > 0
-
-
-def test_a_finding_names_its_line_in_results_and_on_the_terminal(stacked_run):
-    results = json.loads((stacked_run / "results.json").read_text())
-    migration = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "cpu.late_migration")
-    top = migration["callsites"][0]
-    line = _marked_line(OPS_SCRIPT, "CALLSITE: randn")
-    assert (top["file"], top["line"], top["function"]) == (OPS_SCRIPT.name, line, "<module>")
-    assert top["source_line"] == OPS_SCRIPT.read_text().splitlines()[line - 1].strip()
-    assert 50 < top["share_pct"] <= 100 and len(migration["callsites"]) <= 3
-    report = (stacked_run / "report.txt").read_text()
-    assert f"at {OPS_SCRIPT.name}:{line}  noise = torch.randn(4," in report
 
 
 def test_a_trace_without_stacks_has_no_op_callsites():
@@ -155,7 +142,7 @@ def test_an_export_without_the_sample_stacks_says_how_to_get_them():
         assert layout_matches(export)  # the declared payload layout is the one decoded
     profile = load_nsys_export(NO_BLOBS_EXPORT)
     facts = profile.extras["nsys"]
-    assert profile.samples.empty and facts["python_samples"] == facts["python_samples_without_stack"] > 1000
+    assert profile.samples.empty and facts["python_samples"] == facts["python_samples_without_stack"] > 100
     results = analyze_export(NO_BLOBS_EXPORT)
     assert all(f["callsites"] == [] for f in results["diagnosis"]["bottlenecks"])
     assert any(n.startswith(NO_STACKS_NOTE) and "--include-blobs=true" in n for n in results["limitations"])
