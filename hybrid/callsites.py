@@ -32,10 +32,11 @@ NO_SAMPLES_NOTE = "no callsites: the capture has no Python samples"
 NO_STACKS_NOTE = "no callsites: the export left out the stacks of its Python samples"
 TOP_CALLSITES = 3
 
-# Operators whose calls place a finding when the torch pass recorded their stacks: the host-side
-# ops the finding is about.
+# Operators whose calls place a finding when the torch pass recorded their stacks: those its
+# evidence names ("ops", "creating ops"), else the host-side ops the finding is about.
 SCALAR_READ_OPS = {"aten::item", "aten::_local_scalar_dense"}
 FINDING_OPS = {
+    "cpu.heavy_ops": set(),
     "cpu.late_migration": CREATE_OPS,
     "cpu.transfers": MOVE_OPS | SCALAR_READ_OPS,
 }
@@ -291,7 +292,7 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded)
     for finding in findings:
-        finding["callsites"] = _for_finding(finding["id"], sampled, stacked, samples, paths)
+        finding["callsites"] = _for_finding(finding, sampled, stacked, samples, paths)
     if sampled.samples.empty and stacked.op_callsites.empty:
         analysis.setdefault("limitations", []).append(_missing_note(profiles))
 
@@ -305,12 +306,19 @@ def _missing_note(profiles: list[Profile]) -> str:
             "name the script's lines; rerun with `hybrid run --callsites python`.")
 
 
-def _for_finding(finding_id: str, profile: Profile, stacked: Profile, samples: _Samples,
+def _evidence_ops(finding: dict) -> set[str]:
+    """Operator names the finding's evidence lists ('aten::to, aten::copy_')."""
+    return {name.strip() for item in finding.get("evidence") or [] if isinstance(item.get("value"), str)
+            for name in item["value"].split(",") if "::" in name}
+
+
+def _for_finding(finding: dict, profile: Profile, stacked: Profile, samples: _Samples,
                  paths: _Paths) -> list[dict]:
+    finding_id = finding["id"]
     if finding_id == "compile.graph_breaks":
         return _graph_break_callsites(profile, paths)
     if finding_id in FINDING_OPS:
-        placed = _op_callsites(stacked, FINDING_OPS[finding_id], paths)
+        placed = _op_callsites(stacked, _evidence_ops(finding) or FINDING_OPS[finding_id], paths)
         if placed:
             return placed
     segments = _SEGMENTS.get(finding_id)
