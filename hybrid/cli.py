@@ -38,6 +38,7 @@ class Severity(str, Enum):
 
 
 class Precision(str, Enum):
+    default = "default"
     fp32 = "fp32"
     tf32 = "tf32"
     bf16_amp = "bf16-amp"
@@ -224,7 +225,9 @@ def diagnose(
     batch_size: int | None = typer.Option(None, "--batch-size", "-b"),
     steps: int | None = typer.Option(None, "--steps"),
     warmup: int | None = typer.Option(None, "--warmup"),
-    precision: Precision = typer.Option(Precision.fp32, "--precision"),
+    precision: Precision = typer.Option(Precision.default, "--precision", help=(
+        "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); fp32: TF32 off everywhere; "
+        "tf32: TF32 on; bf16-amp / fp16-amp: autocast")),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
