@@ -119,7 +119,12 @@ def _step(results: dict) -> Text:
     if timing.get("gpu_idle_ms"):
         idle = _idle_parts(timing)
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
-    return line + _tag(timing.get("source"))
+    line = line + _tag(timing.get("source"))
+    if timing.get("weighed_at_plain_step"):
+        line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% over the plain pass "
+                    f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
+                    "step (column `plain`)", style="yellow")
+    return line
 
 
 def _sources(results: dict) -> Text:
