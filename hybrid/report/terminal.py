@@ -151,7 +151,8 @@ def _roofline(results: dict) -> list[Text]:
                            f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable")
              + _tag(roof.get("source"))]
     # Each achieved rate next to the roof it is a share of, and where that roof's figure comes from.
-    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"], precision),
+    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
+              position["compute_label"]),
              ("DRAM ", roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], None)]
     line = Text("  ")
     for index, (label, rate, unit, pct, reference, peak_name) in enumerate(rates):
