@@ -205,6 +205,10 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
     tools["torch"] = facts.get("torch_version")
     passes = _pass_rows(run_json, run)
+    # How each pass ended, for advice on getting what is missing; a job's rank folder has the job's passes.
+    job_passes = run_json.get("passes") or (RunDir(run.path.parent).run_json().get("passes")
+                                            if run.path.name.startswith("rank-") else None) or []
+    profile.extras["pass_status"] = {p["name"]: p.get("status") for p in job_passes}
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
