@@ -211,11 +211,19 @@ def _live_instances() -> dict[str, list]:
     for obj in gc.get_objects():
         cls = type(obj)
         if cls not in kind_of:
-            kind_of[cls] = next((kind for kind, classes in targets.items() if issubclass(cls, classes)), None)
+            kind_of[cls] = _kind_of(cls, targets)
         kind = kind_of[cls]
         if kind is not None and len(found[kind]) < caps[kind]:
             found[kind].append(obj)
     return found
+
+
+def _kind_of(cls: type, targets: dict[str, tuple[type, ...]]) -> str | None:
+    # A metaclass's __subclasscheck__ may raise for an odd type; such a type is none of ours.
+    try:
+        return next((kind for kind, classes in targets.items() if issubclass(cls, classes)), None)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _grad_scalers(scalers: list) -> dict:

@@ -66,7 +66,7 @@ HF = {"name": "transformers", "trainer": "Trainer",
                              "dataloader_pin_memory": True, "dataloader_persistent_workers": False}}
 RESNET_FP32 = "runs/h200-resnet50"  # TF32 off: every conv and the fc GEMM in FP32 (ncu-measured)
 GELU = "planted/roofline_unfused_gelu/run"  # an 8-kernel elementwise chain a step
-MLP = "planted/launch_batch1_deep_mlp/run"  # 4,000 tiny kernels a step
+MLP = "planted/graph_unfused_small_ops/run"  # 200 tiny kernels a step, launch-bound
 NUMPY = "planted/cpu_numpy_augment/run"  # host augmentation, a host->device copy of the batch each step
 SIMPLE_CNN = "runs/h200-simple_cnn"  # batches made on the GPU: no host data, no numpy, no DataLoader
 LOADER = "planted/data_loader_workers0/run"  # DataLoader(num_workers=0)

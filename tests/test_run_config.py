@@ -93,3 +93,19 @@ def test_the_observers_do_not_change_the_result(tmp_path):
     assert alone.returncode == 0 and injected.returncode == 0, alone.stderr + injected.stderr
     loss = [line for line in alone.stdout.splitlines() if line.startswith("final loss")]
     assert loss and loss == [line for line in injected.stdout.splitlines() if line.startswith("final loss")]
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path), "--warmup", "1",
+            "--steps", "3", "--", str(PROBE), "--device", "cuda", "--tf32", "--autocast", "bfloat16", "--optimizer",
+            "adamw"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "inject.json").read_text())["config"]
+    assert config["errors"] == []
+    assert {(r["device"], r["dtype"]) for r in config["autocast"]["regions"] if r["enabled"]} == {("cuda", "bfloat16")}
+    assert config["precision"]["tf32_matmul"] and config["precision"]["tf32_conv"]
+    # AdamW with foreach left to torch takes the multi-tensor path on CUDA parameters.
+    assert config["optimizers"][0]["foreach_effective"] is True
