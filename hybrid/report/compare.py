@@ -204,11 +204,6 @@ def gate(diff: dict, pct: float) -> str | None:
     return None
 
 
-def regressed(diff: dict, pct: float) -> bool:
-    """True when the gate fails (see `gate`)."""
-    return gate(diff, pct) is not None
-
-
 def _delta(change: dict, unit: str) -> str:
     text = f"{format_value(change['a'], unit)} -> {format_value(change['b'], unit)}"
     if change.get("delta_pp") is not None:
