@@ -306,6 +306,8 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
 def _notes(results: dict, verbose: bool) -> list[Text]:
     """Every note that changes the reading, then NOTES_DEFAULT of the other limitations (all in verbose)."""
     notes = reading_notes(results)
+    if (results.get("workload") or {}).get("step_unit"):
+        notes = [n for n in notes if n.topic != "steps"]  # the header says what a step is and how sure
     shown = [n for n in notes if n.changes_reading or verbose]
     shown += [n for n in notes if not n.changes_reading][:0 if verbose else NOTES_DEFAULT]
     lines = [Text.assemble((f"{note.kind}: ", "yellow"), note.text) for note in shown]
