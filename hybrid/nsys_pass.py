@@ -31,11 +31,13 @@ import pandas as pd
 from hybrid import periodicity, settle
 from hybrid.errors import InputError
 from hybrid.profile import (
+    API_CALL_COLUMNS,
     KERNEL_COLUMNS,
     LAUNCH_COLUMNS,
     LAYER_COLUMNS,
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
+    SAMPLE_COLUMNS,
     STEP_COLUMNS,
     SYNC_COLUMNS,
     DeviceInfo,
@@ -45,6 +47,7 @@ from hybrid.profile import (
 from hybrid.provenance import MEASURED_NSYS
 from hybrid.stepping import INJECT_FILE
 from nsight.intervals import NO_RANGE, depths, nesting_parents, stab_disjoint, stab_innermost
+from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import NsysExport, open_export
 
 HYBRID_DOMAIN = "hybrid"
@@ -74,6 +77,11 @@ MIN_PATTERN_COVERAGE = 0.1  # share of the time from the first to the last range
 # explain a visible gap in a millisecond-scale step (and nsys was told to skip calls under 10 us).
 OSRT_BLOCKING_MIN_NS = 100_000
 OSRT_SUMMARY_TOP = 10
+
+# A Python sample stands for the time until its thread's next sample, at most this many sampling
+# periods (the median time between a thread's samples): past that the thread ran no Python, or the
+# sampler missed it, and the sample says nothing about that time.
+SAMPLE_SPAN_PERIODS = 2
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
@@ -475,6 +483,7 @@ def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
         "host_pinned": HOST_PINNED[raw["host_pinned_code"] + 1],
         "step": _launch_steps(runtime, raw, steps_for)[2],
+        "correlation": raw["correlation"],
     }
     return _contract_frame(frame, MEMCPY_COLUMNS)
 
@@ -484,7 +493,8 @@ def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         return _empty(MEMSET_COLUMNS)
     raw = _by_start(raw)
     frame = {**{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
-             "step": _launch_steps(runtime, raw, steps_for)[2]}
+             "step": _launch_steps(runtime, raw, steps_for)[2],
+             "correlation": raw["correlation"]}
     return _contract_frame(frame, MEMSET_COLUMNS)
 
 
@@ -501,6 +511,27 @@ def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
     return _contract_frame(frame, LAUNCH_COLUMNS)
 
 
+def _api_calls(runtime: _Runtime, sync_targets: Columns | None, steps_for) -> pd.DataFrame:
+    """Profile.api_calls: every call runtime_calls.sql keeps, with the stream its synchronization
+    record names (joined on process and correlation id)."""
+    calls = runtime.calls
+    stream = np.full(len(calls["start_ns"]), -1, dtype=np.int64)
+    if sync_targets is not None and len(sync_targets["correlation"]):
+        rows = runtime.launch_of(sync_targets["global_pid"], sync_targets["correlation"])
+        found = rows >= 0
+        stream[rows[found]] = sync_targets["stream"][found]
+    frame = {
+        "api": _categorical(calls["name_id"], runtime.names),
+        "start_ns": calls["start_ns"],
+        "end_ns": calls["end_ns"],
+        "global_tid": calls["global_tid"],
+        "correlation": calls["correlation"],
+        "sync_stream": stream,
+        "step": steps_for(calls["start_ns"], calls["global_tid"]),
+    }
+    return _contract_frame(frame, API_CALL_COLUMNS)
+
+
 def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
     calls = runtime.where_name(lambda name: sync_kind(name) is not None)
     apis = _categorical(calls["name_id"], runtime.names)
@@ -512,6 +543,38 @@ def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
         "step": steps_for(calls["start_ns"], calls["global_tid"]),
     }
     return _contract_frame(frame, SYNC_COLUMNS)
+
+
+def _samples(export: NsysExport, steps: pd.DataFrame, warnings: list[str], facts: dict) -> pd.DataFrame:
+    """Profile.samples: the measured steps' Python samples with the time each stands for. `facts`
+    gets how many nsys recorded and how many came without a stack."""
+    if steps.empty:
+        return _empty(SAMPLE_COLUMNS)
+    found = read_python_samples(export, int(steps["start_ns"].min()), int(steps["end_ns"].max()))
+    if found is None:
+        return _empty(SAMPLE_COLUMNS)
+    facts.update(python_samples=found.marks, python_samples_without_stack=found.without_stack)
+    if found.without_stack:
+        warnings.append(f"{found.without_stack} of {found.marks} Python samples have no stack in the export "
+                        "(`nsys profile --export sqlite` leaves NVTX payloads out): they name no line; export "
+                        "the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`")
+    if found.unreadable:
+        warnings.append(f"{found.unreadable} Python samples have a payload layout hybrid does not know; "
+                        "they name no line")
+    if len(found.start_ns) == 0:
+        return _empty(SAMPLE_COLUMNS)
+    tid = found.global_tid & TID_MASK
+    order = np.lexsort((found.start_ns, tid))
+    start, tid = found.start_ns[order], tid[order]
+    same_thread = np.r_[tid[1:] == tid[:-1], False]
+    following = np.r_[start[1:], start[-1:]]
+    period = float(np.median((following - start)[same_thread])) if same_thread.any() else 1e6
+    cap = int(SAMPLE_SPAN_PERIODS * period)
+    end = np.where(same_thread, np.minimum(following, start + cap), start + int(period))
+    frame = {"start_ns": start, "end_ns": end.astype(np.int64), "tid": tid,
+             "file": np.array(found.file, dtype=object)[order], "line": found.line[order],
+             "function": np.array(found.function, dtype=object)[order]}
+    return _contract_frame(frame, SAMPLE_COLUMNS)
 
 
 def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
@@ -588,13 +651,14 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
         # Biggest first: the two workers read kernels and runtime calls side by side.
-        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets"])
+        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"])
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export)
         raw_kernels = raw.pop("kernels")
         steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings,
                             runtime, raw_kernels)
         layers, per_thread = _module_layers(nvtx, steps)
+        sample_facts: dict = {}
         kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
         del raw_kernels
         profile = Profile(
@@ -604,7 +668,9 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             memsets=_memsets(raw["memsets"], runtime, steps.assign),
             syncs=_syncs(runtime, steps.assign),
             launches=_launches(runtime, steps.assign),
+            api_calls=_api_calls(runtime, raw["sync_targets"], steps.assign),
             layers=layers,
+            samples=_samples(export, steps.frame, warnings, sample_facts),
             device=_device_info(export, kernels),
             step_source=steps.source,
             step_unit=steps.unit,
@@ -612,6 +678,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             step_reason=steps.reason,
             extras={"nsys": _extras(export, steps.frame, unlaunched)},
         )
+        profile.extras["nsys"].update(sample_facts)
         no_kernels_reason = explain_no_kernels(export) if kernels.empty else None
         profile.extras["nsys"]["no_kernels_reason"] = no_kernels_reason
         if no_kernels_reason is not None:
@@ -620,7 +687,8 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
                             "capture started or from an untraced API); they are placed by their GPU start time")
     profile.sources = {name: MEASURED_NSYS for name in
-                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")}
+                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls",
+                        "samples")}
     profile.warnings = warnings
     return profile
 

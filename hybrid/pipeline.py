@@ -14,7 +14,7 @@ from hybrid.schema import SCHEMA_VERSION
 
 # Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
 # shapes, dtypes, FLOP estimates) which nsys cannot see.
-NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
+NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")
 
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
@@ -37,6 +37,7 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
     merged.ops = torch_profile.ops
+    merged.op_callsites = torch_profile.op_callsites
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
     if len(torch_steps):
@@ -126,6 +127,12 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     return rows
 
 
+# A collector that slowed the analyzed step by more than this (vs the plain pass) distorts the diagnosis:
+# the headline says so and findings are weighed at the plain step. Below it, the run-to-run spread of a
+# steady loop (a few %) and the collectors' usual cost on large-kernel models (<1% for resnet50) sit.
+COLLECTOR_DISTORTION_PCT = 10.0
+
+
 def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
     """Give each finding `time_lost_baseline_ms`: its time lost as the same share of the step without a
     collector (the plain pass). Collectors slow the host side most (nsys traced launch_batch1_deep_mlp
@@ -137,6 +144,9 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
     if not baseline_step_ms or not step_ms:
         return
     analysis["timing"]["baseline_step_time_ms"] = baseline_step_ms
+    overhead_pct = 100.0 * (step_ms / baseline_step_ms - 1.0)
+    analysis["timing"]["collector_overhead_pct"] = overhead_pct
+    analysis["timing"]["weighed_at_plain_step"] = overhead_pct > COLLECTOR_DISTORTION_PCT
     primary = analysis["diagnosis"].get("primary_bottleneck")
     # The primary is its own copy of one of the bottlenecks.
     for finding in [*analysis["diagnosis"]["bottlenecks"], *([primary] if primary else [])]:
@@ -145,12 +155,20 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None) -> dict:
+                    baseline_step_ms: float | None = None, calibration: dict | None = None,
+                    script: str | None = None, stack_profiles: list[Profile] | None = None) -> dict:
+    """`script`: the profiled script's path as the run was given it (callsites are shown relative
+    to its folder); None for a module or a foreign export. `stack_profiles`: other profiles of the
+    run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
     from hybrid.analyze import analyze
+    from hybrid.callsites import attach_callsites
+    from hybrid.replay.predict import replay_findings
 
     facts = facts or {}
     analysis = analyze(profile)
+    attach_callsites(analysis, [profile, *(stack_profiles or [])], script)
     at_baseline(analysis, baseline_step_ms)
+    replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -212,6 +230,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
     baseline step time is the plain pass's unless given."""
     run_json = run.run_json()
+    # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
+    stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
     profile = merge(torch_profile, nsys_profile)
     facts = _inject_facts(run)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
@@ -231,11 +251,48 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
     tools["torch"] = facts.get("torch_version")
     passes = _pass_rows(run_json, run)
+    # How each pass ended, for advice on getting what is missing; a job's rank folder has the job's passes.
+    job_passes = run_json.get("passes") or (RunDir(run.path.parent).run_json().get("passes")
+                                            if run.path.name.startswith("rank-") else None) or []
+    profile.extras["pass_status"] = {p["name"]: p.get("status") for p in job_passes}
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
-    return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
-                           extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms)
+    results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
+                              extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
+                              facts=facts, baseline_step_ms=baseline_step_ms,
+                              calibration=read_calibration(run.path), script=_script(run_json),
+                              stack_profiles=stack_profiles)
+    results["artifacts"] = run_artifacts(run)
+    return results
+
+
+def run_artifacts(run: RunDir) -> dict[str, str]:
+    """The raw files the run kept, relative to its directory, for the commands that open them in their
+    own tools (hybrid.report.views)."""
+    from nsight import ncu
+
+    found = {"torch_trace": run.torch_trace(), "nsys_report": run.path / "nsys" / "profile.nsys-rep",
+             "nsys_export": run.nsys_export(), "ncu_report": run.path / "ncu" / ncu.REPORT_NAME}
+    return {key: path.relative_to(run.path).as_posix() for key, path in found.items()
+            if path is not None and path.is_file()}
+
+
+def read_calibration(run_path: Path) -> dict | None:
+    """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
+    import json
+
+    from hybrid.replay.calibrate import CALIBRATION_FILE
+
+    try:
+        return json.loads((run_path / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _script(run_json: dict) -> str | None:
+    target = run_json.get("target") or {}
+    argv = target.get("argv") or []
+    return None if target.get("is_module") or not argv else str(argv[0])
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
@@ -250,5 +307,9 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
                 "warmup_steps": None, **step_fields(profile)}
     nsys_facts = profile.extras.get("nsys", {})
-    return analyze_profile(profile, workload=workload,
-                           tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    results = analyze_profile(profile, workload=workload,
+                              tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    # Relative to the export's folder, where its .nsys-rep normally lies.
+    report = export.with_suffix(".nsys-rep")
+    results["artifacts"] = {"nsys_export": export.name, **({"nsys_report": report.name} if report.is_file() else {})}
+    return results

@@ -306,7 +306,7 @@ def test_compare_gates_on_step_time_regression(tmp_path):
     assert same.returncode == 0, same.stderr
     worse = hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on-regression", "10")
     assert worse.returncode == 1
-    assert "+20.0%" in worse.stdout
+    assert "+20%" in worse.stdout and "regression gate failed" in worse.stderr
     diff = json.loads(hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)
     assert diff["step_time_ms"]["delta_pct"] == pytest.approx(20.0)
     missing = hybrid("compare", str(tmp_path / "nope"), str(tmp_path / "b.json"))
