@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.precision import MATMUL_KINDS, classify_kernels, per_kernel
+from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, per_kernel
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.ncu import function_base_name
@@ -35,10 +35,6 @@ LAUNCH_GAP_MAX_NS = 100_000
 # CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
 CPU_HEAVY_RATIO = 10.0
 
-# Elementwise and reduction kernels by name, for the timeline and replay views (the analysis classifies
-# kernels with hybrid.precision).
-ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
-REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
 BANDWIDTH_MIN_COPY_BYTES = 1024  # mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s)
 OP_DTYPE_PRECISION = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16", "double": "fp64",
                       "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
@@ -154,21 +150,6 @@ def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> p
     """hybrid.precision.classify_kernels for these kernel names, measured from the profile's counter rows
     (named as the timeline names the kernels they matched by launch or configuration) where ncu ran."""
     return classify_kernels(names, profile.counters if len(profile.counters) else None, peaks)
-
-
-def kernel_precision(names: pd.Series) -> pd.Series:
-    """Per kernel: the precision of a GEMM, convolution or attention kernel by its name (hybrid.precision),
-    None for every other kind (the timeline's and replay's view; the analysis measures it where ncu ran)."""
-    classes = classify_kernels(names)
-    matmul = classes["precision"].where(classes["kind"].isin(MATMUL_KINDS), None)
-    return pd.Series(matmul.reindex(names.astype(str)).to_numpy(dtype=object), index=names.index)
-
-
-def _elementwise_mask(names: pd.Series) -> np.ndarray:
-    cats = names.astype("category")
-    classes = classify_kernels(pd.Series(cats.cat.categories))
-    flags = np.r_[(classes["kind"] == "elementwise").to_numpy(bool), False]
-    return flags[cats.cat.codes.to_numpy()]
 
 
 def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
@@ -438,7 +419,7 @@ def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     """Back-to-back elementwise kernels on one stream over the same grid (same element count): one
     fused kernel would read and write the tensor once instead of once per kernel."""
     k = k.sort_values(["stream", "start_ns"])
-    ew = _elementwise_mask(k["name"])
+    ew = elementwise_mask(k["name"])
     grid = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
     stream = k["stream"].to_numpy()
     step = k["step"].to_numpy()

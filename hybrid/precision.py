@@ -231,3 +231,18 @@ def classify_kernels(names: pd.Series, counters: pd.DataFrame | None = None,
 def per_kernel(names: pd.Series, classes: pd.DataFrame, column: str) -> np.ndarray:
     """`column` of classify_kernels' result for each entry of `names`."""
     return classes[column].reindex(names.astype(str)).to_numpy(dtype=object)
+
+
+def matmul_precision(names: pd.Series) -> pd.Series:
+    """Each kernel's precision as its name states it where the kernel is a GEMM, convolution or attention
+    kernel ("unknown" where the name states none), None for every other kind (classified per unique name)."""
+    classes = classify_kernels(names)
+    matmul = classes["kind"].isin(MATMUL_KINDS)
+    labels = classes["precision"].where(~matmul | classes["precision"].notna(), "unknown").where(matmul, None)
+    return pd.Series(per_kernel(names, labels.to_frame("precision"), "precision"), index=names.index)
+
+
+def elementwise_mask(names: pd.Series) -> np.ndarray:
+    """True for each elementwise kernel (not reductions, copies or normalizations)."""
+    classes = classify_kernels(names)
+    return per_kernel(names, classes, "kind") == "elementwise"
