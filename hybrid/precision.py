@@ -77,6 +77,10 @@ _NVJET_TYPES = {"h": "fp16", "t": "bf16"}
 # cuDNN's generated kernels (its fused SDPA among them) say `f16` for any 16-bit type: ncu measured bf16 tensor
 # FLOPs in cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16 kernels of a bf16 autocast ViT.
 _CUDNN_GENERATED_16BIT = re.compile(r"cudnn_generated.*_f16_", re.IGNORECASE)
+# PyTorch's memory-efficient attention (CUTLASS fmha) runs float inputs on TF32 tensor cores from sm80 on,
+# whatever allow_tf32 says: ncu measured TF32 tensor FLOPs in fmha_cutlassB_f32_..._sm80 of a GPT-2 run with
+# TF32 off.
+_MEM_EFFICIENT_F32 = re.compile(r"fmha_cutlass[FB]_f32_", re.IGNORECASE)
 # Any other kernel: the first element type in its name (template arguments list the stored type before
 # the accumulator: `softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, ...>` is bf16). bfloat16 and
 # tfloat32 are tried before the float inside them.
@@ -105,6 +109,8 @@ def name_precision(name: str, kind: str | None = None) -> str | None:
     if kind in (*MATMUL_KINDS, "gemv"):
         if _CUDNN_GENERATED_16BIT.search(name):
             return None
+        if _MEM_EFFICIENT_F32.search(name):
+            return "tf32"
         nvjet = _NVJET.search(name)
         if nvjet:
             return _NVJET_TYPES.get(nvjet.group(1).lower())
