@@ -15,10 +15,9 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, per_kernel
+from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, kernel_label, per_kernel
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
-from nsight.ncu import function_base_name
 
 NS_PER_MS = 1e6
 NS_PER_US = 1e3
@@ -405,7 +404,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     if fp32.any():
         out["gemm_fp32_measured_pct"] = Metric(100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()), "%",
                                                MEASURED_NCU if (fp32 & measured).any() else src)
-        base = k["name"].astype(str).map(function_base_name).to_numpy()
+        base = k["name"].astype(str).map(kernel_label).to_numpy()
         out["gemm_fp32_kernels"] = Metric(_top_names(dur[fp32], base[fp32]), "", src)
         layers = k["layer"].to_numpy(dtype=object)
         named = fp32 & pd.notna(layers)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.provenance import MEASURED_NCU
+from nsight.ncu import function_base_name
 
 FROM_NAME = "kernel name"
 
@@ -94,6 +95,21 @@ _LAMBDA_PARAMS = re.compile(r"lambda\(([^()]+)\)")
 # each runs at and the precision it stands for.
 TENSOR_PIPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp8": "fp8", "fp64": "fp64_tensor"}
 SCALAR_PIPES = {"fp32_flops": ("fp32", "fp32"), "fp64_flops": ("fp64", "fp64"), "fp16_flops": ("fp16_scalar", "fp16")}
+
+
+_GENERIC_WRAPPERS = ("kernel", "kernel2")
+_FIRST_TEMPLATE_ARG = re.compile(r"<\s*(?:void\s+)?((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)")
+
+
+def kernel_label(name: str) -> str:
+    """A short name that tells kernels apart: the function's base name, or for CUTLASS's generic wrappers
+    (`cutlass::Kernel2<cutlass_80_simt_sgemm_...>`) the kernel class they instantiate."""
+    base = function_base_name(name)
+    if base.lower() in _GENERIC_WRAPPERS:
+        inner = _FIRST_TEMPLATE_ARG.search(name)
+        if inner:
+            return inner.group(1).rsplit("::", 1)[-1]
+    return base
 
 
 def kernel_kind(name: str) -> str:
