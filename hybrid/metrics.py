@@ -15,10 +15,9 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.precision import MATMUL_KINDS, classify_kernels, per_kernel
+from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, kernel_label, per_kernel
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
-from nsight.ncu import function_base_name
 
 NS_PER_MS = 1e6
 NS_PER_US = 1e3
@@ -150,13 +149,6 @@ def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> p
     """hybrid.precision.classify_kernels for these kernel names, measured from the profile's counter rows
     (named as the timeline names the kernels they matched by launch or configuration) where ncu ran."""
     return classify_kernels(names, profile.counters if len(profile.counters) else None, peaks)
-
-
-def _elementwise_mask(names: pd.Series) -> np.ndarray:
-    cats = names.astype("category")
-    classes = classify_kernels(pd.Series(cats.cat.categories))
-    flags = np.r_[(classes["kind"] == "elementwise").to_numpy(bool), False]
-    return flags[cats.cat.codes.to_numpy()]
 
 
 def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
@@ -412,7 +404,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     if fp32.any():
         out["gemm_fp32_measured_pct"] = Metric(100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()), "%",
                                                MEASURED_NCU if (fp32 & measured).any() else src)
-        base = k["name"].astype(str).map(function_base_name).to_numpy()
+        base = k["name"].astype(str).map(kernel_label).to_numpy()
         out["gemm_fp32_kernels"] = Metric(_top_names(dur[fp32], base[fp32]), "", src)
         layers = k["layer"].to_numpy(dtype=object)
         named = fp32 & pd.notna(layers)
@@ -426,7 +418,7 @@ def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     """Back-to-back elementwise kernels on one stream over the same grid (same element count): one
     fused kernel would read and write the tensor once instead of once per kernel."""
     k = k.sort_values(["stream", "start_ns"])
-    ew = _elementwise_mask(k["name"])
+    ew = elementwise_mask(k["name"])
     grid = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
     stream = k["stream"].to_numpy()
     step = k["step"].to_numpy()

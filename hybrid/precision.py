@@ -26,6 +26,7 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.provenance import MEASURED_NCU
+from nsight.ncu import function_base_name
 
 FROM_NAME = "kernel name"
 
@@ -77,6 +78,10 @@ _NVJET_TYPES = {"h": "fp16", "t": "bf16"}
 # cuDNN's generated kernels (its fused SDPA among them) say `f16` for any 16-bit type: ncu measured bf16 tensor
 # FLOPs in cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16 kernels of a bf16 autocast ViT.
 _CUDNN_GENERATED_16BIT = re.compile(r"cudnn_generated.*_f16_", re.IGNORECASE)
+# PyTorch's memory-efficient attention (CUTLASS fmha) runs float inputs on TF32 tensor cores from sm80 on,
+# whatever allow_tf32 says: ncu measured TF32 tensor FLOPs in fmha_cutlassB_f32_..._sm80 of a GPT-2 run with
+# TF32 off.
+_MEM_EFFICIENT_F32 = re.compile(r"fmha_cutlass[FB]_f32_", re.IGNORECASE)
 # Any other kernel: the first element type in its name (template arguments list the stored type before
 # the accumulator: `softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, ...>` is bf16). bfloat16 and
 # tfloat32 are tried before the float inside them.
@@ -92,6 +97,21 @@ TENSOR_PIPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp8": "fp8", "f
 SCALAR_PIPES = {"fp32_flops": ("fp32", "fp32"), "fp64_flops": ("fp64", "fp64"), "fp16_flops": ("fp16_scalar", "fp16")}
 
 
+_GENERIC_WRAPPERS = ("kernel", "kernel2")
+_FIRST_TEMPLATE_ARG = re.compile(r"<\s*(?:void\s+)?((?:[A-Za-z_]\w*::)*[A-Za-z_]\w*)")
+
+
+def kernel_label(name: str) -> str:
+    """A short name that tells kernels apart: the function's base name, or for CUTLASS's generic wrappers
+    (`cutlass::Kernel2<cutlass_80_simt_sgemm_...>`) the kernel class they instantiate."""
+    base = function_base_name(name)
+    if base.lower() in _GENERIC_WRAPPERS:
+        inner = _FIRST_TEMPLATE_ARG.search(name)
+        if inner:
+            return inner.group(1).rsplit("::", 1)[-1]
+    return base
+
+
 def kernel_kind(name: str) -> str:
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(name):
@@ -105,6 +125,8 @@ def name_precision(name: str, kind: str | None = None) -> str | None:
     if kind in (*MATMUL_KINDS, "gemv"):
         if _CUDNN_GENERATED_16BIT.search(name):
             return None
+        if _MEM_EFFICIENT_F32.search(name):
+            return "tf32"
         nvjet = _NVJET.search(name)
         if nvjet:
             return _NVJET_TYPES.get(nvjet.group(1).lower())

@@ -151,3 +151,43 @@ def test_suggestions_follow_the_configuration(case):
     # Every suggestion states the condition that triggered it.
     assert finding.advice and all(a["condition"] for a in finding.advice)
     assert len(finding.advice) == len(finding.suggestions)
+
+
+@cache
+def _h200(name: str) -> dict:
+    from hybrid.pipeline import analyze_run_dir
+
+    return analyze_run_dir(FIXTURES / "precision" / name / "run")
+
+
+def _suggestions(doc: dict) -> str:
+    return " | ".join(s for f in doc["diagnosis"]["bottlenecks"] for s in f["suggestions"])
+
+
+def test_resnet50_at_pytorchs_default_precision_on_the_h200():
+    """`hybrid diagnose --model resnet50` (call C): PyTorch's defaults recorded (cuDNN TF32 on, fp32 matmul at
+    highest), every convolution measured TF32, nothing advises TF32; SGD is told SGD(fused=True); nsys slowed
+    the step 31% over the default plain pass, which the headline says."""
+    doc = _h200("resnet50_default")
+    precision = doc["config"]["precision"]
+    assert precision["tf32_conv"] is True and precision["tf32_matmul"] is False
+    assert precision["float32_matmul_precision"] == "highest"
+    assert doc["metrics"]["gemm_tf32_conv_ms"]["value"] > 0 and doc["metrics"]["gemm_fp32_conv_ms"]["value"] == 0
+    text = _suggestions(doc)
+    assert "allow_tf32" not in text and "set_float32_matmul_precision" not in text
+    assert "torch.optim.SGD(..., fused=True)" in text and "AdamW" not in text
+    assert [p["name"] for p in doc["passes"]][:2] == ["torch", "plain"]
+    assert doc["timing"]["weighed_at_plain_step"] is True and doc["timing"]["collector_overhead_pct"] > 10
+
+
+def test_hf_trainer_in_fp32_is_told_its_trainers_switches():
+    """HF Trainer, GPT-2 in fp32 (call C): the FP32 GEMMs (measured) get TrainingArguments(tf32=True) and
+    bf16=True, never torch's flags; compile advice is the Trainer's torch_compile."""
+    doc = _h200("hf_trainer_fp32")
+    assert doc["config"]["framework"]["name"] == "transformers"
+    fp32 = next(f for f in doc["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
+    assert fp32["severity"] == "CRITICAL"
+    text = _suggestions(doc)
+    assert "TrainingArguments(tf32=True)" in text and "TrainingArguments(bf16=True)" in text
+    for torch_switch in ("torch.backends", "torch.autocast(", "torch.compile(model"):
+        assert torch_switch not in text

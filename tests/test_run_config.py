@@ -109,3 +109,15 @@ def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
     assert config["precision"]["tf32_matmul"] and config["precision"]["tf32_conv"]
     # AdamW with foreach left to torch takes the multi-tensor path on CUDA parameters.
     assert config["optimizers"][0]["foreach_effective"] is True
+
+
+def test_results_json_carries_the_config_of_the_run(tmp_path):
+    """`hybrid run` end to end (torch pass, CPU): results.json has the injector's config at top level."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+    done = subprocess.run([sys.executable, "-m", "hybrid", "run", "--mode", "torch", "--warmup", "1", "--steps", "3",
+                           "--json", "--out", str(tmp_path / "run"), str(PROBE), "--optimizer", "adamw", "--fused",
+                           "--steps", "40"], env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["config"]["optimizers"][0]["class"] == "AdamW" and results["config"]["optimizers"][0]["fused"]
+    assert results["config"] == json.loads((tmp_path / "run" / "torch" / "inject.json").read_text())["config"]

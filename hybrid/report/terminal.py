@@ -164,7 +164,9 @@ def _roofline(results: dict) -> list[Text]:
         return [Text.assemble(("Roofline: ", "bold"), f"not placed ({reason})")]
     position = roofline_vs_peaks(results)
     precision = roof.get("precision")
-    lines = [Text.assemble(("Roofline: ", "bold"), f"{roof['bound']}-bound" + (f" ({precision})" if precision else ""),
+    # With several precisions placed, the bound is the mix's, not the largest share's.
+    label = "mixed precision" if len(roof.get("precision_mix_pct") or {}) > 1 else precision
+    lines = [Text.assemble(("Roofline: ", "bold"), f"{roof['bound']}-bound" + (f" ({label})" if label else ""),
                            f" · AI {format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} (ridge "
                            f"{format_value(roof.get('ridge_point'))}) · "
                            f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable")

@@ -140,7 +140,7 @@ def check_preprocessing(ctx: Context) -> Finding | None:
                ("of which fetching from a DataLoader", "data_loader_idle_ms"),
                ("CPU-only top-level ops", "cpu_only_ops_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
-                     "the GPU: augmentation, numpy or Python preprocessing on the main thread, in the loop body. "
+                     "the GPU: Python or data preparation on the main thread, in the loop body. "
                      "Time spent inside a DataLoader's __next__ is not counted here (see the DataLoader finding)."),
         suggestions=preprocessing_advice(ctx, lost),
         lost_ms=lost)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from hybrid.precision import kernel_label
 from hybrid.provenance import MEASURED_NCU
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Finding, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, claimed_ms, finding, lost_pct
-from nsight.ncu import function_base_name
 
 # Only kernels below half of that practical ceiling are worth a finding.
 LOW_EFFICIENCY_PCT = 40.0
@@ -30,7 +30,7 @@ def roofline_lost_ms(kernel_ms: float, achieved_pct: float) -> float:
 def _low_points(roof: dict) -> tuple[str, ...]:
     """The largest placed points (kernels or ops) below half of the practical roofline, by time."""
     low = [k for k in roof.get("kernels") or [] if (k.get("achieved_pct_of_attainable") or 0) < LOW_EFFICIENCY_PCT]
-    return tuple(function_base_name(str(k["name"])) for k in sorted(low, key=lambda k: -(k.get("time_ms") or 0))[:3])
+    return tuple(kernel_label(str(k["name"])) for k in sorted(low, key=lambda k: -(k.get("time_ms") or 0))[:3])
 
 
 def roofline_advice(ctx: Context, roof: dict, achieved: float) -> list[Suggestion]:
