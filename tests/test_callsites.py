@@ -29,7 +29,8 @@ OPS_SCRIPT = REPO / "tests" / "scripts" / "callsite_ops.py"
 # `nsys profile --help` of nsys 2025.3.1 on the H200 box (GPU call A, session 3).
 H200_HELP = (FIXTURES / "h200_nsys_2025.3.1_profile_help.txt").read_text()
 # data_pageable_h2d under nsys 2025.3.1 with --python-sampling, exported by `nsys profile --export sqlite`
-# (call A; trimmed): 1 kHz sampling marks whose payloads the export left out.
+# (call A; trimmed to the window of its kernels, unreferenced strings dropped): 1 kHz sampling marks whose
+# payloads the export left out.
 NO_BLOBS_EXPORT = FIXTURES / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
 # `python3 -c PROGRAM` under nsys 2025.3.1 --python-sampling, exported with --include-blobs=true (the
 # callsites probe, benchmarks/probe/python_samples_export.sh; trimmed to the samples of its loop).
