@@ -194,16 +194,22 @@ CAPTURES = FIXTURES / "planted"
 PLANTED_SCRIPTS = REPO / "benchmarks" / "planted"
 
 
+# Where a `# PLANTED` comment sits over a block, the block's last line (the rest of each script is the
+# model's ordinary training step).
+PLANTED_BLOCK_ENDS = {"cpu_numpy_augment": "augmented[i] = (image - MEAN) / STD",
+                      "cpu_roundtrip": "hard = torch.from_numpy", "cpu_tensors_then_moved": "t = torch.randint"}
+
+
 def _planted_lines(name: str) -> set[int]:
-    """The script's planted lines: those marked `# PLANTED`, and a marked comment's block below it."""
+    """The script's planted lines: those marked `# PLANTED`, and the block under a marked comment."""
     lines = (PLANTED_SCRIPTS / f"{name}.py").read_text().splitlines()
     planted = set()
     for number, text in enumerate(lines, 1):
         if "# PLANTED" not in text:
             continue
-        if text.lstrip().startswith("#"):  # a comment over a block: the block, up to the next blank line
-            block = range(number + 1, len(lines) + 1)
-            planted |= set(next((block[:i] for i, n in enumerate(block) if not lines[n - 1].strip()), block))
+        if text.lstrip().startswith("#"):
+            last = next(n for n in range(number + 1, len(lines) + 1) if PLANTED_BLOCK_ENDS[name] in lines[n - 1])
+            planted |= set(range(number + 1, last + 1))
         else:
             planted.add(number)
     return planted
