@@ -292,7 +292,8 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded)
     for finding in findings:
-        finding["callsites"] = _for_finding(finding, sampled, stacked, samples, paths)
+        finding["callsites"] = (_graph_break_callsites(profiles[0], paths) if finding["id"] == "compile.graph_breaks"
+                                else _for_finding(finding, sampled, stacked, samples, paths))
     if sampled.samples.empty and stacked.op_callsites.empty:
         analysis.setdefault("limitations", []).append(_missing_note(profiles))
 
@@ -315,8 +316,6 @@ def _evidence_ops(finding: dict) -> set[str]:
 def _for_finding(finding: dict, profile: Profile, stacked: Profile, samples: _Samples,
                  paths: _Paths) -> list[dict]:
     finding_id = finding["id"]
-    if finding_id == "compile.graph_breaks":
-        return _graph_break_callsites(profile, paths)
     if finding_id in FINDING_OPS:
         placed = _op_callsites(stacked, _evidence_ops(finding) or FINDING_OPS[finding_id], paths)
         if placed:

@@ -29,7 +29,8 @@ OPS_SCRIPT = REPO / "tests" / "scripts" / "callsite_ops.py"
 # `nsys profile --help` of nsys 2025.3.1 on the H200 box (GPU call A, session 3).
 H200_HELP = (FIXTURES / "h200_nsys_2025.3.1_profile_help.txt").read_text()
 # data_pageable_h2d under nsys 2025.3.1 with --python-sampling, exported by `nsys profile --export sqlite`
-# (call A; trimmed): 1 kHz sampling marks whose payloads the export left out.
+# (call A; trimmed to the window of its kernels, unreferenced strings dropped): 1 kHz sampling marks whose
+# payloads the export left out.
 NO_BLOBS_EXPORT = FIXTURES / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
 # `python3 -c PROGRAM` under nsys 2025.3.1 --python-sampling, exported with --include-blobs=true (the
 # callsites probe, benchmarks/probe/python_samples_export.sh; trimmed to the samples of its loop).
@@ -183,3 +184,78 @@ def test_sample_stacks_decode_from_the_exported_payloads():
     assert lines.most_common(1)[0][0] == PROBE_LOOP_LINE and lines[PROBE_LOOP_LINE] > 0.9 * len(program.line)
     assert Counter(f for f, line in zip(program.function, program.line)
                    if line == PROBE_LOOP_LINE).most_common(1)[0][0] == "<module>"
+
+
+# -- planted scripts whose cause is one line, run through `hybrid run --mode nsys` on the H200 ------------
+# (GPU calls C/D of session 3, benchmarks/jobs/s3_callsites.tsv; Python sampling at 1 kHz, the report
+# exported with its payloads). tests/fixtures/callsites/planted/NAME/job.log has the exact command.
+
+CAPTURES = FIXTURES / "planted"
+PLANTED_SCRIPTS = REPO / "benchmarks" / "planted"
+
+
+# Where a `# PLANTED` comment sits over a block, the block's last line (the rest of each script is the
+# model's ordinary training step).
+PLANTED_BLOCK_ENDS = {"cpu_numpy_augment": "augmented[i] = (image - MEAN) / STD",
+                      "cpu_roundtrip": "hard = torch.from_numpy", "cpu_tensors_then_moved": "t = torch.randint"}
+
+
+def _planted_lines(name: str) -> set[int]:
+    """The script's planted lines: those marked `# PLANTED`, and the block under a marked comment."""
+    lines = (PLANTED_SCRIPTS / f"{name}.py").read_text().splitlines()
+    planted = set()
+    for number, text in enumerate(lines, 1):
+        if "# PLANTED" not in text:
+            continue
+        if text.lstrip().startswith("#"):
+            last = next(n for n in range(number + 1, len(lines) + 1) if PLANTED_BLOCK_ENDS[name] in lines[n - 1])
+            planted |= set(range(number + 1, last + 1))
+        else:
+            planted.add(number)
+    return planted
+
+
+@pytest.fixture(scope="module")
+def planted_results() -> dict[str, dict]:
+    return {path.name: analyze_run_dir(path / "run") for path in sorted(CAPTURES.iterdir())}
+
+
+@pytest.mark.parametrize("name", ["sync_item_per_microstep", "cpu_numpy_augment", "data_pageable_h2d"])
+def test_the_primary_finding_points_at_the_planted_line(planted_results, name):
+    results = planted_results[name]
+    primary = results["diagnosis"]["primary_bottleneck"]
+    top = primary["callsites"][0]
+    assert top["file"] == f"{name}.py" and top["line"] in _planted_lines(name), (primary["id"], top)
+    script_lines = (PLANTED_SCRIPTS / f"{name}.py").read_text().splitlines()
+    assert top["source_line"] == script_lines[top["line"] - 1].strip() and top["function"] == "<module>"
+    assert 40 < top["share_pct"] <= 100 and len(primary["callsites"]) <= 3
+    shares = [c["share_pct"] for c in primary["callsites"]]
+    assert shares == sorted(shares, reverse=True) and sum(shares) <= 100.1
+    assert not any(n.startswith(("no callsites", NO_STACKS_NOTE)) for n in results["limitations"])
+
+
+def test_the_sync_finding_points_at_the_item_call(planted_results):
+    findings = {f["id"]: f for f in planted_results["sync_item_per_microstep"]["diagnosis"]["bottlenecks"]}
+    top = findings["sync.per_step"]["callsites"][0]
+    assert "loss.item()" in top["source_line"] and top["line"] in _planted_lines("sync_item_per_microstep")
+    # Device-side findings have no host line.
+    assert all(f["callsites"] == [] for f in findings.values() if f["category"] in ("OCCUPANCY", "MEMORY_HIERARCHY"))
+
+
+def test_helper_modules_show_relative_to_the_scripts_folder(planted_results):
+    sites = [c for f in planted_results["sync_item_per_microstep"]["diagnosis"]["bottlenecks"]
+             for c in f["callsites"]]
+    sampler = next(c for c in sites if c["function"] == "next_indices")
+    assert sampler["file"] == "_planted.py" and sampler["path"].endswith("/benchmarks/planted/_planted.py")
+
+
+def test_the_terminal_and_html_show_the_planted_line(planted_results):
+    from hybrid.report.html_report import render_html
+    from hybrid.report.terminal import render_terminal
+
+    results = planted_results["data_pageable_h2d"]
+    line = next(iter(_planted_lines("data_pageable_h2d") - {24}))
+    # Under the finding, the top line and its source (wrapped at the report's width).
+    assert f"at data_pageable_h2d.py:{line}  images =" in render_terminal(results, color=False)
+    page = render_html(results)
+    assert f"at <code>data_pageable_h2d.py:{line}</code>" in page and page.count('<ul class="callsites">') >= 1
