@@ -74,7 +74,7 @@ def _inject_facts(run: RunDir, notes: list[str] | None = None) -> dict:
     pass is preferred since it ran the full measured window. A damaged inject.json is skipped and said."""
     for name in ("torch", "nsys", "plain", "ncu"):
         if notes is not None and run.inject_damaged(name):
-            notes.append(f"{run.path / name / 'inject.json'} is damaged (not a JSON object): the facts "
+            notes.append(f"{run.path / name / 'inject.json'} cannot be read as a JSON object: the facts "
                          "it records (batch size, peak memory, configuration) are left out")
     for name in ("torch", "nsys", "plain", "ncu"):
         inject = run.read_inject(name)

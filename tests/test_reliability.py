@@ -245,6 +245,18 @@ def test_a_truncated_torch_trace_beside_an_intact_export_and_csv_is_analyzed_wit
     assert any("torch trace" in w and "trace.json.gz" in w and "without it" in w for w in results["warnings"])
 
 
+def test_damaged_inject_and_run_json_are_left_out_and_named(h200_run):
+    (h200_run / "torch" / "inject.json").write_text('{"outcome": "step_limit", "batch_si')  # cut off
+    run_json = json.loads((h200_run / "run.json").read_text())
+    run_json["mode_reasons"] = "not a list"
+    (h200_run / "run.json").write_text(json.dumps(run_json))
+    done = hybrid("report", str(h200_run), "--json")
+    assert done.returncode == 0, done.stderr
+    warnings = json.loads(done.stdout)["warnings"]
+    assert any("torch/inject.json" in w and "cannot be read" in w for w in warnings)
+    assert any("run.json" in w and "mode_reasons" in w and "left out" in w for w in warnings)
+
+
 def _trace_with(h200_run: Path, change) -> None:
     trace = h200_run / "torch" / "trace.json.gz"
     raw = json.loads(gzip.decompress(trace.read_bytes()))
