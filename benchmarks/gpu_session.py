@@ -25,7 +25,12 @@ from pathlib import Path
 
 # nsys export tables hybrid never reads; dropping them keeps committed fixtures small.
 _KEEP_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU", "META_DATA_EXPORT",
-                  "OSRT_API", "PROFILER_OVERHEAD", "ENUM_", "TARGET_INFO_CUDA", "PROCESSES", "ThreadNames")
+                  "OSRT_API", "PROFILER_OVERHEAD", "ENUM_", "TARGET_INFO_CUDA", "PROCESSES", "ThreadNames",
+                  # the declared layout of the Python samples' payloads (sql/python_sample_layout.sql)
+                  "NVTX_PAYLOAD_SCHEMA")
+
+
+KEEP_TABLES = "KEEP_TABLES"
 
 
 def trim_export(path: Path) -> None:
@@ -80,7 +85,9 @@ def _size(path: Path) -> int:
 
 def pack(root: Path, target: Path) -> None:
     for export in root.rglob("*.sqlite"):
-        trim_export(export)
+        # A job that needs every table (sampling, callchains) leaves KEEP_TABLES in its folder.
+        if not any((parent / KEEP_TABLES).exists() for parent in export.parents if root in parent.parents):
+            trim_export(export)
     # Reports are the collectors' own files (tens of MB each, cubins inside); hybrid reads the SQLite
     # export and the counters CSV made from them.
     for report in [*root.rglob("*.nsys-rep"), *root.rglob("*.ncu-rep")]:
