@@ -35,8 +35,9 @@ RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-# Result columns of the sql/ queries that hold text; every other column holds numbers (or NULL).
+# Result columns of the sql/ queries that hold text, and bytes; every other column holds numbers (or NULL).
 TEXT_COLUMNS = frozenset({"name", "text", "value", "sync_type", "domain"})
+BLOB_COLUMNS = frozenset({"payload"})  # NVTX extended payloads (Python sample stacks)
 
 # The big tables (kernels, runtime calls, copies, memsets) are read concurrently; the target box for
 # `hybrid report` has two cores.
@@ -153,8 +154,8 @@ class NsysExport:
         for index, row in enumerate(rows):
             for column, value in zip(columns, row):
                 if value is not None and not _fits_column(column, value):
-                    raise self._damaged(name, f"record {index} has {column} {value!r:.40}, not "
-                                              f"{'text' if column in TEXT_COLUMNS else 'a number'}")
+                    kind = "text" if column in TEXT_COLUMNS else "bytes" if column in BLOB_COLUMNS else "a number"
+                    raise self._damaged(name, f"record {index} has {column} {value!r:.40}, not {kind}")
         return pd.DataFrame.from_records(rows, columns=columns)
 
     def columns(self, name: str, params: dict | None = None,
@@ -223,6 +224,8 @@ class NsysExport:
 def _fits_column(column: str, value: object) -> bool:
     if column in TEXT_COLUMNS:
         return isinstance(value, str)
+    if column in BLOB_COLUMNS:
+        return isinstance(value, bytes)
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
