@@ -409,7 +409,8 @@ def _write_page(path: Path, page: str) -> None:
     try:
         write_file(path, page)
     except OutputError as error:
-        _stderr(f"warning: report.html not saved ({error.cause}); the report is on stdout only")
+        reason = error.__cause__.strerror if isinstance(error.__cause__, OSError) else error.cause
+        _stderr(f"warning: could not write {path}: {reason}; the report is printed only")
         return
     _stderr(f"wrote {path}")
 
