@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,8 @@ def run_one(script: Path, mode: str, run_dir: Path, *, warmup: int, steps: int, 
             timeout_s: float) -> dict:
     """Profile one script; never raises for a failing script, returns what happened instead."""
     command = hybrid_command(script, mode, run_dir, warmup, steps)
+    # hybrid never reuses a run directory: a rerun of the suite replaces this script's previous one.
+    shutil.rmtree(run_dir, ignore_errors=True)
     env = dict(os.environ)
     if device:
         env[DEVICE_ENV] = device

@@ -1,6 +1,7 @@
 """The command line. Commands only parse options and call into the package; a HybridError becomes
 its exit code here and nowhere else (DESIGN.md: 0 done, 1 finding at/above --fail-on, 2 usage or
-unreadable input, 3 workload failed, 4 profiler failed, 130 interrupted)."""
+unreadable input, 3 workload failed, 4 profiler failed, 130 interrupted, 128 + N stopped by SIGTERM
+or SIGHUP)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ from pathlib import Path
 
 import typer
 
-from hybrid.errors import EXIT_FINDING_AT_OR_ABOVE, HybridError, UsageError
-
-EXIT_INTERRUPTED = 130
+from hybrid.errors import EXIT_FINDING_AT_OR_ABOVE, EXIT_INTERRUPTED, HybridError, Terminated, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_show_locals=False,
@@ -66,6 +65,9 @@ def _stderr(text: str) -> None:
 def handles_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from hybrid.signals import install_stop_handlers
+
+        install_stop_handlers()
         try:
             return command(*args, **kwargs)
         except HybridError as error:
@@ -74,6 +76,9 @@ def handles_errors(command: Callable) -> Callable:
         except KeyboardInterrupt:
             _stderr("interrupted: stopped the workload; what was gathered so far is kept in the run directory")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Terminated as stop:
+            _stderr(f"terminated: {stop}; nothing already written was lost")
+            raise typer.Exit(stop.exit_code) from None
 
     return wrapper
 
@@ -82,24 +87,44 @@ def _default_out(stem: str) -> Path:
     return Path("hybrid-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _save_reports(results: dict, run_dir: Path, written: list[str], *, html: bool, include_paths: bool) -> None:
+    """results.json, report.txt (and report.html) in the run directory, each name added to `written`
+    once saved; the results.json a previous analysis left is kept as results.N.json first. Raises
+    OutputError."""
+    from hybrid.files import keep_numbered_copy, write_file
+    from hybrid.report.json_report import write_results
+    from hybrid.report.terminal import render_terminal
+
+    kept = keep_numbered_copy(run_dir / "results.json", "results", ".json")
+    if kept is not None:
+        written.append(kept.name)
+    write_results(results, run_dir / "results.json")
+    written.append("results.json")
+    write_file(run_dir / "report.txt", render_terminal(results, verbose=True, color=False))
+    written.append("report.txt")
+    if html:
+        from hybrid.report.html_report import render_html
+
+        write_file(run_dir / "report.html", render_html(results, include_paths=include_paths))
+        written.append("report.html")
+
+
 def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, verbose: bool,
           include_paths: bool, fail_on: Severity | None, location: Path | None = None) -> None:
     """Write results.json (and report.txt / report.html) into the run directory, print the report,
-    and exit 1 when a finding reaches --fail-on."""
-    from hybrid.report.json_report import results_to_json, write_results
-    from hybrid.report.terminal import print_report, render_terminal
+    and exit 1 when a finding reaches --fail-on. A run directory that cannot be written (read-only,
+    full) still gets its report printed, with a warning that it was not saved."""
+    from hybrid.errors import OutputError
+    from hybrid.report.json_report import results_to_json
+    from hybrid.report.terminal import print_report
 
+    written: list[str] = []
     if run_dir is not None:
-        previous = run_dir / "results.json"
-        if previous.exists():
-            # Re-analysis replaces the document but never loses the one it replaces.
-            previous.replace(run_dir / "results.previous.json")
-        write_results(results, run_dir / "results.json")
-        (run_dir / "report.txt").write_text(render_terminal(results, verbose=True, color=False))
-        if html:
-            from hybrid.report.html_report import render_html
-
-            (run_dir / "report.html").write_text(render_html(results, include_paths=include_paths))
+        try:
+            _save_reports(results, run_dir, written, html=html, include_paths=include_paths)
+        except OutputError as error:
+            saved = f"only {', '.join(written)} saved" if written else "nothing saved"
+            _stderr(f"warning: {saved} in {run_dir} ({error.cause}); the report is on stdout only")
     if as_json:
         sys.stdout.write(results_to_json(results) + "\n")
     else:
@@ -107,8 +132,9 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
 
         print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
                      location=str(location or run_dir) if (location or run_dir) is not None else None)
-        if run_dir is not None:
-            _stderr(f"run directory: {run_dir}  (results.json{', report.html' if html else ''})")
+        if "results.json" in written:
+            shown = ", ".join(name for name in written if name in ("results.json", "report.html"))
+            _stderr(f"run directory: {run_dir}  ({shown})")
     _fail_on(results, fail_on)
 
 
@@ -140,6 +166,10 @@ def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: 
         except KeyboardInterrupt:
             _stderr(f"interrupted: partial run kept in {orchestrator.run_dir.path}")
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Terminated as stop:
+            _stderr(f"terminated: {stop}: the workload's process group was sent {stop.name} and stopped; "
+                    f"partial run kept in {orchestrator.run_dir.path}")
+            raise typer.Exit(stop.exit_code) from None
     results = analyze_run_dir(orchestrator.run_dir.path)
     _emit(results, run_dir=orchestrator.run_dir.path, as_json=as_json, html=html, verbose=verbose,
           include_paths=include_paths, fail_on=fail_on)
@@ -230,9 +260,10 @@ def run(
     argv = [script, *(args or [])]
     launcher = _torchrun_argv(argv)
     stem = Path(launcher[-1] if launcher else script).stem
-    options = RunOptions(out_dir=out or _default_out(stem), mode=mode.value, warmup=warmup,
-                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels,
-                         callsites=callsites, torch_stacks=torch_stacks, whole_run=whole_run)
+    options = RunOptions(out_dir=out or _default_out(stem), unique_out_dir=out is None, mode=mode.value,
+                         warmup=warmup, steps=steps, nvtx_modules=nvtx_modules, baseline=baseline,
+                         ncu_kernels=ncu_kernels, callsites=callsites, torch_stacks=torch_stacks,
+                         whole_run=whole_run)
     if launcher is not None or nproc_per_node is not None:
         _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
                      verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)
@@ -266,6 +297,11 @@ def diagnose(
     fail_on: Severity | None = FailOnOpt,
 ) -> None:
     """Diagnose a built-in workload: `hybrid diagnose --model resnet50 --batch-size 32 --steps 50`."""
+    # Checked here, not left to the workload: a bad value would otherwise run defaults silently, or
+    # fail inside the script with the reason buried in its console.log.
+    for flag, value, example in (("--steps", steps, 20), ("--batch-size", batch_size, 32)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example")
     from hybrid.models import MODEL_NAMES, cpu_defaults
     from hybrid.orchestrate import RunOptions, Target
 
@@ -273,6 +309,7 @@ def diagnose(
         raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")
     if device is None:
         device = "cuda" if _cuda_available() else "cpu"
+    _check_device(device)
     if device == "cpu":
         shrunk = cpu_defaults(model)
         given = {"batch_size": batch_size, "steps": steps, "warmup": warmup}
@@ -293,8 +330,9 @@ def diagnose(
     if batch_size:
         model_args += ["--batch-size", str(batch_size)]
     target = Target(argv=["hybrid.models", *model_args], is_module=True)
-    options = RunOptions(out_dir=out or _default_out(model), mode=mode.value, warmup=warmup, steps=steps,
-                         nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
+    options = RunOptions(out_dir=out or _default_out(model), unique_out_dir=out is None, mode=mode.value,
+                         warmup=warmup, steps=steps, nvtx_modules=nvtx_modules, baseline=baseline,
+                         ncu_kernels=ncu_kernels)
     _profile_and_report(target, options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
                         include_paths=include_paths, fail_on=fail_on, model=model)
 
@@ -304,7 +342,8 @@ def diagnose(
 def report(
     path: Path = typer.Argument(..., help="a run directory, an nsys .sqlite export made elsewhere, or a results.json"),
     ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) of the same program, "
-                                    "to add hardware counters to an nsys export"),
+                                    "to add hardware counters to an nsys export; with a run directory, used "
+                                    "instead of its own ncu/counters.csv"),
     step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
     rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
@@ -320,6 +359,8 @@ def report(
 
     if not path.exists():
         raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
+    if ncu is not None and not ncu.is_file():
+        raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
     if path.is_file() and path.suffix == ".json":
         # Nothing to re-analyze: the document is shown as it was written.
         _render_saved(_complete(_load_results(path), path), html_path=path.with_suffix(".report.html") if html else None,
@@ -335,7 +376,10 @@ def report(
 
             if rank is not None:
                 run_dir = rank_path(path, rank)
-                results = analyze_run_dir(run_dir, step_range=step_range)
+                results = analyze_run_dir(run_dir, step_range=step_range, ncu_csv=ncu)
+            elif ncu is not None:
+                raise UsageError(f"{path} is a multi-process run: --ncu counters belong to one rank's kernels",
+                                 "add --rank N to analyze that rank with them")
             else:
                 results = analyze_job(path)
         else:
@@ -349,10 +393,8 @@ def report(
                               as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
                               location=str(path))
                 return
-            results = analyze_run_dir(path, step_range=step_range)
+            results = analyze_run_dir(path, step_range=step_range, ncu_csv=ncu)
     else:
-        if ncu is not None and not ncu.is_file():
-            raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
         results = analyze_export(path, ncu_csv=ncu, step_range=step_range)
         run_dir = None
         if html:
@@ -365,12 +407,14 @@ def report(
 
 def _write_page(path: Path, page: str) -> None:
     """Write an HTML page beside its input; where that is not writable, say so and go on with the report."""
-    from hybrid.rundir import write_atomic
+    from hybrid.errors import OutputError
+    from hybrid.files import write_file
 
     try:
-        write_atomic(path, page)
-    except OSError as error:
-        _stderr(f"warning: could not write {path}: {error.strerror or error}; the report is printed only")
+        write_file(path, page)
+    except OutputError as error:
+        reason = error.__cause__.strerror if isinstance(error.__cause__, OSError) else error.cause
+        _stderr(f"warning: could not write {path}: {reason}; the report is printed only")
         return
     _stderr(f"wrote {path}")
 
@@ -412,15 +456,17 @@ def _load_results(path: Path) -> dict:
     import json
 
     target = path / "results.json" if path.is_dir() else path
+    fix = "re-create it with `hybrid report RUN_DIR`"
     try:
-        document = json.loads(target.read_text())
+        document = json.loads(target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
     except IsADirectoryError:
         raise UsageError(f"{target} is a directory", "pass a run directory holding results.json") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"{target} is not a results.json document: {error}",
-                         "re-create it with `hybrid report RUN_DIR`") from None
+    except OSError as error:
+        raise UsageError(f"cannot read {target}: {error.strerror or error}", "check the path") from None
+    except (ValueError, RecursionError) as error:
+        raise UsageError(f"{target} is not a results.json document: {error}", fix) from None
     if not isinstance(document, dict):
         raise UsageError(f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
                          "not an object", "pass the results.json that `hybrid run` or `hybrid report` wrote")
@@ -496,6 +542,15 @@ def doctor(as_json: bool = JsonOpt) -> None:
         sys.stdout.write(json.dumps(facts, indent=1) + "\n")
     else:
         sys.stdout.write(render_doctor(facts))
+
+
+def _check_device(device: str) -> None:
+    kind, _, index = device.partition(":")
+    if kind not in ("cuda", "cpu") or (index and (kind == "cpu" or not index.isdigit())):
+        raise UsageError(f"unsupported device {device!r}", "use --device cuda (or cuda:N) or --device cpu")
+    if kind == "cuda" and not _cuda_available():
+        raise UsageError(f"--device {device} was asked for but torch sees no CUDA device on this machine",
+                         "run on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu")
 
 
 def _cuda_available() -> bool:

@@ -7,6 +7,9 @@ EXIT_FINDING_AT_OR_ABOVE = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad usage or unreadable input
 EXIT_WORKLOAD_FAILED = 3  # the user's script itself failed
 EXIT_PROFILER_FAILED = 4  # a profiler failed and nothing could be analyzed
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+# hybrid itself stopped by SIGTERM or SIGHUP: 128 + the signal number, as a shell reports it (143, 129).
+EXIT_SIGNAL_BASE = 128
 
 
 class HybridError(Exception):
@@ -39,9 +42,29 @@ class InputError(HybridError):
     exit_code = EXIT_USAGE
 
 
+class OutputError(UsageError):
+    """A file hybrid writes cannot be written: no space left, no permission, not a directory."""
+
+
 class WorkloadError(HybridError):
     exit_code = EXIT_WORKLOAD_FAILED
 
 
 class ProfilerError(HybridError):
     exit_code = EXIT_PROFILER_FAILED
+
+
+class Terminated(BaseException):
+    """hybrid was sent SIGTERM or SIGHUP (a CI cancel, a scheduler, `timeout`): raised in the main thread
+    like KeyboardInterrupt, so a running pass is stopped and what it gathered is kept. Exit 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"hybrid received {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SIGNAL_BASE + self.signum

@@ -6,7 +6,7 @@
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
 under `python -m`), its own directory first on sys.path, and the caller's cwd. The process exits
 with the script's status: 0 when stopped at the step limit, 1 (traceback printed) when it raised,
-its own code on SystemExit, 130 on Ctrl-C. OUT/inject.json is written in every case.
+its own code on SystemExit, 130 on Ctrl-C, SIGTERM or SIGHUP. OUT/inject.json is written in every case.
 
 This module imports only the standard library and hybrid.stepping (no pandas): it runs inside
 every profiled process, before the user's code.
@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import signal
 import sys
 import traceback
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from hybrid import run_config
 from hybrid.errors import EXIT_USAGE, HybridError
@@ -70,6 +71,27 @@ def _frame_file(tb: TracebackType) -> str:
     return filename if filename.startswith("<") else os.path.abspath(filename)
 
 
+def _interrupt_on_signal(_signum: int, _frame: FrameType | None) -> None:
+    from hybrid.stepping import active_session
+
+    # Once only: a second signal must not cut the writing of the trace and inject.json short.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_IGN)
+    session = active_session()
+    if session is not None and session.finishing:
+        return
+    raise KeyboardInterrupt
+
+
+def _stop_like_ctrl_c() -> None:
+    """SIGTERM and SIGHUP (hybrid passes them on when it is stopped) end the script as Ctrl-C does, so
+    what was measured is written. A handler already installed (rank_inject's, the script's own
+    later) is left alone."""
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(stop) is signal.SIG_DFL:
+            signal.signal(stop, _interrupt_on_signal)
+
+
 def _run_target(target: str, as_module: bool) -> None:
     if as_module:
         # alter_sys: argv[0] becomes the module's file and __main__ is that module, as under `python -m`.
@@ -105,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message(), file=sys.stderr)
         return exc.exit_code
 
+    _stop_like_ctrl_c()
     sys.argv = [target, *target_args]
     if not args.module:
         # As `python script.py` does: the script's directory replaces this injector's path entry.

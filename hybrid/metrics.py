@@ -756,8 +756,9 @@ def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, 
         if value is not None:
             out[name] = Metric(value, unit, src)
     out.update(_gemm_tensor_pipe(c, weights, kernel_classes(profile, c["name"], peaks)))
-    dram = c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)
-    if c["dram_read_bytes"].notna().any():
+    dram = c["dram_read_bytes"] + c["dram_write_bytes"]
+    # A kernel's n/a read as 0 bytes would pass a partial sum off as the measured total.
+    if dram.notna().all() and c["duration_ns"].notna().all():
         out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
         # Bytes and duration of each replayed launch, counted as often as its kernel runs in a step.
         launches = per_step["launches"]
@@ -772,7 +773,7 @@ def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, 
     for p, v in by_precision.items():
         out[f"ncu_tensor_flops_{p}"] = Metric(v, "FLOP", src)
     for col in ("fp64_flops", "fp32_flops", "fp16_flops", "tensor_flops"):
-        if c[col].notna().any():
+        if c[col].notna().all():
             out[f"ncu_{col}"] = Metric(float(c[col].sum()), "FLOP", src)
     return out
 

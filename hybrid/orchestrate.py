@@ -11,6 +11,7 @@ with no nsys, the run stops and says how to mark steps or ask for --whole-run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -24,8 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hybrid import __version__
-from hybrid.errors import ProfilerError, UsageError, WorkloadError
+from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
+from hybrid.files import output_error
 from hybrid.rundir import RunDir
+from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
 
 MODES = ("auto", "hybrid", "nsys", "torch")
@@ -37,6 +40,10 @@ CHEAP_PLAIN_PASS_S = 60.0
 # Steps the default plain pass measures: enough for a mean step time, as its only output is that.
 SHORT_PLAIN_STEPS = 10
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
+# How long a pass may take to close its trace after a stop signal before its group is killed.
+STOP_GRACE_S = 20.0
+# What a process prints when a write fails for want of space (errno 28, EDQUOT, errno 27 under ulimit -f).
+NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
 @dataclass
@@ -68,6 +75,8 @@ class RunOptions:
     torch_stacks: bool = False  # the torch pass records operators' Python stacks (with_stack)
     whole_run: bool = False  # every pass captures the whole script as one range (asked for explicitly)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # out_dir is a default name (not --out): a taken one gets a -2, -3, ... suffix instead of an error.
+    unique_out_dir: bool = False
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -78,12 +87,15 @@ class RunOptions:
             raise UsageError(f"--steps must be at least 1 (got {self.steps})", "pass --steps 20, for example")
         if self.warmup < 0:
             raise UsageError(f"--warmup cannot be negative (got {self.warmup})", "pass --warmup 5, for example")
+        if self.ncu_kernels < 1:
+            raise UsageError(f"--ncu-kernels must be at least 1 (got {self.ncu_kernels})",
+                             "pass --ncu-kernels 12, for example, or --mode nsys to skip ncu")
 
 
 @dataclass
 class PassResult:
     name: str
-    status: str  # ok | failed | skipped | interrupted
+    status: str  # ok | failed | skipped | interrupted (Ctrl-C) | terminated (SIGTERM, SIGHUP)
     wall_s: float = 0.0
     returncode: int | None = None
     message: str = ""
@@ -110,13 +122,57 @@ def _quiet(_name: str, _event: str, _detail: str) -> None:
     return None
 
 
+class _Pump:
+    """Copies a pass's output to its console.log and the progress view. The pipe is drained whatever
+    happens to the log: a full disk must never block the workload on a full pipe; the failed write is
+    kept for the orchestrator to report."""
+
+    def __init__(self, progress: Progress, name: str) -> None:
+        self.progress = progress
+        self.name = name
+        self.log_error: OSError | None = None
+        self.no_space_line: str | None = None  # a line of the pass's own output saying it ran out of space
+
+    def run(self, child: subprocess.Popen, log) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if self.log_error is None:
+                try:
+                    log.write(line)
+                except OSError as error:
+                    self.log_error = error
+            if self.no_space_line is None and any(text in line for text in NO_SPACE_TEXT):
+                self.no_space_line = line
+            if line.startswith(PROGRESS_PREFIX):
+                self.progress(self.name, "step", line[len(PROGRESS_PREFIX):].strip())
+            else:
+                self.progress(self.name, "line", line.rstrip("\n"))
+        try:
+            log.flush()
+        except OSError as error:
+            self.log_error = self.log_error or error
+
+
+@contextlib.contextmanager
+def _closing_quietly(log, pump: _Pump):
+    """Close the console log; a failed final flush (a full disk) is the pump's to report, not a crash."""
+    try:
+        yield log
+    finally:
+        try:
+            log.close()
+        except OSError as error:
+            pump.log_error = pump.log_error or error
+
+
 class Orchestrator:
     def __init__(self, target: Target, options: RunOptions, progress: Progress = _quiet) -> None:
         options.validate()
         self.target = target
         self.options = options
         self.progress = progress
-        self.run_dir = RunDir.create(options.out_dir)
+        self._check_target()  # before the run directory exists: a typo leaves nothing behind
+        self.run_dir = RunDir.create(options.out_dir, unique=options.unique_out_dir)
         self.passes: list[PassResult] = []
         self.mode_reasons: list[str] = []
         self._child: subprocess.Popen | None = None
@@ -126,6 +182,9 @@ class Orchestrator:
         if self.target.is_module:
             return
         script = Path(self.target.argv[0])
+        if script.is_dir():
+            raise UsageError(f"{script} is a directory, not a script",
+                             "pass the Python file to run, e.g. hybrid run train.py")
         if not script.is_file():
             raise UsageError(f"script not found: {script}",
                              "check the path (it is resolved from the current directory)")
@@ -184,22 +243,28 @@ class Orchestrator:
         self.progress(name, "start", note)
         started = time.monotonic()
         result = PassResult(name=name, status="ok", command=argv)
-        with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+        pump = _Pump(self.progress, name)
+        try:
+            log = open(log_path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+        except OSError as error:
+            raise output_error(log_path, error) from error
+        with _closing_quietly(log, pump):
             # A new process group, so Ctrl-C here reaches the whole tree (nsys/ncu and the script).
             self._child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            env=self._env(), start_new_session=True, text=True,
                                            errors="replace", bufsize=1)
-            reader = threading.Thread(target=self._pump, args=(name, self._child, log), daemon=True)
+            reader = threading.Thread(target=pump.run, args=(self._child, log), daemon=True)
             reader.start()
             try:
                 result.returncode = self._child.wait()
-            except KeyboardInterrupt:
-                self._interrupt_child()
+            except (KeyboardInterrupt, Terminated) as stop:
+                self._stop_child(stop.signum if isinstance(stop, Terminated) else signal.SIGINT)
                 reader.join(timeout=5)
-                result.status = "interrupted"
+                result.status = "terminated" if isinstance(stop, Terminated) else "interrupted"
+                result.message = str(stop) if isinstance(stop, Terminated) else ""
                 result.wall_s = time.monotonic() - started
                 result.inject = self.run_dir.read_inject(name)
-                self._record(result)
+                self._record_if_possible(result)
                 raise
             reader.join(timeout=10)
         self._child = None
@@ -207,31 +272,42 @@ class Orchestrator:
         result.inject = self.run_dir.read_inject(name)
         if result.returncode != 0:
             result.status = "failed"
+        full = pump.log_error if pump.log_error is not None else pump.no_space_line if result.returncode else None
+        if full is not None:
+            # The disk (or quota, or ulimit -f) ran out: that, not the script, failed the pass.
+            result.status = "failed"
+            detail = full.strerror if isinstance(full, OSError) else f"the pass said: {full.strip()[:200]}"
+            result.message = f"no space left ({detail})"
+            self._record_if_possible(result)
+            raise OutputError(f"no space left on the disk of {self.run_dir.path} during the {name} pass ({detail})",
+                              "free space there (or raise the file-size limit, ulimit -f), or pass --out on "
+                              "another disk; the script was not blocked and has ended",
+                              kept=f"what the passes wrote before the disk filled, in {self.run_dir.path}")
         self.progress(name, "end", result.status)
         return result
 
-    def _pump(self, name: str, child: subprocess.Popen, log) -> None:
-        assert child.stdout is not None
-        for line in child.stdout:
-            log.write(line)
-            if line.startswith(PROGRESS_PREFIX):
-                self.progress(name, "step", line[len(PROGRESS_PREFIX):].strip())
-            else:
-                self.progress(name, "line", line.rstrip("\n"))
-        log.flush()
-
-    def _interrupt_child(self) -> None:
+    def _stop_child(self, signum: int) -> None:
+        """Pass `signum` to the pass's whole process group (collector and workload), so it can close its
+        trace and inject.json; SIGKILL after STOP_GRACE_S, so nothing is left holding the GPU."""
         child = self._child
         if child is None or child.poll() is not None:
             return
         try:
-            os.killpg(child.pid, signal.SIGINT)
-            child.wait(timeout=20)
+            os.killpg(child.pid, signum)
+            child.wait(timeout=STOP_GRACE_S)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                child.wait(timeout=STOP_GRACE_S)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
+
+    def _record_if_possible(self, result: PassResult) -> None:
+        """_record where the run directory may be full: the error being raised matters more."""
+        try:
+            self._record(result)
+        except OutputError:
+            pass
 
     def _record(self, result: PassResult) -> None:
         self.passes = [p for p in self.passes if p.name != result.name] + [result]
@@ -239,9 +315,24 @@ class Orchestrator:
                                      mode_reasons=self.mode_reasons)
 
     def _workload_failure(self, result: PassResult) -> WorkloadError | None:
-        """The user's script itself failed (not the profiler): exit 3, with its traceback."""
+        """The user's script itself failed (not the profiler): exit 3, with its traceback; or it was
+        killed by a signal, or ended in a way that bypassed the injector (os._exit, a hard crash)."""
         inject = result.inject or {}
         outcome = inject.get("outcome")
+        signum = killing_signal(result.returncode, wrapped=result.name in ("nsys", "ncu"), recorded=bool(inject))
+        if signum is not None:
+            return WorkloadError(killed_message(signum, result.name), killed_fix(signum, self.target.display),
+                                 kept=str(self.run_dir.path))
+        if result.inject is None and result.returncode == 0 and result.name in ("plain", "torch"):
+            # Status 0 and no record: the injector never got to write it, so the script left through
+            # os._exit(0) (or exec). Running it again would repeat its side effects for nothing.
+            log = self.run_dir.path / result.name / "console.log"
+            return WorkloadError(
+                f"the workload's process ended (exit status 0) without hybrid's record of the {result.name} pass "
+                "(inject.json): the script called os._exit(), which skips the code that saves the "
+                "measurements; nothing was measured, and the script is not run again",
+                f"end the script normally (return, or sys.exit()) and see {log} for its output",
+                kept=str(self.run_dir.path))
         if outcome == "exception" or (outcome == "completed" and inject.get("exit_code") not in (0, None)):
             tb = (inject.get("traceback") or "").strip()
             cause = f"the workload failed in the {result.name} pass (exit status {inject.get('exit_code')})"
@@ -254,7 +345,6 @@ class Orchestrator:
 
     # -- the passes -------------------------------------------------------------------------------
     def run(self) -> list[PassResult]:
-        self._check_target()
         opts = self.options
         tools = self._tools() if opts.mode != "torch" else {}
         self.run_dir.update_run_json(

@@ -4,10 +4,11 @@ artifacts -> Profile (merged from the passes that ran) -> analyze -> the results
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from hybrid import __version__
-from hybrid.errors import InputError
+from hybrid.errors import InputError, OutputError
 from hybrid.profile import Profile
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
@@ -50,15 +51,32 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
 
 
 def _attach_ncu(profile: Profile, csv_path: Path) -> Profile:
+    """The profile with the CSV's counters attached. Raises InputError when the CSV cannot be read,
+    or when its kernels are none of the profile's (counters of another workload, which would show as
+    `measured (ncu)` over nothing)."""
     from hybrid.ncu_pass import attach_counters
     from nsight.ncu_csv import parse_ncu_csv
 
-    return attach_counters(profile, parse_ncu_csv(csv_path))
+    counters = parse_ncu_csv(csv_path)
+    attached = attach_counters(profile, counters)
+    ncu = attached.extras["ncu"]
+    matched = sum(level in ("launch", "config") for level in ncu["kernel_match"])
+    if len(counters.frame) and matched == 0:
+        raise InputError(f"{csv_path}: none of its {len(counters.frame)} kernel(s) is a kernel of this profile "
+                         "(no kernel name with the same grid and block): the counters come from another workload",
+                         "pass the CSV ncu measured on this workload, or leave --ncu out")
+    # What the reader noticed (metrics missing or n/a, rows skipped, units not understood) is said.
+    attached.warnings += [f"{csv_path.name}: {note}" for note in counters.notes]
+    return attached
 
 
-def _inject_facts(run: RunDir) -> dict:
+def _inject_facts(run: RunDir, notes: list[str] | None = None) -> dict:
     """Facts the injector recorded in the process (peak memory, graph breaks, batch size); the torch
-    pass is preferred since it ran the full measured window."""
+    pass is preferred since it ran the full measured window. A damaged inject.json is skipped and said."""
+    for name in ("torch", "nsys", "plain", "ncu"):
+        if notes is not None and run.inject_damaged(name):
+            notes.append(f"{run.path / name / 'inject.json'} cannot be read as a JSON object: the facts "
+                         "it records (batch size, peak memory, configuration) are left out")
     for name in ("torch", "nsys", "plain", "ncu"):
         inject = run.read_inject(name)
         if inject:
@@ -114,8 +132,8 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     baseline: on the H200 they ran up to 30% slower than measured steps (cuDNN autotuning, allocator
     growth), which would show a collector as negative overhead."""
     rows = []
-    plain_ms = next((p.get("step_time_ms") for p in run_json.get("passes", []) if p["name"] == "plain"), None)
-    for entry in run_json.get("passes", []):
+    plain_ms = next((p.get("step_time_ms") for p in run_json.get("passes") or [] if p["name"] == "plain"), None)
+    for entry in run_json.get("passes") or []:
         inject = run.read_inject(entry["name"]) or {}
         row = dict(entry)
         row["unprofiled_step_time_ms"] = inject.get("unprofiled_step_time_ms")
@@ -182,7 +200,7 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
     return results
 
 
-def _counters_from_report(run: RunDir) -> Path | None:
+def _counters_from_report(run: RunDir, notes: list[str]) -> Path | None:
     """counters.csv from the saved ncu report when the pass left none (ncu stopped before the CSV was
     written): read back with the ncu found on this machine, if any."""
     from nsight import ncu
@@ -191,52 +209,90 @@ def _counters_from_report(run: RunDir) -> Path | None:
     found = ncu.find_ncu() if report.is_file() else None
     if found is None:
         return None
-    ncu.export_counters(found, report, run.path / "ncu" / "counters.csv")
+    try:
+        ncu.export_counters(found, report, run.path / "ncu" / "counters.csv")
+    except OutputError as error:
+        notes.append(f"the counters in {report} were not read back: {error.cause}")
+        return None
     return run.ncu_csv()
 
 
-def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None) -> dict:
-    """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `peer_counters`:
-    an ncu CSV measured in another process running the same kernels (a job's ncu rank), used when the
-    folder has none of its own."""
+def _load_intact(label: str, load: Callable[[], Profile], damaged: list[InputError]) -> Profile | None:
+    """`load()`, or None with the error kept when the artifact is damaged: one bad artifact must not
+    block the analysis of the intact ones."""
+    try:
+        return load()
+    except InputError as error:
+        error.cause = f"{label}: {error.cause}"
+        damaged.append(error)
+        return None
+
+
+def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
+                    ncu_csv: Path | None = None) -> dict:
+    """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `ncu_csv`: counters
+    to use instead of the folder's own (`hybrid report DIR --ncu CSV`); `peer_counters`: an ncu CSV
+    measured in another process running the same kernels (a job's ncu rank), used when the folder has
+    none of its own. A damaged artifact is left out with a warning while another one is intact;
+    InputError when none is."""
     run = RunDir.open(path)
     trace, export = run.torch_trace(), run.nsys_export()
-    csv = run.ncu_csv() or _counters_from_report(run) or peer_counters
     if trace is None and export is None:
         raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
                          "point at a run directory written by `hybrid run`; if a pass failed, its "
                          "console.log in that folder says why")
+    damaged: list[InputError] = []
     torch_profile = nsys_profile = None
     if trace is not None:
         from hybrid.torch_pass import load_torch_trace
 
-        torch_profile = load_torch_trace(trace)
+        torch_profile = _load_intact("torch trace", lambda: load_torch_trace(trace), damaged)
     if export is not None:
         from hybrid.nsys_pass import load_nsys_export
 
-        nsys_profile = load_nsys_export(export, step_range=step_range)
-        if not len(nsys_profile.kernels):
-            if torch_profile is None:
-                raise _no_kernels(export, nsys_profile)
-            # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
-            torch_profile.warnings += nsys_profile.warnings
-            nsys_profile = None
-    return analyze_artifacts(run, torch_profile, nsys_profile, csv)
+        nsys_profile = _load_intact("nsys export", lambda: load_nsys_export(export, step_range=step_range), damaged)
+    if torch_profile is None and nsys_profile is None:
+        if len(damaged) == 1:
+            raise damaged[0]
+        raise InputError("no artifact of this run could be read:\n" + "\n".join(f"  {e.cause}" for e in damaged),
+                         damaged[0].fix)
+    if nsys_profile is not None and not len(nsys_profile.kernels):
+        if torch_profile is None:
+            raise _no_kernels(export, nsys_profile)
+        # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
+        torch_profile.warnings += nsys_profile.warnings
+        nsys_profile = None
+    notes = [f"{error.cause}; analyzed without it" for error in damaged]
+    csv = ncu_csv or run.ncu_csv() or _counters_from_report(run, notes) or peer_counters
+    return analyze_artifacts(run, torch_profile, nsys_profile, csv, notes=notes,
+                             counters_required=ncu_csv is not None)
 
 
 def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
-                      ncu_csv: Path | None, *, baseline_step_ms: float | None = None) -> dict:
+                      ncu_csv: Path | None, *, baseline_step_ms: float | None = None,
+                      notes: list[str] | None = None, counters_required: bool = False) -> dict:
     """The results document from a run directory's loaded profiles (merged in place: pass copies to
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
-    baseline step time is the plain pass's unless given."""
+    baseline step time is the plain pass's unless given. `notes` become warnings. Counters that
+    cannot be attached are left out with a warning, or raise InputError with `counters_required`
+    (the user named the CSV)."""
+    notes = list(notes or [])
     run_json = run.run_json()
     # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
     stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
     profile = merge(torch_profile, nsys_profile)
-    facts = _inject_facts(run)
+    facts = _inject_facts(run, notes)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
+    if ncu_csv is not None and nsys_profile is None and counters_required:
+        raise InputError(f"{ncu_csv} cannot be used: ncu counters are matched to the kernels of an nsys export, "
+                         f"and {run.path} has no readable one", "pass a run directory with nsys/profile.sqlite")
     if ncu_csv is not None and nsys_profile is not None:
-        profile = _attach_ncu(profile, ncu_csv)
+        try:
+            profile = _attach_ncu(profile, ncu_csv)
+        except InputError as error:
+            if counters_required:
+                raise
+            notes.append(f"ncu counters left out: {error.cause}")
     stepped = _step_inject(run, profile)
     workload = {
         "command": run_json.get("command"),
@@ -251,6 +307,7 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
     tools["torch"] = facts.get("torch_version")
     passes = _pass_rows(run_json, run)
+    notes += run.problems
     # How each pass ended, for advice on getting what is missing; a job's rank folder has the job's passes.
     job_passes = run_json.get("passes") or (RunDir(run.path.parent).run_json().get("passes")
                                             if run.path.name.startswith("rank-") else None) or []
@@ -258,7 +315,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
-                              extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
+                              extra_warnings=list(run_json.get("mode_reasons") or [])
+                              + list(facts.get("warnings") or []) + notes,
                               facts=facts, baseline_step_ms=baseline_step_ms,
                               calibration=read_calibration(run.path), script=_script(run_json),
                               stack_profiles=stack_profiles)

@@ -62,6 +62,11 @@ FROM_CONFIG = "run configuration"
 FROM_OP_DTYPE = "op dtype"
 
 
+# The counter columns a kernel's roofline point is computed from.
+WORK_COLUMNS = ("tensor_flops", "fp64_flops", "fp32_flops", "fp16_flops", "dram_read_bytes", "dram_write_bytes",
+                "duration_ns")
+
+
 def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Kernel launches of the steady steps that stand for a profiled kernel (counter row, matched by launch
     or launch configuration as ncu_pass matched them), with their timeline time; and the number of steps."""
@@ -293,9 +298,14 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     if peaks.dram is None:
         return {**empty, "reason": "DRAM bandwidth of this GPU is unknown",
                 "layers_reason": "DRAM bandwidth of this GPU is unknown"}
-    # A kernel is placed from counters only where ncu read both its tensor FLOPs and its DRAM bytes:
-    # a GEMM with no FLOP metric would otherwise sit at AI 0 as if it did no math.
-    counted = profile.counters[profile.counters["tensor_flops"].notna() & profile.counters["dram_read_bytes"].notna()]
+    # A kernel is placed from counters only where ncu read all of its work: a GEMM with no FLOP metric
+    # would sit at AI 0 as if it did no math, a kernel without its write bytes or its duration above
+    # its real rate (an n/a read as 0).
+    counted = profile.counters[profile.counters[list(WORK_COLUMNS)].notna().all(axis=1)]
+    if counted.empty and not profile.counters.empty and profile.ops.empty:
+        lacking = [c for c in WORK_COLUMNS if profile.counters[c].isna().any()]
+        return {**empty, "reason": f"ncu measured no kernel's full work (no value for {', '.join(lacking)})",
+                "layers_reason": "no kernel with all of its work measured by ncu"}
     layers, layers_reason = _layer_block(profile, counted, peaks)
     empty = {**empty, "layers": layers, **({"layers_reason": layers_reason} if layers_reason else {})}
     if not counted.empty:

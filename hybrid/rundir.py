@@ -5,42 +5,86 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from hybrid.errors import InputError, UsageError
+from hybrid.files import is_no_space, output_error, write_file
+from hybrid.jsontypes import NUMBER, text_items, typed_fields
 
 PASS_NAMES = ("plain", "torch", "nsys", "ncu")
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash or a full disk never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    write_file(path, text)
+
+
+# The file that claims a run directory: created exclusively, so two runs never share one.
+CLAIM_FILE = "run.json"
+
+
+def _claim(path: Path) -> bool:
+    """Make `path` this run's directory: True when it was absent or an empty folder and this process
+    created its run.json first; False when it exists with content (another run, or anything else)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.mkdir(parents=True)
+    except FileExistsError:
+        if not path.is_dir() or path.is_symlink() or any(path.iterdir()):
+            return False
+    try:
+        fd = os.open(path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("{}\n")
+    return True
+
+
+# Fields of run.json and inject.json that hybrid reads back, with the JSON types each may hold. A
+# value of another type (a damaged or hand-edited file from someone else) is dropped and named in
+# RunDir.problems, so that the analysis of what is intact goes on and says what it left out.
+RUN_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "command": (str,), "model": (str,), "tools": (dict,), "passes": (list,), "mode_reasons": (list,),
+    "job": (dict,), "options": (dict,), "target": (dict,),
+}
+PASS_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "status": (str,), "step_time_ms": NUMBER, "wall_s": NUMBER, "returncode": (int,),
+    "message": (str,), "command": (list,),
+}
+INJECT_TYPES: dict[str, tuple[type, ...]] = {
+    "outcome": (str,), "exit_code": (int,), "traceback": (str,), "cuda_available": (bool,),
+    "batch_size": (int,), "warmup_steps": (int,), "measured_steps": (int,), "steps_seen": (int,),
+    "peak_memory_bytes": (int,), "memory_capacity_bytes": (int,), "graph_breaks": (int, list),
+    "uses_compile": (bool,), "step_time_ms": NUMBER, "unprofiled_step_time_ms": NUMBER,
+    "torch_version": (str,), "device_name": (str,), "warnings": (list,), "step_source": (str,),
+    "whole_run": (bool,), "window_ns": (int,), "step_end_ns": (list,),
+}
 
 
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.problems: list[str] = []  # damaged fields of run.json / inject.json, left out when read
 
     @classmethod
-    def create(cls, path: Path) -> RunDir:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            probe = path / ".write-test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as error:
-            raise UsageError(f"cannot write the run directory {path}: {error.strerror or error}",
-                             "choose a writable place with --out DIR (and check free disk space)") from error
-        return cls(path)
+    def create(cls, path: Path, *, unique: bool = False) -> RunDir:
+        """A new run directory at `path`, which must not exist or be an empty folder: a run never
+        mixes its artifacts with another's. With `unique` (a default name), `path-2`, `path-3`, ...
+        are tried until one is free, so runs started in the same second each get their own."""
+        candidates = [path] + ([path.with_name(f"{path.name}-{n}") for n in range(2, 1000)] if unique else [])
+        for candidate in candidates:
+            try:
+                if _claim(candidate):
+                    return cls(candidate)
+            except OSError as error:
+                if is_no_space(error):
+                    raise output_error(candidate, error) from error
+                raise UsageError(f"cannot write the run directory {candidate}: {error.strerror or error}",
+                                 "choose a writable place with --out DIR") from error
+        raise UsageError(f"the run directory {path} already exists and is not empty: a run never reuses "
+                         "another's folder (its old artifacts would be analyzed with the new ones)",
+                         "pass a new folder with --out DIR, or leave --out out for a fresh "
+                         "hybrid-runs/NAME-TIME; `hybrid report DIR` re-analyzes an existing one")
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
@@ -59,13 +103,36 @@ class RunDir:
         return target
 
     def run_json(self) -> dict:
+        path = self.path / "run.json"
+        fix = "re-run the workload, or remove run.json to analyze the artifacts alone"
         try:
-            return json.loads((self.path / "run.json").read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise InputError(f"{self.path / 'run.json'} is corrupt: {error}",
-                             "re-run the workload, or remove run.json to analyze the artifacts alone") from error
+        except OSError as error:
+            raise InputError(f"cannot read {path}: {error.strerror or error}", fix) from error
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+            raise InputError(f"{path} is corrupt: {error}", fix) from error
+        if not isinstance(data, dict):
+            raise InputError(f"{path} is corrupt: a JSON {type(data).__name__}, not an object", fix)
+        problems: list[str] = []
+        data = typed_fields(data, RUN_JSON_TYPES, str(path), problems)
+        if data.get("passes") is not None:
+            given = data["passes"]
+            passes = [typed_fields(p, PASS_TYPES, f"{path} passes[{i}]", problems)
+                      for i, p in enumerate(given) if isinstance(p, dict)]
+            data["passes"] = [p for p in passes if p.get("name")]
+            if len(data["passes"]) < len(given):
+                problems.append(f"{path}: {len(given) - len(data['passes'])} pass entries without a name left out")
+        if data.get("mode_reasons") is not None:
+            data["mode_reasons"] = text_items(data["mode_reasons"], f"{path} mode_reasons", problems)
+        if data.get("tools") is not None:
+            data["tools"] = {k: v for k, v in data["tools"].items() if isinstance(v, (str, type(None)))}
+        self._note(problems)
+        return data
+
+    def _note(self, problems: list[str]) -> None:
+        self.problems += [p for p in problems if p not in self.problems]
 
     def update_run_json(self, **fields) -> None:
         data = self.run_json()
@@ -73,11 +140,25 @@ class RunDir:
         write_atomic(self.path / "run.json", json.dumps(data, indent=1, default=str))
 
     def read_inject(self, name: str) -> dict | None:
+        """The pass's inject.json; None when absent or unreadable (inject_damaged tells which)."""
         path = self.path / name / "inject.json"
         try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
             return None
+        if not isinstance(data, dict):
+            return None
+        problems: list[str] = []
+        data = typed_fields(data, INJECT_TYPES, str(path), problems)
+        if data.get("warnings") is not None:
+            data["warnings"] = text_items(data["warnings"], f"{path} warnings", problems)
+        self._note(problems)
+        return data
+
+    def inject_damaged(self, name: str) -> bool:
+        """The pass left an inject.json that cannot be read as one."""
+        path = self.path / name / "inject.json"
+        return path.exists() and self.read_inject(name) is None
 
     def torch_trace(self) -> Path | None:
         for name in ("trace.json", "trace.json.gz"):  # archived runs keep the trace gzipped

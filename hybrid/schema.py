@@ -44,3 +44,4 @@ def missing_keys(results: dict) -> list[str]:
         for j, ev in enumerate(finding.get("evidence", [])):
             missing += [f"diagnosis.bottlenecks[{i}].evidence[{j}].{k}" for k in EVIDENCE_KEYS if k not in ev]
     return missing
+

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from hybrid.errors import InputError
+from hybrid.jsontypes import typed_fields
 from hybrid.metrics import covered, interval_union
 from hybrid.profile import (
     ANNOTATION_PREFIX,
@@ -73,6 +76,11 @@ LAUNCH_APIS = frozenset({
 API_SUFFIX = re.compile(r"(_v\d+)?(_ptsz|_ptds)?$")
 MEMCPY_KIND = re.compile(r"Memcpy (HtoD|DtoH|DtoD|HtoH|PtoP)")
 STEP_NAME = TORCH_STEP_NAME
+# The GPU facts read from a trace's deviceProperties, with the JSON type each must have.
+DEVICE_PROPERTY_TYPES = {
+    "id": (int,), "name": (str,), "numSms": (int,), "totalGlobalMem": (int,), "computeMajor": (int,),
+    "computeMinor": (int,), "maxThreadsPerMultiprocessor": (int,), "warpSize": (int,),
+}
 FIX = "pass the trace.json that torch.profiler wrote (export_chrome_trace), e.g. RUN_DIR/torch/trace.json"
 
 
@@ -106,7 +114,7 @@ def load_torch_trace(path: str | Path) -> Profile:
         ops=ops,
         samples=stack_samples(events),
         op_callsites=op_callsites(events),
-        device=_device_info(raw, kernels),
+        device=_device_info(raw, kernels, warnings),
         step_source=step_source,
         extras={"torch_trace": {key: raw.get(key) for key in (
             "cuda_runtime_version", "cuda_driver_version", "cupti_version", "record_shapes", "with_flops")}},
@@ -127,14 +135,15 @@ def _read_trace(path: Path) -> dict:
     if data[:2] == b"\x1f\x8b":  # gzip magic: torch writes trace.json.gz when asked
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"torch trace {path} is a damaged gzip file: {exc}", FIX) from exc
     try:
         raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"torch trace {path} is not JSON ({exc}); the file may be truncated", FIX) from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
         raise InputError(f"{path} has no `traceEvents` list, so it is not a Chrome trace", FIX)
+    _check_events(path, raw["traceEvents"])
     if "schemaVersion" not in raw and not any(
         isinstance(event, dict) and event.get("cat") in TORCH_CATEGORIES for event in raw["traceEvents"]
     ):
@@ -142,6 +151,44 @@ def _read_trace(path: Path) -> dict:
             f"{path} is a Chrome trace but not one from torch.profiler (no schemaVersion and no "
             "cpu_op/kernel/cuda_runtime events)", FIX)
     return raw
+
+
+def _check_events(path: Path, trace_events: list) -> None:
+    """Every event an object, every complete event timed with numbers: a damaged record is named
+    (file and index) rather than dropped or left to fail somewhere downstream."""
+    for index, event in enumerate(trace_events):
+        if not isinstance(event, dict):
+            raise InputError(f"{path}: traceEvents[{index}] is a JSON {type(event).__name__}, not an event "
+                             f"object: {_excerpt(event)}", FIX)
+        if event.get("ph") != "X":
+            continue
+        for key in ("ts", "dur"):
+            value = event.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InputError(f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has a non-numeric "
+                                 f"{key!r}: {_excerpt(value)}", FIX)
+        args = event.get("args", {})
+        if not isinstance(event.get("name", ""), str) or not isinstance(event.get("cat", ""), str) \
+                or not isinstance(args, dict):
+            raise InputError(f"{path}: traceEvents[{index}] has a `name` or `cat` that is not text or `args` "
+                             f"that is not an object: {_excerpt(event)}", FIX)
+        dims, types = args.get("Input Dims"), args.get("Input type")
+        if (dims is not None and not (isinstance(dims, list) and all(map(_is_dims, dims)))) or (
+                types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types))):
+            raise InputError(f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has malformed "
+                             f"`Input Dims` or `Input type`: {_excerpt(dims)}, {_excerpt(types)}", FIX)
+
+
+def _is_dims(value: object) -> bool:
+    """An operator input's shape as Kineto writes it: a list of sizes, nested for tensor lists."""
+    if isinstance(value, list):
+        return all(map(_is_dims, value))
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _excerpt(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _complete_events(trace_events: list) -> pd.DataFrame:
@@ -433,8 +480,10 @@ def _steps(events: pd.DataFrame, path: Path, warnings: list[str]) -> tuple[pd.Da
     return whole, "whole-capture"
 
 
-def _device_info(raw: dict, kernels: pd.DataFrame) -> DeviceInfo:
-    properties = [p for p in raw.get("deviceProperties") or [] if isinstance(p, dict)]
+def _device_info(raw: dict, kernels: pd.DataFrame, warnings: list[str]) -> DeviceInfo:
+    listed = raw.get("deviceProperties")
+    properties = [typed_fields(p, DEVICE_PROPERTY_TYPES, "the trace's deviceProperties", warnings)
+                  for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict)]
     if not properties:
         return DeviceInfo()
     used = _int_arg(kernels, "device")

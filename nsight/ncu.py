@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybrid.errors import ProfilerError
+from hybrid.files import write_file
 from nsight.locate import find_tool
 from nsight.ncu_metrics import METRICS
 
@@ -270,7 +271,7 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
     log = messages + "\n" if messages else ""
     if console:
         log += f"--- workload and ncu console output ---\n{console}"
-    log_path.write_text(log, encoding="utf-8")
+    write_file(log_path, log)
     output = f"{console}\n{messages}"
     denied = check_counter_permission(output)
     if denied is not None:
@@ -297,7 +298,7 @@ def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
                               text=True, errors="replace", timeout=IMPORT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"reading {report_path.name} back failed: {exc}"
-    csv_path.write_text(proc.stdout, encoding="utf-8")
+    write_file(csv_path, proc.stdout)
     return proc.stderr.strip() if proc.returncode != 0 or not _has_table(proc.stdout) else ""
 
 
@@ -333,7 +334,7 @@ def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str
     except subprocess.TimeoutExpired as exc:
         os.killpg(proc.pid, signal.SIGKILL)
         console, _ = proc.communicate()
-        log_path.write_text(console, encoding="utf-8")
+        write_file(log_path, console)
         raise ProfilerError(f"ncu did not finish within {timeout_s:.0f} s",
                             "select fewer kernels or launches (coverage, cap), or raise the timeout",
                             kept=f"{report_path} and {log_path}") from exc

@@ -65,6 +65,8 @@ class NcuCounters:
 
     frame: pd.DataFrame  # COUNTER_COLUMNS, one row per profiled kernel instance, in ncu's ID order
     missing_metrics: list[str] = field(default_factory=list)  # requested but reported for no kernel
+    # requested, reported for some kernels and n/a (or absent) for others: metric -> kernels lacking it
+    partial_metrics: dict[str, int] = field(default_factory=dict)
     replay_passes: int | None = None  # the most passes any kernel needed; None when not reported
     process_ids: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -124,11 +126,24 @@ def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     return tables
 
 
+def _instance_key(row: list[str], col: dict[str, int], notes: list[str]) -> tuple[int, int] | None:
+    """(process id, ncu id) of a row; None, with a note, when either is not a number (a damaged row)."""
+    pid, ncu_id = parse_number(row[col[PID_COLUMN]]), parse_number(row[col[ID_COLUMN]])
+    if not (math.isfinite(pid) and math.isfinite(ncu_id)):
+        note = "CSV rows whose ID or Process ID is not a number skipped"
+        if note not in notes:
+            notes.append(note)
+        return None
+    return int(pid), int(ncu_id)
+
+
 def _read_long(header: list[str], rows: list[list[str]], wanted: set[str],
                instances: dict[tuple[int, int], _Instance], notes: list[str]) -> None:
     col = {name: i for i, name in enumerate(header)}
     for row in rows:
-        key = (int(parse_number(row[col[PID_COLUMN]])), int(parse_number(row[col[ID_COLUMN]])))
+        key = _instance_key(row, col, notes)
+        if key is None:
+            continue
         inst = instances.get(key)
         if inst is None:
             inst = instances[key] = _Instance(key[1], key[0], row[col[KERNEL_COLUMN]],
@@ -147,7 +162,9 @@ def _read_raw(header: list[str], rows: list[list[str]], wanted: set[str],
         units, rows = rows[0], rows[1:]
     metric_columns = [(name, i) for name, i in col.items() if name in wanted]
     for row in rows:
-        key = (int(parse_number(row[col[PID_COLUMN]])), int(parse_number(row[col[ID_COLUMN]])))
+        key = _instance_key(row, col, notes)
+        if key is None:
+            continue
         inst = instances[key] = _Instance(key[1], key[0], row[col[KERNEL_COLUMN]],
                                           row[col[BLOCK_COLUMN]], row[col[GRID_COLUMN]])
         for metric, i in metric_columns:
@@ -219,12 +236,20 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
 
     missing = [m for m in metrics if not reported(m)]
     if missing:
-        notes.append(f"{len(missing)} requested metric(s) reported for no kernel: {', '.join(missing)}")
+        notes.append(f"{len(missing)} requested metric(s) reported for no kernel ({', '.join(missing)}): "
+                     "the figures that need them are unmeasured")
+    partial = {m: lacking for m in metrics if m not in missing
+               and (lacking := sum(math.isnan(inst.values.get(m, math.nan)) for inst in ordered))}
+    if partial:
+        listed = ", ".join(f"{metric} on {n} of {len(ordered)} kernels" for metric, n in partial.items())
+        notes.append(f"no value (n/a) for {listed}: those kernels' figures that need them are unmeasured "
+                     "(a kernel enters the roofline only with all of its work measured)")
     passes = [inst.values[REPLAY_PASSES] for inst in ordered
               if not math.isnan(inst.values.get(REPLAY_PASSES, math.nan))]
     return NcuCounters(
         frame=frame,
         missing_metrics=missing,
+        partial_metrics=partial,
         replay_passes=int(max(passes)) if passes else None,
         process_ids=sorted({inst.pid for inst in ordered}),
         notes=notes,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybrid.errors import ProfilerError
+from hybrid.files import write_file
 from nsight.locate import find_tool
 
 NSYS_ENV = "HYBRID_NSYS"
@@ -280,11 +281,11 @@ def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_rang
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         if log_path is not None:
-            log_path.write_text(partial)
+            write_file(log_path, partial)
         raise ProfilerError(f"nsys did not finish within {timeout_s:.0f} s",
                             "measure fewer steps or raise the pass timeout",
                             kept=str(log_path) if log_path is not None else None) from exc
     if log_path is not None:
-        log_path.write_text(proc.stdout)
+        write_file(log_path, proc.stdout)
     sqlite_path = check_export(out_base, proc.returncode, proc.stdout, log_path)
     return NsysRun(proc.returncode, proc.stdout, Path(f"{out_base}.nsys-rep"), sqlite_path)

@@ -9,6 +9,7 @@ so they work from a wheel as well as from a checkout.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,10 @@ EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Result columns of the sql/ queries that hold text, and bytes; every other column holds numbers (or NULL).
+TEXT_COLUMNS = frozenset({"name", "text", "value", "sync_type", "domain"})
+BLOB_COLUMNS = frozenset({"payload"})  # NVTX extended payloads (Python sample stacks)
 
 # The big tables (kernels, runtime calls, copies, memsets) are read concurrently; the target box for
 # `hybrid report` has two cores.
@@ -142,7 +147,16 @@ class NsysExport:
         if cursor is None:
             return None
         columns = [d[0] for d in cursor.description]
-        return pd.DataFrame.from_records(cursor.fetchall(), columns=columns)
+        try:
+            rows = cursor.fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(name, str(exc)) from exc
+        for index, row in enumerate(rows):
+            for column, value in zip(columns, row):
+                if value is not None and not _fits_column(column, value):
+                    kind = "text" if column in TEXT_COLUMNS else "bytes" if column in BLOB_COLUMNS else "a number"
+                    raise self._damaged(name, f"record {index} has {column} {value!r:.40}, not {kind}")
+        return pd.DataFrame.from_records(rows, columns=columns)
 
     def columns(self, name: str, params: dict | None = None,
                 connection: sqlite3.Connection | None = None) -> dict[str, np.ndarray] | None:
@@ -152,14 +166,38 @@ class NsysExport:
         if cursor is None:
             return None
         columns = [d[0] for d in cursor.description]
-        row = cursor.fetchone()
-        arrays = {c: np.fromstring(v, dtype=np.int64, sep=",") if v else np.empty(0, np.int64)
-                  for c, v in zip(columns, row)}
+        try:
+            row = cursor.fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(name, str(exc)) from exc
+        arrays = {c: self._integers(name, c, v) for c, v in zip(columns, row)}
         lengths = {len(a) for a in arrays.values()}
         if len(lengths) > 1:
-            raise ValueError(f"sql/{name}.sql returned columns of different lengths {sorted(lengths)}: "
-                             "one of its expressions can be NULL")
+            raise self._damaged(name, "a record has an empty (NULL) value where a number belongs")
         return arrays
+
+    def _integers(self, name: str, column: str, text: object) -> np.ndarray:
+        """One group_concat list as int64; a value that is not an integer is a damaged record, named."""
+        if not text:
+            return np.empty(0, np.int64)
+        text = str(text)
+        try:
+            parsed = np.fromstring(text, dtype=np.int64, sep=",")
+            if len(parsed) == text.count(",") + 1:
+                return parsed
+        except ValueError:
+            pass
+        values = text.split(",")
+        try:
+            return np.array(values, dtype=np.int64)
+        except (ValueError, OverflowError):
+            at, bad = next(((i, v) for i, v in enumerate(values) if not _is_int(v)), (0, text[:40]))
+            raise self._damaged(name, f"record {at} of {', '.join(load_query(name).requires)} has a "
+                                      f"non-numeric {column} {bad[:40]!r}") from None
+
+    def _damaged(self, name: str, what: str) -> InputError:
+        return InputError(f"{self.path} is damaged: sql/{name}.sql: {what}",
+                          "export it again from the .nsys-rep (nsys export --type sqlite)")
 
     def columns_many(self, names: list[str]) -> dict[str, dict[str, np.ndarray] | None]:
         """Several columnar queries at once, each on its own read-only connection in a thread:
@@ -181,6 +219,22 @@ class NsysExport:
             return {}
         found = self.frame("strings", {"ids": unique})
         return {} if found is None else dict(zip(found["id"].astype(int), found["value"]))
+
+
+def _fits_column(column: str, value: object) -> bool:
+    if column in TEXT_COLUMNS:
+        return isinstance(value, str)
+    if column in BLOB_COLUMNS:
+        return isinstance(value, bytes)
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return -2**63 <= int(text) < 2**63
 
 
 def open_export(path: str | Path) -> NsysExport:

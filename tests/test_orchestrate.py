@@ -132,9 +132,11 @@ def test_plain_pass_runs_first_with_baseline_and_not_after_an_expensive_torch_pa
     script = tmp_path / "train.py"
     script.write_text("pass\n")
 
+    runs = iter(range(100))  # a fresh run directory each time: hybrid never reuses one
+
     def passes(**options) -> list[str]:
         patched.calls = []
-        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / str(len(options)), steps=30,
+        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / f"run{next(runs)}", steps=30,
                                                        **options)).run()
         return [(c[c.index("--pass") + 1], c[c.index("--steps") + 1]) for c in patched.calls]
 

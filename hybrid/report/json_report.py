@@ -7,10 +7,9 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
-from hybrid.errors import UsageError
+from hybrid.files import write_file
 from hybrid.report.safe_text import escape_json_text
 
 
@@ -60,25 +59,5 @@ def results_to_json(results: dict) -> str:
 
 
 def write_results(results: dict, path: str | os.PathLike) -> Path:
-    """Write results.json atomically (temporary file in the same directory, then rename)."""
-    target = Path(path)
-    text = results_to_json(results)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Closed by the `with handle` below; opened here so a failure to create it is told apart.
-        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, prefix=f".{target.name}.",  # noqa: SIM115
-                                             suffix=".tmp", delete=False)
-    except OSError as error:
-        raise UsageError(f"cannot write {target}: {error.strerror or error}",
-                         "choose an output directory you can write to") from error
-    try:
-        with handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, target)
-    except OSError as error:
-        Path(handle.name).unlink(missing_ok=True)
-        raise UsageError(f"cannot write {target}: {error.strerror or error}",
-                         "check free disk space and permissions of the output directory") from error
-    return target
+    """Write results.json atomically (hybrid.files: temporary file, then rename; never through a link)."""
+    return write_file(path, results_to_json(results), durable=True)
