@@ -83,7 +83,13 @@ def stacked_trace(tmp_path_factory) -> Path:
 
 
 def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_trace):
-    calls = load_torch_trace(stacked_trace).op_callsites
+    profile = load_torch_trace(stacked_trace)
+    # The recorded Python calls read as samples too (every 100 us): the loop's lines, each on its thread.
+    sampled = profile.samples.dropna(subset=["file"])
+    assert len(sampled) and set(sampled["file"].map(lambda f: Path(f).name)) == {OPS_SCRIPT.name}
+    assert set(sampled["line"]) <= set(range(1, len(OPS_SCRIPT.read_text().splitlines()) + 1))
+    assert (profile.samples["end_ns"] - profile.samples["start_ns"] == 100_000).all()
+    calls = profile.op_callsites
     for op, marker in (("aten::item", "CALLSITE: item"), ("aten::randn", "CALLSITE: randn")):
         rows = calls[calls["op"] == op]
         assert len(rows) == 1, rows
