@@ -125,3 +125,19 @@ def test_overlapped_collectives_never_slow_the_step_and_it_still_waits_for_them(
 def test_unknown_fix_kind_is_refused():
     with pytest.raises(ValueError, match="unknown fix kind"):
         apply(_graph("occ_few_row_softmax"), Fix("teleport", ""))
+
+
+def test_a_device_bound_multi_stream_step_passes_a_gemm_speedup_on():
+    # resnet50 b32 fp32 (4 streams, cuDNN's side streams): the device bounds the step, so shorter
+    # GEMM/conv kernels shorten it; ops held back by waits the export does not name must follow
+    # their predecessors, not stay pinned to their measured start.
+    graph = build_graph(load_nsys_export(Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50" / "nsys"
+                                         / "profile.sqlite"))
+    fixed = apply(graph, Fix("faster_gemms", "", {"speedup": 2.0, "precisions": ("fp32",)}))
+    halved_ms = (graph.d_dur - fixed.d_dur).sum() / len(graph.step_ids) / 1e6
+    base = replay_step(graph).step_time_ms
+    saved = base - replay_step(fixed).step_time_ms
+    # The host's own pace (every kernel instant) is the floor the faster device runs into.
+    host_floor = replay_step(apply(graph, Fix("faster_kernels", "", {"saved_ns_per_step": 1e12}))).step_time_ms
+    assert halved_ms > 10 and host_floor < base - 5
+    assert saved == pytest.approx(min(halved_ms, base - host_floor), rel=0.15)

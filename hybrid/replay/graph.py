@@ -41,9 +41,10 @@ KERNEL, MEMCPY, MEMSET = 0, 1, 2
 # A constraint within this of the measured start is taken to have bound it (CUPTI timestamps of
 # back-to-back kernels on one stream are 0.5-2 us apart on the H200).
 BIND_SLACK_NS = 2_000
-# An op that started this soon after an op on another stream ended waited for it (event waits
-# resolve in a few microseconds); a later start is left to the launch.
-CROSS_STREAM_MAX_NS = 20_000
+# An op held back past its launch and its stream waited for the op on another stream that ended
+# last before it started, if that was at most this long before (event waits resolve in 5-30 us on
+# the H200: resnet50's cuDNN side streams start 25 us after the main stream's batch-norm kernel).
+CROSS_STREAM_MAX_NS = 1_000_000
 # A host call that returned this soon after a device op ended, and took far longer than the same
 # API usually does, waited for that op (a launch on a full queue, cudaFree, a pageable copy).
 WAKE_MAX_NS = 50_000
@@ -277,9 +278,14 @@ def build_graph(profile: Profile) -> ReplayGraph:
     d_dgap = np.zeros(n_ops)
     if len(stream_ids) > 1:
         _cross_stream_deps(np.flatnonzero(~explained), d_stream, d_start, d_end, len(stream_ids), d_dep, d_dgap)
+    # The constraint that bound an op is the one that allowed it last (closest below its start): it
+    # keeps the measured gap. An op held back longer than any constraint explains (a wait nothing in
+    # the export records) is tied to the latest of them, so it still moves with what it follows.
+    c_dep = np.where(d_dep >= 0, d_end[np.clip(d_dep, 0, None)], -np.inf)
+    binding = np.argmax(np.stack([r_launch, r_stream, c_dep]), axis=0)
+    launch_binds, stream_binds = binding == 0, binding == 1
+    d_dep[binding != 2] = -1
     has_dep = d_dep >= 0
-    launch_binds = ~has_dep & ((r_launch >= r_stream) | ~explained)
-    stream_binds = ~has_dep & ~launch_binds
     d_lat = np.where(launch_binds, launch_slack, np.minimum(launch_latency, launch_slack)).astype(float)
     d_sgap = np.where(stream_binds, stream_slack, np.minimum(stream_gap, np.where(has_prev, stream_slack, 0))
                       ).astype(float)
