@@ -141,3 +141,19 @@ def test_a_device_bound_multi_stream_step_passes_a_gemm_speedup_on():
     host_floor = replay_step(apply(graph, Fix("faster_kernels", "", {"saved_ns_per_step": 1e12}))).step_time_ms
     assert halved_ms > 10 and host_floor < base - 5
     assert saved == pytest.approx(min(halved_ms, base - host_floor), rel=0.15)
+
+
+@pytest.mark.parametrize("name", ["cpu_numpy_augment", "graph_breaks", "healthy_pipelined_input", "tc_fp16_unaligned"])
+def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
+    from hybrid.pipeline import analyze_run_dir
+    from hybrid.replay.choose import choose
+
+    results = analyze_run_dir(PLANTED / name / "run")
+    graph = _graph(name)
+    base = replay_step(graph).step_time_ms
+    for finding in results["diagnosis"]["bottlenecks"]:
+        choice = choose(finding, graph)
+        assert (choice.fix is None) == bool(choice.reason), finding["id"]
+        if choice.fix is not None:
+            assert choice.fix.basis
+            assert replay_step(apply(graph, choice.fix)).step_time_ms <= base * 1.001, finding["id"]
