@@ -31,8 +31,9 @@ from hybrid.replay.predict import replay_findings
 from hybrid.rundir import RunDir
 
 DEFAULT_CAPTURES = REPO / "tests" / "fixtures" / "planted"
-# resnet50 b32 fp32 capture; plain_<precision>/inject.json and calibration.json sit beside it.
+# resnet50 b32 fp32 capture, and a folder with plain_<precision>/inject.json and calibration.json for it.
 DEFAULT_PRECISION_RUN = REPO / "tests" / "fixtures" / "runs" / "h200-resnet50"
+DEFAULT_PRECISION_DATA = REPO / "tests" / "fixtures" / "runs" / "h200-resnet50-precision"
 PRECISION_FIXES = {"tf32": "tf32", "bf16-amp": "bf16"}
 DEFAULT_OUT = HERE / "results"
 TOLERANCE = 0.20
@@ -84,7 +85,7 @@ def evaluate(capture: Path, entry: dict) -> dict:
     }
 
 
-def precision_rows(run_path: Path) -> list[dict]:
+def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
     """resnet50 fp32 -> TF32 and -> bf16 autocast: the fp32 capture replayed with the GEMM/conv
     speedups measured on the GPU, fitted to the plain fp32 step, against the plain runs of each."""
     from hybrid.nsys_pass import load_nsys_export
@@ -94,9 +95,9 @@ def precision_rows(run_path: Path) -> list[dict]:
     from hybrid.replay.simulate import replay_step
     from hybrid.replay.transforms import Fix, apply, host_scaled
 
-    calibration, plain = _calibration(run_path), {}
+    calibration, plain = _calibration(data_path), {}
     for precision in ("fp32", *PRECISION_FIXES):
-        path = run_path / f"plain_{precision}" / "inject.json"
+        path = data_path / f"plain_{precision}" / "inject.json"
         if path.is_file():
             plain[precision] = json.loads(path.read_text())["step_time_ms"]
     if calibration is None or "fp32" not in plain:
@@ -168,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--captures", type=Path, nargs="+", default=[DEFAULT_CAPTURES])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--precision-run", type=Path, default=DEFAULT_PRECISION_RUN,
-                        help="an fp32 run directory with plain_<precision>/inject.json and calibration.json")
+                        help="an fp32 run directory (resnet50 b32) to replay with TF32 and bf16")
+    parser.add_argument("--precision-data", type=Path, default=DEFAULT_PRECISION_DATA,
+                        help="its plain_<precision>/inject.json passes and calibration.json")
     args = parser.parse_args(argv)
     manifest = load_manifest()
     captures = sorted((c for root in args.captures for c in root.iterdir()
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(evaluate(capture, manifest[capture.name]))
     command = shlex.join(["python", "benchmarks/evaluate_replay.py", *(argv if argv is not None else sys.argv[1:])])
     args.out.mkdir(parents=True, exist_ok=True)
-    precision = precision_rows(args.precision_run)
+    precision = precision_rows(args.precision_run, args.precision_data)
     (args.out / "replay_planted.json").write_text(
         json.dumps({"command": command, "rows": rows, "precision": precision}, indent=1) + "\n")
     (args.out / "replay_planted.md").write_text(render(rows, command, precision))
