@@ -150,6 +150,17 @@ COUNTER_COLUMNS = {
     "sm_clock_hz": "float64",
 }
 
+# Python stacks sampled on the host (nsys --python-sampling), one row per sample, reduced to the
+# sample's first frame in the user's own code, leaf first (nsight.python_frames): file, line and
+# function, file None and line -1 when the stack has no such frame. A sample stands for
+# [start_ns, end_ns), up to the thread's next sample. tid is the OS thread id, as in `launches`.
+SAMPLE_COLUMNS = {"start_ns": "int64", "end_ns": "int64", "tid": "int64", "file": "object", "line": "int64",
+                  "function": "object"}
+
+# Where the user's code called each torch operator (torch pass with Python stacks): host time of the
+# operator's calls per user line. `op` is the operator name as in `ops`.
+OP_CALLSITE_COLUMNS = {"op": "object", "file": "object", "line": "int64", "function": "object", "ns": "int64"}
+
 FRAME_COLUMNS = {
     "steps": STEP_COLUMNS,
     "kernels": KERNEL_COLUMNS,
@@ -161,6 +172,8 @@ FRAME_COLUMNS = {
     "layers": LAYER_COLUMNS,
     "counters": COUNTER_COLUMNS,
     "api_calls": API_CALL_COLUMNS,
+    "samples": SAMPLE_COLUMNS,
+    "op_callsites": OP_CALLSITE_COLUMNS,
 }
 
 
@@ -210,11 +223,17 @@ class Profile:
     layers: pd.DataFrame = field(default_factory=lambda: empty_frame(LAYER_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
     api_calls: pd.DataFrame = field(default_factory=lambda: empty_frame(API_CALL_COLUMNS))
+    samples: pd.DataFrame = field(default_factory=lambda: empty_frame(SAMPLE_COLUMNS))
+    op_callsites: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_CALLSITE_COLUMNS))
     device: DeviceInfo = field(default_factory=DeviceInfo)
     sources: dict[str, str] = field(default_factory=dict)
     # How steps were found: "nvtx:hybrid" (our injector), "nvtx:<NAME>" (--step-range), "pattern",
-    # "whole-capture", "torch:annotation".
+    # "periodicity", "steady-window", "whole-capture", "torch:annotation". A loader that inferred the
+    # steps says what one step is, how sure it is (high | medium | low) and why.
     step_source: str = "none"
+    step_unit: str | None = None
+    step_confidence: str | None = None
+    step_reason: str | None = None
     # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
     extras: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
