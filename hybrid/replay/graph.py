@@ -295,6 +295,13 @@ def build_graph(profile: Profile) -> ReplayGraph:
     h_wait, h_wait_op, h_wait_stream, h_wake, h_cost = _host_waits(
         api, api_names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids,
         calls["sync_stream"].to_numpy(np.int64), source, is_call, ops["kind"].to_numpy(), ops["pinned"].to_numpy())
+    stream_syncs = is_call & (np.array([_sync_kind(str(name)) for name in api_names])[api] == WAIT_STREAM)
+    named_stream = np.full(n, -1, np.int64)
+    named_stream[is_call] = calls["sync_stream"].to_numpy(np.int64)[source[is_call]]
+    unnamed = int((stream_syncs & (named_stream < 0)).sum())
+    if unnamed:
+        notes.append(f"{unnamed} stream synchronizations have no synchronization record naming their stream "
+                     "(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION); they are replayed as waits for the whole device")
 
     graph = ReplayGraph(
         origin_ns=origin, h_kind=kinds, h_start=start.astype(float), h_end=end.astype(float), h_api=api,

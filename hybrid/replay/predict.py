@@ -81,6 +81,8 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
         return
     base = replay_step(graph)
     timing["replay_step_time_ms"] = base.step_time_ms
+    analysis.setdefault("limitations", []).extend(
+        f"Replay: {note}." for note in graph.notes if "replayed as" in note)
     step_ms = timing.get("step_time_ms") or base.step_time_ms
     plain_graph, plain_base_ms, host_scale = None, None, None
     if baseline_step_ms:
