@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Re-analyzes the committed H200 resnet50 capture into examples/resnet50 with the current code, and takes
+# Re-analyzes a committed H200 resnet50 capture (default: h200-resnet50-default, session 3, --precision default) into examples/resnet50 with the current code, and takes
 # the screenshot of its report.html (headless Chromium, .ci/install-browser.sh) when chromium is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r tests/fixtures/runs/h200-resnet50 "$tmp/run"
+cp -r "tests/fixtures/runs/${1:-h200-resnet50-default}" "$tmp/run"
 # Run from the scratch folder so the report names the run directory as `run`, not a temporary path.
 (cd "$tmp" && NO_COLOR=1 COLUMNS=100 PYTHONPATH="$repo" python -m hybrid report run --html --verbose > /dev/null \
   && NO_COLOR=1 COLUMNS=100 PYTHONPATH="$repo" python -m hybrid report run | sed "s/ *$//" > run/report-default.txt)

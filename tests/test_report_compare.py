@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.pipeline import analyze_run_dir
-from hybrid.report.compare import compare_results, gate, regressed, render_compare
+from hybrid.report.compare import compare_results, gate, render_compare
 from hybrid.report.html_report import render_compare_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +67,7 @@ def test_a_slower_candidate_beyond_the_spread_fails_the_gate(resnet_runs):
     fixed = slower["diagnosis"]["bottlenecks"].pop(0)
     diff = compare_results(base, slower)
     assert diff["step_time_ms"]["delta_pct"] == pytest.approx(20.0) and diff["step_time_ms"]["verdict"] == "slower"
-    assert regressed(diff, 10.0) and not regressed(diff, 25.0)
+    assert gate(diff, 10.0) is not None and gate(diff, 25.0) is None
     assert "above the 10% threshold" in gate(diff, 10.0)
     assert [f["id"] for f in diff["findings"]["resolved"]] == [fixed["id"]]
     assert f"Resolved: [{fixed['severity']}] {fixed['title']}" in render_compare(diff)

@@ -9,6 +9,7 @@ import copy
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,9 +51,10 @@ def test_a_collector_that_slowed_the_step_is_said():
 def test_low_step_confidence_is_said_and_its_absence_tolerated(resnet):
     assert "confidence" not in render_terminal(resnet, color=False)
     unsure = copy.deepcopy(resnet)
-    unsure["workload"].update(step_source="periodicity", step_confidence=0.55, step_unit="one launch sequence")
-    text = " ".join(render_terminal(unsure, color=False).split())
-    assert "warning: steps found by periodicity with 55% confidence (one step = one launch sequence)" in text
+    unsure["workload"].update(step_source="periodicity", step_confidence="low", step_reason="no marks, no optimizer")
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", render_html(unsure))).split())
+    assert "warning: steps found by periodicity with low confidence (no marks, no optimizer)" in text
+    assert "warning: steps found by periodicity" in " ".join(render_terminal(unsure, color=False).split())
 
 
 def test_not_measured_placeholders_are_limitations_not_bottlenecks():

@@ -4,7 +4,6 @@ compose by applying them in turn."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,8 +15,6 @@ from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
 # A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
 # (hybrid.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
 HOST_WORK_GAP_NS = 100_000
-FP32_CONV_ENGINE = re.compile(r"wgrad_alg|dgrad_alg|fft2d_|fft_|winograd|implicit_convolve|convolve_.*float",
-                              re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -36,19 +33,13 @@ def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
 
 
 def _gemm_mask(graph: ReplayGraph, precisions: tuple[str, ...]) -> np.ndarray:
-    """GEMM and convolution kernels of the given precisions. cuDNN's fp32 convolution engines that
-    are no GEMM by name (wgrad_alg0_engine, fft2d_*, winograd) are fp32 convolutions too: with TF32
-    on, cuDNN replaces them by tensor-core kernels (resnet50 b32 on the H200: 5.7 ms of wgrad a step
-    in fp32, none with TF32), and a calibration times the whole convolution either way."""
-    from hybrid.metrics import kernel_precision
+    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.precision: cuDNN's
+    fp32 convolution engines such as wgrad_alg0_engine and fft2d_* count as fp32 convolutions)."""
+    from hybrid.precision import matmul_precision
 
     names = pd.Series(graph.d_name, dtype="category")
-    precision = kernel_precision(names).to_numpy(object)
-    chosen = np.isin(precision, precisions)
-    if "fp32" in precisions:
-        conv = np.array([bool(FP32_CONV_ENGINE.search(n)) for n in names.cat.categories] + [False])
-        chosen |= pd.isna(precision) & conv[names.cat.codes.to_numpy()]
-    return (graph.d_kind == KERNEL) & chosen & _in_steps(graph, graph.d_step)
+    precision = matmul_precision(names).to_numpy(object)
+    return (graph.d_kind == KERNEL) & np.isin(precision, precisions) & _in_steps(graph, graph.d_step)
 
 
 def faster_gemms(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
@@ -164,12 +155,10 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """Back-to-back elementwise kernels on one stream in one step become one kernel (torch.compile):
     the chain keeps 1/n of its time and its other launches and their dispatch gaps go."""
-    from hybrid.metrics import ELEMENTWISE_KERNEL, REDUCE_KERNEL
+    from hybrid.precision import elementwise_mask
 
     names = pd.Series(graph.d_name, dtype="category")
-    flags = np.array([bool(ELEMENTWISE_KERNEL.search(n)) and not REDUCE_KERNEL.search(n)
-                      for n in names.cat.categories] + [False])
-    elementwise = flags[names.cat.codes.to_numpy()] & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
+    elementwise = elementwise_mask(names) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
     out = graph.copy(copy_arrays=("d_dur", "d_lat", "d_sgap", "h_gap", "h_cost"))
     for s in range(graph.n_streams):
         idx = np.flatnonzero(graph.d_stream == s)

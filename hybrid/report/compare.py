@@ -204,11 +204,6 @@ def gate(diff: dict, pct: float) -> str | None:
     return None
 
 
-def regressed(diff: dict, pct: float) -> bool:
-    """True when the gate fails (see `gate`)."""
-    return gate(diff, pct) is not None
-
-
 def _delta(change: dict, unit: str) -> str:
     text = f"{format_value(change['a'], unit)} -> {format_value(change['b'], unit)}"
     if change.get("delta_pp") is not None:
@@ -229,8 +224,8 @@ def _step_line(diff: dict) -> str:
 
 
 def compare_lines(diff: dict) -> list[tuple[str, str]]:
-    """The comparison as (kind, text) lines: kind is "warning", "heading", "item" or "note". The text and
-    HTML renderers lay these out."""
+    """The comparison as (kind, text) lines: kind is "warning", "item" (step time, utilization, roofline),
+    "finding", "heading", "kernel" or "note". The text and HTML renderers lay these out."""
     diff = escape_strings(diff)
     lines = [("warning", "WARNING: " + d + ": the comparison does not say whether a change helped")
              for d in diff["workload"]["differences"]]
@@ -242,13 +237,13 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
                   f"{_delta(diff['roofline']['achieved_pct_of_attainable'], '%')}")))
     findings = diff["findings"]
     for label, key in (("Resolved", "resolved"), ("New", "new")):
-        lines += [("item", f"{label}: [{f['severity']}] {f['title']} ({f['id']})") for f in findings[key]]
+        lines += [("finding", f"{label}: [{f['severity']}] {f['title']} ({f['id']})") for f in findings[key]]
     for f in findings["unchanged"]:
-        lines.append(("item", (f"Still present: [{f['severity_a']} -> {f['severity_b']}] {f['title']} ({f['id']}), "
+        lines.append(("finding", (f"Still present: [{f['severity_a']} -> {f['severity_b']}] {f['title']} ({f['id']}), "
                       f"time lost {_delta(f['time_lost_ms'], 'ms')} [estimated]")))
     for side, other in (("b", "B"), ("a", "A")):
         for f in findings[f"not_checked_in_{side}"]:
-            lines.append(("item", (f"Not checked in {other}: [{f['severity']}] {f['title']} ({f['id']}): run "
+            lines.append(("finding", (f"Not checked in {other}: [{f['severity']}] {f['title']} ({f['id']}): run "
                           f"{other} lacks {', '.join(f['missing'])}")))
     if diff["top_kernels"]:
         lines.append(("heading", "Top kernels (time per step):"))

@@ -553,18 +553,27 @@ def render_timeline_html(results: dict) -> str:
 
 
 def render_compare_html(diff: dict, labels: tuple[str, str] = ("A", "B"), *, include_paths: bool = False) -> str:
-    """The comparison of two runs (hybrid.report.compare) as one HTML page: the same lines as the text."""
+    """The comparison of two runs (hybrid.report.compare) as one HTML page: the lines of the text comparison,
+    laid out as tables (what changed, findings by status, top kernels)."""
     w = _Writer(include_paths)
-    parts, kernels = [], []
+    warnings, summary, findings, kernels, notes = [], [], [], [], []
     for kind, text in compare_lines(diff):
         if kind == "warning":
-            parts.append(f'<p class="delta-warning">{w.text(text)}</p>')
+            warnings.append(f'<p class="delta-warning">{w.text(text)}</p>')
+        elif kind == "item":
+            label, _, rest = text.partition(": ")
+            summary.append(f"<tr><td>{w.text(label)}</td><td>{w.text(rest)}</td></tr>")
+        elif kind == "finding":
+            status, _, rest = text.partition(": ")
+            findings.append(f"<tr><td><b>{w.text(status)}</b></td><td>{w.text(rest)}</td></tr>")
         elif kind == "kernel":
-            kernels.append(f"<li><code>{w.text(text.strip())}</code></li>")
-        elif kind == "heading":
-            continue
-        else:
-            parts.append(f'<p class="muted">{w.text(text)}</p>' if kind == "note" else f"<p>{w.text(text)}</p>")
+            name, _, change = text.strip().rpartition(": ")
+            kernels.append(f'<tr><td><code>{w.text(name)}</code></td><td class="num">{w.text(change)}</td></tr>')
+        elif kind == "note":
+            notes.append(f'<p class="muted">{w.text(text)}</p>')
     body = (f"<p>A (baseline): <code>{w.text(labels[0])}</code><br>B (candidate): <code>{w.text(labels[1])}</code></p>"
-            + "".join(parts) + (f"<h2>Top kernels (time per step)</h2><ul>{''.join(kernels)}</ul>" if kernels else ""))
+            + "".join(warnings) + f'<table class="summary">{"".join(summary)}</table>'
+            + (f'<h2>Findings</h2><table class="summary">{"".join(findings)}</table>' if findings else "")
+            + (f"<h2>Top kernels (time per step, A -> B)</h2><table>{''.join(kernels)}</table>" if kernels else "")
+            + "".join(notes))
     return _page("hybrid compare", body, w)

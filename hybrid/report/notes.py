@@ -28,6 +28,7 @@ class Note:
     kind: str  # "warning" or "limitation"
     text: str
     changes_reading: bool
+    topic: str = ""  # "steps" for the note on how steps were found (the terminal's header says it too)
 
 
 def _steps(results: dict) -> list[Note]:
@@ -40,8 +41,9 @@ def _steps(results: dict) -> list[Note]:
         return []
     shown = format_pct(100 * confidence) + "%" if is_number(confidence) else str(confidence)
     unit = f" (one step = {workload['step_unit']})" if workload.get("step_unit") else ""
-    return [Note("warning", f"steps found by {source or 'an unknown method'} with {shown} confidence{unit}: "
-                 "per-step figures rest on that split", True)]
+    why = f" ({workload['step_reason']})" if workload.get("step_reason") else ""
+    return [Note("warning", f"steps found by {source or 'an unknown method'} with {shown} confidence{unit}{why}: "
+                 "per-step figures rest on that split", True, topic="steps")]
 
 
 def _collectors(results: dict) -> list[Note]:
