@@ -157,3 +157,19 @@ def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
         if choice.fix is not None:
             assert choice.fix.basis
             assert replay_step(apply(graph, choice.fix)).step_time_ms <= base * 1.001, finding["id"]
+
+
+def test_resnet50_tf32_and_bf16_predictions_from_the_gpus_own_speedups():
+    # Calibration and plain passes measured on the H200 in one call (tests/fixtures/runs/h200-resnet50-precision/
+    # job.log): the fp32 capture, replayed with the measured conv speedups, against plain TF32 and bf16 runs.
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("evaluate_replay", root / "benchmarks" / "evaluate_replay.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = {r["fix"]: r for r in module.precision_rows(module.DEFAULT_PRECISION_RUN, module.DEFAULT_PRECISION_DATA)}
+    assert set(rows) == {"tf32", "bf16-amp"}
+    for row in rows.values():
+        assert row["speedup"] > 2 and "measured on this GPU (NVIDIA H200" in row["basis"]
+        assert row["predicted_ms"] == pytest.approx(row["realized_ms"], rel=0.20)

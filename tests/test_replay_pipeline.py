@@ -70,7 +70,7 @@ def test_a_calibration_file_in_the_run_replays_the_tf32_finding(tmp_path):
     after = analyze_run_dir(run)
     fp32 = next(f for f in after["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
     assert fp32["time_lost_method"] == "replay"
-    assert "5400.0 -> 1800.0 us" in fp32["replay"]["basis"] and "3.00x" in fp32["replay"]["basis"]
+    assert "5,400 -> 1,800 µs" in fp32["replay"]["basis"] and " 3x " in fp32["replay"]["basis"]
     # The loop queues a whole step of GEMMs ahead of the device: two thirds of their time comes off the step.
     gemm_ms = next(e["value"] for e in fp32["evidence"] if e["label"] == "FP32 GEMM time per step")
     assert fp32["time_lost_ms"] == pytest.approx(gemm_ms * 2 / 3, rel=0.05)
