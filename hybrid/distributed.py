@@ -300,7 +300,8 @@ def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, li
     out = []
     for f in findings:
         entry = f.to_dict()
-        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"]}))
+        # The job's own communication findings are closed forms, not replayed.
+        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"], "time_lost_method": "model"}))
         out.append(entry)
     return findings, out
 
