@@ -129,23 +129,24 @@ class ReplayGraph:
         return replace(self, **arrays, **changes)
 
 
-def _device_ops(profile: Profile) -> pd.DataFrame:
+def _device_ops(profile: Profile, step_ids: np.ndarray) -> pd.DataFrame:
+    """Kernels, copies and memsets of the given steps, as one frame."""
     frames = []
-    k = profile.kernels
+    k = profile.kernels[profile.kernels["step"].isin(step_ids)]
     if len(k):
         frames.append(pd.DataFrame({
             "kind": KERNEL, "start_ns": k["start_ns"].to_numpy(np.int64), "end_ns": k["end_ns"].to_numpy(np.int64),
             "stream": k["stream"].to_numpy(np.int64), "correlation": k["correlation"].to_numpy(np.int64),
             "step": k["step"].to_numpy(np.int64), "name": k["name"].astype(str).to_numpy(object),
             "bytes": np.zeros(len(k), np.int64), "pinned": np.full(len(k), None, object)}))
-    c = profile.memcpys
+    c = profile.memcpys[profile.memcpys["step"].isin(step_ids)]
     if len(c):
         frames.append(pd.DataFrame({
             "kind": MEMCPY, "start_ns": c["start_ns"].to_numpy(np.int64), "end_ns": c["end_ns"].to_numpy(np.int64),
             "stream": c["stream"].to_numpy(np.int64), "correlation": c["correlation"].to_numpy(np.int64),
             "step": c["step"].to_numpy(np.int64), "name": ("memcpy " + c["kind"].astype(str)).to_numpy(object),
             "bytes": c["bytes"].to_numpy(np.int64), "pinned": c["host_pinned"].to_numpy(object)}))
-    m = profile.memsets
+    m = profile.memsets[profile.memsets["step"].isin(step_ids)]
     if len(m):
         frames.append(pd.DataFrame({
             "kind": MEMSET, "start_ns": m["start_ns"].to_numpy(np.int64), "end_ns": m["end_ns"].to_numpy(np.int64),
@@ -189,10 +190,24 @@ def _median(values: np.ndarray, default: float) -> float:
     return float(np.median(values)) if len(values) >= 3 else default
 
 
-def build_graph(profile: Profile) -> ReplayGraph:
-    """The replay graph of all measured steps (ReplayUnavailable when the Profile cannot give one)."""
+def _first_steps(profile: Profile, steps: pd.DataFrame, max_kernels: int) -> pd.DataFrame:
+    """The leading steps holding at most `max_kernels` kernels between them (two at least)."""
+    per_step = profile.kernels["step"].value_counts().reindex(steps["step"]).fillna(0).to_numpy()
+    keep = max(2, int(np.searchsorted(np.cumsum(per_step), max_kernels, side="right")))
+    return steps.iloc[:keep]
+
+
+def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph:
+    """The replay graph of the measured steps, all of them or the leading ones that hold at most
+    `max_kernels` kernels (ReplayUnavailable when the Profile cannot give one)."""
     _check(profile)
     steps = profile.steps.sort_values("start_ns").reset_index(drop=True)
+    notes = []
+    if max_kernels is not None and len(profile.kernels) > max_kernels:
+        kept = _first_steps(profile, steps, max_kernels)
+        if len(kept) < len(steps):
+            notes.append(f"the first {len(kept)} of {len(steps)} steps are replayed (at most {max_kernels} kernels)")
+            steps = kept.reset_index(drop=True)
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
     calls = profile.api_calls
     calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] <= window[1])]
@@ -200,12 +215,11 @@ def build_graph(profile: Profile) -> ReplayGraph:
     pids = calls["global_tid"].to_numpy(np.int64) >> 24
     main_pid = np.bincount(pids - pids.min()).argmax() + pids.min() if len(pids) else 0
     calls = calls[pids == main_pid].reset_index(drop=True)
-    ops = _device_ops(profile)
+    ops = _device_ops(profile, steps["step"].to_numpy())
     call_row = pd.Series(np.arange(len(calls)), index=calls["correlation"].to_numpy())
     call_row = call_row[~call_row.index.duplicated()]
     ops["call"] = ops["correlation"].map(call_row).fillna(-1).astype(np.int64)
-    ops = ops[ops["call"] >= 0].reset_index(drop=True)
-    notes = []
+    ops = ops[(ops["call"] >= 0) & ops["step"].isin(steps["step"]).to_numpy()].reset_index(drop=True)
 
     # Host events: calls, then markers (a marker at the same instant as a call sorts after it).
     n_calls, n_steps = len(calls), len(steps)
