@@ -2,10 +2,11 @@
 
 For each capture folder (run/ from `hybrid run --mode hybrid`, plain_script/ and plain_twin/ plain
 passes of the script and its fixed twin, see tests/fixtures/planted/README.md): the full analysis
-with the replay, fitted to the plain step time of the script; predicted = the primary finding's
-replayed saving at that step time; realized = plain script - plain twin. A calibration.json in the
-capture folder or its run/ (python -m hybrid.replay.calibrate) supplies the speedups measured on the
-GPU; without one, TENSOR_CORE findings keep the rule's closed form.
+with the replay, fitted to the plain step time of the script; predicted = the saving replayed at
+that step time for the finding of the planted category; realized = plain script - plain twin. A
+calibration.json in the capture folder (python -m hybrid.replay.calibrate) supplies the speedups
+measured on the GPU; without one, TENSOR_CORE findings keep the rule's closed form. A second table
+replays resnet50 b32 fp32 with TF32 and bf16 against plain passes of each (--precision-*).
 
     python benchmarks/evaluate_replay.py                                  # tests/fixtures/planted
     python benchmarks/evaluate_replay.py --captures DIR [DIR...] --out benchmarks/results
@@ -31,6 +32,10 @@ from hybrid.replay.predict import replay_findings
 from hybrid.rundir import RunDir
 
 DEFAULT_CAPTURES = REPO / "tests" / "fixtures" / "planted"
+# resnet50 b32 fp32 capture, and a folder with plain_<precision>/inject.json and calibration.json for it.
+DEFAULT_PRECISION_RUN = REPO / "tests" / "fixtures" / "runs" / "h200-resnet50"
+DEFAULT_PRECISION_DATA = REPO / "tests" / "fixtures" / "runs" / "h200-resnet50-precision"
+PRECISION_FIXES = {"tf32": "tf32", "bf16-amp": "bf16"}
 DEFAULT_OUT = HERE / "results"
 TOLERANCE = 0.20
 
@@ -81,11 +86,45 @@ def evaluate(capture: Path, entry: dict) -> dict:
     }
 
 
+def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
+    """resnet50 fp32 -> TF32 and -> bf16 autocast: the fp32 capture replayed with the GEMM/conv
+    speedups measured on the GPU, fitted to the plain fp32 step, against the plain runs of each."""
+    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.replay.choose import calibrated_speedup
+    from hybrid.replay.graph import build_graph
+    from hybrid.replay.predict import fit_host_scale
+    from hybrid.replay.simulate import replay_step
+    from hybrid.replay.transforms import Fix, apply, host_scaled
+
+    calibration, plain = _calibration(data_path), {}
+    for precision in ("fp32", *PRECISION_FIXES):
+        path = data_path / f"plain_{precision}" / "inject.json"
+        if path.is_file():
+            plain[precision] = json.loads(path.read_text())["step_time_ms"]
+    if calibration is None or "fp32" not in plain:
+        return []
+    graph = build_graph(load_nsys_export(RunDir.open(run_path).nsys_export()))
+    scale, fitted = fit_host_scale(graph, plain["fp32"])
+    rows = []
+    for precision, variant in PRECISION_FIXES.items():
+        found = calibrated_speedup(calibration, "fp32", variant)
+        if found is None or precision not in plain:
+            continue
+        fix = Fix("faster_gemms", precision, {"speedup": found[0], "precisions": ("fp32",)}, found[1])
+        predicted = fitted - replay_step(apply(host_scaled(graph, scale), fix)).step_time_ms
+        realized = plain["fp32"] - plain[precision]
+        rows.append({"run": run_path.name, "fix": precision, "speedup": found[0], "basis": found[1],
+                     "plain_fp32_ms": plain["fp32"], "fitted_ms": fitted, "plain_fixed_ms": plain[precision],
+                     "predicted_ms": predicted, "realized_ms": realized,
+                     "within": abs(predicted - realized) <= TOLERANCE * realized if realized > 0 else None})
+    return rows
+
+
 def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def render(rows: list[dict], command: str) -> str:
+def render(rows: list[dict], command: str, precision: list[dict] | None = None) -> str:
     scored = [r for r in rows if r["within"] is not None]
     replayed = [r for r in scored if r["planted_method"] == "replay"]
     primaries = [r for r in rows if r["primary_is_planted"] is not None]
@@ -110,6 +149,19 @@ def render(rows: list[dict], command: str) -> str:
             f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |")
     lines += ["", "Speedup basis of each replayed planted finding:", ""]
     lines += [f"- {r['name']}: {r['planted_basis']}" for r in rows if r["planted_basis"]]
+    if precision:
+        lines += ["", "## resnet50 b32: fp32 -> TF32 and -> bf16 autocast", "",
+                  ("The fp32 capture replayed with every fp32 GEMM/convolution kernel shortened by the speedup "
+                  "measured on the GPU for the capture's top shapes (bf16 autocast also halves the bytes of "
+                  "elementwise kernels, which the replay leaves as they are); realized = plain fp32 - plain run "
+                  "of the other precision, in the same GPU call."), "",
+                  ("| fix | measured speedup | plain fp32 ms (replay fitted) | plain fixed ms | predicted ms "
+                  "| realized ms | within ±20% |"), "|---|---|---|---|---|---|---|"]
+        for r in precision:
+            lines.append(f"| {r['fix']} | {r['speedup']:.2f}x | {r['plain_fp32_ms']:.2f} ({r['fitted_ms']:.2f}) "
+                         f"| {r['plain_fixed_ms']:.2f} | {r['predicted_ms']:.2f} | {r['realized_ms']:.2f} "
+                         f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |")
+        lines += ["", *[f"- {r['fix']}: {r['basis']}" for r in precision]]
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--captures", type=Path, nargs="+", default=[DEFAULT_CAPTURES])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--precision-run", type=Path, default=DEFAULT_PRECISION_RUN,
+                        help="an fp32 run directory (resnet50 b32) to replay with TF32 and bf16")
+    parser.add_argument("--precision-data", type=Path, default=DEFAULT_PRECISION_DATA,
+                        help="its plain_<precision>/inject.json passes and calibration.json")
     args = parser.parse_args(argv)
     manifest = load_manifest()
     captures = sorted((c for root in args.captures for c in root.iterdir()
@@ -127,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(evaluate(capture, manifest[capture.name]))
     command = shlex.join(["python", "benchmarks/evaluate_replay.py", *(argv if argv is not None else sys.argv[1:])])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "replay_planted.json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
-    (args.out / "replay_planted.md").write_text(render(rows, command))
+    precision = precision_rows(args.precision_run, args.precision_data)
+    (args.out / "replay_planted.json").write_text(
+        json.dumps({"command": command, "rows": rows, "precision": precision}, indent=1) + "\n")
+    (args.out / "replay_planted.md").write_text(render(rows, command, precision))
     print(f"wrote {args.out / 'replay_planted.md'}", file=sys.stderr)
     return 0
 

@@ -16,6 +16,7 @@ Each rank's folder is a complete single-process run directory, so `hybrid report
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shlex
 import sys
@@ -291,12 +292,16 @@ def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, li
             if kept is None or f["time_lost_ms"] > kept["time_lost_ms"]:
                 kept = {**f, "rank": r}
             merged[f["id"]] = {**kept, "ranks": ranks}
-    findings = rank(comm + [Finding(**{k: v for k, v in f.items() if k not in ("rank", "ranks")}) for f in merged.values()])
-    extra = {f["id"]: {"rank": f["rank"], "ranks": f["ranks"]} for f in merged.values()}
+    # A rank's finding carries keys added after the rules ran (the replay's time_lost_method and figures,
+    # callsites): the Finding is rebuilt from its own fields and the rest is carried over as it was.
+    fields = {field.name for field in dataclasses.fields(Finding)}
+    findings = rank(comm + [Finding(**{k: v for k, v in f.items() if k in fields}) for f in merged.values()])
+    extra = {f["id"]: {k: v for k, v in f.items() if k not in fields} for f in merged.values()}
     out = []
     for f in findings:
         entry = f.to_dict()
-        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"]}))
+        # The job's own communication findings are closed forms, not replayed.
+        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"], "time_lost_method": "model"}))
         out.append(entry)
     return findings, out
 

@@ -4,6 +4,8 @@ examples/ are results only (no .sqlite), so there is nothing of theirs to replay
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,16 @@ def test_measured_windows_match_the_metrics_step_windows():
     profile = load_nsys_export(FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite")
     graph = build_graph(profile)
     assert np.allclose(graph.measured_step_ns, step_windows(profile)["dur_ns"].to_numpy(), rtol=1e-9)
+
+
+def test_an_export_without_synchronization_records_says_so_and_still_replays(tmp_path):
+    export = tmp_path / "profile.sqlite"
+    shutil.copy(FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite", export)
+    with sqlite3.connect(export) as db:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    graph = build_graph(load_nsys_export(export))
+    assert any("20 stream synchronizations" in note and "whole device" in note for note in graph.notes)
+    assert np.abs(replay_step(graph).step_ns / graph.measured_step_ns - 1).max() <= TOLERANCE
 
 
 def test_a_profile_without_an_nsys_timeline_says_why():

@@ -54,7 +54,7 @@ def test_speedup_is_weighted_by_each_shapes_share():
         {"key": "b", "dtype": "fp32", "share": 0.25, "us": {"current": 10.0, "tf32": 10.0}}]}
     speedup, basis = calibrated_speedup(calibration, "fp32", "tf32")
     assert speedup == pytest.approx(1 / (0.75 * 0.25 + 0.25 * 1.0))
-    assert "40.0 -> 10.0 us" in basis
+    assert "40 -> 10 µs" in basis
 
 
 def test_the_cli_refuses_cuda_without_a_gpu_and_names_the_fix(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 
 from hybrid.replay.graph import MEMCPY, ReplayGraph
 from hybrid.replay.transforms import Fix
+from hybrid.report.units import significant as fmt
 
 NS_PER_MS = 1e6
 # Copies this large show the link's pinned bandwidth (smaller ones are latency-bound).
@@ -50,7 +51,7 @@ def calibrated_speedup(calibration: dict | None, dtype: str, variant: str) -> tu
     weights = shares
     top = rows[int(np.argmax(weights))]
     basis = (f"measured on this GPU ({calibration.get('device', 'unknown')}): {top['key']} "
-             f"{top['us']['current']:.1f} -> {top['us'][variant]:.1f} us ({variant}); {speedup:.2f}x over "
+             f"{fmt(top['us']['current'])} -> {fmt(top['us'][variant])} µs ({variant}); {fmt(speedup)}x over "
              f"{len(rows)} shape(s)")
     return speedup, basis
 
@@ -60,13 +61,13 @@ def _pinned_bandwidth(graph: ReplayGraph, calibration: dict | None, peaks: dict 
         (graph.d_bytes >= PINNED_SAMPLE_MIN_BYTES)
     if big.any():
         rate = float(graph.d_bytes[big].sum() / graph.d_dur[big].sum() * 1e9)
-        return rate, f"this run's pinned copies: {rate / 1e9:.1f} GB/s"
+        return rate, f"this run's pinned copies: {fmt(rate / 1e9)} GB/s"
     measured = (calibration or {}).get("pinned_copy_bytes_per_s")
     if measured:
-        return float(measured), f"measured on this GPU: pinned host->device copy {measured / 1e9:.1f} GB/s"
+        return float(measured), f"measured on this GPU: pinned host->device copy {fmt(measured / 1e9)} GB/s"
     spec = (peaks or {}).get("pinned_copy_bytes_per_s")
     if spec:
-        return float(spec), f"the host link's datasheet rate (no pinned copy measured): {spec / 1e9:.1f} GB/s"
+        return float(spec), f"the host link's datasheet rate (no pinned copy measured): {fmt(spec / 1e9)} GB/s"
     return None
 
 
@@ -106,7 +107,7 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
             return Choice(None, "no batch fetch time in the evidence")
         return Choice(Fix("less_host_work", "batches fetched by DataLoader workers",
                           {"saved_ns_per_step": fetch * NS_PER_MS * torch_to_nsys},
-                          f"the batch fetch the torch pass measured: {fetch:.2f} ms per step"), "")
+                          f"the batch fetch the torch pass measured: {fmt(fetch)} ms per step"), "")
     if fid == "cpu.preprocessing":
         idle = _number(finding, "GPU idle, host busy with no launch")
         if not idle:
@@ -116,7 +117,7 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
         share = min(1.0, (finding.get("time_lost_ms") or 0.0) / idle)
         return Choice(Fix("less_host_work", "host preprocessing moved to the GPU", {"share": share},
                           f"{share:.0%} of the step's measured host work between launches (gaps over 0.1 ms): "
-                          f"the rule's {finding.get('time_lost_ms') or 0.0:.2f} of {idle:.2f} ms of host work "
+                          f"the rule's {fmt(finding.get('time_lost_ms') or 0.0)} of {fmt(idle)} ms of host work "
                           "with the GPU idle"), "")
     if fid == "compile.graph_breaks":
         saved = finding.get("time_lost_ms") or 0.0
@@ -124,7 +125,7 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
             return Choice(None, "no host time between compiled regions")
         return Choice(Fix("less_host_work", "graph breaks removed (one compiled region)",
                           {"saved_ns_per_step": saved * NS_PER_MS},
-                          f"host time between compiled regions: the rule's estimate, {saved:.2f} ms per step"), "")
+                          f"host time between compiled regions: the rule's estimate, {fmt(saved)} ms per step"), "")
     if fid == "launch.bound":
         return Choice(Fix("graph_launch", "CUDA graphs (torch.compile mode=\"reduce-overhead\")", {},
                           "the step's measured launch calls and dispatch gaps"), "")
@@ -140,5 +141,5 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
             return Choice(None, "no kernel time saved")
         return Choice(Fix("faster_kernels", "the rule's kernel-time saving, replayed",
                           {"saved_ns_per_step": saved * NS_PER_MS},
-                          f"kernel time saved: the rule's closed-form estimate, {saved:.2f} ms per step"), "")
+                          f"kernel time saved: the rule's closed-form estimate, {fmt(saved)} ms per step"), "")
     return Choice(None, "no transformation for this finding")

@@ -41,9 +41,10 @@ KERNEL, MEMCPY, MEMSET = 0, 1, 2
 # A constraint within this of the measured start is taken to have bound it (CUPTI timestamps of
 # back-to-back kernels on one stream are 0.5-2 us apart on the H200).
 BIND_SLACK_NS = 2_000
-# An op that started this soon after an op on another stream ended waited for it (event waits
-# resolve in a few microseconds); a later start is left to the launch.
-CROSS_STREAM_MAX_NS = 20_000
+# An op held back past its launch and its stream waited for the op on another stream that ended
+# last before it started, if that was at most this long before (event waits resolve in 5-30 us on
+# the H200: resnet50's cuDNN side streams start 25 us after the main stream's batch-norm kernel).
+CROSS_STREAM_MAX_NS = 1_000_000
 # A host call that returned this soon after a device op ended, and took far longer than the same
 # API usually does, waited for that op (a launch on a full queue, cudaFree, a pageable copy).
 WAKE_MAX_NS = 50_000
@@ -128,23 +129,24 @@ class ReplayGraph:
         return replace(self, **arrays, **changes)
 
 
-def _device_ops(profile: Profile) -> pd.DataFrame:
+def _device_ops(profile: Profile, step_ids: np.ndarray) -> pd.DataFrame:
+    """Kernels, copies and memsets of the given steps, as one frame."""
     frames = []
-    k = profile.kernels
+    k = profile.kernels[profile.kernels["step"].isin(step_ids)]
     if len(k):
         frames.append(pd.DataFrame({
             "kind": KERNEL, "start_ns": k["start_ns"].to_numpy(np.int64), "end_ns": k["end_ns"].to_numpy(np.int64),
             "stream": k["stream"].to_numpy(np.int64), "correlation": k["correlation"].to_numpy(np.int64),
             "step": k["step"].to_numpy(np.int64), "name": k["name"].astype(str).to_numpy(object),
             "bytes": np.zeros(len(k), np.int64), "pinned": np.full(len(k), None, object)}))
-    c = profile.memcpys
+    c = profile.memcpys[profile.memcpys["step"].isin(step_ids)]
     if len(c):
         frames.append(pd.DataFrame({
             "kind": MEMCPY, "start_ns": c["start_ns"].to_numpy(np.int64), "end_ns": c["end_ns"].to_numpy(np.int64),
             "stream": c["stream"].to_numpy(np.int64), "correlation": c["correlation"].to_numpy(np.int64),
             "step": c["step"].to_numpy(np.int64), "name": ("memcpy " + c["kind"].astype(str)).to_numpy(object),
             "bytes": c["bytes"].to_numpy(np.int64), "pinned": c["host_pinned"].to_numpy(object)}))
-    m = profile.memsets
+    m = profile.memsets[profile.memsets["step"].isin(step_ids)]
     if len(m):
         frames.append(pd.DataFrame({
             "kind": MEMSET, "start_ns": m["start_ns"].to_numpy(np.int64), "end_ns": m["end_ns"].to_numpy(np.int64),
@@ -188,10 +190,24 @@ def _median(values: np.ndarray, default: float) -> float:
     return float(np.median(values)) if len(values) >= 3 else default
 
 
-def build_graph(profile: Profile) -> ReplayGraph:
-    """The replay graph of all measured steps (ReplayUnavailable when the Profile cannot give one)."""
+def _first_steps(profile: Profile, steps: pd.DataFrame, max_kernels: int) -> pd.DataFrame:
+    """The leading steps holding at most `max_kernels` kernels between them (two at least)."""
+    per_step = profile.kernels["step"].value_counts().reindex(steps["step"]).fillna(0).to_numpy()
+    keep = max(2, int(np.searchsorted(np.cumsum(per_step), max_kernels, side="right")))
+    return steps.iloc[:keep]
+
+
+def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph:
+    """The replay graph of the measured steps, all of them or the leading ones that hold at most
+    `max_kernels` kernels (ReplayUnavailable when the Profile cannot give one)."""
     _check(profile)
     steps = profile.steps.sort_values("start_ns").reset_index(drop=True)
+    notes = []
+    if max_kernels is not None and len(profile.kernels) > max_kernels:
+        kept = _first_steps(profile, steps, max_kernels)
+        if len(kept) < len(steps):
+            notes.append(f"the first {len(kept)} of {len(steps)} steps are replayed (at most {max_kernels} kernels)")
+            steps = kept.reset_index(drop=True)
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
     calls = profile.api_calls
     calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] <= window[1])]
@@ -199,12 +215,11 @@ def build_graph(profile: Profile) -> ReplayGraph:
     pids = calls["global_tid"].to_numpy(np.int64) >> 24
     main_pid = np.bincount(pids - pids.min()).argmax() + pids.min() if len(pids) else 0
     calls = calls[pids == main_pid].reset_index(drop=True)
-    ops = _device_ops(profile)
+    ops = _device_ops(profile, steps["step"].to_numpy())
     call_row = pd.Series(np.arange(len(calls)), index=calls["correlation"].to_numpy())
     call_row = call_row[~call_row.index.duplicated()]
     ops["call"] = ops["correlation"].map(call_row).fillna(-1).astype(np.int64)
-    ops = ops[ops["call"] >= 0].reset_index(drop=True)
-    notes = []
+    ops = ops[(ops["call"] >= 0) & ops["step"].isin(steps["step"]).to_numpy()].reset_index(drop=True)
 
     # Host events: calls, then markers (a marker at the same instant as a call sorts after it).
     n_calls, n_steps = len(calls), len(steps)
@@ -277,9 +292,14 @@ def build_graph(profile: Profile) -> ReplayGraph:
     d_dgap = np.zeros(n_ops)
     if len(stream_ids) > 1:
         _cross_stream_deps(np.flatnonzero(~explained), d_stream, d_start, d_end, len(stream_ids), d_dep, d_dgap)
+    # The constraint that bound an op is the one that allowed it last (closest below its start): it
+    # keeps the measured gap. An op held back longer than any constraint explains (a wait nothing in
+    # the export records) is tied to the latest of them, so it still moves with what it follows.
+    c_dep = np.where(d_dep >= 0, d_end[np.clip(d_dep, 0, None)], -np.inf)
+    binding = np.argmax(np.stack([r_launch, r_stream, c_dep]), axis=0)
+    launch_binds, stream_binds = binding == 0, binding == 1
+    d_dep[binding != 2] = -1
     has_dep = d_dep >= 0
-    launch_binds = ~has_dep & ((r_launch >= r_stream) | ~explained)
-    stream_binds = ~has_dep & ~launch_binds
     d_lat = np.where(launch_binds, launch_slack, np.minimum(launch_latency, launch_slack)).astype(float)
     d_sgap = np.where(stream_binds, stream_slack, np.minimum(stream_gap, np.where(has_prev, stream_slack, 0))
                       ).astype(float)
@@ -289,6 +309,13 @@ def build_graph(profile: Profile) -> ReplayGraph:
     h_wait, h_wait_op, h_wait_stream, h_wake, h_cost = _host_waits(
         api, api_names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids,
         calls["sync_stream"].to_numpy(np.int64), source, is_call, ops["kind"].to_numpy(), ops["pinned"].to_numpy())
+    stream_syncs = is_call & (np.array([_sync_kind(str(name)) for name in api_names])[api] == WAIT_STREAM)
+    named_stream = np.full(n, -1, np.int64)
+    named_stream[is_call] = calls["sync_stream"].to_numpy(np.int64)[source[is_call]]
+    unnamed = int((stream_syncs & (named_stream < 0)).sum())
+    if unnamed:
+        notes.append(f"{unnamed} stream synchronizations have no synchronization record naming their stream "
+                     "(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION); they are replayed as waits for the whole device")
 
     graph = ReplayGraph(
         origin_ns=origin, h_kind=kinds, h_start=start.astype(float), h_end=end.astype(float), h_api=api,

@@ -33,6 +33,8 @@ def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
 
 
 def _gemm_mask(graph: ReplayGraph, precisions: tuple[str, ...]) -> np.ndarray:
+    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.precision: cuDNN's
+    fp32 convolution engines such as wgrad_alg0_engine and fft2d_* count as fp32 convolutions)."""
     from hybrid.precision import matmul_precision
 
     names = pd.Series(graph.d_name, dtype="category")
