@@ -234,10 +234,13 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1",
                              "--out", str(out), str(slow)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out / "torch" / "console.log").exists():
+    # Interrupt once the script is stepping (its first progress line), however long a loaded box takes to
+    # import torch: an interrupt before the session began would leave nothing to keep.
+    log = out / "torch" / "console.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and "[hybrid] torch" in log.read_text(errors="replace")):
         time.sleep(0.2)
-    time.sleep(4)  # let the script get into its measured steps
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
