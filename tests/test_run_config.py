@@ -27,8 +27,10 @@ CASES = {
 
 def _run(case: str, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    # --fixed-warmup: the probe runs exactly warmup + steps iterations, so it must stop at the step limit,
+    # with its objects alive, whatever the box's load does to step times.
     argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(out), "--warmup", "1",
-            "--steps", "3", "--", str(PROBE), *CASES[case]]
+            "--steps", "3", "--fixed-warmup", "--", str(PROBE), *CASES[case]]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads((out / "inject.json").read_text())
