@@ -5,6 +5,7 @@ schema_version, mode, tools, workload, passes and warnings around it."""
 from __future__ import annotations
 
 from hybrid.hardware import Peaks, peaks_for
+from hybrid.ledger import build_ledger
 from hybrid.metrics import compute_metrics, layer_table, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
@@ -108,6 +109,8 @@ def analyze(profile: Profile) -> dict:
                    "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
                    "peaks": peaks.to_dict(), "source": device.source},
         "timing": _timing(metrics),
+        # Where each step went on the device; with no GPU there is no device time to partition.
+        "ledger": build_ledger(profile, peaks).to_dict() if gpu else None,
         "metrics": {name: m.to_dict() for name, m in metrics.items()},
         "roofline": roof,
         "layers": layer_table(profile),

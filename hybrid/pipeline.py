@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hybrid import __version__
 from hybrid.errors import InputError
-from hybrid.profile import Profile
+from hybrid.profile import STEP_COLUMNS, Profile
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
 
@@ -32,11 +32,12 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
         return torch_profile
     if torch_profile is None:
         return nsys_profile
-    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps
+    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps, step_windows
 
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
     merged.ops = torch_profile.ops
+    merged.ops_clock_steps = step_windows(torch_profile)[list(STEP_COLUMNS)]
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
     if len(torch_steps):
@@ -145,10 +146,11 @@ def _counters_from_report(run: RunDir) -> Path | None:
     return run.ncu_csv()
 
 
-def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None) -> dict:
-    """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `peer_counters`:
-    an ncu CSV measured in another process running the same kernels (a job's ncu rank), used when the
-    folder has none of its own."""
+def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None
+                 ) -> tuple[RunDir, Profile | None, Profile | None, Path | None]:
+    """A run directory's torch and nsys profiles (None for a pass that left nothing to analyze) and its
+    ncu CSV. `peer_counters`: an ncu CSV measured in another process running the same kernels (a job's
+    ncu rank), used when the folder has none of its own."""
     run = RunDir.open(path)
     trace, export = run.torch_trace(), run.nsys_export()
     csv = run.ncu_csv() or _counters_from_report(run) or peer_counters
@@ -171,7 +173,24 @@ def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters:
             # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
             torch_profile.warnings += nsys_profile.warnings
             nsys_profile = None
-    return analyze_artifacts(run, torch_profile, nsys_profile, csv)
+    return run, torch_profile, nsys_profile, csv
+
+
+def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None) -> dict:
+    """Re-analyze a run directory written by `hybrid run` (offline, on any machine)."""
+    return analyze_artifacts(*load_run_dir(path, step_range=step_range, peer_counters=peer_counters))
+
+
+def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
+                   ncu_csv: Path | None) -> tuple[Profile, dict]:
+    """The one Profile analyzed from a run directory's loaded profiles (merged in place), with the
+    injector's facts in its extras and the counters attached; and those facts."""
+    profile = merge(torch_profile, nsys_profile)
+    facts = _inject_facts(run)
+    profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
+    if ncu_csv is not None and nsys_profile is not None:
+        profile = _attach_ncu(profile, ncu_csv)
+    return profile, facts
 
 
 def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
@@ -180,11 +199,7 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
     baseline step time is the plain pass's unless given."""
     run_json = run.run_json()
-    profile = merge(torch_profile, nsys_profile)
-    facts = _inject_facts(run)
-    profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
-    if ncu_csv is not None and nsys_profile is not None:
-        profile = _attach_ncu(profile, ncu_csv)
+    profile, facts = merged_profile(run, torch_profile, nsys_profile, ncu_csv)
     workload = {
         "command": run_json.get("command"),
         "steps_measured": profile.measured_steps,

@@ -1,0 +1,45 @@
+"""The ledger's causes, in declared precedence: a nanosecond two causes could claim goes to the one
+listed first. Idle causes explain why the device ran nothing; busy causes give each kernel's time one
+shortfall, the most specific first (a small-grid FP32 GEMM is an FP32 GEMM: fixing the precision
+changes the kernel, and with it the grid)."""
+
+from __future__ import annotations
+
+BUSY = "busy"
+IDLE = "idle"
+
+# (cause, label). Idle: what the host was doing while the device sat idle.
+IDLE_CAUSES: tuple[tuple[str, str], ...] = (
+    ("sync_wait", "host blocked in a sync"),
+    ("blocking_copy", "host blocked in a synchronous copy"),
+    ("compiled_region_break", "in torch.compile'd regions split by graph breaks"),
+    ("dataloader_fetch", "fetching a batch from a DataLoader"),
+    ("host_after_sync", "host work after a sync drained the queue"),
+    ("launch_gap", "launch gaps between kernels"),
+    ("cpu_heavy_op", "in CPU-heavy operators"),
+    ("host_other", "other host work"),
+)
+
+# Busy: collectives, copies and memsets are what they are; a compute kernel's time goes to its first
+# shortfall, or to no shortfall at all.
+BUSY_CAUSES: tuple[tuple[str, str], ...] = (
+    ("communication", "collectives (NCCL)"),
+    ("copy", "memory copies"),
+    ("memset", "memsets"),
+    ("fp32_gemm", "FP32 GEMMs (no tensor cores)"),
+    ("misaligned_gemm", "16-bit GEMMs on narrow-alignment kernels"),
+    ("small_grid", "kernels with fewer blocks than SMs"),
+    ("uncoalesced", "kernels with uncoalesced loads"),
+    ("low_occupancy", "kernels at low occupancy"),
+    ("tensor_pipe_idle", "16-bit GEMMs with an idle tensor pipe"),
+    ("below_roofline", "kernels far below the roofline"),
+    ("kernel_no_shortfall", "kernels with no shortfall found"),
+    ("kernel_unprofiled", "kernels without counters, no shortfall seen"),
+)
+
+IDLE_ORDER = tuple(cause for cause, _ in IDLE_CAUSES)
+BUSY_ORDER = tuple(cause for cause, _ in BUSY_CAUSES)
+# Kernel shortfall classes in precedence (the compute kernels' part of BUSY_ORDER).
+KERNEL_SHORTFALLS = BUSY_ORDER[3:-2]
+LABELS = dict(IDLE_CAUSES + BUSY_CAUSES)
+STATE = {**{cause: IDLE for cause in IDLE_ORDER}, **{cause: BUSY for cause in BUSY_ORDER}}
