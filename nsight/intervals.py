@@ -62,3 +62,21 @@ def stab_innermost(times: np.ndarray, starts: np.ndarray, ends: np.ndarray,
         if not pending.any():
             return idx
         idx[pending] = parents[idx[pending]]
+
+
+def stab_overlapping(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Index of a range [start, end) holding each time, NO_RANGE when none, for ranges that may overlap
+    in any way (kernels on several streams): of the ranges started by t, the one reaching furthest, so
+    each time is given to one range only."""
+    times = np.asarray(times, np.int64)
+    if len(starts) == 0:
+        return np.full(len(times), NO_RANGE, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
+    reach = np.maximum.accumulate(e)
+    # Position of the range that set the running reach (the last one to raise it).
+    setter = np.maximum.accumulate(np.where(e >= reach, np.arange(len(e)), 0))
+    i = np.searchsorted(s, times, side="right") - 1
+    safe = np.clip(i, 0, None)
+    holds = (i >= 0) & (reach[safe] > times)
+    return np.where(holds, order[setter[safe]], NO_RANGE)

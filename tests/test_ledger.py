@@ -53,9 +53,8 @@ def profiles(path: Path) -> dict[str, Profile]:
     if path.is_file():
         return {"bare": load_nsys_export(path) if path.suffix == ".sqlite" else load_torch_trace(path)}
     run, torch_profile, nsys_profile, csv = load_run_dir(path)
-    out = {}
-    if torch_profile is not None:
-        out["torch"] = load_torch_trace(run.torch_trace())  # its own copy: merging takes its ops
+    # Merging reads the torch profile and changes only the nsys one, so both stay as loaded.
+    out = {} if torch_profile is None else {"torch": torch_profile}
     out["analyzed"] = merged_profile(run, torch_profile, nsys_profile, csv)[0]
     return out
 
@@ -202,3 +201,23 @@ def test_results_carry_the_ledger_and_its_waterfall():
     assert [row["cause"] for row in block["waterfall"]] == [c for c in BUSY_ORDER + IDLE_ORDER
                                                             if block["ms_per_step"][c] > 0]
     assert block["step_time_ms"] * NS_PER_MS > 0
+
+
+def _nccl_ms_per_step(profile: Profile, ledger: Ledger) -> float:
+    k = profile.kernels[profile.kernels["step"].isin(ledger.steps["step"])]
+    nccl = k[k["name"].str.lower().str.startswith("nccl")]
+    return float((nccl["end_ns"] - nccl["start_ns"]).sum()) / ledger.step_count / NS_PER_MS
+
+
+def test_collectives_beside_compute_leave_their_time_to_it_and_keep_the_exposed_part():
+    jobs = REPO / "tests" / "fixtures" / "jobs"
+    # DDP overlaps its bucket all-reduces (NCCL stream) with the backward kernels: most of their time ran
+    # beside compute, so the ledger's communication is the exposed part only.
+    healthy = jobs / "h200-ddp-healthy" / "rank-00"
+    ledger, _ = _analyzed(healthy)
+    assert 0 < ledger.pool_ms("communication") < 0.5 * _nccl_ms_per_step(profiles(healthy)["analyzed"], ledger)
+    # All-reduce by hand after backward(), on the compute stream: nothing runs beside it.
+    manual = jobs / "h200-ddp-manual-allreduce" / "rank-01"
+    ledger, _ = _analyzed(manual)
+    assert ledger.pool_ms("communication") == pytest.approx(
+        _nccl_ms_per_step(profiles(manual)["analyzed"], ledger), rel=1e-3)

@@ -12,11 +12,10 @@ import pandas as pd
 from hybrid.hardware import Peaks
 from hybrid.ledger import idle
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, LABELS, STATE
-from hybrid.ledger.partition import Layer, covering, cut, merge_runs, own
+from hybrid.ledger.partition import Layer, cut, merge_runs, own
 from hybrid.ledger.shortfall import kernel_causes
 from hybrid.metrics import NS_PER_MS, steady_steps
 from hybrid.profile import Profile
-from nsight.intervals import NO_RANGE
 
 SEGMENT_COLUMNS = ("step", "start_ns", "end_ns", "state", "cause", "ref")
 
@@ -62,19 +61,21 @@ class Ledger:
                 "ms_per_step": self.ms_per_step(), "waterfall": self.waterfall()}
 
 
-def _device_events(profile: Profile, peaks: Peaks) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Starts, ends, busy cause and ref of every kernel, copy and memset on the timeline."""
-    parts = [(profile.kernels.reset_index(drop=True), "kernels", kernel_causes(profile, peaks)),
-             (profile.memcpys.reset_index(drop=True), "memcpys", None),
-             (profile.memsets.reset_index(drop=True), "memsets", None)]
-    starts, ends, causes, refs = [], [], [], []
-    for frame, name, frame_causes in parts:
-        starts.append(frame["start_ns"].to_numpy(np.int64))
-        ends.append(frame["end_ns"].to_numpy(np.int64))
-        default = {"memcpys": "copy", "memsets": "memset"}.get(name, "kernel_unprofiled")
-        causes.append(np.asarray(frame_causes if frame_causes is not None else [default] * len(frame), dtype=object))
-        refs.append(np.array([f"{name}#{i}" for i in range(len(frame))], dtype=object))
-    return np.concatenate(starts), np.concatenate(ends), np.concatenate(causes), np.concatenate(refs)
+def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
+    """Kernels, copies and memsets as busy layers in the precedence of causes.BUSY_CAUSES (a time two
+    of them ran at once goes to the one listed first)."""
+    kernels = profile.kernels.reset_index(drop=True)
+    causes = kernel_causes(profile, peaks)
+    frames = {"copy": ("memcpys", profile.memcpys.reset_index(drop=True)),
+              "memset": ("memsets", profile.memsets.reset_index(drop=True))}
+    layers = []
+    for cause in BUSY_ORDER:
+        if cause in frames:
+            name, frame = frames[cause]
+        else:
+            name, frame = "kernels", kernels[causes == cause]
+        layers.append(Layer.of(cause, name, frame["start_ns"], frame["end_ns"], frame.index))
+    return layers
 
 
 def _gaps(idle_pieces: pd.DataFrame) -> pd.DataFrame:
@@ -95,15 +96,15 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
     windows = steps[["step", "start_ns", "end_ns"]]
     if steps.empty:
         return Ledger(pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}), steps)
-    dev_s, dev_e, dev_cause, dev_ref = _device_events(profile, peaks)
+    device = _device_layers(profile, peaks)
     ops = profile.ops
     host_layers = [*idle.sync_layers(profile), idle.compiled_break_layer(profile, ops, windows),
                    idle.dataloader_layer(profile, ops, windows)]
     heavy = idle.cpu_heavy_layer(profile, ops, windows)
-    pieces = cut(windows, [Layer("device", dev_s, dev_e, dev_ref), *host_layers, heavy])
-    owner = covering(dev_s, dev_e, pieces["start_ns"].to_numpy(np.int64))
-    busy = owner != NO_RANGE
-    busy_pieces = pieces[busy].assign(state=BUSY, cause=dev_cause[owner[busy]], ref=dev_ref[owner[busy]])
+    pieces = cut(windows, [*device, *host_layers, heavy])
+    owned = own(pieces, device, default=None)
+    busy = owned["cause"].notna().to_numpy()
+    busy_pieces = owned[busy].assign(state=BUSY)
     idle_pieces = pieces[~busy]
     layers = [*host_layers, *idle.gap_layers(profile, _gaps(idle_pieces)), heavy]
     idle_owned = own(idle_pieces, layers, default="host_other").assign(state=IDLE)

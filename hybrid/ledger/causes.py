@@ -20,12 +20,10 @@ IDLE_CAUSES: tuple[tuple[str, str], ...] = (
     ("host_other", "other host work"),
 )
 
-# Busy: collectives, copies and memsets are what they are; a compute kernel's time goes to its first
-# shortfall, or to no shortfall at all.
+# Busy: a compute kernel's time goes to its first shortfall, or to no shortfall at all; copies and
+# memsets are what they are; collectives come last, so that the time they run beside compute is the
+# compute's and `communication` is the exposed part.
 BUSY_CAUSES: tuple[tuple[str, str], ...] = (
-    ("communication", "collectives (NCCL)"),
-    ("copy", "memory copies"),
-    ("memset", "memsets"),
     ("fp32_gemm", "FP32 GEMMs (no tensor cores)"),
     ("misaligned_gemm", "16-bit GEMMs on narrow-alignment kernels"),
     ("small_grid", "kernels with fewer blocks than SMs"),
@@ -35,11 +33,14 @@ BUSY_CAUSES: tuple[tuple[str, str], ...] = (
     ("below_roofline", "kernels far below the roofline"),
     ("kernel_no_shortfall", "kernels with no shortfall found"),
     ("kernel_unprofiled", "kernels without counters, no shortfall seen"),
+    ("copy", "memory copies"),
+    ("memset", "memsets"),
+    ("communication", "collectives with no compute beside them"),
 )
 
 IDLE_ORDER = tuple(cause for cause, _ in IDLE_CAUSES)
 BUSY_ORDER = tuple(cause for cause, _ in BUSY_CAUSES)
 # Kernel shortfall classes in precedence (the compute kernels' part of BUSY_ORDER).
-KERNEL_SHORTFALLS = BUSY_ORDER[3:-2]
+KERNEL_SHORTFALLS = BUSY_ORDER[:7]
 LABELS = dict(IDLE_CAUSES + BUSY_CAUSES)
 STATE = {**{cause: IDLE for cause in IDLE_ORDER}, **{cause: BUSY for cause in BUSY_ORDER}}

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.ledger.clock import carry_to_analyzed_clock
-from hybrid.ledger.partition import Layer, covering
+from hybrid.ledger.partition import Layer
 from hybrid.metrics import (
     COMPILED_REGION_PREFIX,
     CPU_HEAVY_RATIO,
@@ -21,7 +21,7 @@ from hybrid.metrics import (
     is_annotation,
 )
 from hybrid.profile import Profile
-from nsight.intervals import NO_RANGE
+from nsight.intervals import NO_RANGE, stab_overlapping
 
 
 def sync_layers(profile: Profile) -> list[Layer]:
@@ -86,7 +86,7 @@ def gap_layers(profile: Profile, gaps: pd.DataFrame) -> list[Layer]:
     is launch overhead."""
     a, b = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
     syncs = profile.syncs.reset_index(drop=True)
-    in_sync = covering(syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64), a)
+    in_sync = stab_overlapping(syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64), a)
     drained = in_sync != NO_RANGE
     launches = profile.launches.reset_index(drop=True)
     ls, le = launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nsight.intervals import NO_RANGE, stab_disjoint
+from nsight.intervals import NO_RANGE, stab_disjoint, stab_overlapping
 
 
 @dataclass(frozen=True)
@@ -29,24 +29,6 @@ class Layer:
         return Layer(cause, np.asarray(starts, np.int64), np.asarray(ends, np.int64), refs)
 
 
-def covering(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Index of an interval holding each time (start <= t < end), NO_RANGE when none: of the intervals
-    started by t, the one that reaches furthest (overlapping ones, such as kernels on two streams,
-    give a time to one of them only)."""
-    times = np.asarray(times, np.int64)
-    if len(starts) == 0:
-        return np.full(len(times), NO_RANGE, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
-    reach = np.maximum.accumulate(e)
-    # Position of the interval that set the running reach (the last one to raise it).
-    setter = np.maximum.accumulate(np.where(e >= reach, np.arange(len(e)), 0))
-    i = np.searchsorted(s, times, side="right") - 1
-    safe = np.clip(i, 0, None)
-    holds = (i >= 0) & (reach[safe] > times)
-    return np.where(holds, order[setter[safe]], NO_RANGE)
-
-
 def cut(windows: pd.DataFrame, layers: list[Layer]) -> pd.DataFrame:
     """The windows (step, start_ns, end_ns; sorted, disjoint) cut at every layer edge inside them."""
     ws, we = windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64)
@@ -59,7 +41,7 @@ def cut(windows: pd.DataFrame, layers: list[Layer]) -> pd.DataFrame:
                          "start_ns": a[inside], "end_ns": b[inside]})
 
 
-def own(pieces: pd.DataFrame, layers: list[Layer], default: str) -> pd.DataFrame:
+def own(pieces: pd.DataFrame, layers: list[Layer], default: str | None) -> pd.DataFrame:
     """Each piece given to the first layer covering it (`default` and no ref when none does)."""
     a = pieces["start_ns"].to_numpy(np.int64)
     cause = np.full(len(a), default, dtype=object)
@@ -68,7 +50,7 @@ def own(pieces: pd.DataFrame, layers: list[Layer], default: str) -> pd.DataFrame
     for layer in layers:
         if not open_.any():
             break
-        hit = covering(layer.starts, layer.ends, a[open_])
+        hit = stab_overlapping(layer.starts, layer.ends, a[open_])
         taken = np.flatnonzero(open_)[hit != NO_RANGE]
         cause[taken] = layer.cause
         ref[taken] = layer.refs[hit[hit != NO_RANGE]]
