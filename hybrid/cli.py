@@ -190,6 +190,8 @@ def run(
                                       help="an NVTX range per module forward call (per-layer table)"),
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    whole_run: bool = typer.Option(False, "--whole-run", help="profile the whole script as one range (start-up "
+                                   "included) instead of finding its steps"),
     nproc_per_node: int | None = typer.Option(
         None, "--nproc-per-node", help="launch the script on N processes with torchrun and profile every rank"),
     rank: int | None = RankOpt,
@@ -200,7 +202,8 @@ def run(
     include_paths: bool = PathsOpt,
     fail_on: Severity | None = FailOnOpt,
 ) -> None:
-    """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found through the optimizer.
+    """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found without edits: marks, the optimizer
+    step, repeated top-level module calls, or the script's own loop (start-up is never a step).
     Multi-process jobs: `hybrid run --nproc-per-node 2 train.py`, or `hybrid run -- torchrun ... train.py`."""
     from hybrid.orchestrate import RunOptions, Target
 
@@ -208,7 +211,8 @@ def run(
     launcher = _torchrun_argv(argv)
     stem = Path(launcher[-1] if launcher else script).stem
     options = RunOptions(out_dir=out or _default_out(stem), mode=mode.value, warmup=warmup,
-                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels)
+                         steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels,
+                         whole_run=whole_run)
     if launcher is not None or nproc_per_node is not None:
         _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
                      verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)

@@ -164,8 +164,8 @@ class JobOrchestrator(Orchestrator):
         out_base = Path(RANK_DIR_PLACEHOLDER) / "nsys" / "profile"
         prefix = nsys.build_nsys_command(Path(tools["nsys"]), out_base, [], capture_range=not stepless)
         wrap = self._write_wrap("nsys", "all", prefix)
-        result = self._run_child("nsys", self.inject_argv("nsys", steps=self.options.steps, whole_run=stepless,
-                                                          wrap=wrap))
+        result = self._run_child("nsys", self.inject_argv("nsys", steps=self.options.steps,
+                                                          whole_run=self.options.whole_run, wrap=wrap))
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:

@@ -1,7 +1,7 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
     python -m hybrid.inject --pass P --out DIR --warmup W --steps N [--nvtx-modules] [--whole-run]
-                            [--module] -- TARGET [ARGS...]
+                            [--fixed-warmup] [--module] -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
 under `python -m`), its own directory first on sys.path, and the caller's cwd. The process exits
@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=5, help="steps to measure, then stop the script")
     parser.add_argument("--nvtx-modules", action="store_true", help="NVTX range per module forward")
     parser.add_argument("--whole-run", action="store_true", help="capture the whole script as one step")
+    parser.add_argument("--fixed-warmup", action="store_true",
+                        help="exactly --warmup warmup steps, not more until step times settle")
     parser.add_argument("--module", action="store_true", help="TARGET is a module name, run as with -m")
     return parser
 
@@ -87,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         session = StepSession(SessionConfig(
             pass_name=args.pass_name, out_dir=args.out, warmup_steps=args.warmup, measured_steps=args.steps,
-            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run, progress=True,
+            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run, progress=True, detect=True,
+            settle=not args.fixed_warmup,
+            # The user's code is what lies under the script's directory (its own helper modules
+            # included), the installed libraries excepted; for a module, under the working directory.
+            user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
         ))
         session.begin()
     except HybridError as exc:

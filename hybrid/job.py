@@ -193,14 +193,13 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
-    from hybrid.stepping import TORCH_STEP_PREFIX
+    from hybrid.stepping import TORCH_STEP_NAME
 
-    marked = events[(events["cat"] == "user_annotation") & events["name"].str.startswith(TORCH_STEP_PREFIX)]
+    marked = events[(events["cat"] == "user_annotation") & events["name"].str.match(TORCH_STEP_NAME)]
     finished = [a.get("finished", True) is not False for a in marked["args"]]
     marked = marked[finished]
-    index = marked["name"].str.removeprefix(TORCH_STEP_PREFIX)
-    marked = marked[index.str.isdigit()]
-    return pd.DataFrame({"step": index[marked.index].astype("int64").to_numpy(),
+    index = marked["name"].str.extract(TORCH_STEP_NAME, expand=False)
+    return pd.DataFrame({"step": index.astype("int64").to_numpy(),
                          "start_ns": marked["start_ns"].to_numpy(), "end_ns": marked["end_ns"].to_numpy()})
 
 

@@ -3,7 +3,10 @@ under exactly one collector (CUPTI takes one subscriber: torch.profiler under ns
 or silently lose data). Knows nothing about analysis: it leaves a run directory behind.
 
 Order: plain (optional baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
-steps at all; the nsys pass tells which kernels are worth ncu's replay cost.
+steps at all; the nsys pass tells which kernels are worth ncu's replay cost. The script is never run
+again behind the user's back (it may have side effects): when the torch pass finds no step, the nsys
+pass captures the whole run and the export's step chain (periodicity, steady window) finds the steps;
+with no nsys, the run stops and says how to mark steps or ask for --whole-run.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class RunOptions:
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
     ncu_coverage: float = 0.9
+    whole_run: bool = False  # every pass captures the whole script as one range (asked for explicitly)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -246,29 +250,47 @@ class Orchestrator:
 
         if opts.baseline:
             self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=False))
-        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps, whole_run=False))
+        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps,
+                                                                      whole_run=opts.whole_run))
         inject = torch_result.inject or {}
-        stepless = not inject.get("measured_steps")
-        if stepless:
-            # Nothing was measured: profile the whole script as one step, and say how to mark steps.
-            seen = inject.get("steps_seen") or 0
-            self.mode_reasons.append(
-                f"the script ended during warmup after {seen} steps (lower --warmup): the whole run was "
-                "profiled as one step" if seen else
-                "the script never stepped: the whole run was profiled as one step")
-            torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=1, whole_run=True))
-            inject = torch_result.inject or {}
+        stepless = opts.whole_run or not inject.get("measured_steps")
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
                 self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
                                "run on a machine with an NVIDIA GPU")
             want_nsys = want_ncu = False
+        if stepless and not opts.whole_run:
+            self._no_step_found(inject, can_capture=want_nsys)
+            want_ncu = False
         if want_nsys:
             self._nsys_pass(tools, stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
         self.run_dir.update_run_json(finished_at=time.time())
         return self.passes
+
+    def _no_step_found(self, inject: dict, can_capture: bool) -> None:
+        """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the
+        nsys pass, which runs anyway, captures the whole run instead, and its export's step chain
+        finds the steps (start-up excluded). Without nsys nothing can be analyzed: stop and say why."""
+        seen = inject.get("steps_seen") or 0
+        unit = inject.get("step_unit")
+        if seen:
+            cause = (f"the script ended during warmup after {seen} steps{f' of {unit}' if unit else ''}, "
+                     f"before a measured step (it needs at least {self.options.warmup} warmup + "
+                     f"{self.options.steps} measured steps)")
+            fix = "lower --warmup and --steps, or let the script run more iterations"
+        else:
+            cause = "no step was found in the torch pass (no optimizer step, no mark, no repeated module call, "                     "no loop of the script whose iterations did work)"
+            fix = "mark steps with hybrid.mark_step(), or pass --whole-run to profile the whole script as one range"
+        if can_capture:
+            self.mode_reasons.append(f"{cause}; the script was not re-run for it: the nsys pass captured the whole "
+                                     "run and its steps were found in the timeline; the ncu pass was skipped "
+                                     f"(no step to bound its replay); {fix}")
+            return
+        raise ProfilerError(f"{cause}, and without an Nsight Systems capture there is no timeline to find steps "
+                            "in; hybrid does not re-run the script on its own (it may have side effects)", fix,
+                            kept=str(self.run_dir.path))
 
     def _ok(self, name: str) -> bool:
         return any(p.name == name and p.status == "ok" for p in self.passes)
@@ -325,7 +347,10 @@ class Orchestrator:
         from nsight import nsys
 
         out_base = self.run_dir.pass_dir("nsys") / "profile"
-        inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=stepless)
+        # With no step found by the torch pass, nsys records the whole run (no capture range) while
+        # the injector still looks for steps: its step ranges, where it finds some, or else the
+        # export's own step chain decide what a step is.
+        inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=self.options.whole_run)
         argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless)
         result = self._run_child("nsys", argv)
         self._record(result)

@@ -5,9 +5,13 @@ collector of its pass for exactly the measured steps, times that window, writes
 `OUT/inject.json`, and stops the script at the step limit. The injector (`hybrid.inject`) and the
 in-process API both drive it.
 
-Steps are found without edits to the user's script through a global optimizer step post-hook;
-scripts without an optimizer call `hybrid.mark_step()` or wrap each step in `with hybrid.step():`.
-Outside a session these functions do nothing, so a script runs unchanged without hybrid.
+Steps come from the strongest source that fires, without edits to the user's script:
+  1. explicit marks: `hybrid.mark_step()` / `with hybrid.step():`, torch.profiler's `prof.step()`;
+  2. a global optimizer step post-hook;
+  3. with `detect` on (the injector), hybrid.step_finder: repeated top-level module calls, else the
+     script's own outermost working loop.
+Warmup lasts at least `warmup_steps`, then until step times settle (hybrid.settle). Outside a session
+mark_step() and step() do nothing, so a script runs unchanged without hybrid.
 
 torch is imported lazily: `import hybrid` must stay cheap and must not touch CUDA.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 import traceback as traceback_module
@@ -26,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hybrid import settle
 from hybrid.errors import UsageError
 from hybrid.nvtx_ranges import RangeStack
 
@@ -34,7 +40,11 @@ NVTX_PASSES = ("nsys", "ncu")  # passes whose collector reads NVTX ranges
 
 STEP_DOMAIN = "hybrid"  # NVTX domain of `warmup` and `step N` ranges
 MODULE_DOMAIN = "hybrid.modules"  # NVTX domain of module ranges (--nvtx-modules)
-TORCH_STEP_PREFIX = "hybrid/step "  # record_function name of measured step N in the torch trace
+# record_function name of measured step N in the torch trace: torch.profiler's own step marker, which
+# HolisticTraceAnalysis and TensorBoard read. Traces of earlier versions named it `hybrid/step N`.
+TORCH_STEP_PREFIX = "ProfilerStep#"
+LEGACY_TORCH_STEP_PREFIX = "hybrid/step "
+TORCH_STEP_NAME = re.compile(r"^(?:ProfilerStep#|hybrid/step )(\d+)$")
 INJECT_FILE = "inject.json"
 TRACE_FILE = "trace.json"
 # torch.profiler computes FLOPs per operator (with_flops) but recent versions leave them out of the
@@ -42,10 +52,16 @@ TRACE_FILE = "trace.json"
 OP_FLOPS_FILE = "op_flops.json"
 MODULE_NAME_ATTR = "_hybrid_qualified_name"
 
-# step_source values in inject.json
+# step_source values in inject.json (hybrid.step_finder adds "module_call" and "script_loop")
 SOURCE_OPTIMIZER = "optimizer_hook"
 SOURCE_MARK = "mark_step"
+SOURCE_PROFILER_STEP = "profiler_step"  # the script's own torch.profiler.profile.step()
 SOURCE_NONE = "none"
+EXPLICIT_SOURCES = (SOURCE_MARK, SOURCE_PROFILER_STEP)
+DETECTED_SOURCES = ("module_call", "script_loop")
+# How sure the session is that its steps are the script's steps (inject.json step_confidence, also
+# results.json workload.step_confidence): high for marks and the optimizer hook; the detectors say.
+CONFIDENCE_HIGH = "high"
 
 # Outcomes in inject.json
 COMPLETED = "completed"
@@ -61,8 +77,9 @@ PROGRESS_PREFIX = "[hybrid] "
 PROGRESS_INTERVAL_NS = 500_000_000
 
 HOW_TO_MARK = (
-    "no training step was seen (no optimizer.step() and no hybrid.mark_step()); mark the end of each "
-    "step with `hybrid.mark_step()` or wrap each step in `with hybrid.step():`"
+    "no step was found (no optimizer.step(), no hybrid.mark_step(), no repeated top-level module call and "
+    "no loop of the script whose iterations did work); mark the end of each step with `hybrid.mark_step()` "
+    "or wrap each step in `with hybrid.step():`"
 )
 
 
@@ -84,6 +101,10 @@ class SessionConfig:
     whole_run: bool = False  # the collector covers the whole script as one step
     stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
     progress: bool = False  # print PROGRESS_PREFIX lines (the injector; not in-process use)
+    detect: bool = False  # find steps of unmarked scripts (hybrid.step_finder); the injector turns it on
+    user_root: str | None = None  # directory whose files are the user's code (detect); default cwd
+    settle: bool = False  # extend warmup until step times settle (the injector; a caller that counts
+    # its own iterations, as profile_model does, needs exactly warmup_steps)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -169,6 +190,15 @@ class StepSession:
         self.trace_path: Path | None = None
         self.cut_short_step: int | None = None  # index of the measured step the script's end cut short
         self._explicit_seen = False
+        self.step_unit: str | None = None
+        self.step_confidence: str | None = None
+        self.step_reason: str | None = None
+        self.warmup_dropped = 0  # steps counted before the window opened
+        self.warmup_reason: str | None = None
+        self._mark_ns: list[int] = []  # host time of each warmup step's end (settling)
+        self._finder: Any = None
+        self._patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) to restore
+        self._optimizer_built = False
         self._state = "idle"  # idle -> warmup -> measuring -> done
         self._pid = os.getpid()
         self._window_start_ns = 0
@@ -200,14 +230,66 @@ class StepSession:
 
         _active = self
         self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._patch_step_sources()
         if self.config.whole_run:
             self._start_window()
-        elif self.config.warmup_steps > 0:
+        elif self.config.warmup_steps > 0 or self.config.detect:
+            # With detection on, even --warmup 0 opens the window at the first step's end: start-up
+            # (imports, model construction, CUDA init) is never part of a step.
             self._step_ranges.push("warmup")
             self._state = "warmup"
         else:
             # No warmup: step 0 starts here and so includes the script's setup.
             self._start_window()
+        if self.config.detect and not self.config.whole_run:
+            from hybrid.step_finder import StepFinder
+
+            self._finder = StepFinder(self.mark, self.config.user_root or os.getcwd(),
+                                      lambda: self._optimizer_built and self.step_source != SOURCE_OPTIMIZER)
+            self._finder.start()
+            # A forked DataLoader worker runs no step of its own: it must not pay for the tracer.
+            os.register_at_fork(after_in_child=self._finder.stop)
+
+    def _patch_step_sources(self) -> None:
+        """The script's own torch.profiler steps count as explicit marks, and an optimizer's
+        construction is noted, so that the detectors wait for its step hook instead of guessing."""
+        import torch
+
+        session = self
+        profile_step = torch.profiler.profile.step
+        optimizer_init = torch.optim.Optimizer.__init__
+
+        def step(profiler: Any, *args: Any, **kwargs: Any) -> Any:
+            result = profile_step(profiler, *args, **kwargs)
+            session.mark(SOURCE_PROFILER_STEP)
+            return result
+
+        def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            session._optimizer_built = True
+            optimizer_init(optimizer, *args, **kwargs)
+
+        real_exit = os._exit
+
+        def exit_now(status: int) -> None:
+            # os._exit skips finally-blocks and atexit: report (and stop the collector) first, so the
+            # run keeps what was measured and says how the script ended.
+            if session._result is None and os.getpid() == session._pid:
+                session.warnings.append(f"the script called os._exit({status}), which skips its cleanup")
+            session.finish(COMPLETED, status)
+            real_exit(status)
+
+        self._patches = [(torch.profiler.profile, "step", profile_step),
+                         (torch.optim.Optimizer, "__init__", optimizer_init), (os, "_exit", real_exit)]
+        torch.profiler.profile.step = step
+        torch.optim.Optimizer.__init__ = init
+        os._exit = exit_now
+
+    def _unpatch(self) -> None:
+        for owner, attribute, original in self._patches:
+            setattr(owner, attribute, original)
+        self._patches = []
+        if self._finder is not None:
+            self._finder.stop()
 
     def finish(self, outcome: str, exit_code: int, traceback: str | None = None) -> dict:
         """Close what is open, stop the collector, write inject.json; returns its content.
@@ -218,6 +300,7 @@ class StepSession:
         if os.getpid() != self._pid:
             return {}
         self.finishing = True
+        self._unpatch()
         if self._state == "measuring":
             if self.config.whole_run:
                 self._synchronize()
@@ -238,13 +321,15 @@ class StepSession:
         elif self._state == "warmup":
             self._step_ranges.pop()
             if self.steps_seen:
+                unit = f" of {self.step_unit}" if self.step_unit else ""
                 self.warnings.append(
-                    f"the script ended during warmup after {self.steps_seen} steps; nothing was measured "
-                    f"(it needs {self.config.warmup_steps} warmup + {self.config.measured_steps} measured steps)"
+                    f"the script ended during warmup after {self.steps_seen} steps{unit}; nothing was measured "
+                    f"(it needs at least {self.config.warmup_steps} warmup + {self.config.measured_steps} "
+                    "measured steps): lower --warmup and --steps"
                 )
         if self.steps_seen == 0:
             self.warnings.append(HOW_TO_MARK if self.config.whole_run
-                                 else HOW_TO_MARK + ", or re-run capturing the whole run as one step")
+                                 else HOW_TO_MARK + ", or pass --whole-run to capture the whole script as one range")
         if self.step_end_ns:
             self.window_ns = self.step_end_ns[-1]
         if self._optimizer_hook is not None:
@@ -270,25 +355,41 @@ class StepSession:
         self.mark(SOURCE_OPTIMIZER)
 
     def mark(self, source: str) -> None:
-        """Count the end of one step (from the optimizer hook or an explicit mark)."""
+        """Count the end of one step (explicit mark > optimizer hook > detected unit)."""
         if self._state in ("idle", "done") or os.getpid() != self._pid:
             return
+        current = self.step_source
+        if source in DETECTED_SOURCES and current not in (SOURCE_NONE, source):
+            return  # a stronger source counts the steps
         if source == SOURCE_OPTIMIZER and self._explicit_seen:
             return
-        if source != SOURCE_OPTIMIZER and not self._explicit_seen:
+        if source in EXPLICIT_SOURCES and not self._explicit_seen:
             self._explicit_seen = True
-            if self.step_source == SOURCE_OPTIMIZER:
+            if current == SOURCE_OPTIMIZER:
                 # A script that both steps an optimizer and marks steps: the hook already counted
                 # this iteration a moment ago, so this first explicit mark is the same step.
-                self.step_source = source
+                self._set_source(source)
                 return
-        self.step_source = source
+        if current in DETECTED_SOURCES and source not in DETECTED_SOURCES:
+            if self._state == "measuring":
+                if not any("came after" in w for w in self.warnings):
+                    self.warnings.append(f"{source} came after the window opened on {self.step_unit}; "
+                                         "the measured steps stay in that unit")
+                return
+            # The stronger source takes over: warmup starts again in its unit.
+            self.steps_seen, self._mark_ns = 0, []
+        if source not in DETECTED_SOURCES and self._finder is not None and self._finder.running:
+            self._finder.stop()  # marks or the optimizer count the steps: the detectors' cost ends here
+        if source != current:
+            self._set_source(source)
         self.steps_seen += 1
         if self.config.whole_run:
             return
         if self._state == "warmup":
+            self._mark_ns.append(time.perf_counter_ns())
             self._progress(f"warmup {self.steps_seen}/{self.config.warmup_steps}")
-            if self.steps_seen == self.config.warmup_steps:
+            if self._warmup_done():
+                self.warmup_dropped = self.steps_seen
                 self._step_ranges.pop()
                 self._start_window()
             elif self.steps_seen == 1:
@@ -311,6 +412,54 @@ class StepSession:
             # can no longer lose the measurement.
             self.finish(STEP_LIMIT, 0)
             raise StepLimitReached()
+
+    def _set_source(self, source: str) -> None:
+        self.step_source = source
+        finder = self._finder
+        if source in DETECTED_SOURCES and finder is not None:
+            self.step_unit, self.step_confidence, self.step_reason = finder.unit, finder.confidence, finder.reason
+            return
+        self.step_confidence = CONFIDENCE_HIGH
+        self.step_unit, self.step_reason = {
+            SOURCE_OPTIMIZER: ("one optimizer.step()", "the optimizer step hook fired"),
+            SOURCE_MARK: ("one hybrid.mark_step() interval", "the script marks its steps"),
+            SOURCE_PROFILER_STEP: ("one torch.profiler step()", "the script calls its profiler's step()"),
+        }.get(source, (None, None))
+
+    def _unit_with_calls(self) -> str | None:
+        """The unit, with how many there are per call of the library function that made them."""
+        per_call = (self._finder.facts().get("per_call") if self._finder is not None
+                    and self.step_source == "module_call" else None)
+        if not per_call or not self.step_unit:
+            return self.step_unit
+        return f"{self.step_unit}, {per_call['forwards']} per {per_call['function']}() call"
+
+    def _warmup_done(self) -> bool:
+        """Warmup ends after the requested count once step times have settled (at most
+        settle.MAX_EXTRA_WARMUP steps later); the reason is kept for the report."""
+        requested = self.config.warmup_steps
+        seen = self.steps_seen
+        if seen < requested:
+            return False
+        durations = [(b - a) / 1e6 for a, b in zip(self._mark_ns, self._mark_ns[1:])]
+        if requested == 0 or not self.config.settle:
+            self.warmup_reason = f"{seen} warmup step(s) dropped: {requested} requested (--warmup)"
+            return True
+        if settle.is_settled(durations):
+            extra = seen - requested
+            self.warmup_reason = (f"{seen} warmup steps dropped: {requested} requested (--warmup)"
+                                  + (f" + {extra} until step times settled within "
+                                     f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)})"
+                                     if extra else f", step times settled (last: {settle.describe(durations)})"))
+            return True
+        if seen >= requested + settle.MAX_EXTRA_WARMUP:
+            self.warmup_reason = (f"{seen} warmup steps dropped: step times had not settled within "
+                                  f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)}); measuring anyway")
+            self.warnings.append(f"step times had not settled after {seen} warmup steps "
+                                 f"(last: {settle.describe(durations)}): the measured steps may still be warming up "
+                                 "or may differ by design")
+            return True
+        return False
 
     # -- measured window -------------------------------------------------------------------------
 
@@ -443,6 +592,12 @@ class StepSession:
             "requested_steps": config.measured_steps,
             "steps_seen": self.steps_seen,
             "step_source": self.step_source,
+            "step_unit": self._unit_with_calls(),
+            "step_confidence": self.step_confidence,
+            "step_reason": self.step_reason,
+            "step_detection": self._finder.facts() if self._finder is not None else None,
+            "warmup_dropped": self.warmup_dropped,
+            "warmup_reason": self.warmup_reason,
             "whole_run": config.whole_run,
             "window_ns": self.window_ns,
             "step_time_ms": self.window_ns / measured / 1e6 if measured and self.window_ns else None,

@@ -4,7 +4,8 @@ Parsed once into one frame of complete ('X') events; each Profile frame is then 
 selection of it (as Meta's HolisticTraceAnalysis does). Joins follow Kineto's links:
 - a kernel/memcpy/memset and the runtime or driver call that launched it share `correlation`;
 - a device event's `External id` is the innermost operator that was open at its launch.
-Every event belongs to the measured step whose `hybrid/step N` annotation enclosed its host start
+Every event belongs to the measured step whose `ProfilerStep#N` annotation (`hybrid/step N` in traces
+of earlier versions) enclosed its host start
 (device work: the host start of its launch call). Times are Kineto's microseconds, turned into
 int64 nanoseconds on the trace's own clock.
 """
@@ -35,7 +36,7 @@ from hybrid.profile import (
     conform,
 )
 from hybrid.provenance import MEASURED_TORCH
-from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_PREFIX
+from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from nsight.intervals import NO_RANGE, nesting_parents
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no
@@ -70,8 +71,7 @@ LAUNCH_APIS = frozenset({
 # CUPTI names may carry a version or per-thread-stream suffix: cudaLaunchKernel_v7000, ..._ptsz.
 API_SUFFIX = re.compile(r"(_v\d+)?(_ptsz|_ptds)?$")
 MEMCPY_KIND = re.compile(r"Memcpy (HtoD|DtoH|DtoD|HtoH|PtoP)")
-STEP_NAME = re.compile(re.escape(TORCH_STEP_PREFIX) + r"(\d+)$")
-PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch's own schedule marker: an annotation, not an operator
+STEP_NAME = TORCH_STEP_NAME
 FIX = "pass the trace.json that torch.profiler wrote (export_chrome_trace), e.g. RUN_DIR/torch/trace.json"
 
 
@@ -327,7 +327,7 @@ def _device_idle_ns(start: np.ndarray, end: np.ndarray, device_busy: tuple[np.nd
 
 def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
               saved_flops: dict[int, int], device_busy: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
-    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.startswith(PROFILER_STEP_PREFIX)]
+    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.startswith(TORCH_STEP_PREFIX)]
     ops = ops.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False]).reset_index(drop=True)
     start = ops["start_ns"].to_numpy()
     end = ops["end_ns"].to_numpy()
@@ -364,9 +364,8 @@ def _annotation_frame(events: pd.DataFrame, steps: pd.DataFrame,
     """record_function ranges other than our step marks and torch's ProfilerStep#N, as op rows
     (OP_COLUMNS: ANNOTATION_PREFIX + name, outside the operator tree). torch marks its own Python-side
     work this way: the DataLoader's `__next__`, `Optimizer.step#SGD.step`, `Optimizer.zero_grad#...`."""
-    marks = events[(events["cat"] == "user_annotation")
-                   & ~events["name"].str.match(STEP_NAME)
-                   & ~events["name"].str.startswith(PROFILER_STEP_PREFIX)]
+    marks = events[(events["cat"] == "user_annotation") & ~events["name"].str.match(STEP_NAME)
+                   & ~events["name"].str.startswith(TORCH_STEP_PREFIX)]
     start = marks["start_ns"].to_numpy(np.int64)
     end = marks["end_ns"].to_numpy(np.int64)
     return pd.DataFrame({
@@ -411,11 +410,12 @@ def _steps(events: pd.DataFrame, path: Path, warnings: list[str]) -> tuple[pd.Da
     marked = marked[finished]
     if not marked.empty:
         steps = pd.DataFrame({
-            "step": index[marked.index].astype("int64").to_numpy(),
             "name": marked["name"].to_numpy(),
             "start_ns": marked["start_ns"].to_numpy(),
             "end_ns": marked["end_ns"].to_numpy(),
         }).sort_values("start_ns").reset_index(drop=True)
+        # Numbered in time order: a script's own profiler schedule starts at ProfilerStep#<wait+warmup>.
+        steps.insert(0, "step", np.arange(len(steps), dtype="int64"))
         return steps, "torch:annotation"
     timed = events[events["cat"] != "Trace"]  # Kineto's own span covers profiler setup too
     warnings.append(
