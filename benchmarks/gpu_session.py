@@ -25,7 +25,9 @@ from pathlib import Path
 
 # nsys export tables hybrid never reads; dropping them keeps committed fixtures small.
 _KEEP_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU", "META_DATA_EXPORT",
-                  "OSRT_API", "PROFILER_OVERHEAD", "ENUM_", "TARGET_INFO_CUDA", "PROCESSES", "ThreadNames")
+                  "OSRT_API", "PROFILER_OVERHEAD", "ENUM_", "TARGET_INFO_CUDA", "PROCESSES", "ThreadNames",
+                  # the declared layout of the Python samples' payloads (sql/python_sample_layout.sql)
+                  "NVTX_PAYLOAD_SCHEMA")
 
 
 KEEP_TABLES = "KEEP_TABLES"

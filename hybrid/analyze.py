@@ -12,6 +12,7 @@ from hybrid.provenance import Metric
 from hybrid.roofline import roofline
 from hybrid.rules.base import SEVERITY_RANK, Context, Finding
 from hybrid.rules.registry import GPU_CATEGORIES, RULES
+from hybrid.timeline import step_timeline
 
 
 def _has_gpu(profile: Profile) -> bool:
@@ -49,6 +50,16 @@ def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
         if result is not None:
             findings.append(result)
     return rank(findings)
+
+
+# Families whose findings are about a GPU: its kernels, copies and idle time, or work left on the host that
+# the GPU could do (CPU_RESIDENCY). With no GPU in the run none of them can hold.
+NEEDS_GPU = (*GPU_CATEGORIES, "CPU_RESIDENCY", "COMMUNICATION")
+
+
+def applicable(findings: list[Finding], gpu: bool) -> list[Finding]:
+    """The findings that can hold for this run: on a run without a GPU, none about a GPU."""
+    return findings if gpu else [f for f in findings if f.category not in NEEDS_GPU]
 
 
 def _timing(metrics: dict[str, Metric]) -> dict:
@@ -101,7 +112,7 @@ def analyze(profile: Profile) -> dict:
         "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
         "source": None, "kernels": [], "reason": "no GPU"}
     ctx = Context(profile=profile, metrics=metrics, roofline=roof, peaks=_rule_peaks(peaks))
-    findings = run_rules(ctx, gpu)
+    findings = applicable(run_rules(ctx, gpu), gpu)
     top = primary(findings)
     device = profile.device
     return {
@@ -115,6 +126,7 @@ def analyze(profile: Profile) -> dict:
         "roofline": roof,
         "layers": layer_table(profile),
         "top_kernels": top_kernels(profile),
+        "timeline": step_timeline(profile) if gpu else None,
         "diagnosis": {"primary_bottleneck": None if top is None else top.to_dict(),
                       "bottlenecks": [f.to_dict() for f in findings]},
         "limitations": _limitations(profile, peaks, metrics, roof, gpu),

@@ -82,7 +82,7 @@ def _default_out(stem: str) -> Path:
 
 
 def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, verbose: bool,
-          include_paths: bool, fail_on: Severity | None) -> None:
+          include_paths: bool, fail_on: Severity | None, location: Path | None = None) -> None:
     """Write results.json (and report.txt / report.html) into the run directory, print the report,
     and exit 1 when a finding reaches --fail-on."""
     from hybrid.report.json_report import results_to_json, write_results
@@ -104,16 +104,23 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
     else:
         from rich.console import Console
 
-        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose)
+        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
+                     location=str(location or run_dir) if (location or run_dir) is not None else None)
         if run_dir is not None:
             _stderr(f"run directory: {run_dir}  (results.json{', report.html' if html else ''})")
-    if fail_on is not None:
-        from hybrid.rules.base import SEVERITY_RANK
+    _fail_on(results, fail_on)
 
-        threshold = SEVERITY_RANK[fail_on.value]
-        if any(SEVERITY_RANK[f["severity"]] >= threshold and not f.get("not_measured")
-               for f in results["diagnosis"]["bottlenecks"]):
-            raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
+
+def _fail_on(results: dict, fail_on: Severity | None) -> None:
+    """Exit 1 when a measured finding reaches --fail-on."""
+    if fail_on is None:
+        return
+    from hybrid.rules.base import SEVERITY_RANK
+
+    threshold = SEVERITY_RANK[fail_on.value]
+    if any(SEVERITY_RANK.get(f.get("severity"), -1) >= threshold and not f.get("not_measured")
+           for f in (results.get("diagnosis") or {}).get("bottlenecks") or []):
+        raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
 
 
 def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: bool, quiet: bool,
@@ -174,7 +181,18 @@ PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in r
 BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no collector, the reference "
                            "for profiler overhead")
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+CallsitesOpt = typer.Option("python", "--callsites", help="what the nsys pass records to point findings at "
+                            "the script's lines: off, python (Python sampling) or cuda (also Python "
+                            "backtraces of blocking CUDA calls, with CPU sampling)")
+TorchStacksOpt = typer.Option(False, "--torch-stacks/--no-torch-stacks", help="the torch pass also records "
+                              "operators' Python stacks (with_stack), to place .item(), .cpu() and tensor "
+                              "creation on their lines; slows Python-heavy steps")
 RankOpt = typer.Option(None, "--rank", help="multi-process runs: show this rank's full report instead of the job's")
+# Off by default in both commands: each module call then costs a Python hook and two NVTX calls on the
+# host, which the nsys pass measures as part of the program.
+NvtxModulesOpt = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
+                              help="an NVTX range per module forward call: the per-layer table and layer roofline "
+                              "points (adds host time per module call to the nsys pass)")
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
@@ -186,10 +204,11 @@ def run(
     warmup: int = typer.Option(5, "--warmup", help="steps run before measuring (excluded)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
-    nvtx_modules: bool = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
-                                      help="an NVTX range per module forward call (per-layer table)"),
+    nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    callsites: str = CallsitesOpt,
+    torch_stacks: bool = TorchStacksOpt,
     whole_run: bool = typer.Option(False, "--whole-run", help="profile the whole script as one range (start-up "
                                    "included) instead of finding its steps"),
     nproc_per_node: int | None = typer.Option(
@@ -212,7 +231,7 @@ def run(
     stem = Path(launcher[-1] if launcher else script).stem
     options = RunOptions(out_dir=out or _default_out(stem), mode=mode.value, warmup=warmup,
                          steps=steps, nvtx_modules=nvtx_modules, baseline=baseline, ncu_kernels=ncu_kernels,
-                         whole_run=whole_run)
+                         callsites=callsites, torch_stacks=torch_stacks, whole_run=whole_run)
     if launcher is not None or nproc_per_node is not None:
         _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
                      verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)
@@ -225,14 +244,15 @@ def run(
 @handles_errors
 def diagnose(
     model: str = typer.Option(..., "--model", "-m", help="resnet50, transformer or simple_cnn"),
-    batch_size: int | None = typer.Option(None, "--batch-size", "-b"),
-    steps: int | None = typer.Option(None, "--steps"),
-    warmup: int | None = typer.Option(None, "--warmup"),
-    precision: Precision = typer.Option(Precision.fp32, "--precision"),
+    batch_size: int | None = typer.Option(None, "--batch-size", "-b", help="samples per step (default: the model's "
+                                          "own; smaller on the CPU)"),
+    steps: int | None = typer.Option(None, "--steps", help="measured steps (default 20; fewer on the CPU)"),
+    warmup: int | None = typer.Option(None, "--warmup", help="steps run before measuring (default 5)"),
+    precision: Precision = typer.Option(Precision.fp32, "--precision", help="fp32, tf32, or autocast to bf16/fp16"),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
-    nvtx_modules: bool = typer.Option(True, "--nvtx-modules/--no-nvtx-modules"),
+    nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
     as_json: bool = JsonOpt,
@@ -275,21 +295,30 @@ def diagnose(
 @app.command()
 @handles_errors
 def report(
-    path: Path = typer.Argument(..., help="a run directory, or an nsys .sqlite export made elsewhere"),
-    ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) to add counters"),
+    path: Path = typer.Argument(..., help="a run directory, an nsys .sqlite export made elsewhere, or a results.json"),
+    ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) of the same program, "
+                                    "to add hardware counters to an nsys export"),
     step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
     rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
-    html: bool = HtmlOpt,
+    html: bool = typer.Option(False, "--html", help="also write report.html (into the run directory; next to "
+                              "an export as NAME.report.html)"),
     verbose: bool = VerboseOpt,
     include_paths: bool = PathsOpt,
     fail_on: Severity | None = FailOnOpt,
 ) -> None:
-    """Re-analyze saved artifacts offline: a run directory or someone's nsys export."""
+    """Re-analyze saved artifacts offline (a run directory or someone's nsys export), or re-render a
+    results.json whose artifacts are gone."""
     from hybrid.pipeline import analyze_export, analyze_run_dir
 
     if not path.exists():
-        raise UsageError(f"{path} does not exist", "pass a run directory or an .sqlite export")
+        raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
+    if path.is_file() and path.suffix == ".json":
+        # Nothing to re-analyze: the document is shown as it was written.
+        _render_saved(_complete(_load_results(path), path), html_path=path.with_suffix(".report.html") if html else None,
+                      as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
+                      location=str(path.parent))
+        return
     if path.is_dir():
         from hybrid.job import is_job_dir
 
@@ -306,6 +335,13 @@ def report(
             if rank is not None:
                 raise UsageError(f"{path} is a single-process run: --rank applies to multi-process runs",
                                  "drop --rank")
+            if _artifacts_gone(path):
+                _stderr(f"{path} keeps no raw artifacts: showing its results.json as it was written")
+                _render_saved(_complete(_load_results(path), path / "results.json"),
+                              html_path=path / "report.html" if html else None,
+                              as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
+                              location=str(path))
+                return
             results = analyze_run_dir(path, step_range=step_range)
     else:
         if ncu is not None and not ncu.is_file():
@@ -315,11 +351,54 @@ def report(
         if html:
             from hybrid.report.html_report import render_html
 
-            html_path = path.with_suffix(".report.html")
-            html_path.write_text(render_html(results, include_paths=include_paths))
-            _stderr(f"wrote {html_path}")
+            _write_page(path.with_suffix(".report.html"), render_html(results, include_paths=include_paths))
     _emit(results, run_dir=run_dir, as_json=as_json, html=html and run_dir is not None, verbose=verbose,
-          include_paths=include_paths, fail_on=fail_on)
+          include_paths=include_paths, fail_on=fail_on, location=run_dir or path.parent)
+
+
+def _write_page(path: Path, page: str) -> None:
+    """Write an HTML page beside its input; where that is not writable, say so and go on with the report."""
+    from hybrid.rundir import write_atomic
+
+    try:
+        write_atomic(path, page)
+    except OSError as error:
+        _stderr(f"warning: could not write {path}: {error.strerror or error}; the report is printed only")
+        return
+    _stderr(f"wrote {path}")
+
+
+def _artifacts_gone(path: Path) -> bool:
+    """A run directory holding a results.json but none of the artifacts it was made from."""
+    from hybrid.rundir import RunDir
+
+    run = RunDir(path)
+    return (path / "results.json").is_file() and run.torch_trace() is None and run.nsys_export() is None
+
+
+def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbose: bool, include_paths: bool,
+                  fail_on: Severity | None, location: str) -> None:
+    """Show a saved results document without re-analysis (and without rewriting it)."""
+    from rich.console import Console
+
+    # Only the artifacts still beside the document get a command to open them.
+    artifacts = results.get("artifacts") if isinstance(results.get("artifacts"), dict) else {}
+    results["artifacts"] = {key: relative for key, relative in artifacts.items()
+                            if isinstance(relative, str) and (Path(location) / relative).is_file()}
+
+    from hybrid.report.json_report import results_to_json
+    from hybrid.report.terminal import print_report
+
+    if html_path is not None:
+        from hybrid.report.html_report import render_html
+
+        _write_page(html_path, render_html(results, include_paths=include_paths))
+    if as_json:
+        sys.stdout.write(results_to_json(results))
+    else:
+        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
+                     location=location)
+    _fail_on(results, fail_on)
 
 
 def _load_results(path: Path) -> dict:
@@ -327,32 +406,74 @@ def _load_results(path: Path) -> dict:
 
     target = path / "results.json" if path.is_dir() else path
     try:
-        return json.loads(target.read_text())
+        document = json.loads(target.read_text())
     except FileNotFoundError:
         raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
+    except IsADirectoryError:
+        raise UsageError(f"{target} is a directory", "pass a run directory holding results.json") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UsageError(f"{target} is not a results.json document: {error}",
                          "re-create it with `hybrid report RUN_DIR`") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
+                         "not an object", "pass the results.json that `hybrid run` or `hybrid report` wrote")
+    return document
+
+
+def _complete(document: dict, target: Path) -> dict:
+    """A results document that has the contract's keys (hybrid.schema), else bad input naming what is missing."""
+    from hybrid.schema import missing_keys
+
+    try:
+        missing = missing_keys(document)
+    except (AttributeError, TypeError):  # a section of the wrong type (a number where an object belongs)
+        missing = ["sections of the right types"]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UsageError(f"{target} is not a complete results.json document: it lacks {shown}",
+                         "re-create it with `hybrid report RUN_DIR` from the run's artifacts")
+    return document
+
+
+def _threshold(value: float | None) -> float | None:
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"--fail-on-regression {value} is not a number of percent",
+                         "give a finite threshold, e.g. --fail-on-regression 5")
+    return value
 
 
 @app.command()
 @handles_errors
 def compare(
     run_a: Path = typer.Argument(..., help="the baseline: a run directory or its results.json"),
-    run_b: Path = typer.Argument(..., help="the candidate"),
+    run_b: Path = typer.Argument(..., help="the candidate: a run directory or its results.json"),
     fail_on_regression: float | None = typer.Option(
-        None, "--fail-on-regression", help="exit 1 when B's step time is more than PCT percent above A's"),
+        None, "--fail-on-regression", metavar="PCT",
+        help="exit 1 when B's step time is more than PCT percent above A's and beyond the steps' spread, or when "
+             "the gate cannot be decided (a run without a step time, different workloads)"),
     as_json: bool = JsonOpt,
+    html: Path | None = typer.Option(None, "--html", metavar="FILE", help="also write the comparison as an HTML page"),
 ) -> None:
-    """Compare two runs: step time, GPU utilization, roofline, top kernels, findings resolved/new."""
+    """Compare two runs: step time (noise-aware), GPU utilization, roofline, top kernels, findings
+    resolved/new (only where both runs measured what a finding rests on)."""
     import json
 
-    from hybrid.report.compare import compare_results, regressed, render_compare
+    from hybrid.report.compare import compare_results, gate, render_compare
 
+    threshold = _threshold(fail_on_regression)
     diff = compare_results(_load_results(run_a), _load_results(run_b))
     sys.stdout.write(json.dumps(diff, indent=1, default=str) + "\n" if as_json else render_compare(diff) + "\n")
-    if fail_on_regression is not None and regressed(diff, fail_on_regression):
-        raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
+    if html is not None:
+        from hybrid.report.html_report import render_compare_html
+
+        _write_page(html, render_compare_html(diff, (str(run_a), str(run_b))))
+    if threshold is not None:
+        reason = gate(diff, threshold)
+        if reason is not None:
+            _stderr(f"regression gate failed: {reason}")
+            raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
 
 
 @app.command()

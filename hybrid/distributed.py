@@ -114,7 +114,9 @@ class JobOrchestrator(Orchestrator):
                                        "--pass", pass_name]
         if wrap is not None:
             argv += ["--wrap-json", str(wrap)]
-        return argv + ["--", *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
+        # Ranks step in lockstep through their collectives: a warmup that each rank ends when its own
+        # step times settle would stop them at different steps, one rank waiting on a peer that left.
+        return argv + ["--", "--fixed-warmup", *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
 
     def _check_steps_agree(self, name: str) -> None:
         steps = {r: (i or {}).get("measured_steps") for r, i in self.run_dir.rank_injects(name).items()}
@@ -339,6 +341,9 @@ def analyze_job(run_dir: Path) -> dict:
 
     top = primary(findings)
     results = copy.deepcopy(rank_results[representative])
+    # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
+    rank_folder = folders[representative].relative_to(run_dir).as_posix()
+    results["artifacts"] = {key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()}
     run_json = RunDir(run_dir).run_json()
     block["representative_rank"] = representative
     block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")

@@ -59,6 +59,7 @@ def diagnose_environment(*, probe_counters: bool = True) -> dict:
     if probe_counters and ncu_path and facts["cuda_available"]:
         facts["counters_permitted"], facts["counters_detail"] = _counters_permitted(ncu_path)
     facts["mode"], facts["mode_reason"] = _would_use(facts)
+    facts["next_steps"] = next_steps(facts)
     return facts
 
 
@@ -76,11 +77,46 @@ def _would_use(facts: dict) -> tuple[str, str]:
     return "hybrid", "torch.profiler, nsys and ncu are all available"
 
 
+INSTALL_NSYS = ("Nsight Systems gives the measured timeline: install it from "
+                "https://developer.nvidia.com/nsight-systems (or NVIDIA's CUDA apt/dnf repository: "
+                "`apt-get install nsight-systems-<version>`; recent CUDA toolkits bundle it), then put `nsys` on "
+                "PATH or set HYBRID_NSYS=/path/to/nsys")
+INSTALL_NCU = ("Nsight Compute gives the hardware counters (roofline, cache, occupancy): it ships with the CUDA "
+               "toolkit (/usr/local/cuda/bin/ncu) or https://developer.nvidia.com/nsight-compute "
+               "(`apt-get install nsight-compute-<version>`); put `ncu` on PATH or set HYBRID_NCU=/path/to/ncu")
+
+
+def next_steps(facts: dict) -> list[str]:
+    """What to install or allow to reach the hybrid mode, from what this machine lacks."""
+    from nsight.ncu import PERMISSION_FIX
+
+    steps = []
+    if not facts.get("torch"):
+        steps.append("install torch: https://pytorch.org/get-started/locally/")
+    if facts.get("torch") and not facts.get("cuda_available"):
+        steps.append("no CUDA device is visible to torch: GPU analysis needs an NVIDIA GPU, its driver and a CUDA "
+                     "build of torch; on this machine `hybrid report` still re-analyzes runs made elsewhere")
+    if not facts.get("nsys"):
+        steps.append(INSTALL_NSYS)
+    if not facts.get("ncu"):
+        steps.append(INSTALL_NCU)
+    if facts.get("counters_permitted") is False:
+        steps.append(PERMISSION_FIX)
+    return steps
+
+
 def _permitted(value: bool | None) -> str:
     return {True: "readable", False: "NOT permitted", None: "unknown"}[value]
 
 
 def render_doctor(facts: dict) -> str:
+    """The facts as aligned lines, then what to do about what is missing; control characters in tool
+    output and paths are escaped like in every report."""
+    from hybrid.report.safe_text import escape_strings
+
+    steps = facts.get("next_steps") or next_steps(facts)
+    facts = escape_strings(facts)
+
     def show(value) -> str:
         return "not found" if value is None else str(value)
 
@@ -94,4 +130,6 @@ def render_doctor(facts: dict) -> str:
         f"counters    {_permitted(facts['counters_permitted'])}  ({facts['counters_detail']})",
         f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
     ]
+    lines += [f"to do       {step}" if index == 0 else f"            {step}"
+              for index, step in enumerate(escape_strings(steps))]
     return "\n".join(lines) + "\n"

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fixed-warmup", action="store_true",
                         help="exactly --warmup warmup steps, not more until step times settle")
     parser.add_argument("--module", action="store_true", help="TARGET is a module name, run as with -m")
+    parser.add_argument("--python-stacks", action="store_true",
+                        help="torch pass: record operators' Python stacks (with_stack), for callsites")
     return parser
 
 
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             # The user's code is what lies under the script's directory (its own helper modules
             # included), the installed libraries excepted; for a module, under the working directory.
             user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
+            python_stacks=args.python_stacks,
         ))
         session.begin()
     except HybridError as exc:

@@ -35,6 +35,7 @@ CPU_HEAVY_RATIO = 10.0
 
 ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
 REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
+BANDWIDTH_MIN_COPY_BYTES = 1024  # mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s)
 GEMM_KERNEL = re.compile(
     r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.IGNORECASE)
 # Precision from the kernel name; checked in order (bf16 before fp16: names like "bf16" contain "f16").
@@ -262,7 +263,7 @@ def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric
         "step_time_std_ms": Metric(std, "ms", src),
         "step_time_cv_pct": Metric(100 * std / mean if mean else 0.0, "%", src),
         "step_time_all_mean_ms": Metric(float(all_steps["dur_ns"].mean() / NS_PER_MS), "ms", src),
-        "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3f} ms)", "", src),
+        "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3g} ms)", "", src),
         "slowest_step_ms": Metric(float(slow["dur_ns"] / NS_PER_MS), "ms", src),
     }
 
@@ -441,7 +442,9 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
         out[f"{tag}_count"] = Metric(_per_step(len(part), n), "copies", src)
         out[f"{tag}_bytes"] = Metric(_per_step(part["bytes"].sum(), n), "B", src)
         out[f"{tag}_ms"] = Metric(_per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
-        if part["ns"].sum() > 0:
+        # A copy of a few bytes (a loss read back with .item()) takes its launch latency, whatever its size:
+        # bytes over that time are no bandwidth (4 B in 1.7 us read "2.4 MB/s" on the H200).
+        if part["ns"].sum() > 0 and part["bytes"].mean() >= BANDWIDTH_MIN_COPY_BYTES:
             bw = float(part["bytes"].sum() / (part["ns"].sum() / 1e9))
             out[f"{tag}_bytes_per_s"] = Metric(bw, "B/s", src)
             if peaks.host_link_bytes_per_s:
@@ -558,7 +561,8 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values("cpu_ns", ascending=False)
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
-    out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index[:3]), "", src)
+    # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
+    out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
 
     no_gpu = top[top["device_total_ns"] == 0]
     out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)

@@ -49,8 +49,11 @@ class TopLevelCalls:
         self.depth = 0
 
     def start(self) -> None:
+        global _is_compiling
+        import torch
         import torch.nn.modules.module as nn_module
 
+        _is_compiling = torch.compiler.is_compiling
         self._hooks = [nn_module.register_module_forward_pre_hook(self._pre),
                        # always_call: the depth stays right when a forward raises.
                        nn_module.register_module_forward_hook(self._post, always_call=True)]
@@ -67,8 +70,11 @@ class TopLevelCalls:
             handle.remove()
         self._hooks = []
 
+    # Each hook asks torch.compiler.is_compiling() first: while dynamo traces a compiled module, that
+    # call is a constant True and the hook traces to nothing; anything else (threading.get_ident) would
+    # be a graph break in the user's model.
     def _pre(self, module: Any, args: Any) -> None:
-        if threading.get_ident() != self._thread or _compiling():
+        if _is_compiling() or threading.get_ident() != self._thread:
             return
         if self.depth == 0 and self._want_caller():
             call_impl = sys._getframe(1)
@@ -80,14 +86,14 @@ class TopLevelCalls:
         self.depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() != self._thread or _compiling() or self.depth == 0:
+        if _is_compiling() or threading.get_ident() != self._thread or self.depth == 0:
             return
         self.depth -= 1
         if self.depth == 0:
             self._on_forward(module, self._caller)
 
     def _post_chosen(self, module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() != self._thread or _compiling():
+        if _is_compiling() or threading.get_ident() != self._thread:
             return
         caller = None
         if self._caller_depth is not None:
@@ -108,7 +114,5 @@ class TopLevelCalls:
         return below if frame is not None else None
 
 
-def _compiling() -> bool:
-    import torch
-
-    return bool(torch.compiler.is_compiling())
+def _is_compiling() -> bool:
+    return False  # replaced by torch.compiler.is_compiling in start(), which imports torch

@@ -6,7 +6,10 @@ Steps, in order of preference:
      the script ended mid-step is not a measured step)
   2. the user's ranges named `step_range` (exact text, else prefix)     -> "nvtx:<NAME>"
   3. a repeating NVTX range name (see _repeating_ranges)               -> "pattern"
-  4. the whole capture as one step                                      -> "whole-capture"
+  4. periodicity of the launching thread's CUDA calls (hybrid.periodicity), start-up excluded and
+     early steps dropped until their times settle                         -> "periodicity"
+  5. the window from the first kernel launch to the end, as one step, with a warning
+                                                                        -> "steady-window"
 Device work belongs to the step open in its *process* when it was launched: step ranges are pushed
 on the main thread, while PyTorch launches backward kernels from its autograd thread, so matching
 on the launching thread would drop the whole backward pass. Module ranges (`hybrid.modules`) are
@@ -25,13 +28,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid import periodicity, settle
 from hybrid.errors import InputError
 from hybrid.profile import (
+    API_CALL_COLUMNS,
     KERNEL_COLUMNS,
     LAUNCH_COLUMNS,
     LAYER_COLUMNS,
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
+    SAMPLE_COLUMNS,
     STEP_COLUMNS,
     SYNC_COLUMNS,
     DeviceInfo,
@@ -41,6 +47,7 @@ from hybrid.profile import (
 from hybrid.provenance import MEASURED_NSYS
 from hybrid.stepping import INJECT_FILE
 from nsight.intervals import NO_RANGE, depths, nesting_parents, stab_disjoint, stab_innermost
+from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import NsysExport, open_export
 
 HYBRID_DOMAIN = "hybrid"
@@ -62,11 +69,19 @@ MIN_PATTERN_REPEATS = 3
 # Names that say "one iteration" win over longer repeating ranges such as epochs.
 STEP_LIKE_WORDS = re.compile(r"step|iter|batch", re.IGNORECASE)
 TRAILING_INDEX = re.compile(r"[\s_#:.-]*\d+$")
+# NVTX domains of CUDA libraries (CUB/Thrust, NCCL): their ranges wrap library calls, not the user's steps.
+LIBRARY_DOMAINS = ("CCCL", "NCCL", "NVSHMEM", "cuBLAS", "cuDNN")
+MIN_PATTERN_COVERAGE = 0.1  # share of the time from the first to the last range that the ranges cover
 
 # OS-runtime calls at least this long count as blocking in the summary: below 100 us a call cannot
 # explain a visible gap in a millisecond-scale step (and nsys was told to skip calls under 10 us).
 OSRT_BLOCKING_MIN_NS = 100_000
 OSRT_SUMMARY_TOP = 10
+
+# A Python sample stands for the time until its thread's next sample, at most this many sampling
+# periods (the median time between a thread's samples): past that the thread ran no Python, or the
+# sampler missed it, and the sample says nothing about that time.
+SAMPLE_SPAN_PERIODS = 2
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
@@ -135,10 +150,12 @@ class _Runtime:
 class _Steps:
     """Step ranges, kept per process for attribution; `frame` is the Profile.steps view."""
 
-    def __init__(self, ranges: pd.DataFrame, source: str) -> None:
+    def __init__(self, ranges: pd.DataFrame, source: str, unit: str | None = None,
+                 confidence: str | None = None, reason: str | None = None) -> None:
         # ranges: step, name, start_ns, end_ns, global_pid
         self.ranges = ranges.sort_values("start_ns").reset_index(drop=True)
         self.source = source
+        self.unit, self.confidence, self.reason = unit, confidence, reason
         union = (self.ranges.groupby("step", sort=True)
                  .agg(name=("name", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
                  .reset_index())
@@ -233,7 +250,7 @@ def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
     removed ('step3' -> 'step'), on one thread, at least MIN_PATTERN_REPEATS times, not
     overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
     ranges cover the most time (the iteration encloses its forward/backward ranges)."""
-    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN]) & nvtx["text"].notna()].copy()
+    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()].copy()
     if user.empty:
         return None
     user["base"] = user["text"].str.replace(TRAILING_INDEX, "", regex=True)
@@ -244,24 +261,85 @@ def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
         ordered = group.sort_values("start_ns")
         if (ordered["start_ns"].to_numpy()[1:] < ordered["end_ns"].to_numpy()[:-1]).any():
             continue
+        span = ordered["end_ns"].iloc[-1] - ordered["start_ns"].iloc[0]
+        if span <= 0 or (ordered["end_ns"] - ordered["start_ns"]).sum() < MIN_PATTERN_COVERAGE * span:
+            continue  # a library call's range that happens to repeat (cub's scans), not a loop body
         score = (bool(STEP_LIKE_WORDS.search(base)), int((ordered["end_ns"] - ordered["start_ns"]).sum()))
         if best_score is None or score > best_score:
             best, best_score = ordered, score
     if best is None:
         return None
-    return _numbered(best.drop(columns="base"), "pattern")
+    steps = _numbered(best.drop(columns="base"), "pattern")
+    name = str(best["base"].iloc[0])
+    steps.unit, steps.confidence = f"one {name!r} NVTX range", "medium"
+    steps.reason = f"the NVTX range {name!r} repeats {len(best)} times on one thread without overlapping"
+    return steps
 
 
-def _whole_capture(bounds: tuple[int, int]) -> _Steps:
-    ranges = pd.DataFrame({"step": [0], "name": ["capture"], "start_ns": [bounds[0]], "end_ns": [bounds[1]],
+def _launch_sequence(runtime: _Runtime, raw_kernels: Columns | None) -> tuple[Columns, int] | None:
+    """The CUDA calls of the thread that launched the most kernels, in order, each with its symbol:
+    the launched kernel's name id, else the API's name id (both StringIds ids, so they never clash)."""
+    calls = runtime.calls
+    if raw_kernels is None or not len(raw_kernels["start_ns"]) or not len(calls["start_ns"]):
+        return None
+    rows = runtime.launch_of(raw_kernels["global_pid"], raw_kernels["correlation"])
+    found = rows >= 0
+    if not found.any():
+        return None
+    symbols = calls["name_id"].copy()
+    symbols[rows[found]] = raw_kernels["name_id"][found]
+    threads, launches = np.unique(calls["global_tid"][rows[found]], return_counts=True)
+    thread = int(threads[np.argmax(launches)])
+    mine = calls["global_tid"] == thread
+    return {"symbol": symbols[mine], "start_ns": calls["start_ns"][mine], "end_ns": calls["end_ns"][mine]}, thread
+
+
+def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int]) -> _Steps | None:
+    """Steps from the repeating CUDA call sequence of the launching thread (hybrid.periodicity):
+    start-up before the steady region is excluded, then early steps are dropped until they settle."""
+    found = _launch_sequence(runtime, raw_kernels)
+    if found is None:
+        return None
+    sequence, thread = found
+    period = periodicity.find_period(sequence["symbol"], sequence["start_ns"], sequence["end_ns"])
+    if period is None:
+        return None
+    starts_ns = sequence["start_ns"][period.starts]
+    durations = np.diff(starts_ns)
+    first, settled = settle.settled_start(list(durations / 1e6), min_drop=1)
+    starts, ends = starts_ns[first:-1], starts_ns[first + 1:]
+    if len(starts) < periodicity.MIN_REPEATS:
+        return None
+    ranges = pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64),
+                           "name": [f"period {i}" for i in range(len(starts))],
+                           "start_ns": starts, "end_ns": ends, "global_pid": thread & ~TID_MASK})
+    startup_s = (starts[0] - bounds[0]) / 1e9
+    how = {"shortest": "the shortest unit that repeats",
+           "regular symbol": "the shortest unit that holds every regularly recurring kernel",
+           "host gap": "the multiple of a repeating block that the script's host gap marks"}[period.how]
+    reason = (f"the launching thread's CUDA calls repeat every {period.period} calls ({period.match:.0%} of the "
+              f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity (start-up) excluded, "
+              f"{first + 1} early step(s) dropped" + ("" if settled else " (step times did not settle)"))
+    confidence = "medium" if period.match >= 0.95 and settled else "low"
+    return _Steps(ranges, "periodicity", f"one repeat of a {period.period}-call CUDA sequence", confidence, reason)
+
+
+def _steady_window(bounds: tuple[int, int], first_launch_ns: int | None) -> _Steps:
+    start = first_launch_ns if first_launch_ns is not None and first_launch_ns > bounds[0] else bounds[0]
+    ranges = pd.DataFrame({"step": [0], "name": ["steady window"], "start_ns": [start], "end_ns": [bounds[1]],
                            "global_pid": [-1]})
-    return _Steps(ranges, "whole-capture")
+    reason = (f"no repeating unit was found (no step marks, no repeating NVTX range, no periodic CUDA call "
+              f"sequence); {(start - bounds[0]) / 1e9:.2f} s before the first kernel launch excluded")
+    return _Steps(ranges, "steady-window", "the capture after the first kernel launch, as one range", "low", reason)
 
 
 def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, int],
-                measured_steps: int | None, warnings: list[str]) -> _Steps:
+                measured_steps: int | None, warnings: list[str], runtime: _Runtime | None = None,
+                raw_kernels: Columns | None = None) -> _Steps:
     if step_range:
         steps = _named_steps(nvtx, step_range)
+        steps.unit, steps.confidence = f"one {step_range!r} NVTX range", "high"
+        steps.reason = "--step-range names the range"
         warnings.append(f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
                         "(--step-range), not hybrid's own step markers")
         return steps
@@ -274,9 +352,24 @@ def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, i
                         f"repeating NVTX ranges ({steps.frame['name'].iloc[0]!r}, ...); pass --step-range "
                         "NAME to choose the range yourself")
         return steps
-    warnings.append("no step markers and no repeating NVTX ranges: the whole capture is treated as one step, "
-                    "so per-step figures are totals; run through `hybrid run` or pass --step-range NAME")
-    return _whole_capture(bounds)
+    if runtime is not None:
+        steps = _periodic_steps(runtime, raw_kernels, bounds)
+        if steps is not None:
+            warnings.append(f"no step markers in the export: {len(steps.frame)} steps were found from the "
+                            f"periodicity of the CUDA calls ({steps.reason}); pass --step-range NAME to choose "
+                            "an NVTX range instead")
+            return steps
+    first_launch = None
+    if runtime is not None and raw_kernels is not None and len(raw_kernels["start_ns"]):
+        rows = runtime.launch_of(raw_kernels["global_pid"], raw_kernels["correlation"])
+        launched = runtime.calls["start_ns"][rows[rows >= 0]]
+        first_launch = int(launched.min()) if len(launched) else None
+    steps = _steady_window(bounds, first_launch)
+    warnings.append("no step was found in the export (no step markers, no repeating NVTX ranges, no periodic "
+                    "CUDA calls): the capture after the first kernel launch is analyzed as one range, so "
+                    "per-step figures are totals; mark steps (hybrid.mark_step(), an NVTX range) or pass "
+                    "--step-range NAME")
+    return steps
 
 
 def _categorical(ids: np.ndarray, names: dict[int, str]) -> pd.Categorical:
@@ -390,6 +483,7 @@ def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
         "host_pinned": HOST_PINNED[raw["host_pinned_code"] + 1],
         "step": _launch_steps(runtime, raw, steps_for)[2],
+        "correlation": raw["correlation"],
     }
     return _contract_frame(frame, MEMCPY_COLUMNS)
 
@@ -399,7 +493,8 @@ def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
         return _empty(MEMSET_COLUMNS)
     raw = _by_start(raw)
     frame = {**{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
-             "step": _launch_steps(runtime, raw, steps_for)[2]}
+             "step": _launch_steps(runtime, raw, steps_for)[2],
+             "correlation": raw["correlation"]}
     return _contract_frame(frame, MEMSET_COLUMNS)
 
 
@@ -416,6 +511,27 @@ def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
     return _contract_frame(frame, LAUNCH_COLUMNS)
 
 
+def _api_calls(runtime: _Runtime, sync_targets: Columns | None, steps_for) -> pd.DataFrame:
+    """Profile.api_calls: every call runtime_calls.sql keeps, with the stream its synchronization
+    record names (joined on process and correlation id)."""
+    calls = runtime.calls
+    stream = np.full(len(calls["start_ns"]), -1, dtype=np.int64)
+    if sync_targets is not None and len(sync_targets["correlation"]):
+        rows = runtime.launch_of(sync_targets["global_pid"], sync_targets["correlation"])
+        found = rows >= 0
+        stream[rows[found]] = sync_targets["stream"][found]
+    frame = {
+        "api": _categorical(calls["name_id"], runtime.names),
+        "start_ns": calls["start_ns"],
+        "end_ns": calls["end_ns"],
+        "global_tid": calls["global_tid"],
+        "correlation": calls["correlation"],
+        "sync_stream": stream,
+        "step": steps_for(calls["start_ns"], calls["global_tid"]),
+    }
+    return _contract_frame(frame, API_CALL_COLUMNS)
+
+
 def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
     calls = runtime.where_name(lambda name: sync_kind(name) is not None)
     apis = _categorical(calls["name_id"], runtime.names)
@@ -427,6 +543,38 @@ def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
         "step": steps_for(calls["start_ns"], calls["global_tid"]),
     }
     return _contract_frame(frame, SYNC_COLUMNS)
+
+
+def _samples(export: NsysExport, steps: pd.DataFrame, warnings: list[str], facts: dict) -> pd.DataFrame:
+    """Profile.samples: the measured steps' Python samples with the time each stands for. `facts`
+    gets how many nsys recorded and how many came without a stack."""
+    if steps.empty:
+        return _empty(SAMPLE_COLUMNS)
+    found = read_python_samples(export, int(steps["start_ns"].min()), int(steps["end_ns"].max()))
+    if found is None:
+        return _empty(SAMPLE_COLUMNS)
+    facts.update(python_samples=found.marks, python_samples_without_stack=found.without_stack)
+    if found.without_stack:
+        warnings.append(f"{found.without_stack} of {found.marks} Python samples have no stack in the export "
+                        "(`nsys profile --export sqlite` leaves NVTX payloads out): they name no line; export "
+                        "the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`")
+    if found.unreadable:
+        warnings.append(f"{found.unreadable} Python samples have a payload layout hybrid does not know; "
+                        "they name no line")
+    if len(found.start_ns) == 0:
+        return _empty(SAMPLE_COLUMNS)
+    tid = found.global_tid & TID_MASK
+    order = np.lexsort((found.start_ns, tid))
+    start, tid = found.start_ns[order], tid[order]
+    same_thread = np.r_[tid[1:] == tid[:-1], False]
+    following = np.r_[start[1:], start[-1:]]
+    period = float(np.median((following - start)[same_thread])) if same_thread.any() else 1e6
+    cap = int(SAMPLE_SPAN_PERIODS * period)
+    end = np.where(same_thread, np.minimum(following, start + cap), start + int(period))
+    frame = {"start_ns": start, "end_ns": end.astype(np.int64), "tid": tid,
+             "file": np.array(found.file, dtype=object)[order], "line": found.line[order],
+             "function": np.array(found.function, dtype=object)[order]}
+    return _contract_frame(frame, SAMPLE_COLUMNS)
 
 
 def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
@@ -503,12 +651,14 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
         # Biggest first: the two workers read kernels and runtime calls side by side.
-        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets"])
+        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"])
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export)
         raw_kernels = raw.pop("kernels")
-        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings)
+        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings,
+                            runtime, raw_kernels)
         layers, per_thread = _module_layers(nvtx, steps)
+        sample_facts: dict = {}
         kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
         del raw_kernels
         profile = Profile(
@@ -518,11 +668,17 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             memsets=_memsets(raw["memsets"], runtime, steps.assign),
             syncs=_syncs(runtime, steps.assign),
             launches=_launches(runtime, steps.assign),
+            api_calls=_api_calls(runtime, raw["sync_targets"], steps.assign),
             layers=layers,
+            samples=_samples(export, steps.frame, warnings, sample_facts),
             device=_device_info(export, kernels),
             step_source=steps.source,
+            step_unit=steps.unit,
+            step_confidence=steps.confidence,
+            step_reason=steps.reason,
             extras={"nsys": _extras(export, steps.frame, unlaunched)},
         )
+        profile.extras["nsys"].update(sample_facts)
         no_kernels_reason = explain_no_kernels(export) if kernels.empty else None
         profile.extras["nsys"]["no_kernels_reason"] = no_kernels_reason
         if no_kernels_reason is not None:
@@ -531,7 +687,8 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
                             "capture started or from an untraced API); they are placed by their GPU start time")
     profile.sources = {name: MEASURED_NSYS for name in
-                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")}
+                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls",
+                        "samples")}
     profile.warnings = warnings
     return profile
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from hybrid import __version__
 from hybrid.errors import ProfilerError, UsageError, WorkloadError
 from hybrid.rundir import RunDir
+from nsight.nsys import CALLSITE_LEVELS
 
 MODES = ("auto", "hybrid", "nsys", "torch")
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
@@ -55,12 +56,17 @@ class RunOptions:
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
     ncu_coverage: float = 0.9
+    # What the nsys pass records to point findings at the script's lines (nsight.nsys.CALLSITE_LEVELS).
+    callsites: str = "python"
+    torch_stacks: bool = False  # the torch pass records operators' Python stacks (with_stack)
     whole_run: bool = False  # every pass captures the whole script as one range (asked for explicitly)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
+        if self.callsites not in CALLSITE_LEVELS:
+            raise UsageError(f"unknown --callsites level {self.callsites!r}", f"use one of: {', '.join(CALLSITE_LEVELS)}")
         if self.steps <= 0:
             raise UsageError(f"--steps must be at least 1 (got {self.steps})", "pass --steps 20, for example")
         if self.warmup < 0:
@@ -143,6 +149,8 @@ class Orchestrator:
         flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
         if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
             flags.append("--nvtx-modules")
+        if self.options.torch_stacks and pass_name == "torch":
+            flags.append("--python-stacks")
         if whole_run:
             flags.append("--whole-run")
         if self.target.is_module:
@@ -351,7 +359,12 @@ class Orchestrator:
         # the injector still looks for steps: its step ranges, where it finds some, or else the
         # export's own step chain decide what a step is.
         inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=self.options.whole_run)
-        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless)
+        sampling = nsys.callsite_sampling(nsys.profile_help(Path(tools["nsys"])), self.options.callsites)
+        if sampling.missing:
+            self.mode_reasons.append(f"this nsys has no {', '.join(sampling.missing)}: findings get fewer or no "
+                                     "callsites (a newer Nsight Systems samples Python)")
+        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless,
+                                       sampling=sampling)
         result = self._run_child("nsys", argv)
         self._record(result)
         failure = self._workload_failure(result)
@@ -359,6 +372,9 @@ class Orchestrator:
             raise failure
         try:
             log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
+            if sampling.separate_export and Path(f"{out_base}.nsys-rep").is_file():
+                log += nsys.export_sqlite(Path(tools["nsys"]), out_base,
+                                          log_path=self.run_dir.pass_dir("nsys") / "export.log")
             nsys.check_export(out_base, result.returncode, log)
         except ProfilerError as error:
             self._collector_failed("nsys", error)

@@ -14,7 +14,7 @@ from hybrid.schema import SCHEMA_VERSION
 
 # Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
 # shapes, dtypes, FLOP estimates) which nsys cannot see.
-NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers")
+NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")
 
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
@@ -38,6 +38,7 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
     merged = nsys_profile
     merged.ops = torch_profile.ops
     merged.ops_clock_steps = step_windows(torch_profile)[list(STEP_COLUMNS)]
+    merged.op_callsites = torch_profile.op_callsites
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
     if len(torch_steps):
@@ -60,6 +61,38 @@ def _inject_facts(run: RunDir) -> dict:
     """Facts the injector recorded in the process (peak memory, graph breaks, batch size); the torch
     pass is preferred since it ran the full measured window."""
     for name in ("torch", "nsys", "plain", "ncu"):
+        inject = run.read_inject(name)
+        if inject:
+            return inject
+    return {}
+
+
+def step_fields(profile: Profile, inject: dict | None = None) -> dict:
+    """workload.step_source, step_unit, step_confidence, step_reason (and where the step ranges were
+    read, step_ranges): the injector's own account when the ranges are its marks, else the loader's
+    (periodicity, steady window, NVTX pattern in a bare export)."""
+    ours = profile.step_source in ("nvtx:hybrid", "torch:annotation")
+    if ours and inject and inject.get("step_source") not in (None, "none"):
+        fields = {key: inject.get(key) for key in ("step_source", "step_unit", "step_confidence", "step_reason")}
+    else:
+        fields = {"step_source": profile.step_source, "step_unit": profile.step_unit,
+                  "step_confidence": profile.step_confidence, "step_reason": profile.step_reason}
+    fields["step_ranges"] = profile.step_source
+    return fields
+
+
+def _warmup_dropped(profile: Profile, stepped: dict, facts: dict) -> int | None:
+    """Warmup steps dropped before the measured ones; None where the steps were found in the export
+    (their reason says what was dropped)."""
+    if stepped.get("warmup_dropped") is not None:
+        return stepped["warmup_dropped"]
+    return facts.get("warmup_steps") if profile.step_source in ("nvtx:hybrid", "torch:annotation") else None
+
+
+def _step_inject(run: RunDir, profile: Profile) -> dict:
+    """The inject.json of the pass whose step ranges the profile uses."""
+    preferred = {"nvtx:hybrid": ("nsys", "torch"), "torch:annotation": ("torch", "nsys")}.get(profile.step_source, ())
+    for name in preferred:
         inject = run.read_inject(name)
         if inject:
             return inject
@@ -114,12 +147,20 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None) -> dict:
+                    baseline_step_ms: float | None = None, calibration: dict | None = None,
+                    script: str | None = None, stack_profiles: list[Profile] | None = None) -> dict:
+    """`script`: the profiled script's path as the run was given it (callsites are shown relative
+    to its folder); None for a module or a foreign export. `stack_profiles`: other profiles of the
+    run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
     from hybrid.analyze import analyze
+    from hybrid.callsites import attach_callsites
+    from hybrid.replay.predict import replay_findings
 
     facts = facts or {}
     analysis = analyze(profile)
+    attach_callsites(analysis, [profile, *(stack_profiles or [])], script)
     at_baseline(analysis, baseline_step_ms)
+    replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -199,13 +240,18 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
     baseline step time is the plain pass's unless given."""
     run_json = run.run_json()
+    # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
+    stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
     profile, facts = merged_profile(run, torch_profile, nsys_profile, ncu_csv)
+    stepped = _step_inject(run, profile)
     workload = {
         "command": run_json.get("command"),
         "steps_measured": profile.measured_steps,
-        "warmup_steps": facts.get("warmup_steps"),
+        # Steps actually dropped before the window (at least --warmup, more until step times settled).
+        "warmup_steps": _warmup_dropped(profile, stepped, facts),
+        "warmup_reason": stepped.get("warmup_reason"),
         "batch_size": facts.get("batch_size"),
-        "step_source": profile.step_source,
+        **step_fields(profile, stepped),
         "model": run_json.get("model"),
     }
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
@@ -213,9 +259,42 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     passes = _pass_rows(run_json, run)
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
-    return analyze_profile(profile, workload=workload, tools=tools, passes=passes,
-                           extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
-                           facts=facts, baseline_step_ms=baseline_step_ms)
+    results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
+                              extra_warnings=list(run_json.get("mode_reasons", [])) + list(facts.get("warnings", [])),
+                              facts=facts, baseline_step_ms=baseline_step_ms,
+                              calibration=read_calibration(run.path), script=_script(run_json),
+                              stack_profiles=stack_profiles)
+    results["artifacts"] = run_artifacts(run)
+    return results
+
+
+def run_artifacts(run: RunDir) -> dict[str, str]:
+    """The raw files the run kept, relative to its directory, for the commands that open them in their
+    own tools (hybrid.report.views)."""
+    from nsight import ncu
+
+    found = {"torch_trace": run.torch_trace(), "nsys_report": run.path / "nsys" / "profile.nsys-rep",
+             "nsys_export": run.nsys_export(), "ncu_report": run.path / "ncu" / ncu.REPORT_NAME}
+    return {key: path.relative_to(run.path).as_posix() for key, path in found.items()
+            if path is not None and path.is_file()}
+
+
+def read_calibration(run_path: Path) -> dict | None:
+    """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
+    import json
+
+    from hybrid.replay.calibrate import CALIBRATION_FILE
+
+    try:
+        return json.loads((run_path / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _script(run_json: dict) -> str | None:
+    target = run_json.get("target") or {}
+    argv = target.get("argv") or []
+    return None if target.get("is_module") or not argv else str(argv[0])
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
@@ -228,7 +307,11 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     if ncu_csv is not None:
         profile = _attach_ncu(profile, ncu_csv)
     workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
-                "warmup_steps": None, "step_source": profile.step_source}
+                "warmup_steps": None, **step_fields(profile)}
     nsys_facts = profile.extras.get("nsys", {})
-    return analyze_profile(profile, workload=workload,
-                           tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    results = analyze_profile(profile, workload=workload,
+                              tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    # Relative to the export's folder, where its .nsys-rep normally lies.
+    report = export.with_suffix(".nsys-rep")
+    results["artifacts"] = {"nsys_export": export.name, **({"nsys_report": report.name} if report.is_file() else {})}
+    return results

@@ -43,9 +43,11 @@ MEMCPY_COLUMNS = {
     "stream": "int64",
     "host_pinned": "object",
     "step": "int64",
+    "correlation": "int64",  # id shared with the API call that issued it (-1 when unknown)
 }
 
-MEMSET_COLUMNS = {"bytes": "int64", "start_ns": "int64", "end_ns": "int64", "stream": "int64", "step": "int64"}
+MEMSET_COLUMNS = {"bytes": "int64", "start_ns": "int64", "end_ns": "int64", "stream": "int64", "step": "int64",
+                  "correlation": "int64"}
 
 # Host time blocked waiting for the device. kind: stream, device, event, memcpy (a synchronous copy
 # API such as cudaMemcpy DtoH), other. start/end are the *host* blocked interval.
@@ -58,6 +60,22 @@ LAUNCH_COLUMNS = {
     "end_ns": "int64",
     "correlation": "int64",
     "tid": "int64",
+    "step": "int64",
+}
+
+# Every host CUDA API call the export keeps (launches, copies, memsets, synchronizations, event
+# records and stream waits), on every thread of the process, in start order: what the replay needs to
+# rebuild the host's timeline (hybrid/replay). `global_tid` is the export's globalTid (process and
+# thread; threads of one process share its upper bits); `correlation` joins a call to the kernel,
+# copy or memset it issued. `sync_stream` is the stream a synchronization or stream-wait call named,
+# as the export's synchronization records say (-1 when it has none, e.g. for a device sync).
+API_CALL_COLUMNS = {
+    "api": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "global_tid": "int64",
+    "correlation": "int64",
+    "sync_stream": "int64",
     "step": "int64",
 }
 
@@ -132,6 +150,17 @@ COUNTER_COLUMNS = {
     "sm_clock_hz": "float64",
 }
 
+# Python stacks sampled on the host (nsys --python-sampling), one row per sample, reduced to the
+# sample's first frame in the user's own code, leaf first (nsight.python_frames): file, line and
+# function, file None and line -1 when the stack has no such frame. A sample stands for
+# [start_ns, end_ns), up to the thread's next sample. tid is the OS thread id, as in `launches`.
+SAMPLE_COLUMNS = {"start_ns": "int64", "end_ns": "int64", "tid": "int64", "file": "object", "line": "int64",
+                  "function": "object"}
+
+# Where the user's code called each torch operator (torch pass with Python stacks): host time of the
+# operator's calls per user line. `op` is the operator name as in `ops`.
+OP_CALLSITE_COLUMNS = {"op": "object", "file": "object", "line": "int64", "function": "object", "ns": "int64"}
+
 FRAME_COLUMNS = {
     "steps": STEP_COLUMNS,
     "kernels": KERNEL_COLUMNS,
@@ -142,6 +171,9 @@ FRAME_COLUMNS = {
     "ops": OP_COLUMNS,
     "layers": LAYER_COLUMNS,
     "counters": COUNTER_COLUMNS,
+    "api_calls": API_CALL_COLUMNS,
+    "samples": SAMPLE_COLUMNS,
+    "op_callsites": OP_CALLSITE_COLUMNS,
 }
 
 
@@ -190,11 +222,18 @@ class Profile:
     ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
     layers: pd.DataFrame = field(default_factory=lambda: empty_frame(LAYER_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
+    api_calls: pd.DataFrame = field(default_factory=lambda: empty_frame(API_CALL_COLUMNS))
+    samples: pd.DataFrame = field(default_factory=lambda: empty_frame(SAMPLE_COLUMNS))
+    op_callsites: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_CALLSITE_COLUMNS))
     device: DeviceInfo = field(default_factory=DeviceInfo)
     sources: dict[str, str] = field(default_factory=dict)
     # How steps were found: "nvtx:hybrid" (our injector), "nvtx:<NAME>" (--step-range), "pattern",
-    # "whole-capture", "torch:annotation".
+    # "periodicity", "steady-window", "whole-capture", "torch:annotation". A loader that inferred the
+    # steps says what one step is, how sure it is (high | medium | low) and why.
     step_source: str = "none"
+    step_unit: str | None = None
+    step_confidence: str | None = None
+    step_reason: str | None = None
     # The step windows (STEP_COLUMNS) of the pass whose clock `ops` is on, when that is not the clock of
     # the other frames (pipeline.merge: torch.profiler's ops beside nsys's timeline); None when all
     # frames share one clock. The ledger carries op intervals onto the analyzed timeline through it.

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
+from hybrid.report.safe_text import escape_controls
 from nsight.ncu import profiled_kernel
 
 PASS_TITLES = {
@@ -57,12 +58,12 @@ class _View:
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
             # The total counts launch configurations in the nsys pass's step; ncu can tell a few more apart.
             of = f" of ~{total}" if total and self.replayed <= int(total) else ""
-            self.status.update(f"{title}: replayed {self.replayed}{of} launches, last {escape(kernel[:60])}  "
+            self.status.update(f"{title}: replayed {self.replayed}{of} launches, last {escape(escape_controls(kernel[:60]))}  "
                                f"[{elapsed:.0f} s]")
         elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):
             # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of a pass.
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
-            self.status.update(f"{title}: {escape(detail.strip()[:80])}  [{elapsed:.0f} s]")
+            self.status.update(f"{title}: {escape(escape_controls(detail.strip()[:80]))}  [{elapsed:.0f} s]")
         elif event == "step" and self.status is not None:
             self.detail = detail
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())

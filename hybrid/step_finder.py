@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from hybrid.loop_trace import TRACER_NAME, Loop, LoopTracer
+from hybrid.loop_trace import TRACER_NAME, USE_MONITORING, Loop, LoopTracer
 from hybrid.module_calls import TopLevelCalls, module_label
 
 SOURCE_MODULE = "module_call"
@@ -64,6 +64,8 @@ class StepFinder:
         self._loops: dict[Loop, _LoopStats] = {}
         self._forwards = 0
         self._consecutive: tuple[int, int] = (0, 0)  # (id of the module, calls in a row)
+        self._top_modules: dict[int, Any] = {}  # every module seen called at the top level, by id
+        self._count_by_module = False  # a script_loop step counted at its one forward's end
         self._callers: list[int] = []  # top-level forwards per call of the library function (generate)
         self._caller: FrameType | None = None
         self._caller_name: str | None = None
@@ -136,12 +138,13 @@ class StepFinder:
                 self._caller = caller
                 self._caller_name = caller.f_code.co_name
                 self._callers.append(1)
-        if self.source == SOURCE_MODULE:
-            self._mark(SOURCE_MODULE)
+        if self.source == SOURCE_MODULE or (self.source == SOURCE_LOOP and self._count_by_module):
+            self._mark(self.source)
             return
         if self.source is not None:
             return
         key = id(module)
+        self._top_modules.setdefault(key, module)
         calls = self._consecutive[1] + 1 if self._consecutive[0] == key else 1
         self._consecutive = (key, calls)
         if calls >= (OPTIMIZER_PATIENCE if self._optimizer_pending() else CONSECUTIVE_CALLS):
@@ -205,8 +208,16 @@ class StepFinder:
         self._decide(SOURCE_LOOP, f"one iteration of the loop at {_where(loop)}", f"{why}; {self._signal(stats)}",
                      "medium")
         self.loop = loop
-        self.calls.stop()
-        self.tracer.narrow(loop)
+        if not USE_MONITORING and len(self._top_modules) == 1 and set(stats.forwards_per_iteration) == {1}:
+            # Each iteration calls the one model once: count at that forward's end, through one hook on
+            # the model, instead of paying sys.settrace's callback on every Python call of the step.
+            self._count_by_module = True
+            self.tracer.stop()
+            self.calls.narrow(next(iter(self._top_modules.values())), None)
+            self.reason = f"{self.reason}; counted at the end of that call"
+        else:
+            self.calls.stop()
+            self.tracer.narrow(loop)
         self._mark(SOURCE_LOOP)
 
     def _signal(self, stats: _LoopStats) -> str:

@@ -105,6 +105,7 @@ class SessionConfig:
     user_root: str | None = None  # directory whose files are the user's code (detect); default cwd
     settle: bool = False  # extend warmup until step times settle (the injector; a caller that counts
     # its own iterations, as profile_model does, needs exactly warmup_steps)
+    python_stacks: bool = False  # torch pass: Python stacks of operators (with_stack), for callsites
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -487,7 +488,8 @@ class StepSession:
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self._profiler = torch.profiler.profile(
-                activities=activities, record_shapes=True, with_flops=True, profile_memory=False
+                activities=activities, record_shapes=True, with_flops=True, profile_memory=False,
+                with_stack=self.config.python_stacks,
             )
             self._profiler.start()
         elif pass_name in NVTX_PASSES:
@@ -626,7 +628,12 @@ def _graph_breaks() -> list[dict]:
     if dynamo_utils is None:
         return []
     breaks = dynamo_utils.counters.get("graph_break", {})
-    return [{"reason": str(reason), "count": int(count)}
+    # Where each break happened: the innermost user frame dynamo kept with the reason (GraphCompileReason).
+    sites = {str(r.reason): r.user_stack[-1] for r in getattr(dynamo_utils, "graph_break_reasons", [])
+             if getattr(r, "user_stack", None)}
+    return [{"reason": str(reason), "count": int(count),
+             **({"file": sites[reason].filename, "line": sites[reason].lineno, "function": sites[reason].name}
+                if reason in sites else {})}
             for reason, count in sorted(breaks.items(), key=lambda item: -item[1])]
 
 

@@ -37,6 +37,7 @@ from hybrid.profile import (
 )
 from hybrid.provenance import MEASURED_TORCH
 from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
+from hybrid.torch_stacks import op_callsites, stack_samples
 from nsight.intervals import NO_RANGE, nesting_parents
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no
@@ -103,6 +104,8 @@ def load_torch_trace(path: str | Path) -> Profile:
         syncs=conform(_sync_frame(runtime, memcpys, steps), SYNC_COLUMNS),
         launches=conform(_launch_frame(runtime, steps), LAUNCH_COLUMNS),
         ops=ops,
+        samples=stack_samples(events),
+        op_callsites=op_callsites(events),
         device=_device_info(raw, kernels),
         step_source=step_source,
         extras={"torch_trace": {key: raw.get(key) for key in (
@@ -255,6 +258,7 @@ def _memcpy_frame(memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "stream": _int_arg(memcpys, "stream"),
         "host_pinned": pd.Series(host_pinned, dtype="object"),
         "step": _step_of(_launch_time(memcpys), steps),
+        "correlation": memcpys["correlation"],
     })
 
 
@@ -265,6 +269,7 @@ def _memset_frame(memsets: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         "end_ns": memsets["end_ns"],
         "stream": _int_arg(memsets, "stream"),
         "step": _step_of(_launch_time(memsets), steps),
+        "correlation": memsets["correlation"],
     })
 
 

@@ -41,6 +41,16 @@ MIN_NSYS_VERSION = (2023, 1)
 OSRT_THRESHOLD_NS = 10_000
 OSRT_BACKTRACE_THRESHOLD_NS = 1_000_000_000
 
+# Python callsites (which line of the user's script a host-side finding happens on). Python
+# sampling records the interpreter's stack of every thread that runs Python at this rate; 1 kHz puts
+# about one sample in each millisecond of host time, enough for the millisecond-scale gaps a
+# finding is made of. Python backtraces on CUDA calls ("cuda" level) need CPU sampling on, and are
+# taken only for blocking calls (syncs, copies) longer than the threshold: a call under 100 us cannot
+# explain a visible gap either.
+PYTHON_SAMPLING_HZ = 1000
+CUDA_BACKTRACE_THRESHOLD_NS = 100_000
+CALLSITE_LEVELS = ("off", "python", "cuda")
+
 LOG_TAIL_LINES = 20
 
 _TOO_OLD = (f"this nsys is too old for the flags hybrid passes; install Nsight Systems "
@@ -104,21 +114,85 @@ def check_nsys_version(version: str) -> None:
                             f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}")
 
 
+@dataclass(frozen=True)
+class CallsiteSampling:
+    """The flags that make one nsys pass record Python stacks, as far as the installed nsys has them.
+    `missing` names the flags that level wanted and this nsys lacks (said in the run's notes)."""
+
+    level: str  # one of CALLSITE_LEVELS
+    flags: tuple[str, ...] = ()
+    cpu_sampling: bool = False
+    missing: tuple[str, ...] = ()
+
+    @property
+    def python_sampling(self) -> bool:
+        return any(flag.startswith("--python-sampling=") for flag in self.flags)
+
+    @property
+    def separate_export(self) -> bool:
+        """The samples' stacks are NVTX payloads (blobs), which `nsys profile --export sqlite` leaves
+        out (binaryData NULL, nsys 2025.3): the pass then exports with `nsys export` (export_sqlite)."""
+        return self.python_sampling or any(flag.startswith("--python-backtrace=") for flag in self.flags)
+
+
+def profile_help(nsys: Path) -> str:
+    """`nsys profile --help` (the options this nsys accepts); empty when it cannot be run."""
+    try:
+        proc = subprocess.run([str(nsys), "profile", "--help"], capture_output=True, text=True,
+                              errors="replace", timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout + proc.stderr
+
+
+def _lists_option(help_text: str, option: str) -> bool:
+    return re.search(rf"(^|[\s,]){re.escape(option)}(?![\w-])", help_text, flags=re.MULTILINE) is not None
+
+
+def callsite_sampling(help_text: str, level: str = "python") -> CallsiteSampling:
+    """The callsite flags of `level` that `help_text` (profile_help) lists; a flag the help does not
+    list is left out and named in `missing`, so an older nsys still runs, only without callsites."""
+    if level not in CALLSITE_LEVELS:
+        raise ValueError(f"unknown callsite level {level!r}")
+    if level == "off":
+        return CallsiteSampling(level)
+    flags: list[str] = []
+    missing: list[str] = []
+
+    def want(option: str, value: str) -> bool:
+        if _lists_option(help_text, option):
+            flags.append(f"{option}={value}")
+            return True
+        missing.append(option)
+        return False
+
+    if want("--python-sampling", "true") and _lists_option(help_text, "--python-sampling-frequency"):
+        flags.append(f"--python-sampling-frequency={PYTHON_SAMPLING_HZ}")
+    cpu_sampling = False
+    if level == "cuda" and want("--python-backtrace", "cuda"):
+        cpu_sampling = True
+        want("--cudabacktrace", f"sync:{CUDA_BACKTRACE_THRESHOLD_NS},memory:{CUDA_BACKTRACE_THRESHOLD_NS}")
+    return CallsiteSampling(level, tuple(flags), cpu_sampling, tuple(missing))
+
+
 def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
-                       trace: str = "cuda,nvtx,osrt") -> list[str]:
+                       trace: str = "cuda,nvtx,osrt", sampling: CallsiteSampling | None = None) -> list[str]:
     """The argv of one nsys pass. `out_base` has no extension: nsys adds .nsys-rep and .sqlite.
 
     With `capture_range`, only what lies between the injector's cudaProfilerStart (end of warmup) and
-    cudaProfilerStop (after the last measured step) is recorded, and nsys stops there.
+    cudaProfilerStop (after the last measured step) is recorded, and nsys stops there. `sampling`
+    adds the Python-stack flags (callsite_sampling).
     """
+    cpu_sampling = sampling is not None and sampling.cpu_sampling
     argv = [
         str(nsys), "profile",
         "-t", trace,
-        "-s", "none",  # no CPU IP sampling: it costs overhead and the analysis does not use it
+        # CPU IP sampling costs overhead; only the Python backtraces of CUDA calls need it.
+        "-s", "process-tree" if cpu_sampling else "none",
         "--cpuctxsw=none",
         # Without this, a CUDA graph replay is one opaque row and its kernels are invisible.
         "--cuda-graph-trace=node",
-        "--export", "sqlite",
+        "--export", "none" if sampling is not None and sampling.separate_export else "sqlite",
         "-o", str(out_base),
         "--force-overwrite", "true",
     ]
@@ -127,7 +201,39 @@ def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, ca
                  f"--osrt-backtrace-threshold={OSRT_BACKTRACE_THRESHOLD_NS}"]
     if capture_range:
         argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    if sampling is not None:
+        argv += list(sampling.flags)
     return argv + list(target_argv)
+
+
+def export_command(nsys: Path, out_base: Path, *, include_blobs: bool) -> list[str]:
+    """`nsys export` of out_base.nsys-rep to out_base.sqlite; `include_blobs` keeps NVTX payloads."""
+    return [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true",
+            *(["--include-blobs=true"] if include_blobs else []),
+            "-o", f"{out_base}.sqlite", f"{out_base}.nsys-rep"]
+
+
+def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
+                  timeout_s: float | None = None) -> str:
+    """Export the pass's report with its NVTX payloads (the Python samples); when this nsys cannot
+    (no --include-blobs), export without them: the analysis then says the samples are missing.
+    Returns the exports' output; a report that cannot be exported at all is left to check_export."""
+    logs = []
+    for include_blobs in (True, False):
+        argv = export_command(nsys, out_base, include_blobs=include_blobs)
+        try:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  errors="replace", timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            logs.append(f"$ {' '.join(argv)}\n{exc}\n")
+            continue
+        logs.append(f"$ {' '.join(argv)}\n{proc.stdout}")
+        if proc.returncode == 0 and Path(f"{out_base}.sqlite").is_file():
+            break
+    log = "".join(logs)
+    if log_path is not None:
+        log_path.write_text(log)
+    return log
 
 
 def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:

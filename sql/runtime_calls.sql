@@ -1,6 +1,7 @@
--- Host CUDA API calls that launch work, copy, set memory or wait for the device (runtime and
--- driver APIs alike), as columns (see kernels.sql); the call names come back through strings.sql.
--- Everything else (cuGetProcAddress, attribute queries) is left in the database.
+-- Host CUDA API calls that launch work, copy, set memory, wait for the device, record an event or
+-- make a stream wait for one (runtime and driver APIs alike), as columns (see kernels.sql); the call
+-- names come back through strings.sql. Everything else (cuGetProcAddress, attribute queries) is
+-- left in the database.
 -- requires: CUPTI_ACTIVITY_KIND_RUNTIME, StringIds
 WITH wanted AS (
     SELECT id FROM StringIds
@@ -9,6 +10,8 @@ WITH wanted AS (
        OR value LIKE 'cudaMemcpy%' OR value LIKE 'cuMemcpy%'
        OR value LIKE 'cudaMemset%' OR value LIKE 'cuMemset%'
        OR value LIKE '%Synchronize%'
+       OR value LIKE 'cudaEventRecord%' OR value LIKE 'cuEventRecord%'
+       OR value LIKE 'cudaStreamWaitEvent%' OR value LIKE 'cuStreamWaitEvent%'
 )
 SELECT
     group_concat(nameId) AS name_id,

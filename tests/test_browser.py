@@ -290,6 +290,11 @@ def test_roofline_points_are_drawn_with_their_hover_text(browser, request, tmp_p
     for lines in titles:
         assert lines[1].startswith("AI ") and "FLOP/s" in lines[2] and lines[2].endswith("FLOP")
         assert lines[3].startswith("DRAM ") and " at " in lines[3] and lines[-1] == label
+        assert lines[4].startswith("time ") and lines[4].endswith("of the step")  # its share of the step
+    by_name = {k["name"]: k for k in kernels}
+    for lines in titles:  # the precision each point ran in, next to its rate
+        precision = by_name[lines[0]].get("precision")
+        assert precision is None or lines[2].split(",")[0].endswith(f" {precision}")
     # the browser really painted them: each point's box changes when the points are hidden, and the
     # paint of that kind (also in the legend, which stays) is in the chart only while they show
     assert all(_painted(visit, point) for point in points)

@@ -151,11 +151,16 @@ def test_repeating_ranges_are_found_without_step_range():
     assert any("guessed" in w for w in guessed.warnings)
 
 
-def test_whole_capture_when_there_are_no_ranges(tmp_path):
+def test_steady_window_when_nothing_repeats(tmp_path):
+    """Five iterations are too few to call periodic: the capture from the first kernel launch on is one
+    range, labeled so, with low confidence and a warning; the time before that launch is excluded."""
     profile = load_nsys_export(_copy(tmp_path, "DELETE FROM NVTX_EVENTS;"))
-    assert profile.step_source == "whole-capture"
+    assert (profile.step_source, profile.step_confidence) == ("steady-window", "low")
     assert len(profile.steps) == 1 and (profile.kernels["step"] == 0).all()
-    assert any("whole capture" in w for w in profile.warnings)
+    (first_launch,), = _sql(FIXTURE, "SELECT min(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+                                     "CUPTI_ACTIVITY_KIND_KERNEL k ON r.correlationId = k.correlationId")
+    assert profile.steps["start_ns"].iloc[0] == first_launch
+    assert any("analyzed as one range" in w for w in profile.warnings)
 
 
 def test_our_own_step_and_module_ranges(tmp_path):

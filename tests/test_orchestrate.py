@@ -24,12 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 H200_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
 NSYS = Path("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys")
 NCU = Path("/opt/nvidia/nsight-compute/2025.3.1/ncu")
+# `nsys profile --help` of the H200 box's nsys 2025.3.1 (GPU call A, session 3).
+NSYS_HELP = (ROOT / "tests" / "fixtures" / "callsites" / "h200_nsys_2025.3.1_profile_help.txt").read_text()
 
 
 class FakeProcess:
     """Stands in for Popen: records argv and leaves the artifacts of the pass it was asked to run."""
 
     calls: ClassVar[list[list[str]]] = []
+    exports: ClassVar[list[Path]] = []
 
     def __init__(self, argv, **_kwargs) -> None:
         FakeProcess.calls.append(list(argv))
@@ -44,6 +47,7 @@ class FakeProcess:
         (out / "inject.json").write_text(json.dumps(inject))
         if pass_name == "nsys":
             shutil.copy(H200_RUN / "nsys" / "profile.sqlite", out / "profile.sqlite")
+            (out / "profile.nsys-rep").write_bytes(b"")
         if pass_name == "ncu":
             # Stands in for report.ncu-rep; export_counters below "imports" it.
             shutil.copy(H200_RUN / "ncu" / "counters.csv", out / "report.ncu-rep")
@@ -58,9 +62,12 @@ class FakeProcess:
 @pytest.fixture()
 def patched(monkeypatch):
     FakeProcess.calls = []
+    FakeProcess.exports = []
     monkeypatch.setattr(orchestrate.subprocess, "Popen", FakeProcess)
     monkeypatch.setattr(nsys, "find_nsys", lambda: NSYS)
     monkeypatch.setattr(nsys, "nsys_version", lambda _path: "2025.3.1.90")
+    monkeypatch.setattr(nsys, "profile_help", lambda _path: NSYS_HELP)
+    monkeypatch.setattr(nsys, "export_sqlite", lambda _nsys, out_base, **_kw: FakeProcess.exports.append(out_base) or "")
     monkeypatch.setattr(ncu, "find_ncu", lambda: NCU)
     monkeypatch.setattr(ncu, "ncu_version", lambda _path: "2025.3.1.0")
     monkeypatch.setattr(ncu, "export_counters",
@@ -82,11 +89,14 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
                 "--", str(script), "--lr", "0.1"]
 
     assert torch_argv == inject("torch", 3, False)
+    # Python sampling (--callsites python, the default): the report is exported apart, with its payloads.
     assert nsys_argv == [
         str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-        "--export", "sqlite", "-o", str(out / "nsys" / "profile"), "--force-overwrite", "true",
+        "--export", "none", "-o", str(out / "nsys" / "profile"), "--force-overwrite", "true",
         "--osrt-threshold=10000", "--osrt-backtrace-threshold=1000000000",
-        "--capture-range=cudaProfilerApi", "--capture-range-end=stop", *inject("nsys", 3, True)]
+        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+        "--python-sampling=true", "--python-sampling-frequency=1000", *inject("nsys", 3, True)]
+    assert patched.exports == [out / "nsys" / "profile"]
     selected = json.loads((out / "ncu" / "selected_kernels.json").read_text())
     assert selected, "kernels are selected from the nsys export"
     prefix = [str(NCU), "--export", str(out / "ncu" / "report.ncu-rep"), "--force-overwrite", "--clock-control", "none", "--cache-control", "all",

@@ -47,3 +47,13 @@ def test_more_launches_than_expected_drop_the_total_rather_than_read_71_of_69():
         view("ncu", "line", line)
     assert "replayed 2 launches" in str(view.status.renderable.text)
     view("ncu", "end", "ok")
+
+
+def test_a_kernel_name_with_control_characters_is_shown_escaped():
+    # ncu's progress line quotes the kernel name as the program registered it.
+    view, _ = _view(live=True)
+    view("ncu", "start", "replaying")
+    view("ncu", "line", PROFILING_LINES[0].replace("vectorized_elementwise_kernel", "k\x1b]0;title\x07\x1b[2J"))
+    shown = str(view.status.renderable.text)
+    assert "\x1b" not in shown and "\x07" not in shown and "k\\x1b]0;title\\x07\\x1b[2J" in shown
+    view("ncu", "end", "ok")

@@ -32,15 +32,6 @@ def test_long_template_names_keep_the_identifying_part():
     assert "reduce_kernel<512, 1, ReduceOp<...>>" in shortened
 
 
-def test_values_read_with_units_and_missing_is_not_zero():
-    assert format_value(33554432, "B") == "32 MiB"
-    assert format_value(7.65e14, "FLOP/s") == "765 TFLOP/s"
-    assert format_value(92.812, "%") == "92.8%"
-    assert format_value(None, "ms") == "n/a"
-    assert format_value(float("nan"), "ms") == "n/a"
-    assert format_value(0.0, "ms") == "0 ms"
-
-
 RESULT_FILES = sorted((Path(__file__).parent / "fixtures" / "results").glob("*.json"))
 GPU_FILES = [p for p in RESULT_FILES if json.loads(p.read_text())["roofline"]["bound"] is not None]
 

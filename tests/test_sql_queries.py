@@ -13,12 +13,16 @@ import pytest
 from nsight.sqlite_export import load_query, open_export
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
+# Queries over the Python samples run on a capture that has them (nsys --python-sampling).
+SAMPLED = Path(__file__).parent / "fixtures" / "callsites" / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
+EXPORT_FOR = {"python_samples": SAMPLED, "python_sample_layout": SAMPLED}
 QUERIES = sorted(p.name[:-4] for p in files("sql").iterdir() if p.name.endswith(".sql"))
-COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets"}
+COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"}
 PARAMS = {
     "strings": {"ids": [708, 756]},
     "osrt_blocking": {"min_ns": 100_000, "limit": 5, "start_ns": 0, "end_ns": 2**62},
     "profiler_overhead": {"start_ns": 0, "end_ns": 2**62},
+    "python_samples": {"start_ns": 0, "end_ns": 2**62},
 }
 
 
@@ -31,7 +35,7 @@ def test_every_query_is_found():
 def test_query_header_and_parameters(name):
     query = load_query(name)
     assert query.requires, f"{name}.sql lists no required tables"
-    with closing(open_export(FIXTURE)) as export:
+    with closing(open_export(EXPORT_FOR.get(name, FIXTURE))) as export:
         assert not export.missing_tables(name), f"{name}.sql needs tables the real export lacks"
     body = "\n".join(line for line in query.sql.splitlines() if not line.lstrip().startswith("--"))
     assert "?" not in body and "{" not in body and "%s" not in body  # named parameters only
@@ -40,7 +44,7 @@ def test_query_header_and_parameters(name):
 
 @pytest.mark.parametrize("name", QUERIES)
 def test_query_runs_on_the_real_export(name):
-    with closing(open_export(FIXTURE)) as export:
+    with closing(open_export(EXPORT_FOR.get(name, FIXTURE))) as export:
         if name in COLUMNAR:
             columns = export.columns(name)
             assert columns and len({len(v) for v in columns.values()}) == 1

@@ -102,7 +102,7 @@ def test_nested_loops_step_on_the_inner_iteration(runs):
 def test_main_while_loop_is_the_step_not_the_bookkeeping_loop(runs):
     inject = _measured(runs["main_while"])
     assert inject["step_source"] == "script_loop"
-    assert inject["step_unit"] == "one iteration of the loop at main_while.py:17"
+    assert inject["step_unit"] == "one iteration of the loop at main_while.py:16"
     assert "1 top-level module call(s) per iteration" in inject["step_reason"]
     assert inject["step_detection"]["tracer"] == TRACER_NAME
 

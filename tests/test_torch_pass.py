@@ -116,7 +116,7 @@ def test_ops_nesting_self_time_and_device_time(probe):
 def test_trace_without_step_annotations_is_one_step_with_a_warning(probe):
     assert probe.step_source == "whole-capture"
     assert len(probe.steps) == 1
-    assert any("hybrid/step" in w for w in probe.warnings)
+    assert any("ProfilerStep#N" in w for w in probe.warnings)
     for frame in (probe.kernels, probe.memcpys, probe.syncs, probe.launches, probe.ops):
         assert set(frame["step"]) == {0}
     # FLOPs: torch 2.11 does not write them into the trace, and there is no saved file beside it.
@@ -196,7 +196,7 @@ def test_cpu_trace_steps_follow_the_session(cpu_run):
     assert inject["outcome"] == "step_limit" and inject["measured_steps"] == 4
     assert profile.step_source == "torch:annotation"
     assert list(profile.steps["step"]) == [0, 1, 2, 3]
-    assert list(profile.steps["name"]) == [f"hybrid/step {i}" for i in range(4)]
+    assert list(profile.steps["name"]) == [f"ProfilerStep#{i}" for i in range(4)]
     assert profile.kernels.empty and profile.memcpys.empty and profile.syncs.empty
     assert profile.device.name is None and profile.device.source == "none"
     assert not profile.warnings

@@ -1,7 +1,8 @@
 """Renderers of one results dict (the results.json contract, hybrid/schema.py): terminal, JSON, HTML,
 and a comparison of two runs. They read only that dict, so a run re-analyzed from disk renders the
 same as a fresh one. The helpers below are the formatting every renderer shares, so a value reads
-the same (and carries the same provenance wording) in each of them."""
+the same (and carries the same provenance wording) in each of them; numbers are written by
+hybrid.report.units, text from the profiled program is escaped by hybrid.report.safe_text."""
 
 from __future__ import annotations
 
@@ -9,59 +10,17 @@ import math
 import re
 
 from hybrid.provenance import SOURCE_RANK, source_label
+from hybrid.report.units import format_value, is_number
 from hybrid.rules.base import SEVERITY_RANK
 
 __all__ = ["compute_peaks", "findings_by_impact", "first_sentence", "format_value", "metric_source_counts", "pct_of",
            "peak", "roofline_vs_peaks", "short_name", "short_source", "source_label", "sources_of"]
 
-_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-_SI_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def format_number(value: float) -> str:
-    """Three significant digits for readings, integers kept whole (counts of calls, steps)."""
-    if isinstance(value, int):
-        return f"{value:,}"
-    if not math.isfinite(value):
-        return "n/a"
-    if value == int(value) and abs(value) < 1e6:
-        return f"{int(value):,}"
-    if abs(value) >= 100:
-        return f"{value:,.1f}"
-    return f"{value:.3g}"
-
-
-def format_value(value: object, unit: str = "") -> str:
-    """A value with its unit, scaled for reading: bytes in binary units, rates (FLOP/s, B/s) with SI
-    prefixes. None and non-finite numbers read 'n/a' (a missing measurement is not zero)."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if not _is_number(value):
-        return f"{value} {unit}".strip()
-    if unit == "B":
-        size, index = float(value), 0
-        while abs(size) >= 1024 and index < len(_BYTE_UNITS) - 1:
-            size, index = size / 1024, index + 1
-        return f"{format_number(size if index else int(size))} {_BYTE_UNITS[index]}"
-    if unit in ("FLOP/s", "B/s", "FLOP", "bytes/s"):
-        for scale, prefix in _SI_PREFIXES:
-            if abs(value) >= scale:
-                return f"{value / scale:.3g} {prefix}{unit}"
-    text = format_number(value)
-    if unit == "count":
-        return text
-    if unit in ("%", "% of peak"):
-        return f"{text}{unit}"
-    return f"{text} {unit}".strip()
-
-
 def findings_by_impact(results: dict) -> list[dict]:
-    """Findings ranked as the reader should meet them: severity first, then time lost per step."""
-    findings = list((results.get("diagnosis") or {}).get("bottlenecks") or [])
+    """Findings ranked as the reader should meet them: severity first, then time lost per step. Findings
+    that only stand for data the run lacks (`not_measured`) are no bottleneck: hybrid.report.notes lists
+    them among the limitations."""
+    findings = [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")]
     return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.get("severity"), -1),
                                            -(f.get("time_lost_ms") or 0.0)))
 
@@ -106,7 +65,7 @@ def peak(results: dict, name: str, precision: str | None = None) -> dict | None:
     entry = peaks.get(name)
     if precision is not None:
         entry = (entry or {}).get(precision) if isinstance(entry, dict) else None
-    if not isinstance(entry, dict) or not _is_number(entry.get("value")) or not entry["value"] > 0:
+    if not isinstance(entry, dict) or not is_number(entry.get("value")) or not entry["value"] > 0:
         return None
     return entry
 
@@ -119,7 +78,7 @@ def compute_peaks(results: dict) -> dict[str, dict]:
 
 def pct_of(value: object, reference: dict | None) -> float | None:
     """value as a percentage of a peak entry; None when either is missing."""
-    if not _is_number(value) or reference is None or not math.isfinite(float(value)):
+    if not is_number(value) or reference is None or not math.isfinite(float(value)):
         return None
     return 100.0 * float(value) / float(reference["value"])
 

@@ -1,7 +1,8 @@
 """One self-contained HTML file (inline CSS and SVG, no script, no network) that a colleague can open
 offline. Every string from the results (kernel, layer and NVTX names come from the profiled program)
-goes through `html.escape`, so a name such as `<img src=x onerror=...>` shows as text. Absolute paths
-of the user's machine are cut to their last component unless `include_paths`."""
+has its control characters escaped (safe_text) and goes through `html.escape`, so a name such as
+`<img src=x onerror=...>` shows as text. Absolute paths of the user's machine are cut to their last
+component unless `include_paths`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from hybrid.report import (
     roofline_vs_peaks,
     source_label,
 )
+from hybrid.report.compare import compare_lines
+from hybrid.report.html_timeline import timeline_css, timeline_svg
+from hybrid.report.notes import reading_notes
+from hybrid.report.safe_text import escape_controls, escape_strings
+from hybrid.report.units import format_change_pct, noun
+from hybrid.report.views import artifact_views
 
 # Roofline plot geometry (SVG user units).
 PLOT_WIDTH, PLOT_HEIGHT = 720, 420
@@ -36,7 +43,7 @@ CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#1d232a;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;width:100%;margin:.5em 0}th,td{border-bottom:1px solid #eaeef2;padding:.3em .5em;
-text-align:left;vertical-align:top}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+text-align:left;vertical-align:top}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .card{border:1px solid #d0d7de;border-left:6px solid #8c959f;border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .card.CRITICAL{border-left-color:#cf222e}.card.SEVERE{border-left-color:#e16f24}.card.MODERATE{border-left-color:#d4a72c}
@@ -44,6 +51,8 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .SEVERE .badge{background:#e16f24;color:#fff}.MODERATE .badge{background:#d4a72c}
 .src{font-size:.85em;color:#0550ae;white-space:nowrap}.src.estimated,.src.spec{color:#8250df}
 .muted{color:#57606a}.summary td:first-child{font-weight:600;width:16em}
+.first{border:1px solid #d4a72c;background:#fff8c5;border-radius:6px;padding:.4em 1em;margin:.8em 0}
+.first li{margin:.2em 0}.delta-warning{color:#cf222e;font-weight:700}
 svg text{font:11px system-ui,sans-serif;fill:#1d232a}svg text.dram{fill:#0550ae}svg text.l2{fill:#1a7f37}
 """
 
@@ -55,7 +64,7 @@ class _Writer:
         self.include_paths = include_paths
 
     def text(self, value: object) -> str:
-        text = "" if value is None else str(value)
+        text = escape_controls("" if value is None else str(value))
         if not self.include_paths:
             text = _ABSOLUTE_PATH.sub(lambda match: f".../{match.group(1)}", text)
         return html.escape(text, quote=True)
@@ -84,7 +93,7 @@ def _summary(results: dict, w: _Writer) -> str:
     if timing.get("step_time_median_ms") is not None:
         step += f" (median {w.value(timing['step_time_median_ms'], 'ms')})"
     idle = ", ".join(f"{w.text(cause)} {w.value(ms, 'ms')}" for cause, ms in
-                     sorted((timing.get("idle_breakdown_ms") or {}).items(), key=lambda item: -(item[1] or 0.0)))
+                     sorted((timing.get("idle_breakdown_ms") or {}).items(), key=lambda item: -(item[1] or 0.0)) if ms)
     counts = metric_source_counts(results)
     batch = f", batch {w.value(workload['batch_size'])}" if workload.get("batch_size") else ""
     rows = [
@@ -94,12 +103,16 @@ def _summary(results: dict, w: _Writer) -> str:
                      f"utilization) {w.source(timing.get('source'))}")),
         ("GPU idle", (f"{w.value(timing.get('gpu_idle_ms'), 'ms')}" + (f" ({idle})" if idle else "")
                       + f" {w.source(timing.get('source'))}")),
-        ("Device", (f"{w.text(device.get('name') or 'no GPU')}, {w.value(device.get('sm_count'))} SMs "
-                   f"{w.source(device.get('source'))}")),
-        ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} steps measured after "
-                 f"{w.value(workload.get('warmup_steps'))} warmup{batch}")),
+        ("Device", (f"{w.text(device['name'])}, {w.value(device.get('sm_count'))} SMs {w.source(device.get('source'))}"
+                    if device.get("name") else "no GPU: GPU analysis was not possible")),
+        ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} "
+                 f"{noun('steps', workload.get('steps_measured'))} measured after "
+                 f"{w.value(workload.get('warmup_steps'))} warmup{batch}"
+                 + (f"; steps found by {w.text(workload['step_source'])}" if workload.get("step_source") else ""))),
         ("Metrics by source", ", ".join(f"{w.value(n)} {w.source(source)}" for source, n in counts.items()) or "none"),
     ]
+    if timing.get("gpu_busy_ms") is None:  # no device timeline: rows of n/a say nothing
+        rows = [row for row in rows if row[0] not in ("GPU busy", "GPU idle")]
     body = "".join(f"<tr><td>{label}</td><td>{cell}</td></tr>" for label, cell in rows)
     return f'<h2>Summary</h2><table class="summary">{body}</table>'
 
@@ -193,7 +206,8 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
                      f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} [{w.text(sources)}]</title></circle>')
     longest = max((k.get("time_ms") or 0.0 for k in placed), default=0.0) or 1.0
     for kernel in sorted(points, key=lambda k: -(k.get("time_ms") or 0.0)):
-        parts.append(_kernel_point(kernel, px(kernel["ai"]), py(kernel["flops_per_s"]), longest, w))
+        parts.append(_kernel_point(kernel, px(kernel["ai"]), py(kernel["flops_per_s"]), longest,
+                                   (results.get("timing") or {}).get("step_time_ms"), w))
     for layer in sorted(layers, key=lambda k: -(k.get("time_ms") or 0.0)):
         parts.append(_layer_point(layer, px(layer["ai"]), py(layer["flops_per_s"]), longest, w))
     if aggregate:
@@ -243,9 +257,10 @@ def _layer_point(layer: dict, x: float, y: float, longest: float, w: _Writer) ->
             f'{x - size:.1f},{y + size * 0.8:.1f}" {fill} stroke="#0a7ea4" stroke-width="1.5">{tooltip}</polygon>')
 
 
-def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) -> str:
-    share = max(kernel.get("time_ms") or 0.0, 0.0) / longest
-    radius = POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(share)
+def _kernel_point(kernel: dict, x: float, y: float, longest: float, step_ms: float | None, w: _Writer) -> str:
+    relative = max(kernel.get("time_ms") or 0.0, 0.0) / longest
+    radius = POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(relative)
+    share = 100.0 * kernel["time_ms"] / step_ms if step_ms and _finite_positive(kernel.get("time_ms")) else None
     source = str(kernel.get("source", ""))
     precision = f" {w.text(kernel['precision'])}" if kernel.get("precision") else ""
     seconds = (kernel.get("time_ms") or 0.0) / 1e3
@@ -255,7 +270,7 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, w: _Writer) 
     tooltip = (f"<title>{w.text(kernel.get('name'))}&#10;AI {w.value(kernel.get('ai'), 'FLOP/B')} (L2 "
                f"{w.value(kernel.get('l2_ai'), 'FLOP/B')})&#10;{w.value(kernel.get('flops_per_s'), 'FLOP/s')}{precision}"
                f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at {w.value(kernel.get('bytes_per_s'), 'B/s')}"
-               f"&#10;time {w.value(kernel.get('time_ms'), 'ms')}"
+               f"&#10;time {w.value(kernel.get('time_ms'), 'ms')} per step, {w.value(share, '%')} of the step"
                f"&#10;{w.text(kernel.get('bound'))}-bound, {w.value(kernel.get('achieved_pct_of_attainable'), '%')} of "
                f"attainable&#10;[{w.text(source_label(source))}]</title>")
     if source.startswith("measured:"):  # measured: filled circle
@@ -326,7 +341,7 @@ def _roofline(results: dict, w: _Writer) -> str:
     if coverage is not None:
         basis += f", {w.value(coverage, '%')} of the step's kernel time"
     if unplotted:
-        basis += f"; {unplotted} kernel(s) without FLOPs are not plotted"
+        basis += f"; {unplotted} {noun('kernels', unplotted)} without FLOPs {'is' if unplotted == 1 else 'are'} not plotted"
     compute = _rate_vs_peak(roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
                             f"{precision or 'compute'} peak", w)
     dram = _rate_vs_peak(roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], "peak", w)
@@ -353,7 +368,6 @@ def _card(index: int, finding: dict, w: _Writer) -> str:
     evidence = "".join(f"<tr><td>{w.text(e.get('label'))}</td><td class=\"num\">{w.value(e.get('value'), e.get('unit', ''))}"
                        f"</td><td>{w.source(e.get('source'))}</td></tr>" for e in finding.get("evidence") or [])
     fixes = "".join(f"<li>{w.text(fix)}</li>" for fix in finding.get("suggestions") or [])
-    not_measured = '<p class="muted">Not measured in this run.</p>' if finding.get("not_measured") else ""
     return (f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
             f'{w.text(finding.get("category"))}: {w.text(finding.get("title"))}</h3>'
             f'<p>time lost: {w.value(finding.get("time_lost_ms"), "ms")}/step '
@@ -361,15 +375,27 @@ def _card(index: int, finding: dict, w: _Writer) -> str:
             + (f' · {w.value(finding["time_lost_baseline_ms"], "ms")} at the plain step'
                if finding.get("time_lost_baseline_ms") is not None else "")
             + f' · id '
-            f'<code>{w.text(finding.get("id"))}</code></p>{not_measured}'
+            f'<code>{w.text(finding.get("id"))}</code></p>'
             + (f"<table>{evidence}</table>" if evidence else "")
+            + _callsites(finding, w)
             + f'<p>{w.text(finding.get("explanation"))}</p>' + (f"<ul>{fixes}</ul>" if fixes else "") + "</div>")
+
+
+def _callsites(finding: dict, w: _Writer) -> str:
+    """The finding's top user lines: 'at train.py:42 (63%) total += loss.item()', full paths with
+    include_paths."""
+    items = "".join(
+        f'<li>at <code>{w.text(c.get("path") if w.include_paths and c.get("path") else c.get("file"))}:'
+        f'{w.text(c.get("line"))}</code> ({w.value(c.get("share_pct"), "%")}) '
+        f'<code>{w.text(c.get("source_line") or c.get("function") or "")}</code></li>'
+        for c in finding.get("callsites") or [])
+    return f'<ul class="callsites">{items}</ul>' if items else ""
 
 
 def _findings(results: dict, w: _Writer) -> str:
     findings = findings_by_impact(results)
     if not findings:
-        return "<h2>Bottlenecks</h2><p>None detected.</p>"
+        return "<h2>Bottlenecks</h2><p>None detected in what this run measured (see the limitations).</p>"
     return f"<h2>Bottlenecks ({len(findings)})</h2>" + "".join(_card(i, f, w) for i, f in enumerate(findings, 1))
 
 
@@ -457,13 +483,28 @@ def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
         return w.value(step, "ms"), "kernel replay, not overhead"
     if item.get("name") == "plain" or item.get("overhead_pct") is None:
         return w.value(step, "ms"), ""
-    return w.value(step, "ms"), f"{item['overhead_pct']:+.1f}% vs the plain pass"
+    return w.value(step, "ms"), f"{format_change_pct(item['overhead_pct'])} vs the plain pass"
+
+
+def _first_notes(results: dict, w: _Writer) -> str:
+    """The notes that change the reading, above everything else."""
+    items = [f"<li><b>{w.text(n.kind)}:</b> {w.text(n.text)}</li>" for n in reading_notes(results) if n.changes_reading]
+    return f'<div class="first"><b>Read this first</b><ul>{"".join(items)}</ul></div>' if items else ""
 
 
 def _notes(results: dict, w: _Writer) -> str:
-    items = [f"<li><b>limitation:</b> {w.text(n)}</li>" for n in results.get("limitations") or []]
-    items += [f"<li><b>warning:</b> {w.text(n)}</li>" for n in results.get("warnings") or []]
-    return f"<h2>Limitations and warnings</h2><ul>{''.join(items)}</ul>" if items else ""
+    items = [f"<li><b>{w.text(n.kind)}:</b> {w.text(n.text)}</li>" for n in reading_notes(results)
+             if not n.changes_reading]
+    return f"<h2>Limitations</h2><ul>{''.join(items)}</ul>" if items else ""
+
+
+def _views(results: dict, w: _Writer) -> str:
+    views = artifact_views(results, None)
+    if not views:
+        return ""
+    rows = "".join(f"<tr><td>{w.text(what)}</td><td><code>{w.text(command)}</code></td></tr>" for what, command in views)
+    return ('<h2>Open the raw views</h2><p class="muted">From the run directory:</p>'
+            f'<table class="summary">{rows}</table>')
 
 
 def _provenance(results: dict, w: _Writer) -> str:
@@ -482,17 +523,48 @@ def _provenance(results: dict, w: _Writer) -> str:
                                 ("overhead", False), ("message", False)], passes))
 
 
-def render_html(results: dict, *, include_paths: bool = False) -> str:
-    """The whole report as one HTML document."""
-    w = _Writer(include_paths)
-    device = (results.get("device") or {}).get("name") or "no GPU"
-    title = f"hybrid report: {device}, {results.get('mode')}"
-    body = "".join([_summary(results, w), _ranks(results, w), _roofline(results, w), _findings(results, w),
-                    _kernels(results, w),
-                    _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _metrics(results, w),
-                    _provenance(results, w)])
+def _page(title: str, body: str, w: _Writer) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CONTENT_SECURITY_POLICY}\">"
-            f"<title>{w.text(title)}</title><style>{CSS}</style></head><body><h1>{w.text(title)}</h1>{body}"
+            f"<title>{w.text(title)}</title><style>{CSS}{timeline_css()}</style></head><body><h1>{w.text(title)}</h1>{body}"
             "</body></html>\n")
+
+
+def render_html(results: dict, *, include_paths: bool = False) -> str:
+    """The whole report as one HTML document."""
+    results = escape_strings(results)
+    w = _Writer(include_paths)
+    device = (results.get("device") or {}).get("name") or "no GPU"
+    title = f"hybrid report: {device}, {results.get('mode')}"
+    body = "".join([_first_notes(results, w), _summary(results, w), _ranks(results, w), _roofline(results, w),
+                    _findings(results, w), timeline_svg(results, w.text), _kernels(results, w),
+                    _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _views(results, w),
+                    _metrics(results, w), _provenance(results, w)])
+    return _page(title, body, w)
+
+
+def render_timeline_html(results: dict) -> str:
+    """The one-step timeline alone on a page (for the README's screenshot)."""
+    results = escape_strings(results)
+    w = _Writer(False)
+    return _page(f"hybrid: one step on {(results.get('device') or {}).get('name') or 'no GPU'}",
+                 timeline_svg(results, w.text), w)
+
+
+def render_compare_html(diff: dict, labels: tuple[str, str] = ("A", "B"), *, include_paths: bool = False) -> str:
+    """The comparison of two runs (hybrid.report.compare) as one HTML page: the same lines as the text."""
+    w = _Writer(include_paths)
+    parts, kernels = [], []
+    for kind, text in compare_lines(diff):
+        if kind == "warning":
+            parts.append(f'<p class="delta-warning">{w.text(text)}</p>')
+        elif kind == "kernel":
+            kernels.append(f"<li><code>{w.text(text.strip())}</code></li>")
+        elif kind == "heading":
+            continue
+        else:
+            parts.append(f'<p class="muted">{w.text(text)}</p>' if kind == "note" else f"<p>{w.text(text)}</p>")
+    body = (f"<p>A (baseline): <code>{w.text(labels[0])}</code><br>B (candidate): <code>{w.text(labels[1])}</code></p>"
+            + "".join(parts) + (f"<h2>Top kernels (time per step)</h2><ul>{''.join(kernels)}</ul>" if kernels else ""))
+    return _page("hybrid compare", body, w)

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from hybrid.errors import UsageError
+from hybrid.report.safe_text import escape_json_text
 
 
 def to_jsonable(value: object) -> object:
@@ -31,8 +32,31 @@ def to_jsonable(value: object) -> object:
     return str(value)
 
 
+INDENT = "  "
+
+
+def _is_flat(value: object) -> bool:
+    return isinstance(value, list) and not any(isinstance(item, (dict, list)) for item in value)
+
+
+def _dump(value: object, depth: int) -> str:
+    """Indented JSON, except that a list of plain values (a shape, a timeline event) stays on one line:
+    the timeline's events would otherwise take one line per number."""
+    if isinstance(value, dict) and value:
+        inner = INDENT * (depth + 1)
+        items = ",\n".join(f"{inner}{json.dumps(key, ensure_ascii=False)}: {_dump(item, depth + 1)}"
+                           for key, item in value.items())
+        return f"{{\n{items}\n{INDENT * depth}}}"
+    if isinstance(value, list) and value and not _is_flat(value):
+        inner = INDENT * (depth + 1)
+        return "[\n" + ",\n".join(f"{inner}{_dump(item, depth + 1)}" for item in value) + f"\n{INDENT * depth}]"
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
+
+
 def results_to_json(results: dict) -> str:
-    return json.dumps(to_jsonable(results), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    """The document as strict JSON text; characters a terminal acts on are escaped (safe_text), so
+    `--json` on a terminal is as safe as the report."""
+    return escape_json_text(_dump(to_jsonable(results), 0)) + "\n"
 
 
 def write_results(results: dict, path: str | os.PathLike) -> Path:

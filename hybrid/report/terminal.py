@@ -5,7 +5,8 @@ everything: every finding in full, the top-kernel, layer and roofline-kernel tab
 
 Everything taken from the profiled program (kernel, layer, op names, NVTX text) and from results
 (titles, messages) is put on screen as `rich.text.Text`, never as a markup string: C++ names contain
-`[lambda() (instance 1)]`, which rich's markup would read as a style tag."""
+`[lambda() (instance 1)]`, which rich's markup would read as a style tag. Control characters in any of
+it are escaped first (hybrid.report.safe_text): a kernel name cannot move the cursor or forge a line."""
 
 from __future__ import annotations
 
@@ -30,13 +31,17 @@ from hybrid.report import (
     short_source,
     source_label,
 )
+from hybrid.report.notes import reading_notes
+from hybrid.report.safe_text import escape_strings
+from hybrid.report.units import format_change_pct, noun
+from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
 FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence and explanation
 FINDING_ROWS_DEFAULT = 9  # findings listed at all (the busiest real document has nine); the rest counted
 EVIDENCE_DEFAULT = 3  # evidence lines per full finding
 RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
-NOTES_DEFAULT = 2  # limitations + warnings before "N more"
+NOTES_DEFAULT = 2  # limitations shown after the notes that change the reading, before "N more"
 TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
 REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
 TEXT_EVIDENCE_WIDTH = 40  # a name given as evidence, so that label, name and source share one line
@@ -85,17 +90,31 @@ def _job(results: dict) -> list[Text]:
     return lines
 
 
+STEP_FOUND_BY = {"optimizer_hook": "optimizer step hook", "mark_step": "hybrid.mark_step()",
+                 "profiler_step": "the script's prof.step()", "module_call": "detected (module calls)",
+                 "script_loop": "detected (the script's loop)", "pattern": "repeating NVTX range",
+                 "periodicity": "detected (periodic CUDA calls)", "steady-window": "no step found"}
+
+
 def _header(results: dict) -> Text:
     device, workload = results.get("device") or {}, results.get("workload") or {}
     name = device.get("name") or "no GPU"
     if device.get("sm_count"):
         name += f" ({device['sm_count']} SMs)"
-    steps = f"{workload.get('steps_measured')} steps measured"
+    measured = workload.get("steps_measured")
+    steps = f"{measured} {noun('steps', measured)} measured"
     if workload.get("warmup_steps") is not None:  # unknown for exports made outside hybrid
         steps += f" after {workload['warmup_steps']} warmup"
     text = Text.assemble(("hybrid", "bold"), f" · {name} · mode {results.get('mode')} · {steps}")
     if workload.get("batch_size"):
         text.append(f" · batch {workload['batch_size']}")
+    if workload.get("step_unit"):
+        # What one step is and how it was found (workload.step_*); a guess is a warning, not a footnote.
+        low = workload.get("step_confidence") == "low"
+        text.append(f"\nstep = {workload['step_unit']} · {STEP_FOUND_BY.get(workload.get('step_source'), 'found')}, "
+                    f"{workload.get('step_confidence')} confidence", style="yellow" if low else None)
+        if low and workload.get("step_reason"):
+            text.append(f"\nwarning: the step is a guess: {workload['step_reason']}", style="yellow")
     return text
 
 
@@ -103,7 +122,7 @@ def _idle_parts(timing: dict) -> str:
     # Only the causes that cost time; a zero entry tells the reader nothing on the one-screen report.
     parts = sorted(((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms),
                    reverse=True)
-    return ", ".join(f"{cause} {format_value(ms)}" for ms, cause in parts)
+    return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in parts)
 
 
 def _step(results: dict) -> Text:
@@ -194,10 +213,9 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
     title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
     if marked_primary:
         title.append("  (primary)", style="bold")
-    if finding.get("not_measured"):
-        title.append("  not measured in this run", style="dim")
+    callsite = _top_callsite(finding)
     if not expanded:
-        return title
+        return title if callsite is None else Group(title, callsite)
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
@@ -207,13 +225,23 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
     if verbose:
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(title, Padding(Group(*details), (0, 0, 0, 2)))
+    return Group(title, *([callsite] if callsite is not None else []), Padding(Group(*details), (0, 0, 0, 2)))
+
+
+def _top_callsite(finding: dict) -> Text | None:
+    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding."""
+    callsites = finding.get("callsites") or []
+    if not callsites:
+        return None
+    top = callsites[0]
+    return Text.assemble("  at ", (f"{top.get('file')}:{top.get('line')}", "bold"),
+                         f"  {top.get('source_line') or top.get('function') or ''}".rstrip())
 
 
 def _findings(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
-        return [Text("Bottlenecks: none detected", style="bold")]
+        return [Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")]
     primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
     # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
     marked = primary if findings[0].get("id") != primary else None
@@ -270,12 +298,25 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
 
 
 def _notes(results: dict, verbose: bool) -> list[Text]:
-    notes = [("limitation", str(n)) for n in results.get("limitations") or []]
-    notes += [("warning", str(n)) for n in results.get("warnings") or []]
-    shown = notes if verbose else notes[:NOTES_DEFAULT]
-    lines = [Text.assemble((f"{kind}: ", "yellow"), note) for kind, note in shown]
+    """Every note that changes the reading, then NOTES_DEFAULT of the other limitations (all in verbose)."""
+    notes = reading_notes(results)
+    shown = [n for n in notes if n.changes_reading or verbose]
+    shown += [n for n in notes if not n.changes_reading][:0 if verbose else NOTES_DEFAULT]
+    lines = [Text.assemble((f"{note.kind}: ", "yellow"), note.text) for note in shown]
     if len(shown) < len(notes):
-        lines.append(Text(f"+ {len(notes) - len(shown)} more limitations/warnings (--verbose)", style="dim"))
+        hidden = len(notes) - len(shown)
+        lines.append(Text(f"+ {hidden} more {noun('limitations', hidden)} (--verbose)", style="dim"))
+    return lines
+
+
+def _views(results: dict, location: str | None) -> list[Text]:
+    """Each command on one line of its own (printed soft-wrapped: copied whole)."""
+    views = artifact_views(results, location)
+    if not views:
+        return []
+    lines = [Text("Open the raw views", style="bold")]
+    for what, command in views:
+        lines.append(Text.assemble((f"{what}: ", "dim"), command))
     return lines
 
 
@@ -292,7 +333,7 @@ def _pass_part(item: dict) -> str:
     elif step is not None:
         details.append(f"{format_value(step, 'ms')}/step")
         if item.get("name") != "plain" and item.get("overhead_pct") is not None:
-            details.append(f"overhead {item['overhead_pct']:+.1f}%")
+            details.append(f"overhead {format_change_pct(item['overhead_pct'])}")
     if item.get("status") != "ok" and item.get("message"):
         details.append(str(item["message"]))
     return part + (f" ({', '.join(details)})" if details else "")
@@ -379,8 +420,10 @@ def _with_gaps(sections: list[list[RenderableType]]) -> list[RenderableType]:
     return blocks
 
 
-def print_report(results: dict, console: Console, *, verbose: bool = False) -> None:
-    """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide."""
+def print_report(results: dict, console: Console, *, verbose: bool = False, location: str | None = None) -> None:
+    """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide.
+    `location`: the run directory as the user named it, for the commands that open its artifacts."""
+    results = escape_strings(results)
     summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
@@ -388,15 +431,21 @@ def print_report(results: dict, console: Console, *, verbose: bool = False) -> N
                      [_metrics_table(results)]]
     sections.append(_notes(results, verbose) + _passes(results, verbose))
     console.print(Constrain(Group(*_with_gaps(sections)), width=REPORT_WIDTH), overflow="fold")
+    views = _views(results, None if location is None else str(escape_strings(location)))
+    if views:
+        console.print()
+    for line in views:
+        console.print(line, soft_wrap=True)  # never wrapped or cut: a command must copy whole
 
 
-def render_terminal(results: dict, *, verbose: bool = False, color: bool | None = None) -> str:
+def render_terminal(results: dict, *, verbose: bool = False, color: bool | None = None,
+                    location: str | None = None) -> str:
     """The terminal report as a string. color=None colours only when stdout is a terminal and NO_COLOR is
     unset; without colour the text carries no ANSI codes at all."""
     colored = use_color() if color is None else color and not os.environ.get("NO_COLOR")
     buffer = io.StringIO()
     console = Console(file=buffer, width=REPORT_WIDTH, force_terminal=colored, color_system="standard" if colored
                       else None, no_color=not colored, highlight=False, emoji=False, markup=False, soft_wrap=False)
-    print_report(results, console, verbose=verbose)
+    print_report(results, console, verbose=verbose, location=location)
     # Tables pad cells to the full width; trailing blanks only cost the reader a wider copy-paste.
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"

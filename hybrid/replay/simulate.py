@@ -1,0 +1,124 @@
+"""Replay a ReplayGraph: one pass over the host events in measured order, issuing each device op
+as its launch call runs (ops only depend on earlier calls, and a call only waits for ops issued
+before it or by it, so no event queue is needed: the pass is linear in the events)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.replay.graph import WAIT_DEVICE, WAIT_OP, WAIT_STREAM, ReplayGraph
+
+NS_PER_MS = 1e6
+# As in hybrid.metrics: a step this many times the median is a one-off and is not averaged in.
+OUTLIER_STEP_FACTOR = 3.0
+
+
+@dataclass
+class StepReplay:
+    step_ns: np.ndarray  # replayed window of each step, in the graph's step order
+    steady: np.ndarray  # which steps count in the mean (outliers excluded)
+    h_start: np.ndarray
+    h_end: np.ndarray
+    d_start: np.ndarray
+    d_end: np.ndarray
+
+    @property
+    def step_time_ms(self) -> float:
+        """Mean replayed step time over the steady steps."""
+        return float(self.step_ns[self.steady].mean() / NS_PER_MS) if self.steady.any() else 0.0
+
+
+def steady_mask(step_ns: np.ndarray) -> np.ndarray:
+    if not len(step_ns):
+        return np.zeros(0, bool)
+    return step_ns <= OUTLIER_STEP_FACTOR * float(np.median(step_ns))
+
+
+def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> np.ndarray:
+    """Each step's window as hybrid.metrics.step_windows takes it: it ends when both its host range
+    and the device work launched in it have ended, and starts when its range opens or the previous
+    step ended, whichever is later."""
+    host_start = h_start[graph.step_start_event]
+    host_end = h_start[graph.step_end_event]
+    device_end = np.full(len(graph.step_ids), -np.inf)
+    if len(d_end):
+        position = np.searchsorted(graph.step_ids, graph.d_step)
+        inside = (position < len(graph.step_ids)) & (graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)]
+                                                    == graph.d_step)
+        np.maximum.at(device_end, position[inside], d_end[inside])
+    ends = np.maximum(host_end, device_end)
+    starts = host_start.copy()
+    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    return ends - starts
+
+
+def replay_step(graph: ReplayGraph) -> StepReplay:
+    """Replay every measured step of the graph; see StepReplay.step_time_ms for the mean."""
+    n, n_ops = graph.n_host, graph.n_ops
+    pred = graph.h_pred.tolist()
+    gap = graph.h_gap.tolist()
+    cost = graph.h_cost.tolist()
+    wait = graph.h_wait.tolist()
+    wait_op = graph.h_wait_op.tolist()
+    wait_stream = graph.h_wait_stream.tolist()
+    wake = graph.h_wake.tolist()
+    h_op = graph.h_op.tolist()
+    stream = graph.d_stream.tolist()
+    dur = graph.d_dur.tolist()
+    lat = graph.d_lat.tolist()
+    sgap = graph.d_sgap.tolist()
+    dep = graph.d_dep.tolist()
+    dgap = graph.d_dgap.tolist()
+
+    h_start = [0.0] * n
+    h_end = [0.0] * n
+    d_start = [0.0] * n_ops
+    d_end = [0.0] * n_ops
+    neg = -float("inf")
+    stream_end = [neg] * max(graph.n_streams, 1)
+    device_end = neg
+    origin = graph.origin_ns
+    # The hot loop (a million iterations on a large export): plain lists and `if a > b` comparisons,
+    # which CPython runs several times faster than numpy scalars and max() calls.
+    for i in range(n):
+        p = pred[i]
+        t = (h_end[p] if p >= 0 else origin) + gap[i]
+        h_start[i] = t
+        op = h_op[i]
+        if op >= 0:
+            s = stream[op]
+            ready = t + lat[op]
+            after_stream = stream_end[s] + sgap[op]
+            if after_stream > ready:  # noqa: PLR1730
+                ready = after_stream
+            d = dep[op]
+            if d >= 0:
+                after_dep = d_end[d] + dgap[op]
+                if after_dep > ready:  # noqa: PLR1730
+                    ready = after_dep
+            d_start[op] = ready
+            finish = ready + dur[op]
+            d_end[op] = finish
+            stream_end[s] = finish
+            if finish > device_end:  # noqa: PLR1730
+                device_end = finish
+        e = t + cost[i]
+        w = wait[i]
+        if w:
+            if w == WAIT_OP:
+                awaited = d_end[wait_op[i]]
+            elif w == WAIT_STREAM:
+                awaited = stream_end[wait_stream[i]]
+            elif w == WAIT_DEVICE:
+                awaited = device_end
+            else:
+                awaited = neg
+            if awaited + wake[i] > e:  # noqa: PLR1730
+                e = awaited + wake[i]
+        h_end[i] = e
+    h_start_a, d_end_a = np.asarray(h_start), np.asarray(d_end)
+    step_ns = step_windows(graph, h_start_a, d_end_a)
+    return StepReplay(step_ns=step_ns, steady=steady_mask(step_ns), h_start=h_start_a, h_end=np.asarray(h_end),
+                      d_start=np.asarray(d_start), d_end=d_end_a)

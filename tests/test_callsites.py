@@ -1,0 +1,185 @@
+"""Callsites: findings point at the user's lines, from the nsys pass's Python samples and the torch
+pass's operator stacks, on real captures and real injector runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from hybrid.callsites import NO_SAMPLES_NOTE, NO_STACKS_NOTE
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.pipeline import analyze_export, analyze_run_dir
+from hybrid.torch_pass import load_torch_trace
+from hybrid.torch_stacks import is_user_trace_file
+from nsight import nsys
+from nsight.python_frames import first_user_frame, is_user_file
+from nsight.python_samples import layout_matches, read_python_samples
+from nsight.sqlite_export import open_export
+
+REPO = Path(__file__).resolve().parent.parent
+PLANTED = REPO / "tests" / "fixtures" / "planted"
+FIXTURES = REPO / "tests" / "fixtures" / "callsites"
+OPS_SCRIPT = REPO / "tests" / "scripts" / "callsite_ops.py"
+# `nsys profile --help` of nsys 2025.3.1 on the H200 box (GPU call A, session 3).
+H200_HELP = (FIXTURES / "h200_nsys_2025.3.1_profile_help.txt").read_text()
+# data_pageable_h2d under nsys 2025.3.1 with --python-sampling, exported by `nsys profile --export sqlite`
+# (call A; trimmed): 1 kHz sampling marks whose payloads the export left out.
+NO_BLOBS_EXPORT = FIXTURES / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
+# `python3 -c PROGRAM` under nsys 2025.3.1 --python-sampling, exported with --include-blobs=true (the
+# callsites probe, benchmarks/probe/python_samples_export.sh; trimmed to the samples of its loop).
+BLOBS_EXPORT = FIXTURES / "h200_python_samples_blobs.sqlite"
+PROBE_LOOP_LINE = 6  # `total += (x @ x).sum().item()` in the probe's program
+
+
+def _marked_line(script: Path, marker: str) -> int:
+    return next(number for number, text in enumerate(script.read_text().splitlines(), 1) if marker in text)
+
+
+def test_user_files_are_not_the_library_the_interpreter_or_hybrid():
+    assert is_user_file("/home/me/project/train.py")
+    assert is_user_file("train.py")
+    for library in ("/usr/lib/python3.12/runpy.py", "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/module.py",
+                    "/usr/local/lib/python3.11/dist-packages/numpy/core/numeric.py", "<frozen runpy>", "<string>",
+                    "/root/repo/hybrid/inject.py", "/root/repo/hybrid/stepping.py", ""):
+        assert not is_user_file(library), library
+    stack = [("/x/site-packages/torch/_tensor.py", 10, "item"), ("/x/train.py", 42, "<module>"),
+             ("/x/hybrid/inject.py", 5, "main")]
+    assert first_user_frame(stack) == ("/x/train.py", 42, "<module>")
+    # Inside hybrid's step marker (its final sync), the time is hybrid's, not the optimizer.step() line's.
+    hook = [("/x/site-packages/torch/cuda/__init__.py", 1, "synchronize"), ("/x/hybrid/stepping.py", 9, "step"),
+            ("/x/site-packages/torch/optim/optimizer.py", 5, "wrapper"), ("/x/train.py", 50, "<module>")]
+    assert first_user_frame(hook) is None
+    # The profiler writes paths relative to the sys.path entry they were found under.
+    assert not is_user_trace_file("torch/nn/modules/module.py")
+    assert not is_user_trace_file("enum.py")
+    assert is_user_trace_file("train.py") and is_user_trace_file("/abs/train.py")
+
+
+def test_a_capture_without_python_samples_says_so():
+    results = analyze_run_dir(PLANTED / "sync_item_per_microstep" / "run")
+    findings = results["diagnosis"]["bottlenecks"]
+    assert findings and all(f["callsites"] == [] for f in findings)
+    assert results["diagnosis"]["primary_bottleneck"]["callsites"] == []
+    assert any(note.startswith(NO_SAMPLES_NOTE) for note in results["limitations"])
+
+
+@pytest.fixture(scope="module")
+def stacked_trace(tmp_path_factory) -> Path:
+    """The torch pass with --python-stacks on a CPU loop (a real injector subprocess)."""
+    out = tmp_path_factory.mktemp("torch")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "torch", "--python-stacks", "--out",
+                           str(out), "--warmup", "1", "--steps", "3", "--", str(OPS_SCRIPT)],
+                          capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "trace.json"
+
+
+def test_torch_stacks_place_item_and_cpu_tensor_creation_on_their_lines(stacked_trace):
+    calls = load_torch_trace(stacked_trace).op_callsites
+    for op, marker in (("aten::item", "CALLSITE: item"), ("aten::randn", "CALLSITE: randn")):
+        rows = calls[calls["op"] == op]
+        assert len(rows) == 1, rows
+        row = rows.iloc[0]
+        assert Path(row["file"]).name == OPS_SCRIPT.name
+        assert row["line"] == _marked_line(OPS_SCRIPT, marker)
+        assert row["function"] == "<module>" and row["ns"] > 0
+
+
+def test_a_trace_without_stacks_has_no_op_callsites():
+    trace = PLANTED / "cpu_tensors_then_moved" / "run" / "torch" / "trace.json.gz"
+    assert load_torch_trace(trace).op_callsites.empty
+
+
+def test_callsite_flags_are_those_the_installed_nsys_lists():
+    assert nsys.callsite_sampling(H200_HELP, "off").flags == ()
+    python = nsys.callsite_sampling(H200_HELP, "python")
+    assert python.flags == ("--python-sampling=true", "--python-sampling-frequency=1000")
+    assert not python.cpu_sampling and not python.missing and python.separate_export
+    cuda = nsys.callsite_sampling(H200_HELP, "cuda")
+    assert cuda.flags[2:] == ("--python-backtrace=cuda", "--cudabacktrace=sync:100000,memory:100000")
+    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True, sampling=cuda)
+    assert argv[argv.index("-s") + 1] == "process-tree"  # the CUDA backtraces need CPU sampling
+    assert argv[argv.index("--export") + 1] == "none" and argv[-2:] == ["python3", "x.py"]
+    # An nsys whose help lacks the Python options (before 2024.1): the pass runs as before, and says why.
+    older = "\n".join(line for line in H200_HELP.splitlines() if "python" not in line.lower())
+    degraded = nsys.callsite_sampling(older, "cuda")
+    assert degraded.flags == () and degraded.missing == ("--python-sampling", "--python-backtrace")
+    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True,
+                                   sampling=degraded)
+    assert argv[argv.index("--export") + 1] == "sqlite" and argv[argv.index("-s") + 1] == "none"
+
+
+def _fake_nsys(path: Path, *, knows_blobs: bool) -> Path:
+    """An `nsys export` stand-in that writes the -o file, and refuses --include-blobs if told to."""
+    refuse = "" if knows_blobs else 'case "$*" in *--include-blobs*) echo "unrecognised option"; exit 1;; esac\n'
+    path.write_text("#!/bin/sh\n" + refuse + 'while [ "$1" != "-o" ]; do shift; done; echo export > "$2"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("knows_blobs", [True, False])
+def test_the_export_keeps_payloads_where_nsys_can(tmp_path, knows_blobs):
+    fake = _fake_nsys(tmp_path / "nsys", knows_blobs=knows_blobs)
+    log = nsys.export_sqlite(fake, tmp_path / "profile", log_path=tmp_path / "export.log")
+    assert (tmp_path / "profile.sqlite").read_text() == "export\n"
+    runs = [line for line in log.splitlines() if line.startswith("$ ")]
+    assert "--include-blobs=true" in runs[0]
+    assert len(runs) == (1 if knows_blobs else 2)
+    if not knows_blobs:
+        assert "--include-blobs" not in runs[-1]
+    assert (tmp_path / "export.log").read_text() == log
+
+
+def test_an_export_without_the_sample_stacks_says_how_to_get_them():
+    with closing(open_export(NO_BLOBS_EXPORT)) as export:
+        assert layout_matches(export)  # the declared payload layout is the one decoded
+    profile = load_nsys_export(NO_BLOBS_EXPORT)
+    facts = profile.extras["nsys"]
+    assert profile.samples.empty and facts["python_samples"] == facts["python_samples_without_stack"] > 100
+    results = analyze_export(NO_BLOBS_EXPORT)
+    assert all(f["callsites"] == [] for f in results["diagnosis"]["bottlenecks"])
+    assert any(n.startswith(NO_STACKS_NOTE) and "--include-blobs=true" in n for n in results["limitations"])
+
+
+def test_graph_breaks_carry_the_user_line_dynamo_recorded():
+    import torch
+    from torch._dynamo import utils as dynamo_utils
+
+    from hybrid.callsites import _graph_break_callsites, _Paths
+    from hybrid.profile import Profile
+    from hybrid.stepping import _graph_breaks
+
+    def step(x):
+        y = x * 2
+        total = y.sum().item()  # GRAPH BREAK
+        return y + total
+
+    torch._dynamo.reset()
+    dynamo_utils.counters.clear()
+    torch.compile(step, backend="eager")(torch.randn(8))
+    breaks = _graph_breaks()
+    line = _marked_line(Path(__file__), "# GRAPH BREAK")
+    assert breaks and breaks[0]["file"] == __file__ and breaks[0]["line"] == line and breaks[0]["function"] == "step"
+    sites = _graph_break_callsites(Profile(extras={"graph_breaks": breaks}), _Paths(__file__, [__file__]))
+    assert sites[0]["file"] == Path(__file__).name and sites[0]["line"] == line and sites[0]["share_pct"] == 100.0
+    assert sites[0]["source_line"] == "total = y.sum().item()  # GRAPH BREAK"
+
+
+def test_sample_stacks_decode_from_the_exported_payloads():
+    with closing(open_export(BLOBS_EXPORT)) as export:
+        assert layout_matches(export)
+        program = read_python_samples(export, 0, 2**62,
+                                      pick=lambda stack: next((f for f in stack if f[0] == "<string>"), None))
+    assert program.marks == len(program.start_ns) > 200 and program.without_stack == program.unreadable == 0
+    lines = Counter(program.line.tolist())
+    # The program spends its time in its loop; the int32 line numbers are read without the padding after them.
+    assert lines.most_common(1)[0][0] == PROBE_LOOP_LINE and lines[PROBE_LOOP_LINE] > 0.9 * len(program.line)
+    assert Counter(f for f, line in zip(program.function, program.line)
+                   if line == PROBE_LOOP_LINE).most_common(1)[0][0] == "<module>"

@@ -1,0 +1,157 @@
+"""`hybrid report`, `compare` and `doctor` as a user runs them (real subprocesses on real H200 run
+directories): a results.json without its artifacts is re-rendered, the regression gate refuses thresholds
+that cannot trip and fails, with the reason, when it cannot decide; every option says what it does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from hybrid.cli import app
+from hybrid.doctor import INSTALL_NCU, INSTALL_NSYS, diagnose_environment, render_doctor
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "tests" / "fixtures" / "runs"
+
+
+def hybrid(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
+                          cwd=ROOT, env=env, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def analyzed(tmp_path_factory) -> dict[str, Path]:
+    """results.json of two real runs: resnet50 and simple_cnn on the H200."""
+    base = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name in ("h200-resnet50", "h200-simple_cnn"):
+        shutil.copytree(RUNS / name, base / name)
+        done = hybrid("report", str(base / name), "--json")
+        assert done.returncode == 0, done.stderr
+        out[name] = base / name / "results.json"
+    return out
+
+
+def test_a_results_json_is_rendered_without_its_artifacts(analyzed, tmp_path):
+    saved = tmp_path / "results.json"
+    shutil.copy(analyzed["h200-resnet50"], saved)
+    before = saved.read_bytes()
+    done = hybrid("report", str(saved), "--html")
+    assert done.returncode == 0, done.stderr
+    assert "NVIDIA H200" in done.stdout and "TENSOR_CORE" in done.stdout
+    assert saved.read_bytes() == before  # shown, not re-analyzed or rewritten
+    assert "Open the raw views" not in done.stdout  # its artifacts are not beside it
+    assert (tmp_path / "results.report.html").is_file() and f"wrote {tmp_path / 'results.report.html'}" in done.stderr
+
+
+def test_a_run_directory_whose_artifacts_are_gone_is_rendered_from_its_results(analyzed, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(analyzed["h200-simple_cnn"], run / "results.json")
+    done = hybrid("report", str(run))
+    assert done.returncode == 0, done.stderr
+    assert "keeps no raw artifacts: showing its results.json" in done.stderr
+    assert "NVIDIA H200" in done.stdout
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-inf"])
+def test_a_threshold_that_cannot_trip_is_refused(analyzed, threshold):
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]),
+                  "--fail-on-regression", threshold)
+    assert done.returncode == 2 and "is not a number of percent" in done.stderr
+
+
+@pytest.mark.parametrize(("candidate", "reason"), [
+    ({}, "the candidate has no step time"),
+    ({"schema_version": "1.0", "timing": {"step_time_ms": None}}, "the candidate has no step time"),
+])
+def test_a_candidate_without_a_step_time_fails_the_gate(analyzed, tmp_path, candidate, reason):
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(candidate))
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(path), "--fail-on-regression", "5")
+    assert done.returncode == 1 and reason in done.stderr
+
+
+def test_a_candidate_of_another_workload_fails_the_gate(analyzed, tmp_path):
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]),
+                  "--fail-on-regression", "50", "--html", str(tmp_path / "compare.html"))
+    # simple_cnn's step is 90% faster: only the workload check can fail this gate.
+    assert done.returncode == 1
+    assert "regression gate failed: the runs are of different workloads: models differ (resnet50 vs simple_cnn)" \
+        in done.stderr
+    assert done.stdout.startswith("WARNING: models differ")
+    assert "WARNING: models differ" in (tmp_path / "compare.html").read_text()
+
+
+def test_a_document_that_is_not_an_object_is_bad_input(analyzed, tmp_path):
+    (tmp_path / "list.json").write_text("[1, 2]")
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(tmp_path / "list.json"))
+    assert done.returncode == 2 and "holds a JSON list, not an object" in done.stderr
+
+
+def test_every_option_says_what_it_does():
+    command = typer.main.get_command(app)
+    undocumented = [f"{name} {param.opts[0]}" for name, sub in command.commands.items() for param in sub.params
+                    if not getattr(param, "help", None)]
+    assert undocumented == []
+
+
+def test_run_and_diagnose_share_the_module_ranges_default():
+    command = typer.main.get_command(app)
+    defaults = {name: next(p.default for p in command.commands[name].params if p.name == "nvtx_modules")
+                for name in ("run", "diagnose")}
+    assert defaults["run"] == defaults["diagnose"]
+
+
+def test_doctor_says_how_to_get_what_is_missing():
+    facts = diagnose_environment(probe_counters=False)
+    text = render_doctor(facts)
+    if facts["nsys"] is None:
+        assert INSTALL_NSYS in text
+    if facts["ncu"] is None:
+        assert INSTALL_NCU in text
+    refused = {**facts, "counters_permitted": False, "next_steps": None}
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in render_doctor(refused)
+
+
+def test_an_unwritable_html_path_is_a_warning_not_a_traceback(analyzed):
+    # A path under a regular file cannot be created (as root, permissions would not stop it).
+    target = analyzed["h200-resnet50"] / "compare.html"
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]), "--html", str(target))
+    assert done.returncode == 0 and f"warning: could not write {target}" in done.stderr
+    assert "Step time:" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("document", ["{}", '{"timing": 5, "diagnosis": {"bottlenecks": [1]}}'])
+def test_a_json_that_is_no_results_document_is_bad_input_for_report(tmp_path, document):
+    path = tmp_path / "results.json"
+    path.write_text(document)
+    done = hybrid("report", str(path))
+    assert done.returncode == 2 and "is not a complete results.json document" in done.stderr
+
+
+def test_the_committed_seed_results_render(tmp_path):
+    for document in sorted((ROOT / "examples" / "seed-commands").glob("*/results.json")):
+        shutil.copy(document, tmp_path / "results.json")
+        done = hybrid("report", str(tmp_path / "results.json"))
+        assert done.returncode == 0, (document, done.stderr)
+        assert "NVIDIA H200" in done.stdout
+
+
+def test_an_export_with_its_ncu_csv_reads_as_one_mode_throughout(tmp_path):
+    run = RUNS / "h200-resnet50"
+    export = tmp_path / "profile.sqlite"
+    shutil.copy(run / "nsys" / "profile.sqlite", export)
+    done = hybrid("report", str(export), "--ncu", str(run / "ncu" / "counters.csv"), "--html")
+    assert done.returncode == 0, done.stderr
+    header, roofline = done.stdout.splitlines()[0], " ".join(done.stdout.split("Roofline:")[1].split()[:30])
+    assert "mode hybrid" in header and "[measured (ncu)]" in roofline
+    assert f"wrote {tmp_path / 'profile.report.html'}" in done.stderr
