@@ -10,6 +10,7 @@ from hybrid.metrics import compute_metrics, layer_table, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from hybrid.roofline import roofline
+from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import SEVERITY_RANK, Context, Finding
 from hybrid.rules.registry import GPU_CATEGORIES, RULES
 from hybrid.timeline import step_timeline
@@ -111,7 +112,9 @@ def analyze(profile: Profile) -> dict:
     roof = roofline(profile, peaks) if gpu else {
         "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
         "source": None, "kernels": [], "reason": "no GPU"}
-    ctx = Context(profile=profile, metrics=metrics, roofline=roof, peaks=_rule_peaks(peaks))
+    ctx = Context(profile=profile, metrics=metrics, roofline=roof, peaks=_rule_peaks(peaks),
+                  config=config_of(profile.extras, observed_config(metrics)),
+                  pass_status=profile.extras.get("pass_status") or {})
     findings = applicable(run_rules(ctx, gpu), gpu)
     top = primary(findings)
     device = profile.device
@@ -130,4 +133,6 @@ def analyze(profile: Profile) -> dict:
         "diagnosis": {"primary_bottleneck": None if top is None else top.to_dict(),
                       "bottlenecks": [f.to_dict() for f in findings]},
         "limitations": _limitations(profile, peaks, metrics, roof, gpu),
+        # What the run had switched on, as the injector recorded it (None for captures without it).
+        "config": profile.extras.get("config"),
     }

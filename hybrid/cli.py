@@ -38,6 +38,7 @@ class Severity(str, Enum):
 
 
 class Precision(str, Enum):
+    default = "default"
     fp32 = "fp32"
     tf32 = "tf32"
     bf16_amp = "bf16-amp"
@@ -248,7 +249,9 @@ def diagnose(
                                           "own; smaller on the CPU)"),
     steps: int | None = typer.Option(None, "--steps", help="measured steps (default 20; fewer on the CPU)"),
     warmup: int | None = typer.Option(None, "--warmup", help="steps run before measuring (default 5)"),
-    precision: Precision = typer.Option(Precision.fp32, "--precision", help="fp32, tf32, or autocast to bf16/fp16"),
+    precision: Precision = typer.Option(Precision.default, "--precision", help=(
+        "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); fp32: TF32 off everywhere; "
+        "tf32: TF32 on; bf16-amp / fp16-amp: autocast")),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,

@@ -267,6 +267,7 @@ def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, li
     from hybrid.profile import Profile
     from hybrid.provenance import Metric
     from hybrid.rules import communication
+    from hybrid.rules.advice import config_of, observed_config
     from hybrid.rules.base import Context, Finding
 
     metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
@@ -276,7 +277,9 @@ def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, li
         own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
         own_source = own["evidence"][0]["source"] if own and own.get("evidence") else "estimated"
         profile.extras["job"] = {"straggler_primary": own and {"title": own["title"], "source": own_source}}
-    ctx = Context(profile=profile, metrics=metrics)
+    first = next(iter(rank_results.values()), {})
+    ctx = Context(profile=profile, metrics=metrics,
+                  config=config_of(first, observed_config(first.get("metrics") or {})))
     comm = [f for f in (rule.evaluate(ctx) for rule in communication.RULES) if f is not None]
     # Per-rank findings, once per rule: the rank where it costs most, since ranks in lockstep gain
     # what the fix saves on the rank that gates the step.

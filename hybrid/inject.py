@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
+from hybrid import run_config
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.stepping import EXCEPTION, PASSES, SessionConfig, StepSession, outcome_of
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             python_stacks=args.python_stacks,
         ))
         session.begin()
+        run_config.install()  # before the target runs: its autocast regions and torch.compile calls
     except HybridError as exc:
         print(exc.message(), file=sys.stderr)
         return exc.exit_code

@@ -15,8 +15,10 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
+from hybrid.precision import MATMUL_KINDS, classify_kernels, per_kernel
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
+from nsight.ncu import function_base_name
 
 NS_PER_MS = 1e6
 NS_PER_US = 1e3
@@ -33,19 +35,7 @@ LAUNCH_GAP_MAX_NS = 100_000
 # CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
 CPU_HEAVY_RATIO = 10.0
 
-ELEMENTWISE_KERNEL = re.compile(r"elementwise_kernel|elementwise_grid_stride|unrolled_elementwise")
-REDUCE_KERNEL = re.compile(r"reduce_kernel|reduction")
 BANDWIDTH_MIN_COPY_BYTES = 1024  # mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s)
-GEMM_KERNEL = re.compile(
-    r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|_s1688|_h1688|16816|884|conv|cudnn|implicit_", re.IGNORECASE)
-# Precision from the kernel name; checked in order (bf16 before fp16: names like "bf16" contain "f16").
-KERNEL_PRECISION = (
-    ("fp8", re.compile(r"e4m3|e5m2|fp8|qgmma|_qsq", re.IGNORECASE)),
-    ("bf16", re.compile(r"bf16|bfloat|_bsb_|_bss_|_bs[bh]", re.IGNORECASE)),
-    ("fp16", re.compile(r"_hsh_|_hss_|_hhs_|_hh_|h1688|h16816|h884|hgemm|f16|fp16|half|_h_", re.IGNORECASE)),
-    ("tf32", re.compile(r"tf32|_tst_|_tss_", re.IGNORECASE)),
-    ("fp32", re.compile(r"sgemm|_s1688|_sss_|f32f32_f32f32|_s16816|fp32|float", re.IGNORECASE)),
-)
 OP_DTYPE_PRECISION = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16", "double": "fp64",
                       "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "long int": 8, "int": 4,
@@ -64,6 +54,7 @@ CREATE_OPS = {"aten::randn", "aten::rand", "aten::randint", "aten::zeros", "aten
               "aten::empty", "aten::tensor", "aten::from_numpy", "aten::arange", "aten::linspace",
               "aten::lift_fresh", "aten::scalar_tensor"}
 MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
+DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 # torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
 # {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
 # host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
@@ -155,24 +146,26 @@ def _per_step(total: float, n_steps: int) -> float:
     return float(total) / n_steps if n_steps else 0.0
 
 
-def kernel_precision(names: pd.Series) -> pd.Series:
-    """fp8/bf16/fp16/tf32/fp32 for GEMM/conv kernels, None for others (classified per unique name)."""
-    cats = names.astype("category")
-    labels = []
-    for name in cats.cat.categories:
-        label = None
-        if GEMM_KERNEL.search(name) and not ELEMENTWISE_KERNEL.search(name):
-            label = next((p for p, rx in KERNEL_PRECISION if rx.search(name)), "unknown")
-        labels.append(label)
-    lookup = np.array(labels + [None], dtype=object)
-    return pd.Series(lookup[cats.cat.codes.to_numpy()], index=names.index)
+def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
+    """hybrid.precision.classify_kernels for these kernel names, measured from the profile's counter rows
+    (named as the timeline names the kernels they matched by launch or configuration) where ncu ran."""
+    return classify_kernels(names, profile.counters if len(profile.counters) else None, peaks)
 
 
 def _elementwise_mask(names: pd.Series) -> np.ndarray:
     cats = names.astype("category")
-    flags = np.array([bool(ELEMENTWISE_KERNEL.search(n)) and not REDUCE_KERNEL.search(n)
-                      for n in cats.cat.categories] + [False])
+    classes = classify_kernels(pd.Series(cats.cat.categories))
+    flags = np.r_[(classes["kind"] == "elementwise").to_numpy(bool), False]
     return flags[cats.cat.codes.to_numpy()]
+
+
+def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
+    """The names holding the most time, largest first, each with its share of that time."""
+    if not len(ns) or ns.sum() <= 0:
+        return ""
+    per_name = pd.Series(ns, dtype=float).groupby(names).sum().sort_values(ascending=False)
+    total = per_name.sum()
+    return "; ".join(f"{name} ({100 * value / total:.0f}%)" for name, value in per_name.head(limit).items())
 
 
 def _numel(shape) -> int:
@@ -393,13 +386,38 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
             out["small_grid_sm_fill_pct"] = Metric(100 * fill, "%", src)
         out["small_grid_kernels_per_step"] = Metric(_per_step(small.sum(), n), "kernels", src)
 
-    precision = kernel_precision(k["name"])
-    gemm = precision.notna().to_numpy()
+    classes = kernel_classes(profile, k["name"], peaks)
+    kind = per_kernel(k["name"], classes, "kind")
+    precision = per_kernel(k["name"], classes, "precision")
+    measured = per_kernel(k["name"], classes, "precision_source") == MEASURED_NCU
+    gemm = np.isin(kind, MATMUL_KINDS)
     out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
+    if gemm.any():
+        # Where each GEMM's precision came from: ncu's FLOP counters, else its name (hybrid.precision).
+        out["gemm_precision_measured_pct"] = Metric(100 * float(dur[gemm & measured].sum() / dur[gemm].sum()), "%",
+                                                    MEASURED_NCU if (gemm & measured).any() else src)
     for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
-        ns = dur[(precision == p).to_numpy()].sum()
+        ns = dur[gemm & (precision == p)].sum()
         out[f"gemm_{p}_ms"] = Metric(_per_step(ns, n) / NS_PER_MS, "ms", src)
         out[f"gemm_{p}_time_pct"] = Metric(100 * float(ns / dur[gemm].sum()) if gemm.any() else 0.0, "%", src)
+    fp32 = gemm & (precision == "fp32")
+    # cuBLAS (matmul, attention) and cuDNN (convolution) have separate TF32 switches.
+    conv = kind == "conv"
+    out["conv_kernel_ms"] = Metric(_per_step(dur[conv].sum(), n) / NS_PER_MS, "ms", src)
+    tf32 = gemm & (precision == "tf32")
+    out["gemm_tf32_matmul_ms"] = Metric(_per_step(dur[tf32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_tf32_conv_ms"] = Metric(_per_step(dur[tf32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_matmul_ms"] = Metric(_per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_conv_ms"] = Metric(_per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    if fp32.any():
+        out["gemm_fp32_measured_pct"] = Metric(100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()), "%",
+                                               MEASURED_NCU if (fp32 & measured).any() else src)
+        base = k["name"].astype(str).map(function_base_name).to_numpy()
+        out["gemm_fp32_kernels"] = Metric(_top_names(dur[fp32], base[fp32]), "", src)
+        layers = k["layer"].to_numpy(dtype=object)
+        named = fp32 & pd.notna(layers)
+        if named.any():
+            out["gemm_fp32_layers"] = Metric(_top_names(dur[named], layers[named].astype(str)), "", src)
     out.update(_fusible_chains(k, n, src))
     return out
 
@@ -566,6 +584,10 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
 
     no_gpu = top[top["device_total_ns"] == 0]
     out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    # DistributedDataParallel's own ranges and reducer ops: the model is DDP-wrapped (hybrid.rules.advice).
+    out["ddp_ops_per_step"] = Metric(_per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src)
+    longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
+    out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)
 
     ordered = top.sort_values(["tid", "start_ns"])
     nxt = ordered["name"].shift(-1)
@@ -708,22 +730,23 @@ def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | N
     return _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], weights)
 
 
-def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series) -> dict[str, Metric]:
+def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
     """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
-    dilute it), and of those whose name does not say FP32: FP32 GEMMs cannot use the tensor pipe at
-    all, which the FP32 finding already explains; the rest is what the idle-pipe finding judges."""
-    precision = kernel_precision(c["name"].astype(str))
-    gemm = precision.notna()
+    dilute it), and of those not FP32 (hybrid.precision: measured where ncu counted their FLOPs): FP32 GEMMs
+    cannot use the tensor pipe at all, which the FP32 finding already explains; the rest is what the
+    idle-pipe finding judges."""
+    names = c["name"].astype(str)
+    gemm = pd.Series(np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS), index=c.index)
+    not_fp32 = pd.Series(per_kernel(names, classes, "precision") != "fp32", index=c.index)
     out: dict[str, Metric] = {}
-    for name, mask in (("ncu_gemm_tensor_pipe_pct", gemm),
-                       ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & (precision != "fp32"))):
+    for name, mask in (("ncu_gemm_tensor_pipe_pct", gemm), ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & not_fp32)):
         value = _counter_average(c[mask], "tensor_pipe_pct", weights[mask])
         if value is not None:
             out[name] = Metric(value, "%", MEASURED_NCU)
     return out
 
 
-def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
+def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, Metric]:
     c = profile.counters.reset_index(drop=True)
     if c.empty:
         return {}
@@ -740,7 +763,7 @@ def _counters(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         value = _counter_average(c, col, weights)
         if value is not None:
             out[name] = Metric(value, unit, src)
-    out.update(_gemm_tensor_pipe(c, weights))
+    out.update(_gemm_tensor_pipe(c, weights, kernel_classes(profile, c["name"], peaks)))
     dram = c["dram_read_bytes"].fillna(0) + c["dram_write_bytes"].fillna(0)
     if c["dram_read_bytes"].notna().any():
         out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
@@ -779,7 +802,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     out.update(_compiled_regions(profile, steps))
     out.update(_data_loader(profile, steps))
     out.update(_extras(profile))
-    out.update(_counters(profile, steps))
+    out.update(_counters(profile, steps, peaks))
     return out
 
 

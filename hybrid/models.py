@@ -2,7 +2,7 @@
 synthetic data, so `hybrid run -m hybrid.models NAME` diagnoses something without a user script.
 
 Run as `python -m hybrid.models NAME [--batch-size B] [--steps N] [--warmup W]
-[--precision fp32|tf32|bf16-amp|fp16-amp] [--device cuda|cpu]`. The loop runs warmup + steps
+[--precision default|fp32|tf32|bf16-amp|fp16-amp] [--device cuda|cpu]`. The loop runs warmup + steps
 training steps; under `hybrid run` the injector counts them through the optimizer step hook and
 stops the script after the measured window.
 """
@@ -23,7 +23,15 @@ from hybrid.errors import HybridError, UsageError
 from hybrid.stepping import name_modules, set_batch_size
 
 MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
-PRECISIONS = ("fp32", "tf32", "bf16-amp", "fp16-amp")
+PRECISIONS = ("default", "fp32", "tf32", "bf16-amp", "fp16-amp")
+# What each --precision sets, in the words the CLI and the workload's first line use.
+PRECISION_MEANING = {
+    "default": "PyTorch's defaults: fp32 matmuls at highest precision (TF32 off), cuDNN convolutions with TF32 on",
+    "fp32": "TF32 off for matmuls and cuDNN convolutions (true fp32; not PyTorch's default)",
+    "tf32": "TF32 on for matmuls and cuDNN convolutions",
+    "bf16-amp": "torch.autocast(bfloat16), TF32 on for what stays fp32",
+    "fp16-amp": "torch.autocast(float16) with a GradScaler, TF32 on for what stays fp32",
+}
 
 # Transformer encoder shape: a BERT-base-like width, small enough to train on one GPU at batch 32.
 TRANSFORMER_D_MODEL = 512
@@ -108,9 +116,14 @@ def _resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def configure_precision(precision: str) -> None:
-    """fp32 means true fp32 (TF32 off); every other mode allows TF32 for what stays in fp32."""
+    """default: PyTorch's own settings (set explicitly, so an earlier call in the process does not leak);
+    fp32: true fp32, TF32 off everywhere; the others allow TF32 for what stays in fp32."""
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision {precision!r}", f"use one of: {', '.join(PRECISIONS)}")
+    if precision == "default":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
+        return
     allow_tf32 = precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
@@ -205,7 +218,7 @@ def _build_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
 def build_workload(
     name: str,
     batch_size: int | None = None,
-    precision: str = "tf32",
+    precision: str = "default",
     device: str | torch.device | None = None,
     *,
     input_size: int | None = None,
@@ -265,7 +278,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="measured steps the loop runs")
     parser.add_argument("--warmup", type=int, default=None, help="warmup steps run before them")
-    parser.add_argument("--precision", choices=PRECISIONS, default="tf32")
+    parser.add_argument("--precision", choices=PRECISIONS, default="default",
+                        help="; ".join(f"{name}: {meaning}" for name, meaning in PRECISION_MEANING.items()))
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
                         help="default: cuda when available, else cpu with shrunken sizes")
     return parser.parse_args(argv)
@@ -295,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.steps if args.steps is not None else defaults["steps"]
         warmup = args.warmup if args.warmup is not None else defaults["warmup"]
         workload = build_workload(args.name, args.batch_size, args.precision, device)
+        print(f"hybrid.models: {args.name}, precision {args.precision} ({PRECISION_MEANING[args.precision]})",
+              file=sys.stderr)
     except HybridError as error:
         print(error.message(), file=sys.stderr)
         return error.exit_code

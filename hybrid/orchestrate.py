@@ -29,6 +29,13 @@ from hybrid.rundir import RunDir
 from nsight.nsys import CALLSITE_LEVELS
 
 MODES = ("auto", "hybrid", "nsys", "torch")
+# Without --baseline a plain pass (no collector) still runs on GPU workloads when the torch pass took at most
+# this long: it runs the same script with fewer steps and no collector, so it costs less than that. It is the
+# reference that tells how much a collector slowed the step (simple_cnn on the H200: nsys +120%). CPU-only
+# runs have no GPU timeline to weigh, so they skip it.
+CHEAP_PLAIN_PASS_S = 60.0
+# Steps the default plain pass measures: enough for a mean step time, as its only output is that.
+SHORT_PLAIN_STEPS = 10
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
 
 
@@ -51,8 +58,8 @@ class RunOptions:
     warmup: int = 5
     steps: int = 20
     nvtx_modules: bool = False
-    # A plain pass without any collector, the exact reference for profiler overhead. Off by default:
-    # each pass also times its unprofiled warmup steps, which gives the overhead within the same run.
+    # A plain pass without any collector over all --steps, the exact reference for profiler overhead. Without
+    # it, a short plain pass runs after the torch pass when that was cheap (CHEAP_PLAIN_PASS_S).
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
     ncu_coverage: float = 0.9
@@ -262,6 +269,10 @@ class Orchestrator:
                                                                       whole_run=opts.whole_run))
         inject = torch_result.inject or {}
         stepless = opts.whole_run or not inject.get("measured_steps")
+        if (not stepless and not opts.baseline and inject.get("cuda_available")
+                and torch_result.wall_s <= CHEAP_PLAIN_PASS_S):
+            self._run_and_check("plain", self.inject_argv("plain", steps=min(opts.steps, SHORT_PLAIN_STEPS),
+                                                          whole_run=False))
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
                 self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",

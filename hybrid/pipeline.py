@@ -128,6 +128,12 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     return rows
 
 
+# A collector that slowed the analyzed step by more than this (vs the plain pass) distorts the diagnosis:
+# the headline says so and findings are weighed at the plain step. Below it, the run-to-run spread of a
+# steady loop (a few %) and the collectors' usual cost on large-kernel models (<1% for resnet50) sit.
+COLLECTOR_DISTORTION_PCT = 10.0
+
+
 def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
     """Give each finding `time_lost_baseline_ms`: its time lost as the same share of the step without a
     collector (the plain pass). Collectors slow the host side most (nsys traced launch_batch1_deep_mlp
@@ -139,6 +145,9 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
     if not baseline_step_ms or not step_ms:
         return
     analysis["timing"]["baseline_step_time_ms"] = baseline_step_ms
+    overhead_pct = 100.0 * (step_ms / baseline_step_ms - 1.0)
+    analysis["timing"]["collector_overhead_pct"] = overhead_pct
+    analysis["timing"]["weighed_at_plain_step"] = overhead_pct > COLLECTOR_DISTORTION_PCT
     primary = analysis["diagnosis"].get("primary_bottleneck")
     # The primary is its own copy of one of the bottlenecks.
     for finding in [*analysis["diagnosis"]["bottlenecks"], *([primary] if primary else [])]:
@@ -257,6 +266,10 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     tools = {k: v for k, v in (run_json.get("tools") or {}).items() if k.endswith("_version")}
     tools["torch"] = facts.get("torch_version")
     passes = _pass_rows(run_json, run)
+    # How each pass ended, for advice on getting what is missing; a job's rank folder has the job's passes.
+    job_passes = run_json.get("passes") or (RunDir(run.path.parent).run_json().get("passes")
+                                            if run.path.name.startswith("rank-") else None) or []
+    profile.extras["pass_status"] = {p["name"]: p.get("status") for p in job_passes}
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
     results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,

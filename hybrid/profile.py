@@ -93,11 +93,11 @@ API_CALL_COLUMNS = {
 ANNOTATION_PREFIX = "annotation: "
 
 # Collectives: NCCL kernels (ncclDevKernel_*, ncclKernel_*) and the torch ops or ranges around them
-# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce). The job analysis measures them as
+# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce, and torch.distributed's record_param_comms range). The job analysis measures them as
 # communication; left among the compute kernels, an NCCL kernel (a few blocks, spinning while it
 # waits for its peers) would read as a small-grid, zero-FLOP kernel far below the roofline, and ncu
 # must never replay one (it waits for peers that are not replayed with it).
-COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:")
+COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:", "record_param_comms")
 
 
 def is_communication(names: pd.Series) -> np.ndarray:

@@ -1,9 +1,15 @@
 """Roofline placement per kernel (ncu counters: measured) or per op (torch FLOPs and shapes:
 estimated), and for the step as a whole, duration-weighted.
 
-attainable = min(peak FLOP/s of the point's precision, AI x DRAM bandwidth); a point is memory
-bound when its AI is left of the ridge (peak / bandwidth). Without FLOPs (nsys only, no ncu, no
-torch ops) there is nothing to place and the block says so instead of inventing points.
+attainable = min(compute ceiling, AI x DRAM bandwidth); a point is memory bound when its AI is left of
+the ridge (ceiling / bandwidth). A counter point's compute ceiling comes from its measured FLOP mix
+(hybrid.precision.compute_ceiling: the rate at which its FLOPs on each pipe, tensor bf16/fp16/tf32/fp8/fp64
+and scalar fp32/fp64/fp16, finish with every pipe at its peak); an op point's from its op's precision (an
+fp32 matmul or convolution that ran TF32 kernels, by the run's configuration or the kernel names, meets
+the TF32 roof). The step's ceiling is the points' ceilings weighted by their time. A point above its own
+ceiling contradicts the peaks or the counters: it is left out of the points and listed in `above_ceiling`.
+Without FLOPs (nsys only, no ncu, no torch ops) there is nothing to place and the block says so instead of
+inventing points.
 
 `time_ms` (of the step and of each point) is the kernel time per steady step that the point covers,
 read off the timeline: for counters, the GPU time of every kernel launch matched to a profiled one
@@ -16,11 +22,23 @@ once per launch it stands for.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
-from hybrid.metrics import matched_counter_launches, op_bytes, op_flops, op_precision, steady_steps
+from hybrid.metrics import (
+    CONV_OPS,
+    MATMUL_OPS,
+    kernel_classes,
+    matched_counter_launches,
+    op_bytes,
+    op_flops,
+    op_precision,
+    steady_steps,
+)
+from hybrid.precision import FROM_NAME, compute_ceiling, dominant_pipe, flops_by_pipe, pipe_precision
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -31,6 +49,17 @@ MAX_LAYER_POINTS = 30
 # Precision assumed for scalar work when the point names none (PyTorch runs fp16 elementwise math as
 # fp32 FMUL/FFMA: hopper-metrics.md).
 DEFAULT_PRECISION = "fp32"
+# A counter point may sit this far above its ceiling before it counts as contradicting it: ncu's duration
+# and its FLOP counters come from separate replay passes of the kernel (a few % apart on short kernels).
+CEILING_TOLERANCE = 0.02
+PIPE_PREFIX = "pipe:"
+# Matmul and convolution ops torch estimates no FLOPs for (aten::cudnn_convolution, aten::convolution_backward:
+# it counts aten::convolution and the mm family only). Placed by their bytes alone they would read as
+# memory-bound kernels far below the roofline; they are left out instead.
+UNCOUNTED_MATMUL_OP = re.compile(r"conv|mm\b|matmul|linear|einsum")
+# Where an op point's precision came from.
+FROM_CONFIG = "run configuration"
+FROM_OP_DTYPE = "op dtype"
 
 
 def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -46,28 +75,39 @@ def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataF
 
 
 def _counter_work(counted: pd.DataFrame) -> pd.DataFrame:
-    """Per counter row (one replayed launch): FLOPs, DRAM and L2 bytes, ncu's duration, dominant precision."""
-    tensor = counted["tensor_flops"].fillna(0)
-    scalar = counted["fp64_flops"].fillna(0) + counted["fp32_flops"].fillna(0) + counted["fp16_flops"].fillna(0)
-
-    def dominant(row) -> str:
-        # Tensor work decides when there is any; else the scalar precision with the most FLOPs.
-        by_p = dict(row["tensor_flops_by_precision"]) if isinstance(row["tensor_flops_by_precision"], dict) else {}
-        if row["tensor"] > 0 and by_p:
-            return max(by_p, key=lambda p: by_p[p] or 0)
-        scalar_by_p = {p: np.nan_to_num(row[f"{p}_flops"]) for p in ("fp64", "fp32", "fp16")}
-        best = max(scalar_by_p, key=scalar_by_p.get)
-        return best if scalar_by_p[best] > 0 else DEFAULT_PRECISION
-
-    frame = counted.assign(tensor=tensor)
-    return pd.DataFrame({
-        "name": counted["name"],
-        "flops": (tensor + scalar).astype(float),
-        "bytes": (counted["dram_read_bytes"].fillna(0) + counted["dram_write_bytes"].fillna(0)).astype(float),
-        "l2_bytes": counted["l2_bytes"].astype(float),
-        "time_ns": counted["duration_ns"].astype(float),
-        "precision": frame.apply(dominant, axis=1) if len(frame) else pd.Series(dtype=object),
+    """Per counter row (one replayed launch): FLOPs, DRAM and L2 bytes, ncu's duration, and the FLOPs of each
+    pipe in `pipe:<pipe>` columns (hybrid.precision.flops_by_pipe), which sum over launches like the rest."""
+    by_pipe = [flops_by_pipe(row) for row in counted.to_dict("records")]
+    pipes = sorted({pipe for row in by_pipe for pipe in row})
+    frame = pd.DataFrame({
+        "name": counted["name"].to_numpy(),
+        "flops": [float(sum(row.values())) for row in by_pipe],
+        "bytes": (counted["dram_read_bytes"].fillna(0) + counted["dram_write_bytes"].fillna(0)).to_numpy(float),
+        "l2_bytes": counted["l2_bytes"].to_numpy(float),
+        "time_ns": counted["duration_ns"].to_numpy(float),
     }, index=counted.index)
+    for pipe in pipes:
+        frame[PIPE_PREFIX + pipe] = [row.get(pipe, 0.0) for row in by_pipe]
+    return frame
+
+
+def _with_mix(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
+    """Each point's precision (its dominant pipe), FLOPs by precision and compute ceiling from its pipe columns."""
+    pipes = [c for c in points.columns if c.startswith(PIPE_PREFIX)]
+    mixes = [{c[len(PIPE_PREFIX):]: float(v) for c, v in zip(pipes, values) if v > 0}
+             for values in points[pipes].to_numpy(float)] if pipes else [{} for _ in range(len(points))]
+    fallback = peaks.flops(DEFAULT_PRECISION)
+    precision = [pipe_precision(dominant_pipe(mix, peaks)) if mix else DEFAULT_PRECISION for mix in mixes]
+    ceiling = [compute_ceiling(mix, peaks) if mix else fallback for mix in mixes]
+    by_precision = []
+    for mix in mixes:
+        merged: dict[str, float] = {}
+        for pipe, flops in mix.items():
+            merged[pipe_precision(pipe)] = merged.get(pipe_precision(pipe), 0.0) + flops
+        by_precision.append(merged)
+    return points.drop(columns=pipes).assign(
+        precision=precision, ceiling=np.array([np.nan if c is None else c for c in ceiling], dtype=float),
+        flops_by_precision=by_precision, precision_source=[MEASURED_NCU if mix else None for mix in mixes])
 
 
 def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
@@ -78,17 +118,9 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
         return pd.DataFrame()
     per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
     work = _counter_work(counted.loc[per_row.index])
-    return pd.DataFrame({
-        "name": work["name"].to_numpy(),
-        "flops": work["flops"].to_numpy(float),
-        "bytes": work["bytes"].to_numpy(float),
-        "l2_bytes": work["l2_bytes"].to_numpy(float),
-        "time_ns": work["time_ns"].to_numpy(float),
-        "precision": work["precision"].to_numpy(),
-        "source": MEASURED_NCU,
-        "per_step": per_row["size"].to_numpy(float) / n,
-        "step_time_ns": per_row["sum"].to_numpy(float) / n,
-    })
+    return work.reset_index(drop=True).assign(
+        source=MEASURED_NCU, per_step=per_row["size"].to_numpy(float) / n,
+        step_time_ns=per_row["sum"].to_numpy(float) / n)
 
 
 def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
@@ -104,30 +136,57 @@ def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame
     per_launch = work.loc[matched["counter_row"]].set_index(matched.index).assign(
         layer=matched["layer"].astype(str), ns=matched["ns"].astype(float))
     by_layer = per_launch.groupby("layer", sort=False)
-    totals = by_layer[["flops", "bytes", "l2_bytes", "time_ns", "ns"]].sum(min_count=1)
-    # The precision that took most of the layer's time sets its compute roof.
-    precision = per_launch.groupby(["layer", "precision"])["ns"].sum().reset_index() \
-        .sort_values("ns", ascending=False).drop_duplicates("layer").set_index("layer")["precision"]
+    sums = [c for c in per_launch.columns if c in ("flops", "bytes", "l2_bytes", "time_ns", "ns")
+            or c.startswith(PIPE_PREFIX)]
+    totals = by_layer[sums].sum(min_count=1)
     steps = steady_steps(profile)
     in_layers = profile.kernels[profile.kernels["step"].isin(steps["step"]) & profile.kernels["layer"].notna()]
     layer_ns = (in_layers["end_ns"] - in_layers["start_ns"]).groupby(in_layers["layer"].astype(str)).sum()
-    return pd.DataFrame({
-        "name": totals.index.to_numpy(),
-        "flops": totals["flops"].to_numpy(float) / n,
-        "bytes": totals["bytes"].to_numpy(float) / n,
-        "l2_bytes": totals["l2_bytes"].to_numpy(float) / n,
-        "time_ns": totals["time_ns"].to_numpy(float) / n,
-        "precision": precision.loc[totals.index].to_numpy(),
-        "source": MEASURED_NCU,
-        # Already per step, like op points.
-        "per_step": 1.0,
-        "step_time_ns": totals["ns"].to_numpy(float) / n,
-        "launches_per_step": by_layer.size().loc[totals.index].to_numpy(float) / n,
-        "covered_pct": 100 * totals["ns"].to_numpy(float) / layer_ns.loc[totals.index].to_numpy(float),
-    })
+    # Already per step, like op points: every sum is over the steady steps' launches.
+    points = (totals.drop(columns=["ns"]) / n).reset_index().rename(columns={"layer": "name"})
+    return points.assign(
+        source=MEASURED_NCU, per_step=1.0, step_time_ns=totals["ns"].to_numpy(float) / n,
+        launches_per_step=by_layer.size().loc[totals.index].to_numpy(float) / n,
+        covered_pct=100 * totals["ns"].to_numpy(float) / layer_ns.loc[totals.index].to_numpy(float))
 
 
-def _points_from_ops(profile: Profile) -> pd.DataFrame:
+def _fp32_matmul_precision(profile: Profile, peaks: Peaks) -> dict[str, tuple[str, str]]:
+    """What fp32 matmuls and convolutions ran as ({"matmul"|"conv": (precision, source)}): the run's
+    configuration when the injector recorded it (TF32 flags), else the precision most of the run's fp32-or-TF32
+    GEMM (or convolution) kernel time had, by hybrid.precision."""
+    flags = ((profile.extras.get("config") or {}).get("precision") or {})
+    out: dict[str, tuple[str, str]] = {}
+    for family, flag in (("matmul", "tf32_matmul"), ("conv", "tf32_conv")):
+        if flag in flags:
+            out[family] = ("tf32" if flags[flag] else "fp32", FROM_CONFIG)
+    kernels = profile.kernels
+    if len(out) == 2 or kernels.empty:
+        return out
+    classes = kernel_classes(profile, kernels["name"], peaks)
+    ns = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name"].astype(str)).sum()
+    frame = classes.assign(ns=ns.reindex(classes.index).fillna(0).to_numpy())
+    for family, kinds in (("matmul", ("gemm",)), ("conv", ("conv",))):
+        if family in out:
+            continue
+        time = frame[frame["kind"].isin(kinds) & frame["precision"].isin(["fp32", "tf32"])]
+        if time["ns"].sum() > 0:
+            by_precision = time.groupby("precision")["ns"].sum()
+            out[family] = (str(by_precision.idxmax()), FROM_NAME)
+    return out
+
+
+def _op_precision(name: str, dtypes, fp32_runs_as: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    precision = op_precision(dtypes) or DEFAULT_PRECISION
+    family = "matmul" if name in MATMUL_OPS else "conv" if name in CONV_OPS else None
+    if family is None:
+        # Elementwise math in 16-bit types runs as fp32 instructions (hopper-metrics.md).
+        return (DEFAULT_PRECISION if precision in ("bf16", "fp16") else precision), FROM_OP_DTYPE
+    if precision == "fp32" and family in fp32_runs_as:
+        return fp32_runs_as[family]
+    return precision, FROM_OP_DTYPE
+
+
+def _points_from_ops(profile: Profile, peaks: Peaks) -> pd.DataFrame:
     """One point per (op, shapes, dtypes) that ran kernels itself; FLOPs from torch, bytes modeled."""
     steps = steady_steps(profile)
     ops = profile.ops[profile.ops["step"].isin(steps["step"]) & (profile.ops["device_ns"] > 0)]
@@ -142,13 +201,24 @@ def _points_from_ops(profile: Profile) -> pd.DataFrame:
     per_call = pd.Series({k: op_bytes(name, shapes, dtypes) for k, name, shapes, dtypes
                           in zip(first.index, first["name"], first["shapes"], first["dtypes"])})
     n = max(len(steps), 1)
+    counted = (agg["flops"] > 0) | ~first.loc[agg.index, "name"].astype(str).str.contains(UNCOUNTED_MATMUL_OP)
+    agg = agg[counted]
+    fp32_runs_as = _fp32_matmul_precision(profile, peaks)
+    labels = [_op_precision(name, dtypes, fp32_runs_as)
+              for name, dtypes in zip(first.loc[agg.index, "name"], first.loc[agg.index, "dtypes"])]
+    precision = [p for p, _ in labels]
+    flops_per_step = agg["flops"].to_numpy(float) / n
+    ceiling = [peaks.flops(p) or peaks.flops(DEFAULT_PRECISION) or np.nan for p in precision]
     return pd.DataFrame({
         "name": first.loc[agg.index, "name"].to_numpy(),
-        "flops": agg["flops"].to_numpy(float) / n,
+        "flops": flops_per_step,
         "bytes": per_call.loc[agg.index].to_numpy(float) * agg["calls"].to_numpy() / n,
         "l2_bytes": np.nan,
         "time_ns": agg["time_ns"].to_numpy(float) / n,
-        "precision": [(op_precision(d) or DEFAULT_PRECISION) for d in first.loc[agg.index, "dtypes"]],
+        "precision": precision,
+        "ceiling": np.array(ceiling, dtype=float),
+        "flops_by_precision": [{p: f} if f > 0 else {} for p, f in zip(precision, flops_per_step)],
+        "precision_source": [source for _, source in labels],
         "source": ESTIMATED,
         # Already per step: each point is its op's work and time per step.
         "per_step": 1.0,
@@ -158,7 +228,7 @@ def _points_from_ops(profile: Profile) -> pd.DataFrame:
 
 def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
     bw = peaks.dram
-    peak = points["precision"].map(lambda p: peaks.flops(p) or peaks.flops(DEFAULT_PRECISION) or np.nan).astype(float)
+    peak = points["ceiling"].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ai = np.where(points["bytes"] > 0, points["flops"] / points["bytes"], np.inf)
         attainable = np.minimum(peak, ai * bw)
@@ -170,6 +240,38 @@ def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
     ridge = peak / bw
     return points.assign(ai=ai, l2_ai=l2_ai, ridge=ridge, flops_per_s=flops_per_s, bytes_per_s=bytes_per_s,
                          achieved_pct=achieved_pct, bound=np.where(ai < ridge, "memory", "compute"))
+
+
+def counter_row_achieved_pct(counters: pd.DataFrame, peaks: Peaks) -> pd.Series:
+    """Share of the attainable roofline (at its own FLOP mix's ceiling) each counter row reached, indexed
+    like `counters`; NaN where ncu read no FLOPs or DRAM bytes for the row, or the bandwidth is unknown."""
+    counted = counters[counters["tensor_flops"].notna() & counters["dram_read_bytes"].notna()]
+    if counted.empty or peaks.dram is None:
+        return pd.Series(np.nan, index=counters.index)
+    return _place(_with_mix(_counter_work(counted), peaks), peaks)["achieved_pct"].reindex(counters.index)
+
+
+def _split_above_ceiling(placed: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """The points at or below their compute ceiling, and a record of those above it (never shown as points)."""
+    above = (placed["flops_per_s"] > placed["ceiling"] * (1 + CEILING_TOLERANCE)).to_numpy(bool)
+    records = [{"name": r.name, "flops_per_s": float(r.flops_per_s), "ceiling_flops_per_s": float(r.ceiling),
+                "precision": r.precision, "precision_source": r.precision_source if isinstance(r.precision_source, str) else None, "source": r.source}
+               for r in placed[above].itertuples(index=False)]
+    return placed[~above], records
+
+
+def _mix_pct(placed: pd.DataFrame) -> dict[str, float]:
+    """Share of the placed kernel time per point precision."""
+    time = placed["step_time_ns"].groupby(placed["precision"]).sum()
+    return {str(p): round(float(100 * t / time.sum()), 2) for p, t in time.sort_values(ascending=False).items()}
+
+
+def _point(r, extra: dict) -> dict:
+    return {"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
+            "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6, **extra, "bound": r.bound,
+            "precision": r.precision, "precision_source": r.precision_source if isinstance(r.precision_source, str) else None,
+            "flops_by_precision": dict(r.flops_by_precision), "ceiling_flops_per_s": _finite(r.ceiling),
+            "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
 
 
 def _finite(x) -> float | None:
@@ -187,11 +289,9 @@ def _layer_block(profile: Profile, counted: pd.DataFrame, peaks: Peaks) -> tuple
     points = points[(points["time_ns"] > 0) & (points["step_time_ns"] > 0)] if len(points) else points
     if points.empty:
         return [], "no kernel launched inside a module range was profiled by ncu"
-    placed = _place(points, peaks).sort_values("step_time_ns", ascending=False).head(MAX_LAYER_POINTS)
-    return [{"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
-             "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6,
-             "kernels_per_step": r.launches_per_step, "covered_pct": float(r.covered_pct), "bound": r.bound,
-             "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
+    placed, _ = _split_above_ceiling(_place(_with_mix(points, peaks), peaks))
+    placed = placed.sort_values("step_time_ns", ascending=False).head(MAX_LAYER_POINTS)
+    return [_point(r, {"kernels_per_step": r.launches_per_step, "covered_pct": float(r.covered_pct)})
             for r in placed.itertuples(index=False)], None
 
 
@@ -211,17 +311,22 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         points = _points_from_counters(profile, counted)
         if points.empty:
             return {**empty, "reason": "no profiled kernel matches a launch in the measured steps"}
+        points = _with_mix(points, peaks)
     elif not profile.ops.empty:
-        points = _points_from_ops(profile)
+        points = _points_from_ops(profile, peaks)
     else:
         return {**empty, "reason": "no FLOP counts: run with ncu (--mode hybrid) or the torch pass"}
     points = points[(points["time_ns"] > 0) & (points["step_time_ns"] > 0)] if len(points) else points
     if points.empty:
         return {**empty, "reason": "no kernel time to place"}
-    placed = _place(points, peaks)
+    placed, above = _split_above_ceiling(_place(points, peaks))
+    if placed.empty:
+        return {**empty, "reason": "every point lies above its compute ceiling", "above_ceiling": above}
     time = placed["step_time_ns"]
     dominant = time.groupby(placed["precision"]).sum().idxmax()
-    ridge = (peaks.flops(dominant) or peaks.flops(DEFAULT_PRECISION) or np.nan) / peaks.dram
+    known = placed["ceiling"].notna()
+    ceiling = float((placed.loc[known, "ceiling"] * time[known]).sum() / time[known].sum()) if known.any() else np.nan
+    ridge = ceiling / peaks.dram
     per_step = placed["per_step"]
     flops, nbytes = (placed["flops"] * per_step).sum(), (placed["bytes"] * per_step).sum()
     rate_ns = (placed["time_ns"] * per_step).sum()
@@ -230,17 +335,15 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     l2_total = (placed["l2_bytes"] * per_step).sum(min_count=1)
     source = placed["source"].iloc[0]
     top = placed.sort_values("step_time_ns", ascending=False).head(MAX_POINTS)
-    kernels = [{"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
-                "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6, "calls_per_step": r.per_step,
-                "bound": r.bound, "precision": r.precision, "achieved_pct_of_attainable": _finite(r.achieved_pct),
-                "source": r.source}
-               for r in top.itertuples(index=False)]
+    kernels = [_point(r, {"calls_per_step": r.per_step}) for r in top.itertuples(index=False)]
     return {
         "bound": "memory" if ai < ridge else "compute",
         "arithmetic_intensity": _finite(ai),
         "l2_arithmetic_intensity": _finite(flops / l2_total) if pd.notna(l2_total) and l2_total else None,
         "ridge_point": _finite(ridge),
         "precision": dominant,
+        "precision_mix_pct": _mix_pct(placed),
+        "ceiling_flops_per_s": _finite(ceiling),
         "achieved_pct_of_attainable": achieved,
         "flops_per_s": _finite(flops / (rate_ns / 1e9)),
         "bytes_per_s": _finite(nbytes / (rate_ns / 1e9)),
@@ -248,7 +351,7 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
         "source": source,
         "kernels": kernels,
+        "above_ceiling": above,
         "layers": layers,
         **({"layers_reason": layers_reason} if layers_reason else {}),
     }
-

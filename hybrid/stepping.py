@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from hybrid import settle
+from hybrid import run_config, settle
 from hybrid.errors import UsageError
 from hybrid.nvtx_ranges import RangeStack
 
@@ -615,6 +615,7 @@ class StepSession:
             "torch_version": torch.__version__,
             "graph_breaks": _graph_breaks(),
             "batch_size": self.batch_size,
+            "config": run_config.capture(),
             "trace": self.trace_path.name if self.trace_path else None,
             "nvtx_domains": self._step_ranges.uses_domain if config.pass_name in NVTX_PASSES else None,
             "warnings": self.warnings,

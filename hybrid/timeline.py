@@ -7,9 +7,11 @@ first, then launch calls, each kind longest first; `events_total` says how many 
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from hybrid.metrics import ELEMENTWISE_KERNEL, frame_source, kernel_precision, steady_steps
+from hybrid.metrics import frame_source, steady_steps
+from hybrid.precision import elementwise_mask, matmul_precision
 from hybrid.profile import Profile
 
 MAX_EVENTS = 2000
@@ -50,7 +52,7 @@ def step_timeline(profile: Profile) -> dict | None:
     main = _main_thread(profile)
     rows: list[tuple[str, str, int, int, str]] = []  # lane, kind, start_ns, end_ns, name
     kernels = _overlapping(profile.kernels, start, end)
-    precision = kernel_precision(kernels["name"]) if not kernels.empty else pd.Series(dtype=object)
+    precision = matmul_precision(kernels["name"]) if not kernels.empty else pd.Series(dtype=object)
     precisions: dict[str, str] = {}
     for row, label in zip(kernels.itertuples(index=False), precision, strict=True):
         rows.append((f"stream {row.stream}", "kernel", row.start_ns, row.end_ns, row.name))
@@ -87,7 +89,7 @@ def step_timeline(profile: Profile) -> dict | None:
         "names": names,
         "precisions": {str(name_index[n]): p for n, p in precisions.items() if n in name_index},
         # Indices of the elementwise kernels' names (the fusion finding is about them).
-        "elementwise": [i for i, name in enumerate(names) if ELEMENTWISE_KERNEL.search(name)],
+        "elementwise": [int(i) for i in np.flatnonzero(elementwise_mask(pd.Series(names, dtype=object)))],
         "columns": list(COLUMNS),
         "events": events,
         "events_total": total,

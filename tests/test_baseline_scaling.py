@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from hybrid.pipeline import analyze_run_dir
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.pipeline import analyze_artifacts, analyze_run_dir
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
+from hybrid.rundir import RunDir
+from hybrid.torch_pass import load_torch_trace
 
 RUN = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50-50steps"
 
@@ -42,3 +46,25 @@ def test_renderers_show_it(results):
     text = render_terminal(results, verbose=False, color=False)
     assert " plain " in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if "lost/step" in line)]
     assert f"{primary['time_lost_baseline_ms']:.3g} ms at the plain step" in render_html(results)
+
+
+def test_a_collector_under_10_percent_is_no_distortion(results):
+    timing = results["timing"]
+    assert abs(timing["collector_overhead_pct"]) < 10 and timing["weighed_at_plain_step"] is False
+    assert "the collector slowed the step" not in render_terminal(results, verbose=False, color=False)
+
+
+def test_a_collector_that_slowed_the_step_is_named_in_the_headline():
+    """launch_batch1_deep_mlp on the H200: ~124 ms a step under nsys, ~50 ms with no collector (its plain
+    pass, plain_script/inject.json)."""
+    planted = Path(__file__).parent / "fixtures" / "planted" / "launch_batch1_deep_mlp"
+    plain_ms = json.loads((planted / "plain_script" / "inject.json").read_text())["step_time_ms"]
+    run = RunDir.open(planted / "run")
+    doc = analyze_artifacts(run, load_torch_trace(run.torch_trace()), load_nsys_export(run.nsys_export()),
+                            run.ncu_csv(), baseline_step_ms=plain_ms)
+    timing = doc["timing"]
+    assert timing["collector_overhead_pct"] == pytest.approx(100 * (timing["step_time_ms"] / plain_ms - 1))
+    assert timing["collector_overhead_pct"] > 50 and timing["weighed_at_plain_step"] is True
+    headline = render_terminal(doc, verbose=False, color=False).split("Roofline")[0]
+    assert f"slowed the step by {timing['collector_overhead_pct']:+.0f}%" in headline
+    assert "findings are weighed at the plain step" in " ".join(headline.split())

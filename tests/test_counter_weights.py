@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics, kernel_precision, steady_steps
+from hybrid.metrics import compute_metrics, kernel_classes, steady_steps
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, attach_counters, counters_per_kernel
 from hybrid.nsys_pass import load_nsys_export
+from hybrid.precision import MATMUL_KINDS
 from nsight.ncu_csv import parse_ncu_csv
 
 RESNET50 = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"
@@ -57,14 +58,16 @@ def test_weighting_by_launches_moves_the_averages_off_one_row_per_kernel(profile
     assert abs(metrics["ncu_l2_hit_pct"].value - per_row) > 2.0
 
 
-def test_gemm_tensor_pipe_is_over_gemm_kernels_only(metrics, launches):
-    precision = kernel_precision(launches["name"].astype(str))
-    gemm = launches[precision.notna().to_numpy()]
+def test_gemm_tensor_pipe_is_over_gemm_kernels_only(profile, metrics, launches):
+    classes = kernel_classes(profile, launches["name"], None).reindex(launches["name"].astype(str))
+    is_gemm = classes["kind"].isin(MATMUL_KINDS).to_numpy()
+    gemm = launches[is_gemm]
     assert len(gemm) and len(gemm) < len(launches)
     expected = float(np.average(gemm["tensor_pipe_pct"].clip(upper=100), weights=gemm["ns"]))
     assert metrics["ncu_gemm_tensor_pipe_pct"].value == pytest.approx(expected, rel=1e-9)
-    # resnet50 in fp32: every profiled GEMM/conv is an FP32 kernel, so no figure for the others.
-    assert set(precision.dropna()) == {"fp32"}
+    # resnet50 with TF32 off: every profiled GEMM/conv measured FP32 (no tensor FLOPs), so no figure for others.
+    assert set(classes.loc[is_gemm, "precision"]) == {"fp32"}
+    assert set(classes.loc[is_gemm, "precision_source"]) == {"measured:ncu"}
     assert "ncu_non_fp32_gemm_tensor_pipe_pct" not in metrics
 
 

@@ -177,7 +177,7 @@ def test_each_segment_names_the_event_behind_it():
     ledger, _ = _analyzed(PLANTED / "sync_item_per_microstep" / "run")
     profile = profiles(PLANTED / "sync_item_per_microstep" / "run")["analyzed"]
     seg = ledger.segments
-    frames = {"sync_wait": "syncs", "host_after_sync": "syncs", "launch_gap": "launches", "fp32_gemm": "kernels",
+    frames = {"sync_wait": "syncs", "host_after_sync": "syncs", "launch_gap": "launches", "uncoalesced": "kernels",
               "small_grid": "kernels", "copy": "memcpys"}
     for cause, frame in frames.items():
         refs = seg.loc[seg["cause"] == cause, "ref"]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics, covered, idle_gaps, interval_union, kernel_precision, top_kernels
+from hybrid.metrics import compute_metrics, covered, idle_gaps, interval_union, top_kernels
 from hybrid.nsys_pass import load_nsys_export
 from hybrid.profile import KERNEL_COLUMNS, STEP_COLUMNS, DeviceInfo, Profile, conform
 from hybrid.provenance import ESTIMATED, MEASURED_NSYS, MEASURED_TORCH
@@ -119,15 +119,6 @@ def test_top_kernels_put_the_gemm_first(nsys_profile):
     assert top[0]["name"].startswith("nvjet_sm90_hsh")
     assert top[0]["calls_per_step"] == 1
     assert sum(k["share_pct"] for k in top) == pytest.approx(100)
-
-
-def test_kernel_name_precision():
-    names = pd.Series(["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "ampere_sgemm_128x64_nn",
-                       "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n",
-                       "void at::native::vectorized_elementwise_kernel<4, Mul>"])
-    labels = kernel_precision(names).tolist()
-    assert labels[:4] == ["fp16", "fp32", "bf16", "tf32"]
-    assert pd.isna(labels[4])  # not a GEMM
 
 
 def test_torch_trace_flops_and_precision_are_estimates():

@@ -68,6 +68,13 @@ def test_fp32_turns_tf32_off_and_tf32_on() -> None:
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
 
 
+def test_default_is_pytorchs_own_precision_even_after_another_mode() -> None:
+    models.configure_precision("fp32")
+    models.configure_precision("default")
+    assert not torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
 def test_unknown_model_lists_valid_names() -> None:
     with pytest.raises(UsageError) as info:
         models.build_workload("resnet51")

@@ -81,7 +81,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     out = tmp_path / "run"
     Orchestrator(Target([str(script), "--lr", "0.1"]), RunOptions(out_dir=out, mode="hybrid", warmup=2, steps=3,
                                                                     nvtx_modules=True)).run()
-    torch_argv, nsys_argv, ncu_argv = patched.calls
+    torch_argv, plain_argv, nsys_argv, ncu_argv = patched.calls
 
     def inject(pass_name: str, steps: int, modules: bool) -> list[str]:
         return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out / pass_name),
@@ -89,6 +89,8 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
                 "--", str(script), "--lr", "0.1"]
 
     assert torch_argv == inject("torch", 3, False)
+    # The torch pass was cheap: a short plain pass follows it, the reference for collector overhead.
+    assert plain_argv == inject("plain", 3, False)
     # Python sampling (--callsites python, the default): the report is exported apart, with its payloads.
     assert nsys_argv == [
         str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
@@ -107,7 +109,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
                     "--profile-from-start", "off",
                     "--filter-mode", "per-launch-config", "--launch-count", "1", *inject("ncu", 1, True)]
     run = json.loads((out / "run.json").read_text())
-    assert [p["name"] for p in run["passes"]] == ["torch", "nsys", "ncu"]
+    assert [p["name"] for p in run["passes"]] == ["torch", "plain", "nsys", "ncu"]
     assert (out / "nsys" / "command.txt").read_text().startswith(str(NSYS))
 
 
@@ -117,9 +119,26 @@ def test_missing_nsys_falls_back_in_auto_and_fails_in_nsys_mode(patched, monkeyp
     script.write_text("pass\n")
     auto = Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "auto", mode="auto", steps=3))
     auto.run()
-    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch"]  # only the torch pass ran
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "plain"]  # no Nsight pass ran
     assert any("nsys) was not found" in reason for reason in auto.mode_reasons)
     with pytest.raises(ProfilerError) as failed:
         Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
     assert "--mode nsys needs it" in failed.value.cause and "HYBRID_NSYS" in failed.value.fix
     assert failed.value.exit_code == 4
+
+
+def test_plain_pass_runs_first_with_baseline_and_not_after_an_expensive_torch_pass(patched, monkeypatch, tmp_path):
+    monkeypatch.setattr(nsys, "find_nsys", lambda: None)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+
+    def passes(**options) -> list[str]:
+        patched.calls = []
+        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / str(len(options)), steps=30,
+                                                       **options)).run()
+        return [(c[c.index("--pass") + 1], c[c.index("--steps") + 1]) for c in patched.calls]
+
+    assert passes(baseline=True) == [("plain", "30"), ("torch", "30")]
+    assert passes() == [("torch", "30"), ("plain", str(orchestrate.SHORT_PLAIN_STEPS))]
+    monkeypatch.setattr(orchestrate, "CHEAP_PLAIN_PASS_S", -1.0)
+    assert passes(mode="auto") == [("torch", "30")]

@@ -136,3 +136,15 @@ def test_graph_breaks_own_the_device_idle_time_inside_the_compiled_regions():
             min(m["compiled_region_idle_ms"]["value"] * share, m["gpu_idle_ms"]["value"]))
         # Measured inside the regions, so the estimate does not rest on an assumption (no severity cap).
         assert not any(e["label"] == "time lost assumes" for e in breaks["evidence"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_roofline_point_lies_above_its_own_ceiling(name):
+    # Each point meets the ceiling of its own FLOP mix (measured by ncu) or op precision (estimated, an fp32
+    # matmul that ran TF32 kernels at the TF32 roof): none is above it, none was dropped for being above it.
+    for mode, doc in analyzed(name).items():
+        roof = doc["roofline"]
+        assert roof.get("above_ceiling", []) == [], mode
+        for point in roof["kernels"] + roof["layers"]:
+            if point["flops_per_s"] and point["ceiling_flops_per_s"]:
+                assert point["flops_per_s"] <= point["ceiling_flops_per_s"] * 1.02, (mode, point["name"])

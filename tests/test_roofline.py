@@ -24,7 +24,12 @@ def test_fp16_gemm_from_torch_ops_is_compute_bound_near_the_tensor_peak():
     assert mm["bound"] == "compute" and mm["precision"] == "fp16" and mm["source"] == ESTIMATED
     # 3 calls of ~178 us: 137 GFLOP each, ~770 TFLOP/s, i.e. ~78% of the 989 TFLOP/s dense fp16 peak
     assert 70 < mm["achieved_pct_of_attainable"] < 85
-    assert roof["ridge_point"] == pytest.approx(peaks.flops("fp16") / peaks.dram)
+    assert mm["ceiling_flops_per_s"] == peaks.flops("fp16") and mm["precision_source"] == "op dtype"
+    # The step's ceiling: its points' ceilings weighted by their time (the mm calls and the other ops).
+    points = roof["kernels"]
+    weighted = sum(p["ceiling_flops_per_s"] * p["time_ms"] for p in points) / sum(p["time_ms"] for p in points)
+    assert roof["ceiling_flops_per_s"] == pytest.approx(weighted)
+    assert roof["ridge_point"] == pytest.approx(roof["ceiling_flops_per_s"] / peaks.dram)
     assert roof["bound"] == "compute" and roof["source"] == ESTIMATED
 
 

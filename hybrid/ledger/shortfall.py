@@ -15,10 +15,11 @@ import pandas as pd
 
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
-from hybrid.metrics import kernel_precision
+from hybrid.metrics import kernel_classes
 from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
+from hybrid.precision import MATMUL_KINDS, per_kernel
 from hybrid.profile import Profile, is_communication
-from hybrid.roofline import _counter_work, _place
+from hybrid.roofline import counter_row_achieved_pct
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
 # of every fetched sector (hopper-metrics.md).
@@ -38,10 +39,13 @@ NARROW_ALIGNMENT = re.compile(r"align[124](?!\d)")
 SIXTEEN_BIT = ("fp16", "bf16")
 
 
-def kernel_precisions(profile: Profile, kernels: pd.DataFrame) -> pd.Series:
-    """Precision of each GEMM/conv kernel (None for other kernels): the seam where the per-kernel
-    precision of hybrid.precision plugs in; today read from kernel names."""
-    return kernel_precision(kernels["name"].astype(str))
+def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:
+    """Precision of each GEMM, convolution or attention kernel (None for other kernels), from ncu's FLOP
+    counters where it profiled the kernel, else its name (hybrid.precision)."""
+    names = kernels["name"].astype(str)
+    classes = kernel_classes(profile, names, peaks)
+    matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
+    return pd.Series(np.where(matmul, per_kernel(names, classes, "precision"), None), index=kernels.index)
 
 
 def fp32_gemm(precision: pd.Series) -> np.ndarray:
@@ -77,15 +81,6 @@ def below_roofline(achieved_pct_of_attainable: np.ndarray) -> np.ndarray:
     return np.nan_to_num(achieved_pct_of_attainable, nan=np.inf) < BELOW_ROOFLINE_PCT
 
 
-def _achieved_pct(profile: Profile, peaks: Peaks) -> pd.Series:
-    """Share of the attainable roofline each counter row reached (NaN where ncu lacks FLOPs or bytes)."""
-    c = profile.counters.reset_index(drop=True)
-    placed = c[c["tensor_flops"].notna() & c["dram_read_bytes"].notna()]
-    if placed.empty or peaks.dram is None:
-        return pd.Series(np.nan, index=c.index)
-    return _place(_counter_work(placed), peaks)["achieved_pct"].reindex(c.index)
-
-
 def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
     """The busy cause of each row of profile.kernels (positional): communication for collectives, the
     first shortfall that holds for compute kernels, else kernel_no_shortfall (counters read) or
@@ -103,10 +98,10 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
         return np.where(measured, kernels[col].to_numpy(float), np.nan)
 
     rows = pd.Series((profile.extras.get("ncu") or {}).get("kernel_counter_rows", [-1] * n))
-    achieved = _achieved_pct(profile, peaks).reindex(rows.where(rows >= 0)).to_numpy(float) \
+    achieved = counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks).reindex(rows.where(rows >= 0)).to_numpy(float) \
         if len(rows) == n else np.full(n, np.nan)
     achieved = np.where(measured, achieved, np.nan)
-    precision = kernel_precisions(profile, kernels)
+    precision = kernel_precisions(profile, kernels, peaks)
     blocks = (kernels["grid_x"] * kernels["grid_y"] * kernels["grid_z"]).to_numpy(np.int64)
     sm_count = peaks.sm_count.value if peaks.sm_count else None
     tests = {

@@ -33,10 +33,10 @@ def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
 
 
 def _gemm_mask(graph: ReplayGraph, precisions: tuple[str, ...]) -> np.ndarray:
-    from hybrid.metrics import kernel_precision
+    from hybrid.precision import matmul_precision
 
     names = pd.Series(graph.d_name, dtype="category")
-    precision = kernel_precision(names).to_numpy(object)
+    precision = matmul_precision(names).to_numpy(object)
     return (graph.d_kind == KERNEL) & np.isin(precision, precisions) & _in_steps(graph, graph.d_step)
 
 
@@ -153,12 +153,10 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """Back-to-back elementwise kernels on one stream in one step become one kernel (torch.compile):
     the chain keeps 1/n of its time and its other launches and their dispatch gaps go."""
-    from hybrid.metrics import ELEMENTWISE_KERNEL, REDUCE_KERNEL
+    from hybrid.precision import elementwise_mask
 
     names = pd.Series(graph.d_name, dtype="category")
-    flags = np.array([bool(ELEMENTWISE_KERNEL.search(n)) and not REDUCE_KERNEL.search(n)
-                      for n in names.cat.categories] + [False])
-    elementwise = flags[names.cat.codes.to_numpy()] & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
+    elementwise = elementwise_mask(names) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
     out = graph.copy(copy_arrays=("d_dur", "d_lat", "d_sgap", "h_gap", "h_cost"))
     for s in range(graph.n_streams):
         idx = np.flatnonzero(graph.d_stream == s)

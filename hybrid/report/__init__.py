@@ -84,12 +84,22 @@ def pct_of(value: object, reference: dict | None) -> float | None:
 
 
 def roofline_vs_peaks(results: dict) -> dict:
-    """Where the step's roofline point sits against the roofs: achieved FLOP/s as % of the peak of the
-    roofline's precision and achieved DRAM B/s as % of the DRAM peak, each with the peak it used."""
+    """Where the step's roofline point sits against the roofs: achieved FLOP/s as % of the step's compute
+    ceiling (its points' FLOP mix, hybrid.roofline; the peak of the roofline's precision in documents
+    without one) and achieved DRAM B/s as % of the DRAM peak, each with the peak it used. `compute_label`
+    names the ceiling: one precision, or the mix by share of time."""
     roof = results.get("roofline") or {}
-    compute = peak(results, "flops_per_s", roof.get("precision")) if roof.get("precision") else None
+    precision = roof.get("precision")
+    compute = peak(results, "flops_per_s", precision) if precision else None
+    mix = roof.get("precision_mix_pct") or {}
+    label = precision
+    if is_number(roof.get("ceiling_flops_per_s")):
+        compute = {"value": roof["ceiling_flops_per_s"], "unit": "FLOP/s",
+                   "source": (compute or {}).get("source", "spec")}
+        if len(mix) > 1:
+            label = "mix " + ", ".join(f"{p} {share:.0f}%" for p, share in mix.items())
     dram = peak(results, "dram_bytes_per_s")
-    return {"compute_peak": compute, "compute_pct": pct_of(roof.get("flops_per_s"), compute),
+    return {"compute_peak": compute, "compute_pct": pct_of(roof.get("flops_per_s"), compute), "compute_label": label,
             "dram_peak": dram, "dram_pct": pct_of(roof.get("bytes_per_s"), dram)}
 
 

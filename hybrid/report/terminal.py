@@ -138,7 +138,12 @@ def _step(results: dict) -> Text:
     if timing.get("gpu_idle_ms"):
         idle = _idle_parts(timing)
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
-    return line + _tag(timing.get("source"))
+    line = line + _tag(timing.get("source"))
+    if timing.get("weighed_at_plain_step"):
+        line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% over the plain pass "
+                    f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
+                    "step (column `plain`)", style="yellow")
+    return line
 
 
 def _sources(results: dict) -> Text:
@@ -165,7 +170,8 @@ def _roofline(results: dict) -> list[Text]:
                            f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable")
              + _tag(roof.get("source"))]
     # Each achieved rate next to the roof it is a share of, and where that roof's figure comes from.
-    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"], precision),
+    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
+              position["compute_label"]),
              ("DRAM ", roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], None)]
     line = Text("  ")
     for index, (label, rate, unit, pct, reference, peak_name) in enumerate(rates):

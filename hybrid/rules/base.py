@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
+from hybrid.rules.advice import RunConfig
 
 CATEGORIES = (
     "ROOFLINE",
@@ -42,13 +43,15 @@ class Finding:
     severity: str
     evidence: list[Evidence]
     explanation: str
-    suggestions: list[str]
+    suggestions: list[str]  # each says what to change, why it applies to this run and what it is about
     # Estimated step time this problem costs, and what fixing it would save (ms per step); the
     # primary bottleneck is the finding with the largest value, not the first rule that fired.
     time_lost_ms: float = 0.0
     time_lost_pct: float = 0.0
     # A family that needs data we did not collect says so instead of guessing (severity LOW).
     not_measured: bool = False
+    # The suggestions as {text, condition, applies_to} (hybrid.rules.advice.Suggestion).
+    advice: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -68,6 +71,9 @@ class Context:
     metrics: dict[str, Metric]
     roofline: dict = field(default_factory=dict)
     peaks: dict = field(default_factory=dict)
+    # What the run had switched on (inject.json `config`), and how each pass of the run ended.
+    config: RunConfig = field(default_factory=RunConfig)
+    pass_status: dict[str, str] = field(default_factory=dict)
 
     def value(self, name: str, default: float | None = None):
         metric = self.metrics.get(name)

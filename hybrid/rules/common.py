@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
+from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import SEVERITY_RANK, Context, Evidence, Finding
 
 # Severity from the share of the step a finding costs. A third of the step is a >1.4x speedup when
@@ -61,10 +62,11 @@ def claimed_ms(ctx: Context, *rule_ids: str) -> float:
 
 
 def finding(ctx: Context, *, id: str, title: str, category: str, pairs: list[tuple[str, str]],
-            explanation: str, suggestions: list[str], lost_ms: float,
+            explanation: str, suggestions: list[Suggestion], lost_ms: float,
             extra: list[Evidence] | None = None, assumes: str | None = None) -> Finding:
     """`assumes` names the unmeasured premise of the time-lost estimate: it is shown as evidence and
-    caps the severity at ASSUMED_SEVERITY_CAP."""
+    caps the severity at ASSUMED_SEVERITY_CAP. Suggestions already switched on are left out by their
+    rules (hybrid.rules.advice); each keeps the condition that made it apply."""
     lost_ms = max(0.0, float(lost_ms))
     pct = lost_pct(ctx, lost_ms)
     severity = severity_for(pct)
@@ -75,17 +77,33 @@ def finding(ctx: Context, *, id: str, title: str, category: str, pairs: list[tup
             severity = ASSUMED_SEVERITY_CAP
     return Finding(id=id, title=title, category=category, severity=severity,
                    evidence=evidence(ctx, pairs) + extra, explanation=explanation,
-                   suggestions=suggestions, time_lost_ms=lost_ms, time_lost_pct=pct)
+                   suggestions=[s.render() for s in suggestions], time_lost_ms=lost_ms, time_lost_pct=pct,
+                   advice=[s.to_dict() for s in suggestions])
 
 
-def not_measured(*, id: str, title: str, category: str, explanation: str) -> Finding:
+def counters_advice(ctx: Context) -> list[Suggestion]:
+    """How to get hardware counters, from how this run's ncu pass went: rerunning with --mode hybrid is
+    advice only for a run whose ncu pass did not run."""
+    status = ctx.pass_status.get("ncu")
+    if status == "ok":
+        return [Suggestion("Profile these kernels with ncu: raise --ncu-kernels, or read the rank ncu ran on "
+                           "(`hybrid report RUN_DIR --rank K`)",
+                           "the ncu pass ran but measured none of this step's kernels")]
+    if status is not None:
+        return [Suggestion("Fix the ncu pass (its log is RUN_DIR/ncu/console.log; reading GPU counters needs "
+                           "NVreg_RestrictProfilingToAdminUsers=0 or root) and rerun",
+                           f"the ncu pass of this run ended {status}")]
+    return [Suggestion("Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters (needs ncu and "
+                       "permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 or root)",
+                       "no ncu pass ran in this run")]
+
+
+def not_measured(ctx: Context, *, id: str, title: str, category: str, explanation: str) -> Finding:
     """A family that needs hardware counters says what it could not see and how to get it."""
+    advice = counters_advice(ctx)
     return Finding(id=id, title=title, category=category, severity="LOW", evidence=[],
-                   explanation=explanation,
-                   suggestions=[("Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters "
-                                "(needs ncu and permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 "
-                                "or root).")],
-                   not_measured=True)
+                   explanation=explanation, suggestions=[s.render() for s in advice],
+                   advice=[s.to_dict() for s in advice], not_measured=True)
 
 
 def has_counters(ctx: Context) -> bool:

@@ -7,6 +7,7 @@ the slowest rank's, since ranks that meet in collectives move at the pace of the
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Evidence, Finding, Rule
 from hybrid.rules.common import finding, lost_pct
 
@@ -31,6 +32,32 @@ def unhideable_comm_ms(comm_ms: float, wait_ms: float, compute_ms: float) -> flo
     return max(0.0, (comm_ms - max(0.0, wait_ms)) - compute_ms)
 
 
+def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
+    """DDP's own overlap for a job without DDP; bucket sizes and no_sync for one with it; FSDP prefetching for
+    FSDP. Without a recorded configuration, which wrapper is in use is unknown and each says so."""
+    config = ctx.config
+    condition = (f"{ctx.value('exposed_comm_ms', 0.0):.3g} ms a step of collectives run with no compute beside them "
+                 f"({hideable_ms:.3g} ms of it could overlap)")
+    out = []
+    if config.ddp is not True and config.fsdp is not True:
+        state = ("no DistributedDataParallel or FSDP wrapper was found" if config.recorded else
+                 "no DistributedDataParallel reducer ran in the measured steps (torch trace)" if config.ddp is False
+                 else "the job's DDP/FSDP wrappers were not recorded")
+        out.append(Suggestion("Let DistributedDataParallel reduce the gradients (it overlaps bucketed all-reduces with "
+                              "backward) instead of calling all_reduce after backward()", f"{condition}; {state}"))
+    if config.ddp is not False:
+        cap = config.ddp_bucket_cap_mb
+        out.append(Suggestion(f"Lower DDP's bucket_cap_mb (now {cap:g}) so the first buckets start during backward"
+                              if cap else "Lower DDP's bucket_cap_mb (default 25) so the first buckets start during "
+                              "backward; with many small parameters try gradient_as_bucket_view=True; with gradient "
+                              "accumulation wrap every micro-batch but the last in model.no_sync()",
+                              condition + ("; the model is DDP-wrapped" if config.ddp else "")))
+    if config.fsdp:
+        out.append(Suggestion("Keep FSDP's backward_prefetch=BACKWARD_PRE and forward_prefetch=True",
+                              condition + "; the model is FSDP-wrapped"))
+    return out
+
+
 def check_exposed(ctx: Context) -> Finding | None:
     lost = hideable_comm_ms(ctx.value("exposed_comm_ms"), ctx.value("wait_ms", 0.0), ctx.value("comm_ms"),
                             ctx.value("compute_ms"))
@@ -47,11 +74,7 @@ def check_exposed(ctx: Context) -> Finding | None:
                      "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
                      "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
                      "gradient, or when no_sync() is left off the last micro-batch only."),
-        suggestions=["Let DistributedDataParallel reduce the gradients instead of all_reduce after backward().",
-                     ("Lower DDP's bucket_cap_mb (default 25) so the first buckets start during backward; for "
-                     "models with many small parameters, try gradient_as_bucket_view=True."),
-                     "With gradient accumulation, wrap every micro-batch but the last in model.no_sync().",
-                     "For FSDP, keep backward_prefetch=BACKWARD_PRE and forward_prefetch=True."],
+        suggestions=exposed_advice(ctx, lost),
         lost_ms=lost)
 
 
@@ -75,12 +98,26 @@ def check_straggler(ctx: Context) -> Finding | None:
                      "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
                      "or checkpointing done by one rank, or a slower or throttled device. Its own report "
                      f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."),
-        suggestions=[f"Read rank {rank}'s report and fix its top finding first.",
-                     "Balance the work per rank: equal batch sizes, bucket sequences by length, shard data evenly.",
-                     ("Move rank-0-only work (logging, evaluation, checkpoint writes) out of the step or make it "
-                     "asynchronous."),
-                     "Check the straggler's device: clocks, temperature, PCIe/NVLink placement (nvidia-smi -q)."],
+        suggestions=[Suggestion(f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
+                                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
+                                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
+                                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
+                                f"the other ranks wait {lost:.3g} ms a step for rank {rank} in the collectives")],
         lost_ms=lost)
+
+
+def comm_bound_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
+    condition = (f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against {ctx.value('compute_ms', 0.0):.3g} "
+                 "ms of compute")
+    out = [Suggestion("Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()); use "
+                      "fewer ranks for a model this small; check the interconnect (NCCL_DEBUG=INFO shows whether "
+                      "NVLink/IB or a socket fallback is used)", condition)]
+    if ctx.config.ddp is not False:
+        out.append(Suggestion("Compress gradients with DDP's bf16 hook: model.register_comm_hook(None, "
+                              "default_hooks.bf16_compress_hook)",
+                              condition + ("; the model is DDP-wrapped" if ctx.config.ddp else
+                                           "; DDP use was not recorded")))
+    return out
 
 
 def check_comm_bound(ctx: Context) -> Finding | None:
@@ -100,12 +137,20 @@ def check_comm_bound(ctx: Context) -> Finding | None:
                      "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
                      "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
                      "fp32 over a slow link."),
-        suggestions=["Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()).",
-                     ("Compress gradients: DDP's bf16/fp16 compression hook "
-                     "(register_comm_hook(None, default_hooks.bf16_compress_hook))."),
-                     "Use fewer ranks for a model this small, or shard it (FSDP) only when it does not fit.",
-                     "Check the interconnect: NCCL_DEBUG=INFO shows whether NVLink/IB or a socket fallback is used."],
+        suggestions=comm_bound_advice(ctx, lost),
         lost_ms=lost)
+
+
+def host_sync_advice(ctx: Context, barriers: float, host_collectives: float) -> list[Suggestion]:
+    out = []
+    if barriers > 0:
+        out.append(Suggestion("Remove dist.barrier() from the training step; synchronize only around checkpoints",
+                              f"{barriers:.0f} barriers a step"))
+    if host_collectives > 0:
+        out.append(Suggestion("Reduce metrics on the GPU with NCCL and read them every N steps, not with *_object "
+                              "collectives; create process groups with backend='cpu:gloo,cuda:nccl' for GPU tensors",
+                              f"{host_collectives:.0f} CPU (gloo) collectives a step in a GPU job"))
+    return out
 
 
 def check_host_sync(ctx: Context) -> Finding | None:
@@ -123,9 +168,7 @@ def check_host_sync(ctx: Context) -> Finding | None:
                      "the slowest one arrives, and data moved through the CPU must first be copied off the GPU. "
                      "Common sources: dist.barrier() in the loop, all_gather_object/broadcast_object_list for "
                      "metrics, loss.item() after an all_reduce, a gloo process group used for GPU tensors."),
-        suggestions=["Remove dist.barrier() from the training step; synchronize only around checkpoints.",
-                     "Reduce metrics on the GPU with NCCL and read them every N steps, not with *_object collectives.",
-                     "Create process groups with the NCCL backend for GPU tensors (backend='cpu:gloo,cuda:nccl')."],
+        suggestions=host_sync_advice(ctx, barriers, host_collectives),
         lost_ms=lost)
 
 

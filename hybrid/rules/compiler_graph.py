@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import finding, lost_pct, on_analyzed_clock
 
@@ -29,6 +30,18 @@ def compiled_idle_lost_ms(compiled_region_idle_ms: float, gpu_idle_ms: float) ->
     return max(0.0, min(compiled_region_idle_ms, gpu_idle_ms))
 
 
+def fusion_advice(ctx: Context) -> list[Suggestion]:
+    condition = (f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of {ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} "
+                 f"back-to-back elementwise kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)")
+    out = use_compile(ctx.config, why="fuse the elementwise chains", condition=condition)
+    if ctx.config.compiled:
+        out.append(Suggestion("Look for the chains outside the compiled regions (the optimizer step, the loss, "
+                              "code after a graph break) and compile or fuse those too", f"{condition}; the model is "
+                              "compiled, so these chains run in eager code"))
+    out += fused_optimizer(ctx.config, condition=condition + "; an optimizer step is such a chain unless fused")
+    return out
+
+
 def check_fusible(ctx: Context) -> Finding | None:
     lost = fusion_lost_ms(ctx.value("fusible_saving_ms", 0.0))
     if ctx.value("fusible_chains_per_step", 0.0) < 1 or lost_pct(ctx, lost) < MIN_LOST_PCT:
@@ -41,8 +54,7 @@ def check_fusible(ctx: Context) -> Finding | None:
                ("distinct kernels per step", "distinct_kernels_per_step")],
         explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
                      "whole tensor from DRAM; fused, the data is read once and written once."),
-        suggestions=["Wrap the model or step in torch.compile to fuse elementwise ops.",
-                     "Use fused library ops (torch.addcmul, fused optimizers: torch.optim.AdamW(fused=True))."],
+        suggestions=fusion_advice(ctx),
         lost_ms=lost)
 
 
@@ -66,8 +78,10 @@ def check_graph_breaks(ctx: Context) -> Finding | None:
         explanation=("Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
                      "CUDA-graph capture across the break; the guard checks, graph switches, eager code and any "
                      "sync at the break run on the host while the GPU waits."),
-        suggestions=["List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs).",
-                     "Remove data-dependent Python control flow, .item() and print() from compiled code."],
+        suggestions=[Suggestion("List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); remove "
+                                "data-dependent Python control flow, .item() and print() from compiled code",
+                                f"torch.compile recorded {breaks} graph break(s)",
+                                tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]))],
         lost_ms=lost)
 
 

@@ -3,6 +3,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, loader_workers, use_compile, use_cuda_graphs
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
 from hybrid.rules.data_pipeline import loader_stall_lost_ms
@@ -53,6 +54,16 @@ def late_migration_lost_ms(htod_ms: float, htod_count: float, moved_per_step: fl
     return htod_ms * min(1.0, moved_per_step / htod_count)
 
 
+def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
+    ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", "))
+    condition = (f"{ctx.value('cpu_heavy_ops', 0):.0f} ops spend over 10x their GPU time on the host "
+                 f"({ctx.value('cpu_heavy_ops_ms', 0.0):.3g} ms a step)")
+    out = [Suggestion("Replace Python loops over tensors with batched ops", condition, ops)]
+    out += use_compile(ctx.config, why="fuse the small ops", condition=condition, applies_to=ops)
+    out += use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
+    return out
+
+
 def check_cpu_heavy(ctx: Context) -> Finding | None:
     if ctx.value("cpu_heavy_ops", 0) < 1:
         return None
@@ -67,8 +78,7 @@ def check_cpu_heavy(ctx: Context) -> Finding | None:
                ("ops", "cpu_heavy_op_names"), ("GPU idle", "gpu_idle_ms")],
         explanation=("These operators launch GPU work but spend over ten times as long on the host (Python, "
                      "dispatch, argument checking, small tensor ops), so the GPU waits for them."),
-        suggestions=["Fuse the small ops with torch.compile, or replace Python loops over tensors with batched ops.",
-                     "Capture the step with CUDA graphs (torch.compile(mode='reduce-overhead')) to skip host dispatch."],
+        suggestions=heavy_ops_advice(ctx),
         lost_ms=lost)
 
 
@@ -86,9 +96,32 @@ def check_transfers(ctx: Context) -> Finding | None:
                ("exposed copy time", "exposed_copy_ms"), ("syncs per step", "sync_count")],
         explanation=("Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
                      "back and forth (to numpy and back, .cpu() for a check) pay this every step."),
-        suggestions=["Keep the computation on the GPU end to end (torch ops instead of numpy in the step).",
-                     "Concatenate small tensors and copy them once; read results back once per N steps."],
+        suggestions=[Suggestion("Keep the computation on the GPU end to end: do on the device what is done on a copy "
+                                "on the host; concatenate small tensors and copy them once, read results back once "
+                                "per N steps",
+                                f"{ctx.value('htod_count', 0.0):.0f} host->device and {ctx.value('dtoh_count', 0.0):.0f} "
+                                "device->host copies a step")],
         lost_ms=lost)
+
+
+def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
+    """Host work that feeds the GPU data (host->device copies of data made on the host each step) is
+    preprocessing to move to the device or to workers; without such copies it is Python between launches,
+    to be found with a host profiler first, as nothing in the trace says it is numpy."""
+    condition = f"the GPU waits {lost_ms:.3g} ms a step while the host runs code that launches nothing"
+    htod = ctx.value("htod_count", 0.0)
+    created = str(ctx.value("created_on_cpu_op_names") or "")
+    cpu_ops = tuple(part for part in str(ctx.value("cpu_only_op_names") or "").split(", ") if part)
+    out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or torch.profiler "
+                      "with with_stack=True) shows which Python lines run while the GPU waits",
+                      condition, cpu_ops)]
+    if htod >= 1:
+        feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
+            f" (created by {created})" if created else "")
+        out.append(Suggestion("Move that per-batch work (numpy or Python preprocessing, augmentation) to the GPU as "
+                              "batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)", feed))
+        out += loader_workers(ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU")
+    return out
 
 
 def check_preprocessing(ctx: Context) -> Finding | None:
@@ -109,10 +142,7 @@ def check_preprocessing(ctx: Context) -> Finding | None:
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
                      "the GPU: augmentation, numpy or Python preprocessing on the main thread, in the loop body. "
                      "Time spent inside a DataLoader's __next__ is not counted here (see the DataLoader finding)."),
-        suggestions=["Replace numpy work in the step with batched torch ops on the GPU.",
-                     "Do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI).",
-                     ("Move per-sample preprocessing into Dataset.__getitem__ and use DataLoader(num_workers>0, "
-                      "persistent_workers=True), so worker processes do it ahead of the GPU.")],
+        suggestions=preprocessing_advice(ctx, lost),
         lost_ms=lost)
 
 
@@ -129,8 +159,10 @@ def check_late_migration(ctx: Context) -> Finding | None:
         explanation=("A tensor made on the host (torch.randn, torch.zeros, torch.tensor, from_numpy) and then "
                      "sent with .to('cuda') costs host time and a copy each step; made on the device it costs "
                      "neither."),
-        suggestions=["Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device).",
-                     "Create constant tensors once outside the loop (or register_buffer) instead of every step."],
+        suggestions=[Suggestion("Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device); "
+                                "create constant tensors once outside the loop (or register_buffer)",
+                                f"{moved:.0f} tensors a step are created on the host and then copied to the GPU",
+                                tuple(str(ctx.value("created_on_cpu_op_names") or "").split(", ")))],
         lost_ms=lost)
 
 

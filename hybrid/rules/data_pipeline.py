@@ -3,6 +3,7 @@ with compute, step jitter."""
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, loader_workers
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
 
@@ -53,15 +54,19 @@ def check_loader_stall(ctx: Context) -> Finding | None:
     if lost_pct(ctx, lost) < LOADER_STALL_MIN_PCT:
         return None
     in_process = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
+    condition = f"the GPU ran nothing for {lost:.3g} ms a step while the host fetched a batch"
     if in_process:
         cause = ("The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
                  "the training process, between steps, while the GPU waits.")
-        advice = [("DataLoader(num_workers=N>0, persistent_workers=True, prefetch_factor=2..4, pin_memory=True): "
-                   "workers prepare the next batches while the GPU runs this one.")]
+        advice = loader_workers(ctx.config, condition=condition + " in the training process (num_workers=0)")
     else:
         cause = ("The DataLoader's workers do not keep up: the training process waits in __next__ for the next "
                  "batch while the GPU has nothing to run.")
-        advice = ["Raise num_workers (up to the free CPU cores) and prefetch_factor; keep persistent_workers=True."]
+        advice = [Suggestion("Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
+                             "persistent_workers=True", condition + " from worker processes that fall behind")]
+    advice += [Suggestion("Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
+                          "tensors, NVIDIA DALI), or store preprocessed data; measure the loader alone (iterate it "
+                          "without the model) to see the batches per second it can deliver", condition)]
     return finding(
         ctx, id="data.loader_stall", title="The GPU waits for the DataLoader", category="DATA_PIPELINE",
         pairs=[("GPU idle while fetching a batch", "data_loader_idle_ms"),
@@ -69,11 +74,27 @@ def check_loader_stall(ctx: Context) -> Finding | None:
                ("GPU idle, host busy with no launch", "idle_host_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=(f"{cause} Time lost: host time inside DataLoader.__next__ (torch.profiler's "
                      "`enumerate(DataLoader)#...__next__` range) during which the device ran nothing."),
-        suggestions=advice + [
-            ("Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
-             "tensors, NVIDIA DALI), or store preprocessed data."),
-            "Measure the loader alone (iterate it without the model) to see the batches per second it can deliver."],
+        suggestions=advice,
         lost_ms=lost)
+
+
+def pageable_advice(ctx: Context) -> list[Suggestion]:
+    condition = (f"{ctx.value('pageable_copies_per_step', 0.0):.0f} host<->device copies a step from pageable memory "
+                 f"({ctx.value('pageable_copy_ms', 0.0):.3g} ms)")
+    loaders = ctx.config.data_loaders
+    out = []
+    if ctx.config.framework == "transformers" and not ctx.config.hf("dataloader_pin_memory"):
+        out.append(Suggestion("TrainingArguments(dataloader_pin_memory=True)", condition))
+    elif loaders is None or any(not d.get("pin_memory") for d in loaders):
+        state = "a DataLoader of this run has pin_memory=False" if loaders else "DataLoader settings were not recorded"
+        out.append(Suggestion("DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
+                              f"{condition}; {state}"))
+    out.append(Suggestion("For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ "
+                          "into it, or call .pin_memory() before .to('cuda', non_blocking=True); keep tensors that "
+                          "never change on the GPU", condition + ("; the DataLoaders already pin their batches"
+                                                                  if loaders and all(d.get("pin_memory") for d in loaders)
+                                                                  else "")))
+    return out
 
 
 def check_pageable(ctx: Context) -> Finding | None:
@@ -94,10 +115,7 @@ def check_pageable(ctx: Context) -> Finding | None:
                      "and cannot overlap with compute. Pinned memory copies at close to the link rate and, with "
                      "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
                      f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
-        suggestions=["DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True).",
-                     ("For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ into it, "
-                     "or call .pin_memory() before .to('cuda', non_blocking=True)."),
-                     "Keep tensors that never change on the GPU instead of copying them every step."],
+        suggestions=pageable_advice(ctx),
         lost_ms=lost)
 
 
@@ -113,9 +131,24 @@ def check_exposed_copies(ctx: Context) -> Finding | None:
         explanation=("Copies run while no kernel runs, so the step pays for them in full. Issued with "
                      "non_blocking=True (and, for prefetching, on a side stream) the next batch's copy runs "
                      "under this step's compute."),
-        suggestions=["Use .to('cuda', non_blocking=True) on pinned tensors.",
-                     "Prefetch the next batch on a separate torch.cuda.Stream while the current one computes."],
+        suggestions=[Suggestion("Use .to('cuda', non_blocking=True) on pinned tensors, and prefetch the next batch on a "
+                                "separate torch.cuda.Stream while the current one computes",
+                                f"{lost:.3g} ms a step of pinned copies run while no kernel runs")],
         lost_ms=lost)
+
+
+def jitter_advice(ctx: Context) -> list[Suggestion]:
+    condition = (f"step time varies by {ctx.value('step_time_cv_pct', 0.0):.0f}% (slowest: "
+                 f"{ctx.value('slowest_step') or 'n/a'})")
+    out = []
+    if ctx.value("data_loader_ms", 0.0) > 0 or ctx.config.data_loaders:
+        out += loader_workers(ctx.config, condition=condition + "; batches come from a DataLoader")
+    if ctx.config.compiled or ctx.value("graph_breaks", 0):
+        out.append(Suggestion("Check for recompiles with TORCH_LOGS=recompiles", condition + "; the model runs "
+                              "compiled"))
+    out.append(Suggestion("Move logging, evaluation and checkpointing off the hot steps or make them asynchronous; "
+                          "gc.freeze() after setup if Python's garbage collector runs mid-step", condition))
+    return out
 
 
 def check_jitter(ctx: Context) -> Finding | None:
@@ -130,9 +163,7 @@ def check_jitter(ctx: Context) -> Finding | None:
         explanation=("Some steps take much longer than others. Intermittent stalls usually come from the input "
                      "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
                      "periodic logging/checkpointing."),
-        suggestions=["DataLoader(num_workers>0, persistent_workers=True, prefetch_factor=2..4, pin_memory=True).",
-                     "Check for recompiles with TORCH_LOGS=recompiles when using torch.compile.",
-                     "Move logging and checkpointing off the hot steps or make them asynchronous."],
+        suggestions=jitter_advice(ctx),
         lost_ms=lost)
 
 

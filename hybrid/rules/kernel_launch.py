@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, use_compile, use_cuda_graphs
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct
 from hybrid.rules.synchronization import host_idle_claimed_ms
@@ -28,6 +29,16 @@ def batch_headroom_lost_ms(idle_launch_ms: float, idle_host_ms: float, claimed_b
     return 0.5 * max(0.0, unexplained)
 
 
+def launch_advice(ctx: Context, idle_ms: float) -> list[Suggestion]:
+    condition = (f"{ctx.value('small_kernel_share_pct', 0.0):.0f}% of {ctx.value('kernels_per_step', 0.0):.0f} kernels a "
+                 f"step run under 20 us and the GPU idles {idle_ms:.3g} ms a step between launches")
+    ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", ")) if ctx.value("cpu_heavy_ops", 0) >= 1 else ()
+    out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
+    out += use_compile(ctx.config, why="fuse the small ops into fewer kernels", condition=condition, applies_to=ops)
+    out.append(Suggestion("Increase the batch size so each kernel does more work per launch", condition))
+    return out
+
+
 def check_launch_bound(ctx: Context) -> Finding | None:
     if ctx.value("small_kernel_share_pct", 0.0) < SMALL_KERNEL_SHARE_PCT:
         return None
@@ -46,10 +57,7 @@ def check_launch_bound(ctx: Context) -> Finding | None:
         explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
                      "roughly 5-20 us of host time per op), so the GPU idles between them. Host-heavy ops, "
                      "when listed, are where that host time goes; this finding owns the idle gaps they cause."),
-        suggestions=[("Capture the step with CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
-                     "torch.cuda.graphs."),
-                     "Fuse small ops with torch.compile.",
-                     "Increase the batch size so each kernel does more work per launch."],
+        suggestions=launch_advice(ctx, lost),
         lost_ms=lost)
 
 
@@ -70,8 +78,12 @@ def check_batch_headroom(ctx: Context) -> Finding | None:
         explanation=("The step leaves the GPU idle for fixed host costs while using under half of its memory; a "
                      "larger batch spreads those costs over more samples (time lost is per-sample, estimated for "
                      "a doubled batch, on the idle time no other finding explains)."),
-        suggestions=["Double the batch size (scale the learning rate accordingly) and re-measure.",
-                     "If the batch is fixed, use gradient accumulation only to keep the effective batch."],
+        suggestions=[Suggestion(
+            ("TrainingArguments(per_device_train_batch_size=2x) and re-measure" if ctx.config.framework == "transformers"
+             else "Double the batch size (scale the learning rate accordingly) and re-measure; if the batch is "
+                  "fixed, keep the effective batch with gradient accumulation"),
+            f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
+            f"{ctx.value('idle_launch_ms', 0.0) + ctx.value('idle_host_ms', 0.0):.3g} ms a step on fixed host costs")],
         lost_ms=lost)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, use_compile
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import finding, has_counters, lost_pct, not_measured
 
@@ -22,9 +23,19 @@ def uncoalesced_lost_ms(memory_bound_ms: float, sectors_per_request: float) -> f
     return memory_bound_ms * (1.0 - IDEAL_SECTORS_PER_REQUEST / sectors_per_request)
 
 
+def coalescing_advice(ctx: Context, sectors_per_request: float) -> list[Suggestion]:
+    condition = f"global loads fetch {sectors_per_request:.1f} sectors a request ({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)"
+    out = [Suggestion("Make tensors contiguous in the dimension kernels read (.contiguous()); avoid permute/transpose "
+                      "feeding elementwise ops", condition)]
+    if ctx.value("conv_kernel_ms", 0.0) > 0 and ctx.config.channels_last is not True:
+        out.append(Suggestion("model.to(memory_format=torch.channels_last) and inputs likewise",
+                              f"{condition}; convolutions ran without channels_last weights"))
+    return out + use_compile(ctx.config, why="let the compiler pick the layout", condition=condition)
+
+
 def check_coalescing(ctx: Context) -> Finding | None:
     if not has_counters(ctx):
-        return not_measured(id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
+        return not_measured(ctx, id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
                             category="MEMORY_HIERARCHY",
                             explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
                                         "the roofline uses bytes estimated from tensor shapes instead.")
@@ -47,8 +58,7 @@ def check_coalescing(ctx: Context) -> Finding | None:
         pairs=[("sectors per load request", "ncu_sectors_per_request"), ("L1 hit rate", "ncu_l1_hit_pct"),
                ("L2 hit rate", "ncu_l2_hit_pct"), ("kernel time covered by ncu", "ncu_coverage_pct")],
         explanation="Warps fetch many more 32-byte sectors per load than needed: strided or transposed access.",
-        suggestions=["Make tensors contiguous in the dimension kernels read (.contiguous(), channels_last for convs).",
-                     "Avoid permute/transpose feeding elementwise ops; let torch.compile pick the layout."],
+        suggestions=coalescing_advice(ctx, spr),
         lost_ms=lost)
 
 

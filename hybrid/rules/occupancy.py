@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion, use_compile
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, has_counters, lost_pct, not_measured
 
@@ -30,6 +31,14 @@ def occupancy_lost_ms(kernel_ms: float, sm_throughput_pct: float, memory_through
     return kernel_ms * max(0.0, 1.0 - busiest / 80.0)
 
 
+def small_grid_advice(ctx: Context) -> list[Suggestion]:
+    condition = (f"{ctx.value('small_grid_time_pct', 0.0):.0f}% of kernel time is on grids that fill "
+                 f"{ctx.value('small_grid_sm_fill_pct', 0.0):.0f}% of the SMs")
+    out = [Suggestion("Increase the batch size or sequence length so each kernel has more parallel work; run "
+                      "independent small work concurrently (CUDA streams)", condition)]
+    return out + use_compile(ctx.config, why="fuse the small kernels", condition=condition)
+
+
 def check_small_grid(ctx: Context) -> Finding | None:
     if ctx.value("small_grid_time_pct", 0.0) < SMALL_GRID_TIME_PCT:
         return None
@@ -43,14 +52,13 @@ def check_small_grid(ctx: Context) -> Finding | None:
                                                                         "small_grid_sm_fill_pct"),
                ("small-grid kernels per step", "small_grid_kernels_per_step")],
         explanation="A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's whole run.",
-        suggestions=["Increase the batch size or sequence length so each kernel has more parallel work.",
-                     "Run independent small work concurrently (CUDA streams) or fuse it (torch.compile)."],
+        suggestions=small_grid_advice(ctx),
         lost_ms=lost)
 
 
 def check_achieved_occupancy(ctx: Context) -> Finding | None:
     if not has_counters(ctx):
-        return not_measured(id="occupancy.not_measured", title="Achieved occupancy was not measured",
+        return not_measured(ctx, id="occupancy.not_measured", title="Achieved occupancy was not measured",
                             category="OCCUPANCY",
                             explanation="Achieved occupancy and its limiter (registers, shared memory, block "
                                         "size) need ncu hardware counters; this run has none.")
@@ -67,8 +75,9 @@ def check_achieved_occupancy(ctx: Context) -> Finding | None:
                ("memory throughput", "ncu_memory_throughput_pct"), ("kernel time covered by ncu",
                                                                     "ncu_coverage_pct")],
         explanation="Few warps are resident per SM and neither the SM nor memory pipes are busy: latency is not hidden.",
-        suggestions=["Check the limiter in ncu's Occupancy section (registers, shared memory, block size).",
-                     "For custom kernels: fewer registers per thread (__launch_bounds__), larger blocks."],
+        suggestions=[Suggestion("Check the limiter in ncu's Occupancy section (registers, shared memory, block size); for "
+                                "custom kernels: fewer registers per thread (__launch_bounds__), larger blocks",
+                                f"achieved occupancy {occ:.0f}% with neither SM nor memory pipes busy")],
         lost_ms=lost)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from hybrid.provenance import MEASURED_NCU
+from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Finding, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, claimed_ms, finding, lost_pct
+from nsight.ncu import function_base_name
 
 # Only kernels below half of that practical ceiling are worth a finding.
 LOW_EFFICIENCY_PCT = 40.0
@@ -25,6 +27,41 @@ def roofline_lost_ms(kernel_ms: float, achieved_pct: float) -> float:
     return kernel_ms * (1.0 - achieved_pct / PRACTICAL_ROOFLINE_PCT)
 
 
+def _low_points(roof: dict) -> tuple[str, ...]:
+    """The largest placed points (kernels or ops) below half of the practical roofline, by time."""
+    low = [k for k in roof.get("kernels") or [] if (k.get("achieved_pct_of_attainable") or 0) < LOW_EFFICIENCY_PCT]
+    return tuple(function_base_name(str(k["name"])) for k in sorted(low, key=lambda k: -(k.get("time_ms") or 0))[:3])
+
+
+def roofline_advice(ctx: Context, roof: dict, achieved: float) -> list[Suggestion]:
+    """Memory-bound: fuse (unless compiled), halve the bytes (unless autocast ran), channels_last for convs
+    (unless on). Compute-bound: tensor cores for the FP32 GEMM time (unless TF32 is on), larger GEMMs."""
+    config, targets = ctx.config, _low_points(roof)
+    condition = f"the kernels reach {achieved:.0f}% of the roofline at their arithmetic intensity ({roof['bound']}-bound)"
+    if roof["bound"] == "memory":
+        out = use_compile(config, why="fuse memory-bound ops so intermediates stay in registers and L2",
+                          condition=condition, applies_to=targets)
+        out += use_autocast(config, condition=condition + "; 16-bit activations halve the bytes moved",
+                            applies_to=targets)
+        if ctx.value("conv_kernel_ms", 0.0) > 0 and config.channels_last is not True:
+            state = "the convolution weights are not channels_last" if config.channels_last is False \
+                else "the memory format was not recorded"
+            out.append(Suggestion("model.to(memory_format=torch.channels_last) and inputs likewise",
+                                  f"{condition}; convolutions ran and {state}", targets))
+        return out
+    fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
+    out = []
+    if fp32_ms > 0:
+        fp32 = f"{condition}; {fp32_ms:.3g} ms a step of FP32 GEMM kernels"
+        out += enable_tf32(config, matmul=ctx.value("gemm_fp32_matmul_ms", 0.0) > 0,
+                           conv=ctx.value("gemm_fp32_conv_ms", 0.0) > 0, condition=fp32, applies_to=targets)
+        out += use_autocast(config, condition=fp32, applies_to=targets)
+    if ctx.value("gemm_time_ms", 0.0) > 0:
+        out.append(Suggestion("Grow GEMM sizes (batch, hidden dims multiple of 64) so tiles fill the GPU",
+                              f"{condition}; GEMMs take {ctx.value('gemm_time_ms', 0.0):.3g} ms a step", targets))
+    return out
+
+
 def check_low_efficiency(ctx: Context) -> Finding | None:
     roof = ctx.roofline
     achieved = roof.get("achieved_pct_of_attainable")
@@ -42,13 +79,7 @@ def check_low_efficiency(ctx: Context) -> Finding | None:
              Evidence("arithmetic intensity", roof["arithmetic_intensity"], "FLOP/B", src),
              Evidence("ridge point", roof["ridge_point"], "FLOP/B", "spec"),
              Evidence("achieved of attainable", achieved, "%", src)]
-    if roof["bound"] == "memory":
-        advice = ["Fuse memory-bound ops (torch.compile) so intermediates stay in registers/L2.",
-                  "Use bf16/fp16 activations (torch.autocast) to halve the bytes moved.",
-                  "Use channels_last for convolutions (model.to(memory_format=torch.channels_last))."]
-    else:
-        advice = ["Enable tensor cores for matmuls: torch.set_float32_matmul_precision('high') or autocast(bf16).",
-                  "Grow GEMM sizes (batch, hidden dims multiple of 64) so tiles fill the GPU."]
+    advice = roofline_advice(ctx, roof, achieved)
     return finding(
         ctx, id="roofline.low_efficiency", title=f"Kernels run far below this GPU's {roof['bound']} roofline",
         category="ROOFLINE", pairs=[("kernel time per step", "kernel_time_ms")], extra=extra,

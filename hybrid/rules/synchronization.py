@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Finding, Rule
 from hybrid.rules.common import claimed_ms, finding, lost_pct
 
@@ -30,6 +31,33 @@ def host_idle_claimed_ms(ctx: Context) -> float:
     return min(max(0.0, beyond_wait), max(0.0, ctx.value("idle_host_after_sync_ms", 0.0)))
 
 
+# Ops whose result shape depends on the data: they copy a count to the host and wait for it.
+DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave")
+SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
+
+
+def sync_advice(ctx: Context) -> list[Suggestion]:
+    condition = (f"the host waits {ctx.value('sync_blocked_ms', 0.0):.3g} ms a step in "
+                 f"{ctx.value('sync_count', 0.0):.0f} synchronizations")
+    ops = ctx.profile.ops
+    names = set(ops["name"].astype(str)) if len(ops) else set()
+    out = []
+    reads = [n for n in SCALAR_READ_OPS if n in names]
+    if reads or ctx.value("dtoh_count", 0.0) > 0:
+        what = ", ".join(reads) if reads else f"{ctx.value('dtoh_count', 0.0):.0f} device->host copies a step"
+        out.append(Suggestion("Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
+                              "and read them every N steps, or copy with non_blocking=True into pinned memory and "
+                              "read the value later", f"{condition}; the step reads values back ({what})",
+                              tuple(reads)))
+    shaped = [n for n in DATA_DEPENDENT_OPS if n in names]
+    if shaped:
+        out.append(Suggestion("Avoid data-dependent shapes in the step (torch.where instead of x[mask], fixed-size "
+                              "outputs instead of nonzero/unique)", f"{condition}; the step runs {', '.join(shaped)}",
+                              tuple(shaped)))
+    out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
+    return out
+
+
 def check_sync_per_step(ctx: Context) -> Finding | None:
     if ctx.value("sync_count", 0) < 1:
         return None
@@ -53,11 +81,7 @@ def check_sync_per_step(ctx: Context) -> Finding | None:
                      "preparation) now runs while it waits. "
                      "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
                      "indexing (data-dependent shapes) and blocking copies."),
-        suggestions=[("Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
-                     "and read them every N steps."),
-                     "Find hidden syncs with torch.cuda.set_sync_debug_mode('warn').",
-                     "Copy to the host with non_blocking=True into pinned memory and read the value later.",
-                     "Avoid data-dependent shapes (torch.nonzero, x[mask]) in the step; use torch.where."],
+        suggestions=sync_advice(ctx),
         lost_ms=lost)
 
 

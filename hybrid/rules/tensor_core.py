@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
+from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Finding, Rule
 from hybrid.rules.common import (
     PRACTICAL_ROOFLINE_PCT,
@@ -51,6 +52,43 @@ def misaligned_achieved_pct(ctx: Context) -> float | None:
     return 100.0 * (flops / (ms / 1e3)) / attainable
 
 
+def _names(ctx: Context, metric: str) -> tuple[str, ...]:
+    """The entries of a '; '-joined name metric (kernels or layers with their share), for applies_to."""
+    value = ctx.value(metric) or ""
+    return tuple(part for part in str(value).split("; ") if part)
+
+
+def fp32_gemm_advice(ctx: Context) -> list[Suggestion]:
+    """TF32 for the families whose FP32 kernels took the time (unless on), mixed precision (unless an autocast
+    region ran); with TF32 already on and the kernels measured FP32, why TF32 did not apply."""
+    config = ctx.config
+    targets = _names(ctx, "gemm_fp32_layers") or _names(ctx, "gemm_fp32_kernels")
+    fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
+    matmul_ms, conv_ms = ctx.value("gemm_fp32_matmul_ms", 0.0), ctx.value("gemm_fp32_conv_ms", 0.0)
+    measured = ctx.value("gemm_fp32_measured_pct")
+    how = (f"ncu measured FP32 math and no tensor-core work for {measured:.0f}% of that time, kernel names say FP32 "
+           "for the rest" if measured else "their kernel names say FP32; ncu did not profile them")
+    condition = f"{fp32_ms:.3g} ms a step of FP32 GEMM/convolution kernels ({how})"
+    out = enable_tf32(config, matmul=matmul_ms > 0, conv=conv_ms > 0, condition=condition, applies_to=targets)
+    on = [family for family, flag, ms in (("matmul", config.tf32_matmul, matmul_ms), ("cuDNN conv", config.tf32_conv,
+                                                                                    conv_ms)) if flag and ms > 0]
+    if on:
+        out.append(Suggestion(
+            "Find why these kernels stayed FP32 although TF32 is allowed: fp32 GEMVs and batched shapes cuBLAS has no "
+            "TF32 kernel for, convolutions cuDNN ran with a non-tensor algorithm (try torch.backends.cudnn."
+            "benchmark=True), or TF32 turned off again later in the script",
+            f"{condition}; TF32 is on for {' and '.join(on)} in this run"
+            + ("" if ctx.config.recorded else " (TF32 kernels of that family ran in the same steps)"), targets))
+    out += use_autocast(config, condition=condition, applies_to=targets)
+    if config.autocast_dtypes:
+        out.append(Suggestion(
+            "Move these matmuls/convolutions inside the autocast region, or check they are ops autocast casts "
+            "(torch.mm/conv/linear are; custom kernels and torch.bmm under some dtypes are not)",
+            f"{condition}; autocast({', '.join(config.autocast_dtypes)}) regions ran, yet these stayed FP32",
+            targets))
+    return out
+
+
 def check_fp32_gemm(ctx: Context) -> Finding | None:
     fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
     if fp32_ms <= 0:
@@ -63,15 +101,16 @@ def check_fp32_gemm(ctx: Context) -> Finding | None:
         ctx, id="tensor.fp32_gemm", title="Matrix multiplies run in full FP32 without tensor cores",
         category="TENSOR_CORE",
         pairs=[("FP32 GEMM time per step", "gemm_fp32_ms"), ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
+               ("of it with the precision measured by ncu", "gemm_fp32_measured_pct"),
+               ("kernels", "gemm_fp32_kernels"), ("layers", "gemm_fp32_layers"),
                ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct"),
                ("tensor pipe busy in the profiled GEMMs", "ncu_gemm_tensor_pipe_pct")],
-        explanation=("FP32 GEMM kernels (sgemm-style names) ran on CUDA cores; TF32 or BF16 tensor cores have "
-                     "several times the peak. Time lost assumes the TF32 peak from the datasheet. This finding "
-                     "owns the FP32 GEMM time: the idle tensor pipe ncu sees in them is its evidence, not a "
-                     "second finding."),
-        suggestions=[("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
-                     "torch.backends.cudnn.allow_tf32 = True for convolutions."),
-                     "Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ..."],
+        explanation=("GEMM and convolution kernels ran in FP32 on CUDA cores (by ncu's FLOP counters where it "
+                     "profiled them, else by their names); TF32 or BF16 tensor cores have several times the peak. "
+                     "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost assumes the "
+                     "TF32 peak from the datasheet. This finding owns the FP32 GEMM time: the idle tensor pipe ncu "
+                     "sees in them is its evidence, not a second finding."),
+        suggestions=fp32_gemm_advice(ctx),
         lost_ms=lost)
 
 
@@ -94,8 +133,11 @@ def check_misaligned(ctx: Context) -> Finding | None:
         explanation=("Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
                      "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
                      f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."),
-        suggestions=["Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better).",
-                     "Pad the batch or sequence length to a multiple of 8."],
+        suggestions=[Suggestion("Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better); "
+                                "pad the batch or sequence length likewise",
+                                f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a "
+                                "dimension that is not a multiple of 8",
+                                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]))],
         lost_ms=lost)
 
 
@@ -114,7 +156,7 @@ def pipe_idle_lost_ms(gemm_ms: float, pipe_pct: float) -> float:
 
 def check_tensor_pipe(ctx: Context) -> Finding | None:
     if not has_counters(ctx):
-        return not_measured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
+        return not_measured(ctx, id="tensor.not_measured", title="Tensor-core utilization was not measured",
                             category="TENSOR_CORE",
                             explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
                                         "precision here is inferred from kernel names and op dtypes.")
@@ -132,8 +174,11 @@ def check_tensor_pipe(ctx: Context) -> Finding | None:
         explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy a small fraction "
                     "of their time: small or skinny matrices that cannot fill the tiles, or layouts that force "
                     "narrow kernels. FP32 and misaligned GEMMs are left to their own findings.",
-        suggestions=["Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles.",
-                     "Batch many small matmuls into one (torch.bmm, grouped GEMMs) or let torch.compile fuse them."],
+        suggestions=[Suggestion("Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles; batch "
+                                "many small matmuls into one (torch.bmm, grouped GEMMs)",
+                                f"{gemm:.3g} ms a step of non-FP32 GEMMs with the tensor pipe {pipe:.0f}% busy")]
+                    + use_compile(ctx.config, why="fuse the small matmuls and the work between them",
+                                  condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs"),
         lost_ms=pipe_idle_lost_ms(gemm, pipe))
 
 

@@ -1,0 +1,283 @@
+"""Suggestions conditioned on the run: what it had switched on (the injector's `config`, hybrid.run_config)
+and which framework drove it. A setting that is already on is never suggested; a framework's own switch
+is given when the framework is detected (Hugging Face `TrainingArguments`, Lightning `Trainer`); every
+suggestion carries the condition that made it apply, and the ops, kernels or layers it is about.
+
+`RunConfig` reads the recorded configuration; each accessor returns None when the run did not record it
+(captures made before the injector recorded `config`, exports made elsewhere), and advice then falls back to
+what the timeline shows, saying so in its condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    text: str
+    condition: str  # why it applies to this run: the evidence or configuration that triggered it
+    applies_to: tuple[str, ...] = ()  # ops, kernels or layers it is about
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "applies_to": list(self.applies_to)}
+
+    def render(self) -> str:
+        """One line for the `suggestions` list: the change, then why, then what it is about."""
+        about = f"; applies to {', '.join(self.applies_to)}" if self.applies_to else ""
+        return f"{self.text} (why: {self.condition}{about})"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The `config` block of inject.json, read defensively; every getter is None when not recorded. `observed`
+    holds what the timeline proves where nothing was recorded: a TF32 kernel ran only with TF32 allowed, bf16
+    GEMMs only under autocast or bf16 tensors, a compiled region only with torch.compile; the absence of
+    DataLoader fetches in a torch trace proves no DataLoader fed the measured steps."""
+
+    raw: dict = field(default_factory=dict)
+    observed: dict = field(default_factory=dict)
+
+    @property
+    def recorded(self) -> bool:
+        return bool(self.raw)
+
+    def _get(self, *path: str):
+        node = self.raw
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        return node
+
+    # -- numeric precision
+    def _or_observed(self, value, key: str):
+        return self.observed.get(key) if value is None else value
+
+    @property
+    def tf32_matmul(self) -> bool | None:
+        return self._or_observed(self._get("precision", "tf32_matmul"), "tf32_matmul")
+
+    @property
+    def tf32_conv(self) -> bool | None:
+        return self._or_observed(self._get("precision", "tf32_conv"), "tf32_conv")
+
+    @property
+    def autocast_dtypes(self) -> list[str] | None:
+        """Dtypes of the autocast regions that ran ([] for none); with nothing recorded, the 16-bit types the
+        GEMM kernels ran in (mixed precision by autocast or by 16-bit tensors)."""
+        if self._get("autocast", "observed") is not True:
+            return self.observed.get("half_gemm_dtypes") or None
+        return list(self._get("autocast", "dtypes") or [])
+
+    @property
+    def grad_scaler(self) -> bool | None:
+        return self._get("grad_scaler", "enabled")
+
+    # -- compiler, graphs, layout
+    @property
+    def compiled(self) -> bool | None:
+        return self._or_observed(self._get("compile", "used"), "compiled")
+
+    @property
+    def compile_modes(self) -> list[str]:
+        return list(self._get("compile", "modes") or [])
+
+    @property
+    def cuda_graphs(self) -> bool | None:
+        graphs = self._get("cuda_graphs", "graphs")
+        if graphs is None:
+            return None
+        return graphs > 0 or "reduce-overhead" in self.compile_modes or "max-autotune" in self.compile_modes
+
+    @property
+    def channels_last(self) -> bool | None:
+        return self._get("channels_last", "used")
+
+    # -- optimizer and input pipeline
+    @property
+    def optimizers(self) -> list[dict] | None:
+        optimizers = self._get("optimizers")
+        return None if optimizers is None else [o for o in optimizers if isinstance(o, dict)]
+
+    @property
+    def data_loaders(self) -> list[dict] | None:
+        """The DataLoaders alive at the window's end; [] also when the torch trace shows no batch fetched from one."""
+        loaders = self._get("data_loaders")
+        if loaders is None:
+            return [] if self.observed.get("data_loader_iterated") is False else None
+        return [d for d in loaders if isinstance(d, dict)]
+
+    # -- distribution and framework
+    @property
+    def ddp(self) -> bool | None:
+        ddp = self._get("distributed", "ddp")
+        return self.observed.get("ddp") if ddp is None else bool(ddp)
+
+    @property
+    def fsdp(self) -> bool | None:
+        fsdp = self._get("distributed", "fsdp")
+        return None if fsdp is None else bool(fsdp)
+
+    @property
+    def ddp_bucket_cap_mb(self) -> float | None:
+        ddp = self._get("distributed", "ddp") or []
+        return ddp[0].get("bucket_cap_mb") if ddp else None
+
+    @property
+    def framework(self) -> str | None:
+        return self._get("framework", "name")
+
+    def hf(self, argument: str):
+        return self._get("framework", "training_arguments", argument)
+
+    @property
+    def lightning_precision(self) -> str | None:
+        return self._get("framework", "precision")
+
+
+def config_of(extras: dict, observed: dict | None = None) -> RunConfig:
+    config = extras.get("config")
+    return RunConfig(config if isinstance(config, dict) else {}, observed or {})
+
+
+def observed_config(metrics: dict) -> dict:
+    """What the measured timeline proves about the configuration (RunConfig.observed), from metric values."""
+    def value(name: str) -> float:
+        metric = metrics.get(name)
+        raw = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
+        return float(raw) if isinstance(raw, (int, float)) else 0.0
+
+    out: dict = {}
+    if value("gemm_tf32_matmul_ms") > 0:
+        out["tf32_matmul"] = True
+    if value("gemm_tf32_conv_ms") > 0:
+        out["tf32_conv"] = True
+    half = [dtype for dtype, name in (("bfloat16", "gemm_bf16_ms"), ("float16", "gemm_fp16_ms")) if value(name) > 0]
+    if half:
+        out["half_gemm_dtypes"] = half
+    if value("compiled_region_ms") > 0 or value("graph_breaks") > 0 or value("uses_compile") > 0:
+        out["compiled"] = True
+    if "cpu_only_ops_ms" in metrics:
+        out["data_loader_iterated"] = "data_loader_ms" in metrics
+    if "ddp_ops_per_step" in metrics:
+        # DistributedDataParallel records its reducer's work in every step it wraps.
+        out["ddp"] = value("ddp_ops_per_step") > 0
+    return out
+
+
+# ----------------------------------------------------------------------------- shared switches
+def enable_tf32(config: RunConfig, *, matmul: bool, conv: bool, condition: str,
+                applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+    """Turning TF32 on for the families (matmul, conv) whose FP32 kernels took the time, unless it is on."""
+    need_matmul = matmul and config.tf32_matmul is not True
+    need_conv = conv and config.tf32_conv is not True
+    if not need_matmul and not need_conv:
+        return []
+    state = ("TF32 is off in this run" if config.recorded else
+             "the run's TF32 flags were not recorded and no TF32 kernel of that family ran")
+    if config.framework == "transformers":
+        return [Suggestion("TrainingArguments(tf32=True)", f"{condition}; {state} (Hugging Face Trainer: "
+                           f"tf32={config.hf('tf32')})", applies_to)]
+    parts = []
+    if need_matmul:
+        parts.append("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high'))")
+    if need_conv:
+        parts.append("torch.backends.cudnn.allow_tf32 = True")
+    where = " before Trainer.fit (Lightning's precision='32-true' leaves TF32 to torch)" \
+        if config.framework == "lightning" else ""
+    return [Suggestion("; ".join(parts) + where, f"{condition}; {state}", applies_to)]
+
+
+def use_autocast(config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+    """Mixed precision in the framework's words, unless an autocast region already ran."""
+    dtypes = config.autocast_dtypes
+    if dtypes:
+        return []
+    state = "no autocast region ran" if dtypes is not None else \
+        "autocast use was not recorded and no 16-bit GEMM kernel ran"
+    if config.framework == "transformers":
+        return [Suggestion("TrainingArguments(bf16=True)", f"{condition}; {state} (Hugging Face Trainer: "
+                           f"bf16={config.hf('bf16')}, fp16={config.hf('fp16')})", applies_to)]
+    if config.framework == "lightning":
+        return [Suggestion("Trainer(precision='bf16-mixed')", f"{condition}; {state} (Lightning precision="
+                           f"{config.lightning_precision!r})", applies_to)]
+    return [Suggestion("Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ...",
+                       f"{condition}; {state}", applies_to)]
+
+
+def use_compile(config: RunConfig, *, why: str, condition: str, mode: str | None = None,
+                applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+    """torch.compile (in a mode) unless the model already runs compiled (in that mode)."""
+    if config.compiled and (mode is None or mode in config.compile_modes):
+        return []
+    call = f"torch.compile(model, mode='{mode}')" if mode else "torch.compile(model)"
+    if config.compiled:
+        state = f"the model is compiled with mode {', '.join(config.compile_modes) or 'default'}"
+    else:
+        state = "the model runs eager" if config.compiled is False else \
+            "torch.compile use was not recorded and no compiled region ran"
+    if config.framework == "transformers":
+        call = (f"TrainingArguments(torch_compile=True, torch_compile_mode='{mode}')" if mode
+                else "TrainingArguments(torch_compile=True)")
+    return [Suggestion(f"{call} to {why}", f"{condition}; {state}", applies_to)]
+
+
+def use_cuda_graphs(config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+    if config.cuda_graphs:
+        return []
+    return use_compile(config, why="capture the step as CUDA graphs (no host dispatch per kernel)",
+                       condition=condition, mode="reduce-overhead", applies_to=applies_to)
+
+
+def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
+    """The run's own optimizer class with fused=True, when it supports it and does not use it."""
+    optimizers = config.optimizers
+    if optimizers is None:
+        return [Suggestion("Use your optimizer's fused implementation where it has one (torch.optim.AdamW/Adam/SGD("
+                           "..., fused=True))", f"{condition}; the optimizer class was not recorded")]
+    out = []
+    for optimizer in optimizers:
+        if optimizer.get("supports_fused") and not optimizer.get("fused"):
+            out.append(Suggestion(f"torch.optim.{optimizer['class']}(..., fused=True)",
+                                  f"{condition}; {optimizer['class']} runs with fused="
+                                  f"{optimizer.get('fused')}, foreach={optimizer.get('foreach_effective')}",
+                                  (optimizer["class"],)))
+    return out
+
+
+def loader_workers(config: RunConfig, *, condition: str) -> list[Suggestion]:
+    """More DataLoader workers (persistent, prefetching, pinned), in the framework's words, for what is off."""
+    loaders = config.data_loaders
+    if config.framework == "transformers":
+        wanted = {"dataloader_num_workers": "4", "dataloader_persistent_workers": "True",
+                  "dataloader_pin_memory": "True"}
+        current = {"dataloader_num_workers": config.hf("dataloader_num_workers"),
+                   "dataloader_persistent_workers": config.hf("dataloader_persistent_workers"),
+                   "dataloader_pin_memory": config.hf("dataloader_pin_memory")}
+        missing = [k for k, v in current.items() if not v]
+        if not missing:
+            return []
+        args = ", ".join(f"{k}={wanted[k]}" for k in missing)
+        return [Suggestion(f"TrainingArguments({args})", f"{condition}; the Trainer runs with "
+                           + ", ".join(f"{k}={current[k]}" for k in missing))]
+    if loaders is not None and not loaders:
+        how = "the script uses no DataLoader" if config.recorded else "no batch was fetched from a DataLoader in the " \
+            "measured steps (torch trace)"
+        return [Suggestion("Build the batches in a torch.utils.data.DataLoader(dataset, num_workers=N, "
+                           "persistent_workers=True, pin_memory=True), so worker processes prepare them ahead",
+                           f"{condition}; {how}")]
+    loader = (loaders or [{}])[0]
+    missing = []
+    if not loader.get("num_workers"):
+        missing.append("num_workers=N>0")
+    if loader.get("num_workers") and not loader.get("persistent_workers"):
+        missing.append("persistent_workers=True")
+    if not loader.get("pin_memory"):
+        missing.append("pin_memory=True")
+    if not missing:
+        return []
+    state = (f"its DataLoader has num_workers={loader.get('num_workers')}, persistent_workers="
+             f"{loader.get('persistent_workers')}, pin_memory={loader.get('pin_memory')}"
+             if loaders else "the DataLoader's settings were not recorded")
+    return [Suggestion(f"DataLoader({', '.join(missing)})", f"{condition}; {state}")]

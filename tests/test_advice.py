@@ -1,0 +1,153 @@
+"""Suggestions against run configurations, table-driven, on real H200 captures: each case runs one rule on a
+capture's measured context with a recorded `config` (as hybrid.run_config writes it) and checks what is and
+is not suggested. A setting already on is never suggested; a framework's own switch replaces torch's."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from hybrid.analyze import _rule_peaks
+from hybrid.hardware import peaks_for
+from hybrid.metrics import compute_metrics
+from hybrid.ncu_pass import attach_counters
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.pipeline import _inject_facts, merge
+from hybrid.roofline import roofline
+from hybrid.rules.advice import config_of, observed_config
+from hybrid.rules.base import Context
+from hybrid.rules.registry import RULES
+from hybrid.rundir import RunDir
+from hybrid.torch_pass import load_torch_trace
+from nsight.ncu_csv import parse_ncu_csv
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BY_ID = {rule.id: rule for rule in RULES}
+
+
+@cache
+def _context(capture: str) -> Context:
+    run = RunDir.open(FIXTURES / capture)
+    profile = merge(load_torch_trace(run.torch_trace()), load_nsys_export(run.nsys_export()))
+    profile.extras.update({k: v for k, v in _inject_facts(run).items() if k not in profile.extras})
+    if run.ncu_csv() is not None:
+        profile = attach_counters(profile, parse_ncu_csv(run.ncu_csv()))
+    peaks = peaks_for(profile.device)
+    metrics = compute_metrics(profile, peaks)
+    return Context(profile=profile, metrics=metrics, roofline=roofline(profile, peaks), peaks=_rule_peaks(peaks))
+
+
+def _with(capture: str, config: dict | None, pass_status: dict | None = None) -> Context:
+    ctx = _context(capture)
+    extras = {"config": copy.deepcopy(config)} if config is not None else {}
+    return replace(ctx, config=config_of(extras, observed_config(ctx.metrics)), pass_status=pass_status or {})
+
+
+def _config(**sections) -> dict:
+    """A recorded configuration with nothing switched on, plus the given sections."""
+    base = {
+        "precision": {"tf32_matmul": False, "tf32_conv": False},
+        "autocast": {"observed": True, "regions": [], "enabled": False, "dtypes": []},
+        "compile": {"used": False, "modes": [], "observed": True},
+        "optimizers": [{"class": "SGD", "fused": None, "foreach": None, "supports_fused": True,
+                        "foreach_effective": True}],
+        "data_loaders": [], "distributed": {"initialized": False, "ddp": [], "fsdp": []},
+        "channels_last": {"used": False}, "cuda_graphs": {"graphs": 0}, "framework": {"name": None},
+    }
+    return {**base, **sections}
+
+
+HF = {"name": "transformers", "trainer": "Trainer",
+      "training_arguments": {"tf32": None, "bf16": False, "fp16": False, "dataloader_num_workers": 0,
+                             "dataloader_pin_memory": True, "dataloader_persistent_workers": False}}
+RESNET_FP32 = "runs/h200-resnet50"  # TF32 off: every conv and the fc GEMM in FP32 (ncu-measured)
+GELU = "planted/roofline_unfused_gelu/run"  # an 8-kernel elementwise chain a step
+MLP = "planted/graph_unfused_small_ops/run"  # 200 tiny kernels a step, launch-bound
+NUMPY = "planted/cpu_numpy_augment/run"  # host augmentation, a host->device copy of the batch each step
+SIMPLE_CNN = "runs/h200-simple_cnn"  # batches made on the GPU: no host data, no numpy, no DataLoader
+LOADER = "planted/data_loader_workers0/run"  # DataLoader(num_workers=0)
+PAGEABLE = "planted/data_pageable_h2d/run"
+
+
+@dataclass
+class Case:
+    name: str
+    capture: str
+    rule: str
+    config: dict | None
+    says: tuple[str, ...] = ()  # each must appear in some suggestion
+    never: tuple[str, ...] = ()  # none may appear in any suggestion
+    pass_status: dict = field(default_factory=dict)
+
+
+CASES = [
+    Case("tf32 off: torch's flags, for the families that ran FP32", RESNET_FP32, "tensor.fp32_gemm", _config(),
+         says=("torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True",
+               "TF32 is off in this run", "torch.autocast('cuda', dtype=torch.bfloat16)"),
+         never=("TrainingArguments",)),
+    Case("tf32 already on: never suggested again; why it did not apply instead", RESNET_FP32, "tensor.fp32_gemm",
+         _config(precision={"tf32_matmul": True, "tf32_conv": True}),
+         says=("Find why these kernels stayed FP32",), never=("allow_tf32 = True", "set_float32_matmul_precision")),
+    Case("HF Trainer: its own switches", RESNET_FP32, "tensor.fp32_gemm", _config(framework=HF),
+         says=("TrainingArguments(tf32=True)", "TrainingArguments(bf16=True)"),
+         never=("torch.backends", "torch.autocast(")),
+    Case("Lightning: Trainer(precision='bf16-mixed')", RESNET_FP32, "tensor.fp32_gemm",
+         _config(framework={"name": "lightning", "precision": "32-true", "strategy": "SingleDeviceStrategy"}),
+         says=("Trainer(precision='bf16-mixed')", "before Trainer.fit"), never=("torch.autocast(",)),
+    Case("autocast already on: no autocast advice, the ops outside it named", RESNET_FP32, "tensor.fp32_gemm",
+         _config(autocast={"observed": True, "enabled": True, "dtypes": ["bfloat16"], "regions": []}),
+         says=("inside the autocast region",), never=("Train with mixed precision",)),
+    Case("no config recorded: says so", RESNET_FP32, "tensor.fp32_gemm", None,
+         says=("the run's TF32 flags were not recorded",)),
+    Case("eager model: torch.compile", GELU, "compile.fusible_elementwise", _config(),
+         says=("torch.compile(model) to fuse the elementwise chains", "the model runs eager")),
+    Case("compiled model: never torch.compile again", GELU, "compile.fusible_elementwise",
+         _config(compile={"used": True, "modes": ["default"], "observed": True}),
+         says=("outside the compiled regions",), never=("torch.compile(model)",)),
+    Case("SGD user: SGD(fused=True), never AdamW", GELU, "compile.fusible_elementwise", _config(),
+         says=("torch.optim.SGD(..., fused=True)",), never=("AdamW",)),
+    Case("fused optimizer already: not suggested", GELU, "compile.fusible_elementwise",
+         _config(optimizers=[{"class": "AdamW", "fused": True, "supports_fused": True}]), never=("fused=True",)),
+    Case("launch-bound eager: CUDA graphs via reduce-overhead", MLP, "launch.bound", _config(),
+         says=("torch.compile(model, mode='reduce-overhead')",)),
+    Case("launch-bound, compiled with reduce-overhead: not again", MLP, "launch.bound",
+         _config(compile={"used": True, "modes": ["reduce-overhead"], "observed": True}, cuda_graphs={"graphs": 3}),
+         never=("reduce-overhead", "torch.compile(model)"), says=("Increase the batch size",)),
+    Case("HF launch-bound: TrainingArguments(torch_compile=True)", MLP, "launch.bound", _config(framework=HF),
+         says=("TrainingArguments(torch_compile=True",), never=("torch.compile(model",)),
+    Case("host data each step: move the preprocessing, build a DataLoader", NUMPY, "cpu.preprocessing", _config(),
+         says=("numpy or Python preprocessing", "torch.utils.data.DataLoader", "the script uses no DataLoader")),
+    Case("no host data: no numpy, no DataLoader advice", SIMPLE_CNN, "cpu.preprocessing", _config(),
+         says=("py-spy",), never=("numpy", "DataLoader")),
+    Case("workers=0 loader: workers, persistent, pinned", LOADER, "data.loader_stall",
+         _config(data_loaders=[{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]),
+         says=("num_workers=N>0", "pin_memory=True")),
+    Case("HF loader stall: TrainingArguments(dataloader_num_workers=...)", LOADER, "data.loader_stall",
+         _config(framework=HF), says=("TrainingArguments(dataloader_num_workers=4",), never=("DataLoader(num",)),
+    Case("loader already pinned: pinning not suggested for it", PAGEABLE, "copy.pageable",
+         _config(data_loaders=[{"num_workers": 4, "pin_memory": True, "persistent_workers": True}]),
+         says=("the DataLoaders already pin their batches",), never=("DataLoader(..., pin_memory=True)",)),
+    Case("ncu ran: no `--mode hybrid`", "planted/healthy_bf16_gemm/run", "tensor.pipe", None,
+         pass_status={"torch": "ok", "nsys": "ok", "ncu": "ok"}, never=("--mode hybrid",),
+         says=("the ncu pass ran",)),
+    Case("no ncu pass: --mode hybrid", "planted/healthy_bf16_gemm/run", "tensor.pipe", None,
+         pass_status={"torch": "ok", "nsys": "ok"}, says=("--mode hybrid",)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_suggestions_follow_the_configuration(case):
+    finding = BY_ID[case.rule].evaluate(_with(case.capture, case.config, case.pass_status))
+    assert finding is not None, f"{case.rule} did not fire on {case.capture}"
+    text = " | ".join(finding.suggestions)
+    for wanted in case.says:
+        assert wanted in text, wanted
+    for unwanted in case.never:
+        assert unwanted not in text, unwanted
+    # Every suggestion states the condition that triggered it.
+    assert finding.advice and all(a["condition"] for a in finding.advice)
+    assert len(finding.advice) == len(finding.suggestions)

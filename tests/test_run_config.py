@@ -1,0 +1,111 @@
+"""hybrid.run_config in real profiled processes: the injector records what tests/scripts/config_probe.py
+switched on (and nothing it did not), and the script's result is the same with and without the observers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "tests" / "scripts" / "config_probe.py"
+TIMEOUT_S = 180
+
+CASES = {
+    "plain": (),
+    "tuned": ("--tf32", "--autocast", "bfloat16", "--compile", "max-autotune", "--optimizer", "adamw", "--fused",
+              "--channels-last", "--scaler", "--pin-memory"),
+    "workers": ("--workers", "2",),
+}
+
+
+def _run(case: str, out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(out), "--warmup", "1",
+            "--steps", "3", "--", str(PROBE), *CASES[case]]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "inject.json").read_text())
+
+
+@cache
+def recorded(tmp_root: str) -> dict[str, dict]:
+    with ThreadPoolExecutor(len(CASES)) as pool:
+        futures = {case: pool.submit(_run, case, Path(tmp_root) / case) for case in CASES}
+        return {case: f.result() for case, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> dict[str, dict]:
+    return {case: inject["config"] for case, inject in recorded(str(tmp_path_factory.mktemp("config"))).items()}
+
+
+def test_nothing_switched_on_is_recorded_as_off(configs):
+    config = configs["plain"]
+    assert config["errors"] == []
+    assert config["precision"]["tf32_matmul"] is False and config["precision"]["tf32_conv"] is False
+    assert config["autocast"]["enabled"] is False
+    assert config["compile"]["used"] is False
+    assert config["grad_scaler"] == {"instances": 0, "enabled": False}
+    assert [o["class"] for o in config["optimizers"]] == ["SGD"]
+    assert config["optimizers"][0]["fused"] in (None, False) and config["optimizers"][0]["supports_fused"]
+    assert config["data_loaders"][0]["num_workers"] == 0 and config["data_loaders"][0]["pin_memory"] is False
+    assert config["channels_last"]["used"] is False and config["channels_last"]["conv2d_modules"] == 1
+    assert config["distributed"]["initialized"] is False and config["distributed"]["ddp"] == []
+    assert config["framework"] == {"name": None}
+
+
+def test_what_the_script_switched_on_is_recorded(configs):
+    config = configs["tuned"]
+    assert config["errors"] == []
+    assert config["precision"]["tf32_matmul"] and config["precision"]["tf32_conv"]
+    assert config["autocast"]["enabled"] and config["autocast"]["dtypes"] == ["bfloat16"]
+    assert {r["device"] for r in config["autocast"]["regions"]} == {"cpu"}
+    assert config["compile"]["used"] and config["compile"]["modes"] == ["max-autotune"]
+    assert config["compile"]["compiled_modules"] == 1
+    assert config["optimizers"][0]["class"] == "AdamW" and config["optimizers"][0]["fused"] is True
+    assert config["grad_scaler"]["instances"] == 1
+    assert config["channels_last"]["used"] is True
+    assert config["data_loaders"][0]["pin_memory"] is True
+    assert configs["workers"]["data_loaders"][0]["num_workers"] == 2
+
+
+def test_a_disabled_autocast_region_is_seen_but_not_enabled(configs):
+    regions = configs["plain"]["autocast"]["regions"]
+    assert regions and all(not r["enabled"] for r in regions)
+
+
+def test_the_observers_do_not_change_the_result(tmp_path):
+    """The tuned loop run to its end under the injector (more steps asked than the script has) prints the
+    same final loss as the script run alone."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    alone = subprocess.run([sys.executable, str(PROBE), *CASES["tuned"]], env=env, capture_output=True, text=True,
+                           timeout=TIMEOUT_S, check=False)
+    injected = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path),
+                               "--warmup", "1", "--steps", "50", "--", str(PROBE), *CASES["tuned"]], env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert alone.returncode == 0 and injected.returncode == 0, alone.stderr + injected.stderr
+    loss = [line for line in alone.stdout.splitlines() if line.startswith("final loss")]
+    assert loss and loss == [line for line in injected.stdout.splitlines() if line.startswith("final loss")]
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path), "--warmup", "1",
+            "--steps", "3", "--", str(PROBE), "--device", "cuda", "--tf32", "--autocast", "bfloat16", "--optimizer",
+            "adamw"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "inject.json").read_text())["config"]
+    assert config["errors"] == []
+    assert {(r["device"], r["dtype"]) for r in config["autocast"]["regions"] if r["enabled"]} == {("cuda", "bfloat16")}
+    assert config["precision"]["tf32_matmul"] and config["precision"]["tf32_conv"]
+    # AdamW with foreach left to torch takes the multi-tensor path on CUDA parameters.
+    assert config["optimizers"][0]["foreach_effective"] is True
