@@ -16,12 +16,10 @@ from hybrid.metrics import (
     LAUNCH_GAP_MAX_NS,
     _op_subtree_device_ns,
     _outermost,
-    covered,
-    interval_union,
     is_annotation,
 )
 from hybrid.profile import Profile
-from nsight.intervals import NO_RANGE, stab_overlapping
+from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
 
 
 def sync_layers(profile: Profile) -> list[Layer]:
