@@ -12,9 +12,9 @@ IDLE = "idle"
 IDLE_CAUSES: tuple[tuple[str, str], ...] = (
     ("sync_wait", "host blocked in a sync"),
     ("blocking_copy", "host blocked in a synchronous copy"),
-    ("compiled_region_break", "in torch.compile'd regions split by graph breaks"),
+    ("compiled_region_break", "compiled regions split by graph breaks"),
     ("dataloader_fetch", "fetching a batch from a DataLoader"),
-    ("host_after_sync", "host work after a sync drained the queue"),
+    ("host_after_sync", "host work after a sync (queue drained)"),
     ("launch_gap", "launch gaps between kernels"),
     ("cpu_heavy_op", "in CPU-heavy operators"),
     ("host_other", "other host work"),
@@ -25,19 +25,20 @@ IDLE_CAUSES: tuple[tuple[str, str], ...] = (
 # compute's and `communication` is the exposed part.
 BUSY_CAUSES: tuple[tuple[str, str], ...] = (
     ("fp32_gemm", "FP32 GEMMs (no tensor cores)"),
-    ("misaligned_gemm", "16-bit GEMMs on narrow-alignment kernels"),
+    ("misaligned_gemm", "16-bit GEMMs, narrow-alignment kernels"),
     ("small_grid", "kernels with fewer blocks than SMs"),
     ("uncoalesced", "kernels with uncoalesced loads"),
     ("low_occupancy", "kernels at low occupancy"),
     ("tensor_pipe_idle", "16-bit GEMMs with an idle tensor pipe"),
     ("below_roofline", "kernels far below the roofline"),
     ("kernel_no_shortfall", "kernels with no shortfall found"),
-    ("kernel_unprofiled", "kernels without counters, no shortfall seen"),
+    ("kernel_unprofiled", "unprofiled kernels, no shortfall seen"),
     ("copy", "memory copies"),
     ("memset", "memsets"),
-    ("communication", "collectives with no compute beside them"),
+    ("communication", "collectives, no compute beside them"),
 )
 
+# Labels fit the terminal waterfall's 38 columns.
 IDLE_ORDER = tuple(cause for cause, _ in IDLE_CAUSES)
 BUSY_ORDER = tuple(cause for cause, _ in BUSY_CAUSES)
 # Kernel shortfall classes in precedence (the compute kernels' part of BUSY_ORDER).
