@@ -5,10 +5,12 @@ schema_version, mode, tools, workload, passes and warnings around it."""
 from __future__ import annotations
 
 from hybrid.hardware import Peaks, peaks_for
+from hybrid.ledger import build_ledger
 from hybrid.metrics import compute_metrics, layer_table, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from hybrid.roofline import roofline
+from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import SEVERITY_RANK, Context, Finding
 from hybrid.rules.registry import GPU_CATEGORIES, RULES
@@ -37,19 +39,13 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
 
 def primary(findings: list[Finding]) -> Finding | None:
-    measured = [f for f in findings if not f.not_measured and f.time_lost_ms > 0]
+    """The finding that costs the most; an alternative remedy for time other findings own is not one."""
+    measured = [f for f in findings if not f.not_measured and not f.alternative and f.time_lost_ms > 0]
     return max(measured, key=lambda f: f.time_lost_ms) if measured else None
 
 
 def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
-    findings = []
-    for rule in RULES:
-        if not gpu and rule.category in GPU_CATEGORIES:
-            continue
-        result = rule.evaluate(ctx)
-        if result is not None:
-            findings.append(result)
-    return rank(findings)
+    return rank(engine.run([rule for rule in RULES if gpu or rule.category not in GPU_CATEGORIES], ctx))
 
 
 # Families whose findings are about a GPU: its kernels, copies and idle time, or work left on the host that
@@ -111,9 +107,12 @@ def analyze(profile: Profile) -> dict:
     roof = roofline(profile, peaks) if gpu else {
         "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
         "source": None, "kernels": [], "reason": "no GPU"}
-    ctx = Context(profile=profile, metrics=metrics, roofline=roof, peaks=_rule_peaks(peaks),
+    ledger = build_ledger(profile, peaks) if gpu else None
+    ctx = Context(metrics=metrics, pools=ledger.ms_per_step() if ledger else {}, roofline=roof,
+                  peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
                   config=config_of(profile.extras, observed_config(metrics)),
-                  pass_status=profile.extras.get("pass_status") or {})
+                  pass_status=profile.extras.get("pass_status") or {},
+                  op_names=frozenset(profile.ops["name"].astype(str)))
     findings = applicable(run_rules(ctx, gpu), gpu)
     top = primary(findings)
     device = profile.device
@@ -122,6 +121,8 @@ def analyze(profile: Profile) -> dict:
                    "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
                    "peaks": peaks.to_dict(), "source": device.source},
         "timing": _timing(metrics),
+        # Where each step went on the device; with no GPU there is no device time to partition.
+        "ledger": ledger.to_dict() if ledger else None,
         "metrics": {name: m.to_dict() for name, m in metrics.items()},
         "roofline": roof,
         "layers": layer_table(profile),

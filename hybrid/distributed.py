@@ -16,7 +16,6 @@ Each rank's folder is a complete single-process run directory, so `hybrid report
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shlex
 import sys
@@ -265,23 +264,22 @@ def rank_path(run_dir: Path, rank: int) -> Path:
 
 def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, list[dict]]:
     from hybrid.analyze import rank
-    from hybrid.profile import Profile
     from hybrid.provenance import Metric
-    from hybrid.rules import communication
+    from hybrid.rules import communication, engine
     from hybrid.rules.advice import config_of, observed_config
-    from hybrid.rules.base import Context, Finding
+    from hybrid.rules.base import Context, Finding, JobFacts
 
     metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
-    profile = Profile()
+    job = JobFacts()
     late = block.get("straggler")
     if late is not None:
         own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
-        own_source = own["evidence"][0]["source"] if own and own.get("evidence") else "estimated"
-        profile.extras["job"] = {"straggler_primary": own and {"title": own["title"], "source": own_source}}
+        if own:
+            job = JobFacts(straggler_primary_title=own["title"],
+                           straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated")
     first = next(iter(rank_results.values()), {})
-    ctx = Context(profile=profile, metrics=metrics,
-                  config=config_of(first, observed_config(first.get("metrics") or {})))
-    comm = [f for f in (rule.evaluate(ctx) for rule in communication.RULES) if f is not None]
+    ctx = Context(metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {})))
+    comm = engine.run(communication.RULES, ctx)
     # Per-rank findings, once per rule: the rank where it costs most, since ranks in lockstep gain
     # what the fix saves on the rank that gates the step.
     merged: dict[str, dict] = {}
@@ -292,9 +290,9 @@ def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, li
             if kept is None or f["time_lost_ms"] > kept["time_lost_ms"]:
                 kept = {**f, "rank": r}
             merged[f["id"]] = {**kept, "ranks": ranks}
-    # A rank's finding carries keys added after the rules ran (the replay's time_lost_method and figures,
-    # callsites): the Finding is rebuilt from its own fields and the rest is carried over as it was.
-    fields = {field.name for field in dataclasses.fields(Finding)}
+    # A rank's finding carries keys added after the rules (callsites, the replay's figures): they stay in
+    # its entry, beside the Finding's own fields.
+    fields = set(Finding.__dataclass_fields__)
     findings = rank(comm + [Finding(**{k: v for k, v in f.items() if k in fields}) for f in merged.values()])
     extra = {f["id"]: {k: v for k, v in f.items() if k not in fields} for f in merged.values()}
     out = []

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.metrics import covered, interval_union
 from hybrid.profile import is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from hybrid.rank_inject import RANK_DIR_FORMAT
+from nsight.intervals import covered, interval_union, step_of
 
 RANK_DIR_PATTERN = re.compile(r"rank-(\d+)$")
 GLOO_PREFIX = "gloo:"
@@ -114,10 +114,7 @@ class RankTimeline:
 
 def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """Measured step whose host range holds each time, -1 for none (ranges do not overlap)."""
-    out = np.full(len(times), -1, dtype="int64")
-    for row in steps.itertuples():
-        out[(times >= row.start_ns) & (times < row.end_ns)] = row.step
-    return out
+    return step_of(times, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
 
 
 def _sequenced(comm: pd.DataFrame) -> pd.DataFrame:

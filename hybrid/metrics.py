@@ -18,6 +18,7 @@ from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
 from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, kernel_label, per_kernel
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
+from nsight.intervals import covered, interval_union
 
 NS_PER_MS = 1e6
 NS_PER_US = 1e3
@@ -58,38 +59,6 @@ DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 # {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
 # host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
 DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
-
-
-# ----------------------------------------------------------------------------- intervals
-def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted, disjoint intervals covering the same time as the input intervals."""
-    if len(starts) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], run_end[last]
-
-
-def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Time covered by the union (us, ue) before each instant in t."""
-    t = np.asarray(t, dtype=np.int64)
-    if len(us) == 0:
-        return np.zeros(len(t), np.int64)
-    cum = np.r_[0, np.cumsum(ue - us)]
-    i = np.searchsorted(us, t, side="right") - 1
-    safe = np.clip(i, 0, None)
-    partial = np.clip(np.minimum(t, ue[safe]) - us[safe], 0, None)
-    return np.where(i >= 0, cum[safe] + partial, 0)
-
-
-def covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Time covered by the union within each window [a, b)."""
-    return covered_before(us, ue, b) - covered_before(us, ue, a)
 
 
 def _overlaps_any(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ from hybrid.profile import (
 )
 from hybrid.provenance import MEASURED_NSYS
 from hybrid.stepping import INJECT_FILE
-from nsight.intervals import NO_RANGE, depths, nesting_parents, stab_disjoint, stab_innermost
+from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import NsysExport, open_export
 
@@ -163,18 +163,17 @@ class _Steps:
 
     def assign(self, times: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
         """Step of each event (host time `times`, thread or process id `global_ids`), -1 outside."""
-        steps = self.frame["step"].to_numpy()
-        idx = stab_disjoint(times, self.frame["start_ns"].to_numpy(), self.frame["end_ns"].to_numpy())
-        out = np.where(idx == NO_RANGE, -1, steps[np.clip(idx, 0, None)] if len(steps) else -1)
+        frame = self.frame
+        out = step_of(times, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), frame["step"].to_numpy())
         pids = self.ranges["global_pid"].unique()
         if len(pids) > 1:  # one set of step ranges per rank: each process follows its own
             event_pids = _pid_of(global_ids)
             for pid in pids:
                 own = self.ranges[self.ranges["global_pid"] == pid]
                 mask = event_pids == _pid_of(np.array([pid]))[0]
-                idx = stab_disjoint(times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy())
-                out[mask] = np.where(idx == NO_RANGE, -1, own["step"].to_numpy()[np.clip(idx, 0, None)])
-        return out.astype(np.int64)
+                out[mask] = step_of(times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy(),
+                                    own["step"].to_numpy())
+        return out
 
 
 def _nvtx_ranges(export: NsysExport) -> pd.DataFrame:

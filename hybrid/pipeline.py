@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hybrid import __version__
 from hybrid.errors import InputError, OutputError
-from hybrid.profile import Profile
+from hybrid.profile import STEP_COLUMNS, Profile
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
 
@@ -33,11 +33,12 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
         return torch_profile
     if torch_profile is None:
         return nsys_profile
-    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps
+    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps, step_windows
 
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
     merged.ops = torch_profile.ops
+    merged.ops_clock_steps = step_windows(torch_profile)[list(STEP_COLUMNS)]
     merged.op_callsites = torch_profile.op_callsites
     merged.sources["ops"] = torch_profile.sources.get("ops", "measured:torch")
     merged.extras = {**torch_profile.extras, **nsys_profile.extras}
@@ -228,13 +229,15 @@ def _load_intact(label: str, load: Callable[[], Profile], damaged: list[InputErr
         return None
 
 
-def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
-                    ncu_csv: Path | None = None) -> dict:
-    """Re-analyze a run directory written by `hybrid run` (offline, on any machine). `ncu_csv`: counters
-    to use instead of the folder's own (`hybrid report DIR --ncu CSV`); `peer_counters`: an ncu CSV
-    measured in another process running the same kernels (a job's ncu rank), used when the folder has
-    none of its own. A damaged artifact is left out with a warning while another one is intact;
-    InputError when none is."""
+def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
+                 ncu_csv: Path | None = None, notes: list[str] | None = None
+                 ) -> tuple[RunDir, Profile | None, Profile | None, Path | None]:
+    """A run directory's torch and nsys profiles (None for a pass that left nothing to analyze) and its
+    ncu CSV. `ncu_csv`: counters to use instead of the folder's own (`hybrid report DIR --ncu CSV`);
+    `peer_counters`: an ncu CSV measured in another process running the same kernels (a job's ncu rank),
+    used when the folder has none of its own. A damaged artifact is left out, with a line in `notes`,
+    while another one is intact; InputError when none is."""
+    notes = notes if notes is not None else []
     run = RunDir.open(path)
     trace, export = run.torch_trace(), run.nsys_export()
     if trace is None and export is None:
@@ -262,10 +265,40 @@ def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters:
         # Keep the run: analyze the torch pass alone and say why nsys could not contribute.
         torch_profile.warnings += nsys_profile.warnings
         nsys_profile = None
-    notes = [f"{error.cause}; analyzed without it" for error in damaged]
+    notes += [f"{error.cause}; analyzed without it" for error in damaged]
     csv = ncu_csv or run.ncu_csv() or _counters_from_report(run, notes) or peer_counters
-    return analyze_artifacts(run, torch_profile, nsys_profile, csv, notes=notes,
-                             counters_required=ncu_csv is not None)
+    return run, torch_profile, nsys_profile, csv
+
+
+def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
+                    ncu_csv: Path | None = None) -> dict:
+    """Re-analyze a run directory written by `hybrid run` (offline, on any machine); see load_run_dir."""
+    notes: list[str] = []
+    loaded = load_run_dir(path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv, notes=notes)
+    return analyze_artifacts(*loaded, notes=notes, counters_required=ncu_csv is not None)
+
+
+def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
+                   ncu_csv: Path | None, *, notes: list[str] | None = None,
+                   counters_required: bool = False) -> tuple[Profile, dict]:
+    """The one Profile analyzed from a run directory's loaded profiles (merged in place), with the
+    injector's facts in its extras and the counters attached; and those facts. Counters that cannot be
+    attached are a line in `notes`, or InputError with `counters_required` (the user named the CSV)."""
+    notes = notes if notes is not None else []
+    profile = merge(torch_profile, nsys_profile)
+    facts = _inject_facts(run, notes)
+    profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
+    if ncu_csv is not None and nsys_profile is None and counters_required:
+        raise InputError(f"{ncu_csv} cannot be used: ncu counters are matched to the kernels of an nsys export, "
+                         f"and {run.path} has no readable one", "pass a run directory with nsys/profile.sqlite")
+    if ncu_csv is not None and nsys_profile is not None:
+        try:
+            profile = _attach_ncu(profile, ncu_csv)
+        except InputError as error:
+            if counters_required:
+                raise
+            notes.append(f"ncu counters left out: {error.cause}")
+    return profile, facts
 
 
 def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
@@ -280,19 +313,8 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     run_json = run.run_json()
     # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
     stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
-    profile = merge(torch_profile, nsys_profile)
-    facts = _inject_facts(run, notes)
-    profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
-    if ncu_csv is not None and nsys_profile is None and counters_required:
-        raise InputError(f"{ncu_csv} cannot be used: ncu counters are matched to the kernels of an nsys export, "
-                         f"and {run.path} has no readable one", "pass a run directory with nsys/profile.sqlite")
-    if ncu_csv is not None and nsys_profile is not None:
-        try:
-            profile = _attach_ncu(profile, ncu_csv)
-        except InputError as error:
-            if counters_required:
-                raise
-            notes.append(f"ncu counters left out: {error.cause}")
+    profile, facts = merged_profile(run, torch_profile, nsys_profile, ncu_csv, notes=notes,
+                                    counters_required=counters_required)
     stepped = _step_inject(run, profile)
     workload = {
         "command": run_json.get("command"),

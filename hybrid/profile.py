@@ -234,6 +234,10 @@ class Profile:
     step_unit: str | None = None
     step_confidence: str | None = None
     step_reason: str | None = None
+    # The step windows (STEP_COLUMNS) of the pass whose clock `ops` is on, when that is not the clock of
+    # the other frames (pipeline.merge: torch.profiler's ops beside nsys's timeline); None when all
+    # frames share one clock. The ledger carries op intervals onto the analyzed timeline through it.
+    ops_clock_steps: pd.DataFrame | None = None
     # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
     extras: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -247,6 +247,15 @@ def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
                          achieved_pct=achieved_pct, bound=np.where(ai < ridge, "memory", "compute"))
 
 
+def counter_row_achieved_pct(counters: pd.DataFrame, peaks: Peaks) -> pd.Series:
+    """Share of the attainable roofline (at its own FLOP mix's ceiling) each counter row reached, indexed
+    like `counters`; NaN where ncu read no FLOPs or DRAM bytes for the row, or the bandwidth is unknown."""
+    counted = counters[counters["tensor_flops"].notna() & counters["dram_read_bytes"].notna()]
+    if counted.empty or peaks.dram is None:
+        return pd.Series(np.nan, index=counters.index)
+    return _place(_with_mix(_counter_work(counted), peaks), peaks)["achieved_pct"].reindex(counters.index)
+
+
 def _split_above_ceiling(placed: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     """The points at or below their compute ceiling, and a record of those above it (never shown as points)."""
     above = (placed["flops_per_s"] > placed["ceiling"] * (1 + CEILING_TOLERANCE)).to_numpy(bool)

@@ -24,7 +24,6 @@ import pandas as pd
 
 from hybrid.errors import InputError
 from hybrid.jsontypes import typed_fields
-from hybrid.metrics import covered, interval_union
 from hybrid.profile import (
     ANNOTATION_PREFIX,
     KERNEL_COLUMNS,
@@ -41,7 +40,7 @@ from hybrid.profile import (
 from hybrid.provenance import MEASURED_TORCH
 from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from hybrid.torch_stacks import op_callsites, stack_samples
-from nsight.intervals import NO_RANGE, nesting_parents
+from nsight.intervals import NO_RANGE, covered, interval_union, nesting_parents, step_of
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no
 # `schemaVersion` comes from another tool.
@@ -253,15 +252,7 @@ def _device_events(events: pd.DataFrame, category: str, runtime: pd.DataFrame) -
 
 
 def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Index of the step whose [start, end] holds each time, -1 for none."""
-    if steps.empty or len(times) == 0:
-        return np.full(len(times), -1, dtype="int64")
-    starts = steps["start_ns"].to_numpy()
-    ends = steps["end_ns"].to_numpy()
-    slot = np.searchsorted(starts, times, side="right") - 1
-    clipped = np.clip(slot, 0, None)
-    inside = (slot >= 0) & (times <= ends[clipped])
-    return np.where(inside, steps["step"].to_numpy()[clipped], -1).astype("int64")
+    return step_of(times, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy(), steps["step"].to_numpy())
 
 
 def _launch_time(device: pd.DataFrame) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Vectorized interval lookups for attributing events to ranges (steps, module calls).
+"""Vectorized interval arithmetic: attributing events to ranges (steps, module calls), and unions and
+coverage of event intervals (device busy time). The package's one implementation of both.
 
 Loops run over ranges or nesting depth, never over events, so a million kernels cost a few numpy
 passes.
@@ -18,6 +19,18 @@ def stab_disjoint(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
     safe = np.clip(idx, 0, None)
     inside = (idx >= 0) & (times <= ends[safe]) if len(starts) else np.zeros(len(times), dtype=bool)
     return np.where(inside, idx, NO_RANGE)
+
+
+def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """The step number of the step window [start, end] holding each time, -1 for none; windows must not
+    overlap (in any order)."""
+    times = np.asarray(times, np.int64)
+    if len(starts) == 0:
+        return np.full(len(times), -1, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    idx = stab_disjoint(times, np.asarray(starts)[order], np.asarray(ends)[order])
+    numbers = np.asarray(steps, np.int64)[order]
+    return np.where(idx == NO_RANGE, -1, numbers[np.clip(idx, 0, None)]).astype(np.int64)
 
 
 def nesting_parents(ends: np.ndarray) -> np.ndarray:
@@ -62,3 +75,52 @@ def stab_innermost(times: np.ndarray, starts: np.ndarray, ends: np.ndarray,
         if not pending.any():
             return idx
         idx[pending] = parents[idx[pending]]
+
+
+def stab_overlapping(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Index of a range [start, end) holding each time, NO_RANGE when none, for ranges that may overlap
+    in any way (kernels on several streams): of the ranges started by t, the one reaching furthest, so
+    each time is given to one range only."""
+    times = np.asarray(times, np.int64)
+    if len(starts) == 0:
+        return np.full(len(times), NO_RANGE, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
+    reach = np.maximum.accumulate(e)
+    # Position of the range that set the running reach (the last one to raise it).
+    setter = np.maximum.accumulate(np.where(e >= reach, np.arange(len(e)), 0))
+    i = np.searchsorted(s, times, side="right") - 1
+    safe = np.clip(i, 0, None)
+    holds = (i >= 0) & (reach[safe] > times)
+    return np.where(holds, order[setter[safe]], NO_RANGE)
+
+
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted, disjoint intervals covering the same time as the input intervals."""
+    if len(starts) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts)[order], np.asarray(ends)[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], run_end[last]
+
+
+def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time covered by the union (us, ue) before each instant in t."""
+    t = np.asarray(t, dtype=np.int64)
+    if len(us) == 0:
+        return np.zeros(len(t), np.int64)
+    cum = np.r_[0, np.cumsum(ue - us)]
+    i = np.searchsorted(us, t, side="right") - 1
+    safe = np.clip(i, 0, None)
+    partial = np.clip(np.minimum(t, ue[safe]) - us[safe], 0, None)
+    return np.where(i >= 0, cum[safe] + partial, 0)
+
+
+def covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Time covered by the union within each window [a, b)."""
+    return covered_before(us, ue, b) - covered_before(us, ue, a)

@@ -13,17 +13,14 @@ import pytest
 
 from hybrid.analyze import _rule_peaks
 from hybrid.hardware import peaks_for
+from hybrid.ledger import build_ledger
 from hybrid.metrics import compute_metrics
-from hybrid.ncu_pass import attach_counters
-from hybrid.nsys_pass import load_nsys_export
-from hybrid.pipeline import _inject_facts, merge
+from hybrid.pipeline import load_run_dir, merged_profile
 from hybrid.roofline import roofline
+from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import Context
 from hybrid.rules.registry import RULES
-from hybrid.rundir import RunDir
-from hybrid.torch_pass import load_torch_trace
-from nsight.ncu_csv import parse_ncu_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BY_ID = {rule.id: rule for rule in RULES}
@@ -31,14 +28,12 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 @cache
 def _context(capture: str) -> Context:
-    run = RunDir.open(FIXTURES / capture)
-    profile = merge(load_torch_trace(run.torch_trace()), load_nsys_export(run.nsys_export()))
-    profile.extras.update({k: v for k, v in _inject_facts(run).items() if k not in profile.extras})
-    if run.ncu_csv() is not None:
-        profile = attach_counters(profile, parse_ncu_csv(run.ncu_csv()))
+    profile, _ = merged_profile(*load_run_dir(FIXTURES / capture))
     peaks = peaks_for(profile.device)
     metrics = compute_metrics(profile, peaks)
-    return Context(profile=profile, metrics=metrics, roofline=roofline(profile, peaks), peaks=_rule_peaks(peaks))
+    return Context(metrics=metrics, pools=build_ledger(profile, peaks).ms_per_step(), roofline=roofline(profile, peaks),
+                   peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
+                   op_names=frozenset(profile.ops["name"].astype(str)))
 
 
 def _with(capture: str, config: dict | None, pass_status: dict | None = None) -> Context:
@@ -131,17 +126,17 @@ CASES = [
     Case("loader already pinned: pinning not suggested for it", PAGEABLE, "copy.pageable",
          _config(data_loaders=[{"num_workers": 4, "pin_memory": True, "persistent_workers": True}]),
          says=("the DataLoaders already pin their batches",), never=("DataLoader(..., pin_memory=True)",)),
-    Case("ncu ran: no `--mode hybrid`", "planted/healthy_bf16_gemm/run", "tensor.pipe", None,
+    Case("ncu ran: no `--mode hybrid`", "planted/healthy_bf16_gemm/run", "tensor.pipe_idle", None,
          pass_status={"torch": "ok", "nsys": "ok", "ncu": "ok"}, never=("--mode hybrid",),
          says=("the ncu pass ran",)),
-    Case("no ncu pass: --mode hybrid", "planted/healthy_bf16_gemm/run", "tensor.pipe", None,
+    Case("no ncu pass: --mode hybrid", "planted/healthy_bf16_gemm/run", "tensor.pipe_idle", None,
          pass_status={"torch": "ok", "nsys": "ok"}, says=("--mode hybrid",)),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_suggestions_follow_the_configuration(case):
-    finding = BY_ID[case.rule].evaluate(_with(case.capture, case.config, case.pass_status))
+    finding = engine.evaluate(BY_ID[case.rule], _with(case.capture, case.config, case.pass_status))
     assert finding is not None, f"{case.rule} did not fire on {case.capture}"
     text = " | ".join(finding.suggestions)
     for wanted in case.says:

@@ -7,11 +7,12 @@ import pandas as pd
 import pytest
 
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics, covered, idle_gaps, interval_union, top_kernels
+from hybrid.metrics import compute_metrics, idle_gaps, top_kernels
 from hybrid.nsys_pass import load_nsys_export
 from hybrid.profile import KERNEL_COLUMNS, STEP_COLUMNS, DeviceInfo, Profile, conform
 from hybrid.provenance import ESTIMATED, MEASURED_NSYS, MEASURED_TORCH
 from hybrid.torch_pass import load_torch_trace
+from nsight.intervals import covered, interval_union
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200-probe"
 NSYS = FIXTURES / "nsys_matmul_copy.sqlite"

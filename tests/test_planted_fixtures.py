@@ -114,8 +114,10 @@ def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
     assert m["idle_host_after_sync_ms"]["value"] > 0.5 * m["idle_host_ms"]["value"]
     # Removing the .item() calls saved 4.7 ms a step in plain runs; the estimate is within 30%.
     assert sync["time_lost_ms"] == pytest.approx(_realized_ms("sync_item_per_microstep"), rel=0.3)
-    # The two findings split the idle time the syncs and the host work left, without counting any twice.
-    explained = m["idle_host_ms"]["value"] + m["idle_sync_ms"]["value"] + m["idle_memcpy_ms"]["value"]
+    # The two findings split the ledger's waits and host work after them and elsewhere, without counting
+    # any twice (the idle time inside CPU-heavy ops and launch gaps is other findings').
+    pools = doc["ledger"]["ms_per_step"]
+    explained = sum(pools[c] for c in ("sync_wait", "blocking_copy", "host_after_sync", "host_other"))
     assert sync["time_lost_ms"] + host["time_lost_ms"] == pytest.approx(explained, rel=1e-6)
     # The host's sampling (14.8 ms a step) outweighs the GPU time it could hide behind: host work leads.
     assert doc["diagnosis"]["primary_bottleneck"]["id"] == "cpu.preprocessing"
@@ -129,11 +131,13 @@ def test_graph_breaks_own_the_device_idle_time_inside_the_compiled_regions():
         breaks = found["compile.graph_breaks"]
         breaks = {**breaks, "time_lost_ms": breaks.get("time_lost_model_ms", breaks["time_lost_ms"])}
         assert doc["diagnosis"]["primary_bottleneck"]["id"] == "compile.graph_breaks", mode
-        # Measured on the torch pass's clock; on the nsys timeline it is the same share of the step.
+        # The device idle time inside the regions on the analyzed timeline (the torch pass's regions carried
+        # onto nsys's as the same share of their step): at most their share of the step, and most of the
+        # idle time the torch pass measured inside them, scaled to the analyzed step.
+        pool = doc["ledger"]["ms_per_step"]["compiled_region_break"]
+        assert breaks["time_lost_ms"] == pytest.approx(pool)
         share = m["step_time_ms"]["value"] / m["torch_pass_step_time_ms"]["value"] if mode != "torch-only" else 1.0
-        assert "torch_pass_step_time_ms" in m or mode == "torch-only"
-        assert breaks["time_lost_ms"] == pytest.approx(
-            min(m["compiled_region_idle_ms"]["value"] * share, m["gpu_idle_ms"]["value"]))
+        assert 0.7 * m["compiled_region_idle_ms"]["value"] * share <= pool <= m["compiled_region_ms"]["value"] * share
         # Measured inside the regions, so the estimate does not rest on an assumption (no severity cap).
         assert not any(e["label"] == "time lost assumes" for e in breaks["evidence"])
 

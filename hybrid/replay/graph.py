@@ -329,10 +329,26 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
         d_start=d_start.astype(float), d_end=d_end.astype(float), step_ids=steps["step"].to_numpy(np.int64),
         step_start_event=step_start_event, step_end_event=step_end_event, n_streams=len(stream_ids),
         launch_latency_ns=launch_latency, stream_gap_ns=stream_gap, notes=notes)
-    from hybrid.replay.simulate import step_windows
-
     graph.measured_step_ns = step_windows(graph, graph.h_start, graph.d_end)
     return graph
+
+
+def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> np.ndarray:
+    """Each step's window as hybrid.metrics.step_windows takes it: it ends when both its host range
+    and the device work launched in it have ended, and starts when its range opens or the previous
+    step ended, whichever is later."""
+    host_start = h_start[graph.step_start_event]
+    host_end = h_start[graph.step_end_event]
+    device_end = np.full(len(graph.step_ids), -np.inf)
+    if len(d_end):
+        position = np.searchsorted(graph.step_ids, graph.d_step)
+        inside = (position < len(graph.step_ids)) & (graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)]
+                                                    == graph.d_step)
+        np.maximum.at(device_end, position[inside], d_end[inside])
+    ends = np.maximum(host_end, device_end)
+    starts = host_start.copy()
+    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    return ends - starts
 
 
 def _cross_stream_deps(unexplained: np.ndarray, d_stream: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,

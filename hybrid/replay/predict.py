@@ -77,7 +77,8 @@ def _rerank(analysis: dict) -> None:
     findings = sorted(diagnosis["bottlenecks"], key=lambda f: (f.get("not_measured", False), -f["time_lost_ms"],
                                                                -SEVERITY_RANK.get(f["severity"], 0), f["id"]))
     diagnosis["bottlenecks"] = findings
-    measured = [f for f in findings if not f.get("not_measured") and f["time_lost_ms"] > 0]
+    # An alternative remedy for time other findings own (alternative_to) is never the primary.
+    measured = [f for f in findings if not f.get("not_measured") and not f.get("alternative_to") and f["time_lost_ms"] > 0]
     key = "time_lost_baseline_ms" if measured and all("time_lost_baseline_ms" in f for f in measured) \
         else "time_lost_ms"
     diagnosis["primary_bottleneck"] = dict(max(measured, key=lambda f: f[key])) if measured else None
@@ -131,11 +132,15 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
             continue
         fixed_ms = replay_step(apply(graph, choice.fix)).step_time_ms
         finding["time_lost_model_ms"] = finding["time_lost_ms"]
-        finding["time_lost_ms"] = max(0.0, base.step_time_ms - fixed_ms)
+        # A fix replayed on the whole step can also remove time the ledger gives other causes (CUDA graphs
+        # drop the launch gaps inside compiled regions too): the finding's pool bounds what it saves.
+        bound = finding.get("pool_ms")
+        finding["time_lost_ms"] = min(max(0.0, base.step_time_ms - fixed_ms), bound if bound is not None else float("inf"))
         finding["time_lost_pct"] = 100.0 * finding["time_lost_ms"] / step_ms if step_ms else 0.0
         if plain_graph is not None:
             plain_fixed = replay_step(apply(plain_graph, _scaled_fix(choice.fix, host_scale))).step_time_ms
-            finding["time_lost_baseline_ms"] = max(0.0, plain_base_ms - plain_fixed)
+            plain_bound = float("inf") if bound is None else bound * plain_base_ms / base.step_time_ms
+            finding["time_lost_baseline_ms"] = min(max(0.0, plain_base_ms - plain_fixed), plain_bound)
         elif baseline_step_ms:
             finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / base.step_time_ms
         finding["time_lost_method"] = "replay"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybrid.replay.graph import WAIT_DEVICE, WAIT_OP, WAIT_STREAM, ReplayGraph
+from hybrid.replay.graph import WAIT_DEVICE, WAIT_OP, WAIT_STREAM, ReplayGraph, step_windows
 
 NS_PER_MS = 1e6
 # As in hybrid.metrics: a step this many times the median is a one-off and is not averaged in.
@@ -34,24 +34,6 @@ def steady_mask(step_ns: np.ndarray) -> np.ndarray:
     if not len(step_ns):
         return np.zeros(0, bool)
     return step_ns <= OUTLIER_STEP_FACTOR * float(np.median(step_ns))
-
-
-def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> np.ndarray:
-    """Each step's window as hybrid.metrics.step_windows takes it: it ends when both its host range
-    and the device work launched in it have ended, and starts when its range opens or the previous
-    step ended, whichever is later."""
-    host_start = h_start[graph.step_start_event]
-    host_end = h_start[graph.step_end_event]
-    device_end = np.full(len(graph.step_ids), -np.inf)
-    if len(d_end):
-        position = np.searchsorted(graph.step_ids, graph.d_step)
-        inside = (position < len(graph.step_ids)) & (graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)]
-                                                    == graph.d_step)
-        np.maximum.at(device_end, position[inside], d_end[inside])
-    ends = np.maximum(host_end, device_end)
-    starts = host_start.copy()
-    starts[1:] = np.maximum(starts[1:], ends[:-1])
-    return ends - starts
 
 
 def replay_step(graph: ReplayGraph) -> StepReplay:

@@ -18,6 +18,7 @@ from hybrid.report import (
     peak,
     roofline_vs_peaks,
     source_label,
+    waterfall,
 )
 from hybrid.report.compare import compare_lines
 from hybrid.report.html_timeline import timeline_css, timeline_svg
@@ -538,7 +539,8 @@ def render_html(results: dict, *, include_paths: bool = False) -> str:
     device = (results.get("device") or {}).get("name") or "no GPU"
     title = f"hybrid report: {device}, {results.get('mode')}"
     body = "".join([_first_notes(results, w), _summary(results, w), _ranks(results, w), _roofline(results, w),
-                    _findings(results, w), timeline_svg(results, w.text), _kernels(results, w),
+                    _findings(results, w), waterfall.html_block(results), timeline_svg(results, w.text),
+                    _kernels(results, w),
                     _layers(results, w), _roofline_kernels(results, w), _notes(results, w), _views(results, w),
                     _metrics(results, w), _provenance(results, w)])
     return _page(title, body, w)

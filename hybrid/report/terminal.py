@@ -30,6 +30,7 @@ from hybrid.report import (
     short_name,
     short_source,
     source_label,
+    waterfall,
 )
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings
@@ -437,8 +438,8 @@ def print_report(results: dict, console: Console, *, verbose: bool = False, loca
     summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
-        sections += [[_kernel_table(results)], [_layer_table(results)], [_roofline_table(results)],
-                     [_metrics_table(results)]]
+        sections += [waterfall.terminal_lines(results), [_kernel_table(results)], [_layer_table(results)],
+                     [_roofline_table(results)], [_metrics_table(results)]]
     sections.append(_notes(results, verbose) + _passes(results, verbose))
     console.print(Constrain(Group(*_with_gaps(sections)), width=REPORT_WIDTH), overflow="fold")
     views = _views(results, None if location is None else str(escape_strings(location)))

@@ -1,15 +1,16 @@
-"""What a rule is and what it returns. Modeled on Nsight Compute's section rules: a rule declares
-the metrics it needs, returns early (None) when it does not apply, and reports its focus metrics as
-evidence. The time-lost estimate is a separate pure function per rule so it can be unit-tested."""
+"""What a rule is and what it returns. Modeled on Nsight Compute's section rules: a rule declares the
+metrics its model reads (required, or optional: an absent optional input reaches the model as None and
+is listed in the finding, never read as 0), the ledger pool whose time bounds its saving, its floor,
+a pure time-lost model and the report that proves it. hybrid.rules.engine applies them; no rule reads
+another rule."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from hybrid.profile import Profile
 from hybrid.provenance import Metric
-from hybrid.rules.advice import RunConfig
+from hybrid.rules.advice import RunConfig, Suggestion
 
 CATEGORIES = (
     "ROOFLINE",
@@ -50,6 +51,14 @@ class Finding:
     time_lost_pct: float = 0.0
     # A family that needs data we did not collect says so instead of guessing (severity LOW).
     not_measured: bool = False
+    # The ledger causes whose time this finding claims (hybrid.ledger.causes), in the order it drew on them,
+    # and the time per step they still held when it did: what fixing this cause can give back at most.
+    pool: list[str] = field(default_factory=list)
+    pool_ms: float | None = None
+    # Optional inputs of the rule's model that this run did not measure.
+    missing_inputs: list[str] = field(default_factory=list)
+    # Another remedy for time the listed findings own: shown beside them, never added to them.
+    alternative_to: list[str] = field(default_factory=list)
     # The suggestions as {text, condition, applies_to} (hybrid.rules.advice.Suggestion).
     advice: list[dict] = field(default_factory=list)
 
@@ -62,18 +71,35 @@ class Finding:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def alternative(self) -> bool:
+        return bool(self.alternative_to)
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the multi-GPU rules know of a job beyond its metrics: the straggler rank's own top finding."""
+
+    straggler_primary_title: str | None = None
+    straggler_primary_source: str = "estimated"
+
 
 @dataclass
 class Context:
-    """Everything a rule may read. `metrics` maps metric name -> Metric (see hybrid/metrics.py)."""
+    """Everything the rules of one analysis may read: metric name -> Metric (hybrid/metrics.py, or the job's
+    metrics), the ledger's time per cause per step, the roofline block and plain peaks."""
 
-    profile: Profile
     metrics: dict[str, Metric]
+    pools: Mapping[str, float] = field(default_factory=dict)
     roofline: dict = field(default_factory=dict)
     peaks: dict = field(default_factory=dict)
-    # What the run had switched on (inject.json `config`), and how each pass of the run ended.
+    has_counters: bool = False
+    job: JobFacts | None = None
+    # What the run had switched on (inject.json `config`), how each pass of the run ended, and the names of
+    # the operators the torch pass saw (advice names the ones that caused a finding).
     config: RunConfig = field(default_factory=RunConfig)
     pass_status: dict[str, str] = field(default_factory=dict)
+    op_names: frozenset[str] = frozenset()
 
     def value(self, name: str, default: float | None = None):
         metric = self.metrics.get(name)
@@ -85,17 +111,54 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """A rule model's view of the context: the metrics it declared and nothing else (an absent optional
+    one is None; an undeclared name is a KeyError), the time left in its pool, and the step."""
+
+    values: Mapping[str, float | int | str | None]
+    pool_ms: float | None  # ms per step its pool still holds; None when the rule reads no pool
+    step_ms: float
+    peaks: Mapping
+    roofline: Mapping
+    pools: Mapping[str, float]  # every ledger cause's ms per step, as measured (for models that split a pool)
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a finding shows: its title, evidence (label, metric name) pairs plus extra evidence, why, and
+    what to do; `assumes` names an unmeasured premise of the estimate (shown, and capping the severity)."""
+
+    title: str
+    pairs: list[tuple[str, str]]
+    explanation: str
+    suggestions: list[Suggestion]
+    extra: list[Evidence] = field(default_factory=list)
+    assumes: str | None = None
+
+
+@dataclass(frozen=True)
+class NotMeasured:
+    """The note a rule leaves when the run has no hardware counters for it."""
+
+    id: str
+    title: str
+    explanation: str
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     category: str
-    requires: tuple[str, ...]  # metric names that must be present, else the rule is skipped
-    check: Callable[[Context], Finding | None]
-
-    def applies(self, ctx: Context) -> bool:
-        return all(ctx.metrics.get(name) is not None and ctx.metrics[name].value is not None
-                   for name in self.requires)
-
-    def evaluate(self, ctx: Context) -> Finding | None:
-        if not self.applies(ctx):
-            return None
-        return self.check(ctx)
+    requires: tuple[str, ...]  # metrics the model needs; without one the rule does not apply
+    model: Callable[[Inputs], float | None]  # time lost per step (ms), None when the rule does not apply
+    report: Callable[[Context, float], Report]  # the finding's text for a time lost
+    optional: tuple[str, ...] = ()  # metrics the model reads when measured (None when not)
+    pool: tuple[str, ...] = ()  # ledger causes whose unclaimed time bounds the saving, drawn in this order
+    floor_pct: float = 0.0  # below this share of the step, no finding
+    counters: NotMeasured | None = None  # needs ncu counters; the note to leave without them
+    # Another remedy for the pool's time (a larger batch amortizes the host gaps other findings fix): it
+    # reads the pool as measured, draws nothing, and is shown as an alternative to those findings.
+    alternative: bool = False

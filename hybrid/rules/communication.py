@@ -8,8 +8,7 @@ the slowest rank's, since ranks that meet in collectives move at the pace of the
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion
-from hybrid.rules.base import Context, Evidence, Finding, Rule
-from hybrid.rules.common import finding, lost_pct
+from hybrid.rules.base import Context, Evidence, Inputs, Report, Rule
 
 # 5% of the step is SEVERITY_FLOORS' MODERATE floor: the smallest gain worth a code change.
 MIN_LOST_PCT = 5.0
@@ -58,54 +57,6 @@ def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
     return out
 
 
-def check_exposed(ctx: Context) -> Finding | None:
-    lost = hideable_comm_ms(ctx.value("exposed_comm_ms"), ctx.value("wait_ms", 0.0), ctx.value("comm_ms"),
-                            ctx.value("compute_ms"))
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="comm.exposed", title="Communication is exposed: collectives run while no compute does",
-        category="COMMUNICATION",
-        pairs=[("time in collectives per step", "comm_ms"), ("exposed (no compute running)", "exposed_comm_ms"),
-               ("overlap with compute", "overlap_pct"), ("of which waiting for peers", "wait_ms"),
-               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
-        explanation=("Gradient all-reduces that start only after the backward pass has finished, or that the step "
-                     "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
-                     "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
-                     "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
-                     "gradient, or when no_sync() is left off the last micro-batch only."),
-        suggestions=exposed_advice(ctx, lost),
-        lost_ms=lost)
-
-
-def check_straggler(ctx: Context) -> Finding | None:
-    lost = ctx.value("straggler_lateness_ms", 0.0)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    rank = ctx.value("straggler_rank")
-    job = ctx.profile.extras.get("job", {})
-    own = job.get("straggler_primary")
-    extra = [Evidence(f"rank {rank}'s own top finding", own["title"], "", own.get("source", "estimated"))] if own else []
-    return finding(
-        ctx, id="comm.straggler", title=f"Rank {rank} is a straggler: the other ranks wait for it in every step",
-        category="COMMUNICATION",
-        pairs=[("straggler rank", "straggler_rank"), ("others wait for it, per step", "straggler_lateness_ms"),
-               ("collectives it arrived at last", "straggler_arrived_last_pct"),
-               ("step time spread across ranks", "step_time_spread_ms"), ("job step time", "step_time_ms")],
-        extra=extra,
-        explanation=(f"Rank {rank} reaches the collectives last, so every other rank spends that time waiting "
-                     "inside them and the whole job runs at its pace. The cause is on that rank: more work "
-                     "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
-                     "or checkpointing done by one rank, or a slower or throttled device. Its own report "
-                     f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."),
-        suggestions=[Suggestion(f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
-                                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
-                                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
-                                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
-                                f"the other ranks wait {lost:.3g} ms a step for rank {rank} in the collectives")],
-        lost_ms=lost)
-
-
 def comm_bound_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     condition = (f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against {ctx.value('compute_ms', 0.0):.3g} "
                  "ms of compute")
@@ -120,27 +71,6 @@ def comm_bound_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     return out
 
 
-def check_comm_bound(ctx: Context) -> Finding | None:
-    comm, wait, compute = ctx.value("comm_ms"), ctx.value("wait_ms", 0.0), ctx.value("compute_ms")
-    transfer = max(0.0, comm - max(0.0, wait))
-    if compute > 0 and transfer / compute < COMM_BOUND_RATIO:
-        return None
-    lost = unhideable_comm_ms(comm, wait, compute)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="comm.bound", title="The step is communication-bound: collectives take longer than the compute",
-        category="COMMUNICATION",
-        pairs=[("time in collectives per step", "comm_ms"), ("of which waiting for peers", "wait_ms"),
-               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
-        explanation=("Each rank computes for less time than its collectives take to move the data, so even "
-                     "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
-                     "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
-                     "fp32 over a slow link."),
-        suggestions=comm_bound_advice(ctx, lost),
-        lost_ms=lost)
-
-
 def host_sync_advice(ctx: Context, barriers: float, host_collectives: float) -> list[Suggestion]:
     out = []
     if barriers > 0:
@@ -153,29 +83,98 @@ def host_sync_advice(ctx: Context, barriers: float, host_collectives: float) -> 
     return out
 
 
-def check_host_sync(ctx: Context) -> Finding | None:
-    barriers = ctx.value("barriers_per_step", 0.0)
-    host_collectives = ctx.value("host_collectives_on_cuda_per_step", 0.0)
-    if barriers <= 0 and host_collectives <= 0:
+def exposed_model(inp: Inputs) -> float | None:
+    return hideable_comm_ms(inp["exposed_comm_ms"], inp["wait_ms"] or 0.0, inp["comm_ms"], inp["compute_ms"])
+
+
+def exposed_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Communication is exposed: collectives run while no compute does",
+        pairs=[("time in collectives per step", "comm_ms"), ("exposed (no compute running)", "exposed_comm_ms"),
+               ("overlap with compute", "overlap_pct"), ("of which waiting for peers", "wait_ms"),
+               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
+        explanation=("Gradient all-reduces that start only after the backward pass has finished, or that the step "
+                     "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
+                     "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
+                     "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
+                     "gradient, or when no_sync() is left off the last micro-batch only."),
+        suggestions=exposed_advice(ctx, lost_ms))
+
+
+def straggler_model(inp: Inputs) -> float | None:
+    return inp["straggler_lateness_ms"]
+
+
+def straggler_report(ctx: Context, lost_ms: float) -> Report:
+    rank = ctx.value("straggler_rank")
+    job = ctx.job
+    extra = ([Evidence(f"rank {rank}'s own top finding", job.straggler_primary_title, "", job.straggler_primary_source)]
+             if job is not None and job.straggler_primary_title else [])
+    return Report(
+        title=f"Rank {rank} is a straggler: the other ranks wait for it in every step",
+        pairs=[("straggler rank", "straggler_rank"), ("others wait for it, per step", "straggler_lateness_ms"),
+               ("collectives it arrived at last", "straggler_arrived_last_pct"),
+               ("step time spread across ranks", "step_time_spread_ms"), ("job step time", "step_time_ms")],
+        extra=extra,
+        explanation=(f"Rank {rank} reaches the collectives last, so every other rank spends that time waiting "
+                     "inside them and the whole job runs at its pace. The cause is on that rank: more work "
+                     "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
+                     "or checkpointing done by one rank, or a slower or throttled device. Its own report "
+                     f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."),
+        suggestions=[Suggestion(f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
+                                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
+                                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
+                                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
+                                f"the other ranks wait {lost_ms:.3g} ms a step for rank {rank} in the collectives")])
+
+
+def bound_model(inp: Inputs) -> float | None:
+    comm, wait, compute = inp["comm_ms"], inp["wait_ms"] or 0.0, inp["compute_ms"]
+    transfer = max(0.0, comm - max(0.0, wait))
+    if compute > 0 and transfer / compute < COMM_BOUND_RATIO:
         return None
-    lost = ctx.value("barrier_ms", 0.0)
-    return finding(
-        ctx, id="comm.host_sync", title="Ranks synchronize on the host inside the step",
-        category="COMMUNICATION",
+    return unhideable_comm_ms(comm, wait, compute)
+
+
+def bound_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="The step is communication-bound: collectives take longer than the compute",
+        pairs=[("time in collectives per step", "comm_ms"), ("of which waiting for peers", "wait_ms"),
+               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
+        explanation=("Each rank computes for less time than its collectives take to move the data, so even "
+                     "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
+                     "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
+                     "fp32 over a slow link."),
+        suggestions=comm_bound_advice(ctx, lost_ms))
+
+
+def host_sync_model(inp: Inputs) -> float | None:
+    if (inp["barriers_per_step"] or 0.0) <= 0 and (inp["host_collectives_on_cuda_per_step"] or 0.0) <= 0:
+        return None
+    return inp["barrier_ms"] or 0.0
+
+
+def host_sync_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Ranks synchronize on the host inside the step",
         pairs=[("barriers per step", "barriers_per_step"), ("time in barriers per step", "barrier_ms"),
                ("CPU (gloo) collectives per step in a GPU job", "host_collectives_on_cuda_per_step")],
         explanation=("A barrier, or a collective run by the CPU (gloo) in a GPU job, stops every rank's host until "
                      "the slowest one arrives, and data moved through the CPU must first be copied off the GPU. "
                      "Common sources: dist.barrier() in the loop, all_gather_object/broadcast_object_list for "
                      "metrics, loss.item() after an all_reduce, a gloo process group used for GPU tensors."),
-        suggestions=host_sync_advice(ctx, barriers, host_collectives),
-        lost_ms=lost)
+        suggestions=host_sync_advice(ctx, ctx.value("barriers_per_step", 0.0), ctx.value("host_collectives_on_cuda_per_step", 0.0)))
 
 
+# Job-level figures (means over ranks, per step) with no ledger of their own: the job's step is the
+# slowest rank's, and these findings are bounded by their models alone.
 RULES = [
-    Rule("comm.exposed", "COMMUNICATION", ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"), check_exposed),
+    Rule("comm.exposed", "COMMUNICATION", ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"), exposed_model,
+         exposed_report, optional=("wait_ms",), floor_pct=MIN_LOST_PCT),
     Rule("comm.straggler", "COMMUNICATION", ("straggler_rank", "straggler_lateness_ms", "step_time_ms"),
-         check_straggler),
-    Rule("comm.bound", "COMMUNICATION", ("comm_ms", "compute_ms", "step_time_ms"), check_comm_bound),
-    Rule("comm.host_sync", "COMMUNICATION", ("step_time_ms",), check_host_sync),
+         straggler_model, straggler_report, floor_pct=MIN_LOST_PCT),
+    Rule("comm.bound", "COMMUNICATION", ("comm_ms", "compute_ms", "step_time_ms"), bound_model, bound_report,
+         optional=("wait_ms",), floor_pct=MIN_LOST_PCT),
+    Rule("comm.host_sync", "COMMUNICATION", ("step_time_ms",), host_sync_model, host_sync_report,
+         optional=("barriers_per_step", "host_collectives_on_cuda_per_step", "barrier_ms")),
 ]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, lost_pct, on_analyzed_clock
+from hybrid.rules.base import Context, Inputs, Report, Rule
 
 MIN_LOST_PCT = 1.0
 
@@ -23,13 +22,6 @@ def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
     return idle_launch_ms * breaks / (breaks + 1)
 
 
-def compiled_idle_lost_ms(compiled_region_idle_ms: float, gpu_idle_ms: float) -> float:
-    """The device idle time measured inside the compiled regions (torch pass clock), at most the idle
-    time of the analyzed timeline: what removing the breaks can give back, as one graph runs its pieces
-    back to back (graph_breaks on the H200: 7.2 ms of 17.8 idle inside the regions, 3.7 ms saved plain)."""
-    return max(0.0, min(compiled_region_idle_ms, gpu_idle_ms))
-
-
 def fusion_advice(ctx: Context) -> list[Suggestion]:
     condition = (f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of {ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} "
                  f"back-to-back elementwise kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)")
@@ -42,34 +34,41 @@ def fusion_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_fusible(ctx: Context) -> Finding | None:
-    lost = fusion_lost_ms(ctx.value("fusible_saving_ms", 0.0))
-    if ctx.value("fusible_chains_per_step", 0.0) < 1 or lost_pct(ctx, lost) < MIN_LOST_PCT:
+def fusion_model(inp: Inputs) -> float | None:
+    if inp["fusible_chains_per_step"] < 1:
         return None
-    return finding(
-        ctx, id="compile.fusible_elementwise", title="Chains of elementwise kernels could be fused",
-        category="COMPILER_GRAPH",
+    return fusion_lost_ms(inp["fusible_saving_ms"])
+
+
+def fusion_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Chains of elementwise kernels could be fused",
         pairs=[("chains per step", "fusible_chains_per_step"), ("kernels in chains", "fusible_chain_kernels_per_step"),
                ("time in chains", "fusible_chain_ms"), ("estimated saving", "fusible_saving_ms"),
                ("distinct kernels per step", "distinct_kernels_per_step")],
         explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
                      "whole tensor from DRAM; fused, the data is read once and written once."),
-        suggestions=fusion_advice(ctx),
-        lost_ms=lost)
+        suggestions=fusion_advice(ctx))
 
 
-def check_graph_breaks(ctx: Context) -> Finding | None:
-    breaks = int(ctx.value("graph_breaks", 0))
+def graph_breaks_model(inp: Inputs) -> float | None:
+    """The device idle time inside the compiled regions (the ledger carries the torch pass's regions
+    onto the analyzed timeline): what removing the breaks can give back, as one graph runs its pieces
+    back to back (graph_breaks on the H200: 7.2 ms of 17.8 idle inside the regions, 3.7 ms saved plain).
+    Without the regions' timing, a share of the launch gaps."""
+    breaks = int(inp["graph_breaks"])
     if breaks <= 0:
         return None
+    if inp["compiled_region_idle_ms"] is not None:
+        return inp.pools.get("compiled_region_break", 0.0)
+    return graph_break_lost_ms(breaks, inp.pools.get("launch_gap", 0.0))
+
+
+def graph_breaks_report(ctx: Context, lost_ms: float) -> Report:
+    breaks = int(ctx.value("graph_breaks"))
     measured = "compiled_region_idle_ms" in ctx.metrics
-    if measured:
-        lost = compiled_idle_lost_ms(on_analyzed_clock(ctx, ctx.value("compiled_region_idle_ms", 0.0)),
-                                     ctx.value("gpu_idle_ms", 0.0))
-    else:
-        lost = graph_break_lost_ms(breaks, ctx.value("idle_launch_ms", 0.0))
-    return finding(
-        ctx, id="compile.graph_breaks", title=f"torch.compile graph breaks ({breaks})", category="COMPILER_GRAPH",
+    return Report(
+        title=f"torch.compile graph breaks ({breaks})",
         pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons"),
                ("time in compiled regions", "compiled_region_ms"),
                ("GPU idle inside compiled regions", "compiled_region_idle_ms")],
@@ -81,11 +80,14 @@ def check_graph_breaks(ctx: Context) -> Finding | None:
         suggestions=[Suggestion("List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); remove "
                                 "data-dependent Python control flow, .item() and print() from compiled code",
                                 f"torch.compile recorded {breaks} graph break(s)",
-                                tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]))],
-        lost_ms=lost)
+                                tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]))])
 
 
 RULES = [
-    Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "step_time_ms"), check_fusible),
-    Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), check_graph_breaks),
+    Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "fusible_chains_per_step",
+                                                           "step_time_ms"),
+         fusion_model, fusion_report, floor_pct=MIN_LOST_PCT),
+    # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before launch.bound's.
+    Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), graph_breaks_model,
+         graph_breaks_report, optional=("compiled_region_idle_ms",), pool=("compiled_region_break", "launch_gap")),
 ]

@@ -4,10 +4,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, loader_workers, use_compile, use_cuda_graphs
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
-from hybrid.rules.data_pipeline import loader_stall_lost_ms
-from hybrid.rules.synchronization import host_idle_claimed_ms
+from hybrid.rules.base import Context, Inputs, Report, Rule
 
 MIN_LOST_PCT = 1.0
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
@@ -17,26 +14,15 @@ EXCESSIVE_COPIES_PER_STEP = 10
 EXPECTED_COPIES_PER_STEP = 2
 # Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
 HOST_GAP_MIN_PCT = 5.0
-# GPU idle time other findings give a cause to: the host ops that were slow to launch or compute are
-# where the launch and host gaps come from, so those findings own the gaps and this one the rest.
-IDLE_OWNERS = ("launch.bound", "compile.graph_breaks", "sync.per_step", "cpu.preprocessing", "data.loader_stall")
-# The copies themselves: creating a tensor on the device removes its copy (cpu.late_migration),
-# which is more specific than "too many copies".
-COPY_OWNERS = ("cpu.late_migration",)
+# Host work while the device idles, outside syncs, DataLoader fetches, compiled regions, launch gaps and
+# CPU-heavy ops (those have their own causes): what follows a sync first (what the sync finding left of it).
+HOST_WORK_POOL = ("host_after_sync", "host_other")
 
 
-def preprocessing_lost_ms(idle_host_ms: float, loader_stall_ms: float) -> float:
-    """Host idle time not spent fetching from a DataLoader (that part is DATA_PIPELINE's finding):
-    numpy or Python work in the loop body itself."""
-    return max(0.0, idle_host_ms - loader_stall_ms)
-
-
-def cpu_heavy_lost_ms(cpu_heavy_ms: float, gpu_idle_ms: float | None, claimed_by_others_ms: float = 0.0) -> float:
-    """Host time of CPU-heavy ops only costs step time while the GPU has nothing queued, and only the
-    idle time no other finding explains."""
-    if gpu_idle_ms is None:
-        return max(0.0, cpu_heavy_ms - claimed_by_others_ms)
-    return min(cpu_heavy_ms, max(0.0, gpu_idle_ms - claimed_by_others_ms))
+def cpu_heavy_lost_ms(cpu_heavy_ms: float) -> float:
+    """Host time of CPU-heavy ops only costs step time while the GPU has nothing queued: the ledger's
+    idle time inside those ops (the pool) bounds it."""
+    return max(0.0, cpu_heavy_ms)
 
 
 def transfers_lost_ms(exposed_copy_ms: float, copies_per_step: float) -> float:
@@ -64,46 +50,6 @@ def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_cpu_heavy(ctx: Context) -> Finding | None:
-    if ctx.value("cpu_heavy_ops", 0) < 1:
-        return None
-    lost = cpu_heavy_lost_ms(ctx.value("cpu_heavy_ops_ms", 0.0), ctx.value("gpu_idle_ms"),
-                             claimed_ms(ctx, *IDLE_OWNERS))
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="cpu.heavy_ops", title="Operators spend far more time on the CPU than on the GPU",
-        category="CPU_RESIDENCY",
-        pairs=[("ops with CPU:GPU > 10:1", "cpu_heavy_ops"), ("their CPU time per step", "cpu_heavy_ops_ms"),
-               ("ops", "cpu_heavy_op_names"), ("GPU idle", "gpu_idle_ms")],
-        explanation=("These operators launch GPU work but spend over ten times as long on the host (Python, "
-                     "dispatch, argument checking, small tensor ops), so the GPU waits for them."),
-        suggestions=heavy_ops_advice(ctx),
-        lost_ms=lost)
-
-
-def check_transfers(ctx: Context) -> Finding | None:
-    copies = ctx.value("htod_count", 0.0) + ctx.value("dtoh_count", 0.0)
-    if copies < EXCESSIVE_COPIES_PER_STEP:
-        return None
-    lost = transfers_lost_ms(ctx.value("exposed_copy_ms", 0.0), copies) - claimed_ms(ctx, *COPY_OWNERS)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="cpu.transfers", title="Tensors move between host and device many times per step",
-        category="CPU_RESIDENCY",
-        pairs=[("host->device copies per step", "htod_count"), ("device->host copies per step", "dtoh_count"),
-               ("exposed copy time", "exposed_copy_ms"), ("syncs per step", "sync_count")],
-        explanation=("Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
-                     "back and forth (to numpy and back, .cpu() for a check) pay this every step."),
-        suggestions=[Suggestion("Keep the computation on the GPU end to end: do on the device what is done on a copy "
-                                "on the host; concatenate small tensors and copy them once, read results back once "
-                                "per N steps",
-                                f"{ctx.value('htod_count', 0.0):.0f} host->device and {ctx.value('dtoh_count', 0.0):.0f} "
-                                "device->host copies a step")],
-        lost_ms=lost)
-
-
 def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     """Host work that feeds the GPU data (host->device copies of data made on the host each step) is
     preprocessing to move to the device or to workers; without such copies it is Python between launches,
@@ -124,36 +70,71 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     return out
 
 
-def check_preprocessing(ctx: Context) -> Finding | None:
-    idle_host = ctx.value("idle_host_ms", 0.0)
-    # Host work that only idles the device because a sync drained its queue first is the sync's finding;
-    # host work inside compiled regions split by graph breaks is the breaks' finding.
-    idle_host -= host_idle_claimed_ms(ctx) + claimed_ms(ctx, "compile.graph_breaks")
-    loader_idle = on_analyzed_clock(ctx, ctx.value("data_loader_idle_ms", 0.0))
-    lost = preprocessing_lost_ms(idle_host, loader_stall_lost_ms(loader_idle, idle_host))
-    if lost_pct(ctx, lost) < HOST_GAP_MIN_PCT:
+def heavy_model(inp: Inputs) -> float | None:
+    if inp["cpu_heavy_ops"] < 1:
         return None
-    return finding(
-        ctx, id="cpu.preprocessing", title="The GPU waits while the host computes without launching work",
-        category="CPU_RESIDENCY",
+    return cpu_heavy_lost_ms(inp["cpu_heavy_ops_ms"])
+
+
+def heavy_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Operators spend far more time on the CPU than on the GPU",
+        pairs=[("ops with CPU:GPU > 10:1", "cpu_heavy_ops"), ("their CPU time per step", "cpu_heavy_ops_ms"),
+               ("ops", "cpu_heavy_op_names"), ("GPU idle", "gpu_idle_ms")],
+        explanation=("These operators launch GPU work but spend over ten times as long on the host (Python, "
+                     "dispatch, argument checking, small tensor ops), so the GPU waits for them; the time lost is "
+                     "the GPU idle time inside their calls."),
+        suggestions=heavy_ops_advice(ctx))
+
+
+def transfers_model(inp: Inputs) -> float | None:
+    copies = inp["htod_count"] + inp["dtoh_count"]
+    if copies < EXCESSIVE_COPIES_PER_STEP:
+        return None
+    return transfers_lost_ms(inp["exposed_copy_ms"], copies)
+
+
+def transfers_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Tensors move between host and device many times per step",
+        pairs=[("host->device copies per step", "htod_count"), ("device->host copies per step", "dtoh_count"),
+               ("exposed copy time", "exposed_copy_ms"), ("syncs per step", "sync_count")],
+        explanation=("Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
+                     "back and forth (to numpy and back, .cpu() for a check) pay this every step."),
+        suggestions=[Suggestion("Keep the computation on the GPU end to end: do on the device what is done on a copy "
+                                "on the host; concatenate small tensors and copy them once, read results back once "
+                                "per N steps",
+                                f"{ctx.value('htod_count', 0.0):.0f} host->device and {ctx.value('dtoh_count', 0.0):.0f} "
+                                "device->host copies a step")])
+
+
+def preprocessing_model(inp: Inputs) -> float | None:
+    return inp.pool_ms
+
+
+def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="The GPU waits while the host computes without launching work",
         pairs=[("GPU idle, host busy with no launch", "idle_host_ms"),
                ("of which fetching from a DataLoader", "data_loader_idle_ms"),
                ("CPU-only top-level ops", "cpu_only_ops_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
                      "the GPU: Python or data preparation on the main thread, in the loop body. "
-                     "Time spent inside a DataLoader's __next__ is not counted here (see the DataLoader finding)."),
-        suggestions=preprocessing_advice(ctx, lost),
-        lost_ms=lost)
+                     "Time spent inside a DataLoader's __next__, in torch.compile'd regions or in CPU-heavy "
+                     "operators is not counted here (they have their own findings)."),
+        suggestions=preprocessing_advice(ctx, lost_ms))
 
 
-def check_late_migration(ctx: Context) -> Finding | None:
-    moved = ctx.value("created_on_cpu_then_moved", 0.0)
+def late_migration_model(inp: Inputs) -> float | None:
+    moved = inp["created_on_cpu_then_moved"]
     if moved <= 0:
         return None
-    lost = late_migration_lost_ms(ctx.value("htod_ms", 0.0), ctx.value("htod_count", 0.0), moved)
-    return finding(
-        ctx, id="cpu.late_migration", title="Tensors are created on the CPU and then moved to the GPU",
-        category="CPU_RESIDENCY",
+    return late_migration_lost_ms(inp["htod_ms"] or 0.0, inp["htod_count"] or 0.0, moved)
+
+
+def late_migration_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Tensors are created on the CPU and then moved to the GPU",
         pairs=[("tensors created on CPU then moved, per step", "created_on_cpu_then_moved"),
                ("creating ops", "created_on_cpu_op_names"), ("host->device copy time", "htod_ms")],
         explanation=("A tensor made on the host (torch.randn, torch.zeros, torch.tensor, from_numpy) and then "
@@ -161,14 +142,20 @@ def check_late_migration(ctx: Context) -> Finding | None:
                      "neither."),
         suggestions=[Suggestion("Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device); "
                                 "create constant tensors once outside the loop (or register_buffer)",
-                                f"{moved:.0f} tensors a step are created on the host and then copied to the GPU",
-                                tuple(str(ctx.value("created_on_cpu_op_names") or "").split(", ")))],
-        lost_ms=lost)
+                                f"{ctx.value('created_on_cpu_then_moved', 0.0):.0f} tensors a step are created on the host "
+                                "and then copied to the GPU",
+                                tuple(str(ctx.value("created_on_cpu_op_names") or "").split(", ")))])
 
 
-RULES = [
-    Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "step_time_ms"), check_cpu_heavy),
-    Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", "step_time_ms"), check_transfers),
-    Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_ms", "step_time_ms"), check_preprocessing),
-    Rule("cpu.late_migration", "CPU_RESIDENCY", ("created_on_cpu_then_moved", "step_time_ms"), check_late_migration),
-]
+# Copies with no compute beside them are one pool (the ledger's `copy`): creating a tensor on the device
+# removes its copy (late migration) before batching the rest (transfers); data_pipeline's pinning and
+# overlap findings read what these leave.
+LATE_MIGRATION = Rule("cpu.late_migration", "CPU_RESIDENCY", ("created_on_cpu_then_moved", "step_time_ms"),
+                      late_migration_model, late_migration_report, optional=("htod_ms", "htod_count"), pool=("copy",))
+TRANSFERS = Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", "exposed_copy_ms", "step_time_ms"),
+                 transfers_model, transfers_report, pool=("copy",), floor_pct=MIN_LOST_PCT)
+HEAVY_OPS = Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "cpu_heavy_ops_ms", "step_time_ms"),
+                 heavy_model, heavy_report, pool=("cpu_heavy_op",), floor_pct=MIN_LOST_PCT)
+PREPROCESSING = Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_ms", "step_time_ms"), preprocessing_model,
+                     preprocessing_report, pool=HOST_WORK_POOL, floor_pct=HOST_GAP_MIN_PCT)
+RULES = [LATE_MIGRATION, TRANSFERS, HEAVY_OPS, PREPROCESSING]

@@ -4,8 +4,7 @@ with compute, step jitter."""
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, loader_workers
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct, on_analyzed_clock
+from hybrid.rules.base import Context, Inputs, Report, Rule
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
@@ -17,9 +16,6 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # A steady training loop varies by a few % step to step; above 10% CV something intermittent
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
-# Copy time with a more specific cause: tensors that should have been created on the device
-# (cpu.late_migration) and copies that should be batched into a few (cpu.transfers).
-COPY_OWNERS = ("cpu.late_migration", "cpu.transfers")
 
 
 def pageable_copy_lost_ms(exposed_pageable_ms: float, pageable_bytes_per_s: float | None,
@@ -36,26 +32,20 @@ def exposed_copy_lost_ms(exposed_pinned_ms: float, kernel_ms: float) -> float:
     return max(0.0, min(exposed_pinned_ms, kernel_ms))
 
 
-def loader_stall_lost_ms(data_loader_idle_ms: float, idle_host_ms: float | None) -> float:
-    """Host time inside DataLoader.__next__ while the device ran nothing is host idle time: the host
-    neither launched nor waited on the GPU. It was measured by the torch pass; when the timeline
-    analyzed is another pass's (nsys), it cannot exceed that timeline's host idle time."""
-    stall = max(0.0, data_loader_idle_ms)
-    return stall if idle_host_ms is None else min(stall, max(0.0, idle_host_ms))
-
-
 def jitter_lost_ms(mean_ms: float, median_ms: float) -> float:
     """Slow steps pull the mean above the typical step; that excess is what jitter costs."""
     return max(0.0, mean_ms - median_ms)
 
 
-def check_loader_stall(ctx: Context) -> Finding | None:
-    lost = loader_stall_lost_ms(on_analyzed_clock(ctx, ctx.value("data_loader_idle_ms", 0.0)), ctx.value("idle_host_ms"))
-    if lost_pct(ctx, lost) < LOADER_STALL_MIN_PCT:
-        return None
-    in_process = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
-    condition = f"the GPU ran nothing for {lost:.3g} ms a step while the host fetched a batch"
-    if in_process:
+def loader_stall_model(inp: Inputs) -> float | None:
+    """Device idle time inside DataLoader.__next__ (the torch pass's ranges, carried onto the analyzed
+    timeline by the ledger): the host neither launched nor waited on the GPU."""
+    return inp.pool_ms
+
+
+def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
+    condition = f"the GPU ran nothing for {lost_ms:.3g} ms a step while the host fetched a batch"
+    if ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR:
         cause = ("The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
                  "the training process, between steps, while the GPU waits.")
         advice = loader_workers(ctx.config, condition=condition + " in the training process (num_workers=0)")
@@ -67,15 +57,15 @@ def check_loader_stall(ctx: Context) -> Finding | None:
     advice += [Suggestion("Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
                           "tensors, NVIDIA DALI), or store preprocessed data; measure the loader alone (iterate it "
                           "without the model) to see the batches per second it can deliver", condition)]
-    return finding(
-        ctx, id="data.loader_stall", title="The GPU waits for the DataLoader", category="DATA_PIPELINE",
+    return Report(
+        title="The GPU waits for the DataLoader",
         pairs=[("GPU idle while fetching a batch", "data_loader_idle_ms"),
                ("host time fetching a batch", "data_loader_ms"), ("DataLoader iterator", "data_loader_iterator"),
                ("GPU idle, host busy with no launch", "idle_host_ms"), ("GPU utilization", "gpu_util_pct")],
-        explanation=(f"{cause} Time lost: host time inside DataLoader.__next__ (torch.profiler's "
-                     "`enumerate(DataLoader)#...__next__` range) during which the device ran nothing."),
-        suggestions=advice,
-        lost_ms=lost)
+        explanation=(f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
+                     "`enumerate(DataLoader)#...__next__` range), placed on the analyzed timeline as the same share "
+                     "of its step."),
+        suggestions=advice)
 
 
 def pageable_advice(ctx: Context) -> list[Suggestion]:
@@ -97,14 +87,17 @@ def pageable_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_pageable(ctx: Context) -> Finding | None:
-    pinned = ctx.peaks.get("pinned_copy_bytes_per_s")
-    lost = (pageable_copy_lost_ms(ctx.value("exposed_pageable_copy_ms", 0.0), ctx.value("pageable_bytes_per_s"), pinned)
-            - claimed_ms(ctx, *COPY_OWNERS))
-    if ctx.value("pageable_copy_ms", 0.0) <= 0 or lost_pct(ctx, lost) < MIN_LOST_PCT:
+def pageable_model(inp: Inputs) -> float | None:
+    if inp["pageable_copy_ms"] <= 0:
         return None
-    return finding(
-        ctx, id="copy.pageable", title="Host<->device copies use pageable memory", category="DATA_PIPELINE",
+    return pageable_copy_lost_ms(inp["exposed_pageable_copy_ms"] or 0.0, inp["pageable_bytes_per_s"],
+                                 inp.peaks.get("pinned_copy_bytes_per_s"))
+
+
+def pageable_report(ctx: Context, lost_ms: float) -> Report:
+    pinned = ctx.peaks.get("pinned_copy_bytes_per_s")
+    return Report(
+        title="Host<->device copies use pageable memory",
         pairs=[("pageable copies per step", "pageable_copies_per_step"), ("pageable share of copied bytes",
                                                                           "pageable_copy_share_pct"),
                ("pageable copy time", "pageable_copy_ms"), ("pageable bandwidth", "pageable_bytes_per_s"),
@@ -115,17 +108,17 @@ def check_pageable(ctx: Context) -> Finding | None:
                      "and cannot overlap with compute. Pinned memory copies at close to the link rate and, with "
                      "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
                      f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
-        suggestions=pageable_advice(ctx),
-        lost_ms=lost)
+        suggestions=pageable_advice(ctx))
 
 
-def check_exposed_copies(ctx: Context) -> Finding | None:
-    exposed_pinned = ctx.value("exposed_copy_ms", 0.0) - ctx.value("exposed_pageable_copy_ms", 0.0)
-    lost = exposed_copy_lost_ms(exposed_pinned, ctx.value("kernel_time_ms", 0.0)) - claimed_ms(ctx, *COPY_OWNERS)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="copy.not_overlapped", title="Pinned copies do not overlap with compute", category="DATA_PIPELINE",
+def exposed_copies_model(inp: Inputs) -> float | None:
+    exposed_pinned = inp["exposed_copy_ms"] - (inp["exposed_pageable_copy_ms"] or 0.0)
+    return exposed_copy_lost_ms(exposed_pinned, inp["kernel_time_ms"] or 0.0)
+
+
+def exposed_copies_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Pinned copies do not overlap with compute",
         pairs=[("copy overlapped with compute", "copy_compute_overlap_pct"), ("exposed copy time", "exposed_copy_ms"),
                ("host->device copies per step", "htod_count")],
         explanation=("Copies run while no kernel runs, so the step pays for them in full. Issued with "
@@ -133,8 +126,7 @@ def check_exposed_copies(ctx: Context) -> Finding | None:
                      "under this step's compute."),
         suggestions=[Suggestion("Use .to('cuda', non_blocking=True) on pinned tensors, and prefetch the next batch on a "
                                 "separate torch.cuda.Stream while the current one computes",
-                                f"{lost:.3g} ms a step of pinned copies run while no kernel runs")],
-        lost_ms=lost)
+                                f"{lost_ms:.3g} ms a step of pinned copies run while no kernel runs")])
 
 
 def jitter_advice(ctx: Context) -> list[Suggestion]:
@@ -151,25 +143,34 @@ def jitter_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_jitter(ctx: Context) -> Finding | None:
-    if ctx.value("step_time_cv_pct", 0.0) < STEP_CV_PCT:
+def jitter_model(inp: Inputs) -> float | None:
+    if inp["step_time_cv_pct"] < STEP_CV_PCT:
         return None
-    lost = jitter_lost_ms(ctx.value("step_time_ms", 0.0), ctx.value("step_time_median_ms", 0.0))
-    return finding(
-        ctx, id="steps.jitter", title="Step time varies from step to step", category="DATA_PIPELINE",
+    return jitter_lost_ms(inp["step_time_ms"], inp["step_time_median_ms"])
+
+
+def jitter_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Step time varies from step to step",
         pairs=[("step time CV", "step_time_cv_pct"), ("mean step", "step_time_ms"),
                ("median step", "step_time_median_ms"), ("slowest step", "slowest_step"),
                ("outlier steps excluded", "steps_excluded")],
         explanation=("Some steps take much longer than others. Intermittent stalls usually come from the input "
                      "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
                      "periodic logging/checkpointing."),
-        suggestions=jitter_advice(ctx),
-        lost_ms=lost)
+        suggestions=jitter_advice(ctx))
 
 
 RULES = [
-    Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), check_loader_stall),
-    Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), check_pageable),
-    Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), check_exposed_copies),
-    Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms"), check_jitter),
+    Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), loader_stall_model,
+         loader_stall_report, pool=("dataloader_fetch",), floor_pct=LOADER_STALL_MIN_PCT),
+    # The copy pool after cpu.late_migration and cpu.transfers took theirs.
+    Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), pageable_model, pageable_report,
+         optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",), floor_pct=MIN_LOST_PCT),
+    Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), exposed_copies_model,
+         exposed_copies_report, optional=("exposed_pageable_copy_ms", "kernel_time_ms"), pool=("copy",),
+         floor_pct=MIN_LOST_PCT),
+    # Step-to-step variance is not a share of one step's window: it reads no ledger pool.
+    Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"), jitter_model,
+         jitter_report),
 ]

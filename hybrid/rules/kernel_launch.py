@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile, use_cuda_graphs
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct
-from hybrid.rules.synchronization import host_idle_claimed_ms
+from hybrid.rules.base import Context, Inputs, Report, Rule
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
 MIN_LOST_PCT = 5.0
 # Memory below half of capacity leaves room to at least double the batch.
 BATCH_HEADROOM_PEAK_PCT = 50.0
-# Findings that name a cause for the launch and host idle time a larger batch would amortize: a
-# larger batch is another fix for the same gaps, so it counts only the gaps they leave unexplained.
-IDLE_OWNERS = ("launch.bound", "compile.graph_breaks", "cpu.preprocessing", "data.loader_stall", "cpu.heavy_ops")
+# The per-step host costs a larger batch would amortize: launch gaps and host work while the device idles.
+HOST_GAPS = ("launch_gap", "host_after_sync", "host_other", "cpu_heavy_op")
 
 
 def launch_bound_lost_ms(idle_launch_ms: float) -> float:
@@ -22,11 +19,9 @@ def launch_bound_lost_ms(idle_launch_ms: float) -> float:
     return max(0.0, idle_launch_ms)
 
 
-def batch_headroom_lost_ms(idle_launch_ms: float, idle_host_ms: float, claimed_by_others_ms: float) -> float:
-    """Per-step fixed host costs are paid once per batch: doubling the batch halves them per sample.
-    Only the idle time no other finding explains is counted."""
-    unexplained = max(0.0, idle_launch_ms) + max(0.0, idle_host_ms) - max(0.0, claimed_by_others_ms)
-    return 0.5 * max(0.0, unexplained)
+def batch_headroom_lost_ms(host_gaps_ms: float) -> float:
+    """Per-step fixed host costs are paid once per batch: doubling the batch halves them per sample."""
+    return 0.5 * max(0.0, host_gaps_ms)
 
 
 def launch_advice(ctx: Context, idle_ms: float) -> list[Suggestion]:
@@ -39,16 +34,15 @@ def launch_advice(ctx: Context, idle_ms: float) -> list[Suggestion]:
     return out
 
 
-def check_launch_bound(ctx: Context) -> Finding | None:
-    if ctx.value("small_kernel_share_pct", 0.0) < SMALL_KERNEL_SHARE_PCT:
+def launch_bound_model(inp: Inputs) -> float | None:
+    if inp["small_kernel_share_pct"] < SMALL_KERNEL_SHARE_PCT:
         return None
-    # Graph breaks own the launch gaps of the eager pieces between compiled graphs.
-    lost = launch_bound_lost_ms(ctx.value("idle_launch_ms", 0.0)) - claimed_ms(ctx, "compile.graph_breaks")
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="launch.bound", title="Launch-bound: kernels are too small to hide launch overhead",
-        category="KERNEL_LAUNCH",
+    return launch_bound_lost_ms(inp.pool_ms)
+
+
+def launch_bound_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Launch-bound: kernels are too small to hide launch overhead",
         pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 us", "small_kernel_share_pct"),
                ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_ms"),
                ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
@@ -57,38 +51,36 @@ def check_launch_bound(ctx: Context) -> Finding | None:
         explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
                      "roughly 5-20 us of host time per op), so the GPU idles between them. Host-heavy ops, "
                      "when listed, are where that host time goes; this finding owns the idle gaps they cause."),
-        suggestions=launch_advice(ctx, lost),
-        lost_ms=lost)
+        suggestions=launch_advice(ctx, lost_ms))
 
 
-def check_batch_headroom(ctx: Context) -> Finding | None:
-    if ctx.value("peak_memory_pct", 100.0) >= BATCH_HEADROOM_PEAK_PCT:
+def batch_headroom_model(inp: Inputs) -> float | None:
+    if inp["peak_memory_pct"] >= BATCH_HEADROOM_PEAK_PCT:
         return None
-    # The host time a sync left exposed is the sync finding's, like the gaps the owners explain.
-    claimed = claimed_ms(ctx, *IDLE_OWNERS) + host_idle_claimed_ms(ctx)
-    lost = batch_headroom_lost_ms(ctx.value("idle_launch_ms", 0.0), ctx.value("idle_host_ms", 0.0), claimed)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="batch.headroom", title="Memory allows a larger batch to amortize per-step overhead",
-        category="KERNEL_LAUNCH",
+    return batch_headroom_lost_ms(inp.pool_ms)
+
+
+def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Memory allows a larger batch to amortize per-step overhead",
         pairs=[("peak memory of capacity", "peak_memory_pct"), ("batch size", "batch_size"),
                ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_ms")],
         assumes="per-step host costs stay the same when the batch doubles (not measured at a larger batch)",
         explanation=("The step leaves the GPU idle for fixed host costs while using under half of its memory; a "
                      "larger batch spreads those costs over more samples (time lost is per-sample, estimated for "
-                     "a doubled batch, on the idle time no other finding explains)."),
+                     "a doubled batch). It is another remedy for the host gaps the findings it is an alternative "
+                     "to explain, not time added to theirs."),
         suggestions=[Suggestion(
             ("TrainingArguments(per_device_train_batch_size=2x) and re-measure" if ctx.config.framework == "transformers"
              else "Double the batch size (scale the learning rate accordingly) and re-measure; if the batch is "
                   "fixed, keep the effective batch with gradient accumulation"),
             f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
-            f"{ctx.value('idle_launch_ms', 0.0) + ctx.value('idle_host_ms', 0.0):.3g} ms a step on fixed host costs")],
-        lost_ms=lost)
+            f"{sum(ctx.pools.get(c, 0.0) for c in HOST_GAPS):.3g} ms a step on fixed host costs")])
 
 
 RULES = [
-    Rule("launch.bound", "KERNEL_LAUNCH", ("small_kernel_share_pct", "idle_launch_ms", "step_time_ms"),
-         check_launch_bound),
-    Rule("batch.headroom", "KERNEL_LAUNCH", ("peak_memory_pct", "step_time_ms"), check_batch_headroom),
+    Rule("launch.bound", "KERNEL_LAUNCH", ("small_kernel_share_pct", "step_time_ms"), launch_bound_model,
+         launch_bound_report, pool=("launch_gap",), floor_pct=MIN_LOST_PCT),
+    Rule("batch.headroom", "KERNEL_LAUNCH", ("peak_memory_pct", "step_time_ms"), batch_headroom_model,
+         batch_headroom_report, pool=HOST_GAPS, floor_pct=MIN_LOST_PCT, alternative=True),
 ]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import finding, has_counters, lost_pct, not_measured
+from hybrid.rules.base import Context, Inputs, NotMeasured, Report, Rule
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads (hopper-metrics.md);
-# twice that means half of every fetched sector is wasted.
+# twice that means half of every fetched sector is wasted (hybrid.ledger.shortfall classes kernels so).
 IDEAL_SECTORS_PER_REQUEST = 4.0
 UNCOALESCED_SECTORS_PER_REQUEST = 8.0
 # The widest load a thread issues is 16 bytes: a fully coalesced warp request then covers 512 B, 16
@@ -33,21 +32,18 @@ def coalescing_advice(ctx: Context, sectors_per_request: float) -> list[Suggesti
     return out + use_compile(ctx.config, why="let the compiler pick the layout", condition=condition)
 
 
-def check_coalescing(ctx: Context) -> Finding | None:
-    if not has_counters(ctx):
-        return not_measured(ctx, id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
-                            category="MEMORY_HIERARCHY",
-                            explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
-                                        "the roofline uses bytes estimated from tensor shapes instead.")
-    spr = ctx.value("ncu_sectors_per_request")
+def model(inp: Inputs) -> float | None:
+    spr = inp["ncu_sectors_per_request"]
     if spr is None or spr < UNCOALESCED_SECTORS_PER_REQUEST:
         return None
-    memory_share = ctx.roofline.get("memory_bound_time_pct") or 0.0
-    lost = uncoalesced_lost_ms(ctx.value("kernel_time_ms", 0.0) * memory_share / 100.0, spr)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="memory.uncoalesced", title="Global loads are poorly coalesced", category="MEMORY_HIERARCHY",
+    memory_share = inp.roofline.get("memory_bound_time_pct") or 0.0
+    return uncoalesced_lost_ms(inp["kernel_time_ms"] * memory_share / 100.0, spr)
+
+
+def report(ctx: Context, lost_ms: float) -> Report:
+    spr = ctx.value("ncu_sectors_per_request")
+    return Report(
+        title="Global loads are poorly coalesced",
         # The ideal of 4 sectors holds for 4-byte loads; a fully coalesced warp of 16-byte vector loads
         # (PyTorch's vectorized elementwise kernels) reads 16 sectors a request, and the counters
         # collected do not give the access width (roofline_unfused_gelu: 16.0 on pow/add kernels;
@@ -58,8 +54,12 @@ def check_coalescing(ctx: Context) -> Finding | None:
         pairs=[("sectors per load request", "ncu_sectors_per_request"), ("L1 hit rate", "ncu_l1_hit_pct"),
                ("L2 hit rate", "ncu_l2_hit_pct"), ("kernel time covered by ncu", "ncu_coverage_pct")],
         explanation="Warps fetch many more 32-byte sectors per load than needed: strided or transposed access.",
-        suggestions=coalescing_advice(ctx, spr),
-        lost_ms=lost)
+        suggestions=coalescing_advice(ctx, spr))
 
 
-RULES = [Rule("memory.coalescing", "MEMORY_HIERARCHY", ("kernel_time_ms",), check_coalescing)]
+NOT_MEASURED = NotMeasured(id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
+                           explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
+                                       "the roofline uses bytes estimated from tensor shapes instead.")
+RULES = [Rule("memory.uncoalesced", "MEMORY_HIERARCHY", ("kernel_time_ms", "step_time_ms"), model, report,
+              optional=("ncu_sectors_per_request",), pool=("uncoalesced",), floor_pct=MIN_LOST_PCT,
+              counters=NOT_MEASURED)]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, has_counters, lost_pct, not_measured
+from hybrid.rules.base import Context, Inputs, NotMeasured, Report, Rule
 
 # A fifth of kernel time on grids that cannot cover every SM is worth a look.
 SMALL_GRID_TIME_PCT = 20.0
@@ -14,10 +13,6 @@ MIN_LOST_PCT = 2.0
 # (hopper-metrics.md), hence the tensor-pipe escape below.
 LOW_OCCUPANCY_PCT = 25.0
 TENSOR_PIPE_BUSY_PCT = 50.0
-# Low achieved occupancy is what a grid of a few blocks, or a GEMM on CUDA cores with its register-
-# heavy tiles, looks like to ncu; those findings own their kernels' time (resnet50 fp32: the convs
-# are most of the profiled time and most of this estimate).
-OCCUPANCY_OWNERS = ("occupancy.small_grid", "tensor.fp32_gemm", "tensor.misaligned_dims", "tensor.pipe")
 
 
 def small_grid_lost_ms(small_grid_ms: float, sm_fill_pct: float) -> float:
@@ -39,49 +34,56 @@ def small_grid_advice(ctx: Context) -> list[Suggestion]:
     return out + use_compile(ctx.config, why="fuse the small kernels", condition=condition)
 
 
-def check_small_grid(ctx: Context) -> Finding | None:
-    if ctx.value("small_grid_time_pct", 0.0) < SMALL_GRID_TIME_PCT:
+def small_grid_model(inp: Inputs) -> float | None:
+    if inp["small_grid_time_pct"] < SMALL_GRID_TIME_PCT:
         return None
-    lost = small_grid_lost_ms(ctx.value("small_grid_ms", 0.0), ctx.value("small_grid_sm_fill_pct", 100.0))
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="occupancy.small_grid", title="Kernels launch fewer blocks than the GPU has SMs",
-        category="OCCUPANCY",
+    fill = inp["small_grid_sm_fill_pct"]
+    # The ledger's small-grid kernels (those no more specific cause took: an FP32 GEMM on a few blocks is
+    # the FP32 finding's), at the SM fill all small grids reach.
+    return small_grid_lost_ms(inp.pool_ms, 100.0 if fill is None else fill)
+
+
+def small_grid_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Kernels launch fewer blocks than the GPU has SMs",
         pairs=[("kernel time on small grids", "small_grid_time_pct"), ("SMs those grids can fill",
                                                                         "small_grid_sm_fill_pct"),
                ("small-grid kernels per step", "small_grid_kernels_per_step")],
         explanation="A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's whole run.",
-        suggestions=small_grid_advice(ctx),
-        lost_ms=lost)
+        suggestions=small_grid_advice(ctx))
 
 
-def check_achieved_occupancy(ctx: Context) -> Finding | None:
-    if not has_counters(ctx):
-        return not_measured(ctx, id="occupancy.not_measured", title="Achieved occupancy was not measured",
-                            category="OCCUPANCY",
-                            explanation="Achieved occupancy and its limiter (registers, shared memory, block "
-                                        "size) need ncu hardware counters; this run has none.")
-    occ = ctx.value("ncu_achieved_occupancy_pct")
-    if occ is None or occ >= LOW_OCCUPANCY_PCT or ctx.value("ncu_tensor_pipe_pct", 0.0) >= TENSOR_PIPE_BUSY_PCT:
+def achieved_model(inp: Inputs) -> float | None:
+    occ = inp["ncu_achieved_occupancy_pct"]
+    if occ is None or occ >= LOW_OCCUPANCY_PCT or (inp["ncu_tensor_pipe_pct"] or 0.0) >= TENSOR_PIPE_BUSY_PCT:
         return None
-    lost = occupancy_lost_ms(ctx.value("kernel_time_ms", 0.0), ctx.value("ncu_sm_throughput_pct", 0.0),
-                             ctx.value("ncu_memory_throughput_pct", 0.0)) - claimed_ms(ctx, *OCCUPANCY_OWNERS)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="occupancy.low", title="Low achieved occupancy in the profiled kernels", category="OCCUPANCY",
+    return occupancy_lost_ms(inp["kernel_time_ms"], inp["ncu_sm_throughput_pct"] or 0.0,
+                             inp["ncu_memory_throughput_pct"] or 0.0)
+
+
+def achieved_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Low achieved occupancy in the profiled kernels",
         pairs=[("achieved occupancy", "ncu_achieved_occupancy_pct"), ("SM throughput", "ncu_sm_throughput_pct"),
                ("memory throughput", "ncu_memory_throughput_pct"), ("kernel time covered by ncu",
                                                                     "ncu_coverage_pct")],
         explanation="Few warps are resident per SM and neither the SM nor memory pipes are busy: latency is not hidden.",
         suggestions=[Suggestion("Check the limiter in ncu's Occupancy section (registers, shared memory, block size); for "
                                 "custom kernels: fewer registers per thread (__launch_bounds__), larger blocks",
-                                f"achieved occupancy {occ:.0f}% with neither SM nor memory pipes busy")],
-        lost_ms=lost)
+                                f"achieved occupancy {ctx.value('ncu_achieved_occupancy_pct', 0.0):.0f}% with neither SM "
+                                "nor memory pipes busy")])
 
 
+NOT_MEASURED = NotMeasured(id="occupancy.not_measured", title="Achieved occupancy was not measured",
+                           explanation="Achieved occupancy and its limiter (registers, shared memory, block "
+                                       "size) need ncu hardware counters; this run has none.")
 RULES = [
-    Rule("occupancy.small_grid", "OCCUPANCY", ("small_grid_time_pct", "step_time_ms"), check_small_grid),
-    Rule("occupancy.achieved", "OCCUPANCY", ("kernel_time_ms",), check_achieved_occupancy),
+    Rule("occupancy.small_grid", "OCCUPANCY", ("small_grid_time_pct", "step_time_ms"), small_grid_model,
+         small_grid_report, optional=("small_grid_sm_fill_pct",), pool=("small_grid",), floor_pct=MIN_LOST_PCT),
+    # Low occupancy is also what a grid of a few blocks or a GEMM on CUDA cores looks like to ncu: the
+    # ledger gives those kernels to their own causes, and this finding the kernels classed low occupancy.
+    Rule("occupancy.low", "OCCUPANCY", ("kernel_time_ms", "step_time_ms"), achieved_model, achieved_report,
+         optional=("ncu_achieved_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_throughput_pct",
+                   "ncu_memory_throughput_pct"),
+         pool=("low_occupancy",), floor_pct=MIN_LOST_PCT, counters=NOT_MEASURED),
 ]

@@ -1,4 +1,6 @@
-"""Every rule the analysis runs, family by family."""
+"""Every rule the analysis runs, in the order they draw on the ledger's pools: the specific causes
+before the generic ones that share a pool with them (graph breaks before launch gaps, syncs before
+the host work after them, tensors made on the host before batched copies before pinning)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from hybrid.rules import (
 )
 from hybrid.rules.base import Rule
 
-FAMILIES = (roofline, kernel_launch, synchronization, cpu_residency, data_pipeline, occupancy, memory_hierarchy,
-            tensor_core, compiler_graph)
+FAMILIES = (tensor_core, occupancy, memory_hierarchy, roofline, compiler_graph, synchronization, kernel_launch,
+            cpu_residency, data_pipeline)
 
 RULES: tuple[Rule, ...] = tuple(rule for family in FAMILIES for rule in family.RULES)
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 from hybrid.precision import kernel_label
 from hybrid.provenance import MEASURED_NCU
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
-from hybrid.rules.base import Context, Evidence, Finding, Rule
-from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, claimed_ms, finding, lost_pct
+from hybrid.rules.base import Context, Evidence, Inputs, Report, Rule
+from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
 
 # Only kernels below half of that practical ceiling are worth a finding.
 LOW_EFFICIENCY_PCT = 40.0
 # The step is GPU-bound when kernels fill at least half of it.
 GPU_BOUND_KERNEL_PCT = 50.0
 MIN_LOST_PCT = 5.0
-# The specific reasons a kernel runs below the roofline. Each owns the part of the shortfall it
-# explains; this generic finding keeps the rest (tc_fp16_unaligned: the narrow-alignment GEMMs were
-# the low points; occ_few_row_softmax: a grid of a few blocks was the whole shortfall).
-SPECIFIC_CAUSES = ("tensor.fp32_gemm", "tensor.misaligned_dims", "tensor.pipe", "occupancy.small_grid",
-                   "occupancy.achieved", "memory.coalescing")
+# The kernels the specific causes (FP32 or misaligned GEMMs, small grids, uncoalesced loads, low
+# occupancy, an idle tensor pipe) leave: those the counters place far below the roofline, and, without
+# counters, those whose shortfall only the estimate from operator shapes sees (tc_fp16_unaligned: the narrow-alignment GEMMs
+# were the low points; occ_few_row_softmax: a grid of a few blocks was the whole shortfall).
+POOL = ("below_roofline", "kernel_unprofiled")
 
 
 def roofline_lost_ms(kernel_ms: float, achieved_pct: float) -> float:
@@ -62,32 +62,38 @@ def roofline_advice(ctx: Context, roof: dict, achieved: float) -> list[Suggestio
     return out
 
 
-def check_low_efficiency(ctx: Context) -> Finding | None:
-    roof = ctx.roofline
+def model(inp: Inputs) -> float | None:
+    roof = inp.roofline
     achieved = roof.get("achieved_pct_of_attainable")
-    step, kernel = ctx.value("step_time_ms", 0.0), ctx.value("kernel_time_ms", 0.0)
-    if achieved is None or achieved >= LOW_EFFICIENCY_PCT or not step or 100 * kernel / step < GPU_BOUND_KERNEL_PCT:
+    kernel = inp["kernel_time_ms"]
+    if achieved is None or achieved >= LOW_EFFICIENCY_PCT or not inp.step_ms \
+            or 100 * kernel / inp.step_ms < GPU_BOUND_KERNEL_PCT:
         return None
-    # Counters place only the kernels ncu replayed (roofline time_ms: their GPU time per step): their
-    # efficiency is not extrapolated to the rest.
-    placed_ms = roof["time_ms"] if roof["source"] == MEASURED_NCU else kernel
-    lost = roofline_lost_ms(placed_ms, achieved) - claimed_ms(ctx, *SPECIFIC_CAUSES)
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
+    # The kernels no specific cause took, at the step's efficiency. With counters, only those ncu placed
+    # far below the roofline: its efficiency is not extrapolated to the kernels it did not replay.
+    left = inp.pool_ms or 0.0
+    base = min(left, inp.pools.get("below_roofline", 0.0)) if roof["source"] == MEASURED_NCU else left
+    return roofline_lost_ms(base, achieved)
+
+
+def report(ctx: Context, lost_ms: float) -> Report:
+    roof = ctx.roofline
+    achieved = roof["achieved_pct_of_attainable"]
     src = roof["source"]
     extra = [Evidence("bound", roof["bound"], "", src),
              Evidence("arithmetic intensity", roof["arithmetic_intensity"], "FLOP/B", src),
              Evidence("ridge point", roof["ridge_point"], "FLOP/B", "spec"),
              Evidence("achieved of attainable", achieved, "%", src)]
     advice = roofline_advice(ctx, roof, achieved)
-    return finding(
-        ctx, id="roofline.low_efficiency", title=f"Kernels run far below this GPU's {roof['bound']} roofline",
-        category="ROOFLINE", pairs=[("kernel time per step", "kernel_time_ms")], extra=extra,
+    return Report(
+        title=f"Kernels run far below this GPU's {roof['bound']} roofline",
+        pairs=[("kernel time per step", "kernel_time_ms")], extra=extra,
         explanation=(f"The step is GPU-bound and its kernels, weighted by time, reach {achieved:.0f}% of what the "
                      f"roofline allows at their arithmetic intensity; tuned kernels reach ~{PRACTICAL_ROOFLINE_PCT:.0f}%."
                      + (" FLOPs and bytes are estimated from operator shapes (no hardware counters)."
                         if src == "estimated" else "")),
-        suggestions=advice, lost_ms=lost)
+        suggestions=advice)
 
 
-RULES = [Rule("roofline.low_efficiency", "ROOFLINE", ("kernel_time_ms", "step_time_ms"), check_low_efficiency)]
+RULES = [Rule("roofline.low_efficiency", "ROOFLINE", ("kernel_time_ms", "step_time_ms"), model, report, pool=POOL,
+              floor_pct=MIN_LOST_PCT)]

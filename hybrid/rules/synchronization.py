@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion
-from hybrid.rules.base import Context, Finding, Rule
-from hybrid.rules.common import claimed_ms, finding, lost_pct
+from hybrid.rules.base import Context, Inputs, Report, Rule
 
 # Below 1% of the step a sync stall is not worth restructuring the loop for.
 MIN_LOST_PCT = 1.0
+# The device idle the syncs caused: the waits themselves, and the host work that followed a sync
+# while the drained device waited for it (hybrid.ledger.causes).
+POOL = ("sync_wait", "blocking_copy", "host_after_sync")
 
 
-def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: float,
-                       idle_sync_ms: float, idle_memcpy_ms: float, idle_host_after_sync_ms: float = 0.0) -> float:
+def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: float) -> float:
     """What removing the syncs saves. Without them host and device overlap, so the step takes at
     least the longer of the GPU's busy time and the host's own (non-blocked) time: the syncs cost at
     most step - max(busy, step - blocked). A host slower than the GPU barely waits in its syncs, and
     removing them saves nothing (the first H200 captures of the sync scripts: 0.06-0.07 ms blocked a
-    step, and the fixed twins were no faster). The device idle the syncs caused bounds it as well: the
-    wait itself, and the host work that followed a sync while the drained device waited for it."""
-    overlap_bound = max(0.0, step_ms - max(gpu_busy_ms, step_ms - max(0.0, sync_blocked_ms)))
-    idle_bound = max(0.0, idle_sync_ms) + max(0.0, idle_memcpy_ms) + max(0.0, idle_host_after_sync_ms)
-    return min(overlap_bound, idle_bound)
-
-
-def host_idle_claimed_ms(ctx: Context) -> float:
-    """The part of the host-work idle time (idle_host_ms) that the sync finding explains: what it
-    claims beyond the wait itself, at most the host time that followed a sync."""
-    beyond_wait = (claimed_ms(ctx, "sync.per_step") - ctx.value("idle_sync_ms", 0.0)
-                   - ctx.value("idle_memcpy_ms", 0.0))
-    return min(max(0.0, beyond_wait), max(0.0, ctx.value("idle_host_after_sync_ms", 0.0)))
+    step, and the fixed twins were no faster). The device idle the syncs caused (the pool) bounds it too."""
+    return max(0.0, step_ms - max(gpu_busy_ms, step_ms - max(0.0, sync_blocked_ms)))
 
 
 # Ops whose result shape depends on the data: they copy a count to the host and wait for it.
@@ -39,8 +29,7 @@ SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 def sync_advice(ctx: Context) -> list[Suggestion]:
     condition = (f"the host waits {ctx.value('sync_blocked_ms', 0.0):.3g} ms a step in "
                  f"{ctx.value('sync_count', 0.0):.0f} synchronizations")
-    ops = ctx.profile.ops
-    names = set(ops["name"].astype(str)) if len(ops) else set()
+    names = ctx.op_names
     out = []
     reads = [n for n in SCALAR_READ_OPS if n in names]
     if reads or ctx.value("dtoh_count", 0.0) > 0:
@@ -58,19 +47,15 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_sync_per_step(ctx: Context) -> Finding | None:
-    if ctx.value("sync_count", 0) < 1:
+def model(inp: Inputs) -> float | None:
+    if inp["sync_count"] < 1:
         return None
-    lost = sync_stall_lost_ms(ctx.value("step_time_ms", 0.0), ctx.value("gpu_busy_ms", 0.0),
-                              ctx.value("sync_blocked_ms", 0.0), ctx.value("idle_sync_ms", 0.0),
-                              ctx.value("idle_memcpy_ms", 0.0), ctx.value("idle_host_after_sync_ms", 0.0))
-    # A sync inside compiled code (.item() in a compiled forward) is also a graph break; that finding
-    # owns the idle time inside the compiled regions.
-    lost -= claimed_ms(ctx, "compile.graph_breaks")
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="sync.per_step", title="The host waits for the GPU inside every step", category="SYNCHRONIZATION",
+    return sync_stall_lost_ms(inp.step_ms, inp["gpu_busy_ms"], inp["sync_blocked_ms"])
+
+
+def report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="The host waits for the GPU inside every step",
         pairs=[("syncs per step", "sync_count"), ("host blocked in sync", "sync_blocked_ms"),
                ("GPU busy", "gpu_busy_ms"), ("GPU idle after syncs", "idle_sync_ms"),
                ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
@@ -81,8 +66,7 @@ def check_sync_per_step(ctx: Context) -> Finding | None:
                      "preparation) now runs while it waits. "
                      "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
                      "indexing (data-dependent shapes) and blocking copies."),
-        suggestions=sync_advice(ctx),
-        lost_ms=lost)
+        suggestions=sync_advice(ctx))
 
-
-RULES = [Rule("sync.per_step", "SYNCHRONIZATION", ("sync_count", "step_time_ms"), check_sync_per_step)]
+RULES = [Rule("sync.per_step", "SYNCHRONIZATION", ("sync_count", "step_time_ms", "gpu_busy_ms", "sync_blocked_ms"),
+              model, report, pool=POOL, floor_pct=MIN_LOST_PCT)]

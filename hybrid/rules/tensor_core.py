@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
-from hybrid.rules.base import Context, Evidence, Finding, Rule
-from hybrid.rules.common import (
-    PRACTICAL_ROOFLINE_PCT,
-    claimed_ms,
-    finding,
-    has_counters,
-    lost_pct,
-    not_measured,
-)
+from hybrid.rules.base import Context, Evidence, Inputs, NotMeasured, Report, Rule
+from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
 
 MIN_LOST_PCT = 2.0
 # Without FLOPs for the misaligned calls, assume NVIDIA's Matrix Multiplication guide's ~2x slowdown of
@@ -21,6 +14,8 @@ MISALIGNED_SLOWDOWN_SHARE = 0.5
 # GEMM kernels spending most of the step yet keeping the tensor pipe under 30% busy.
 LOW_TENSOR_PIPE_PCT = 30.0
 GEMM_SHARE_PCT = 20.0
+MISALIGNED_INPUTS = ("misaligned_gemm_device_ms", "misaligned_gemm_flops", "misaligned_gemm_bytes",
+                     "misaligned_gemm_precision")
 
 
 def fp32_gemm_lost_ms(fp32_gemm_ms: float, fp32_peak: float | None, fast_peak: float | None) -> float:
@@ -39,17 +34,24 @@ def misaligned_lost_ms(misaligned_ms: float, achieved_pct: float | None) -> floa
     return misaligned_ms * max(0.0, 1.0 - achieved_pct / PRACTICAL_ROOFLINE_PCT)
 
 
-def misaligned_achieved_pct(ctx: Context) -> float | None:
+def misaligned_achieved_pct(ms: float | None, flops: float | None, nbytes: float | None, peak: float | None,
+                            bandwidth: float | None) -> float | None:
     """Where the misaligned calls sit on the roofline: their FLOP rate over what the roofline allows at
     their arithmetic intensity (FLOPs and bytes modeled from shapes, time measured)."""
-    ms, flops = ctx.value("misaligned_gemm_device_ms", 0.0), ctx.value("misaligned_gemm_flops", 0.0)
-    nbytes = ctx.value("misaligned_gemm_bytes", 0.0)
-    peak = ctx.peaks.get("flops_per_s", {}).get(ctx.value("misaligned_gemm_precision") or "fp16")
-    bandwidth = ctx.peaks.get("dram_bytes_per_s")
     if not ms or not flops or not nbytes or not peak or not bandwidth:
         return None
     attainable = min(peak, flops / nbytes * bandwidth)
     return 100.0 * (flops / (ms / 1e3)) / attainable
+
+
+def _misaligned_achieved(values, peaks) -> float | None:
+    peak = peaks.get("flops_per_s", {}).get(values["misaligned_gemm_precision"] or "fp16")
+    return misaligned_achieved_pct(values["misaligned_gemm_device_ms"], values["misaligned_gemm_flops"],
+                                   values["misaligned_gemm_bytes"], peak, peaks.get("dram_bytes_per_s"))
+
+
+def pipe_idle_lost_ms(gemm_ms: float, pipe_pct: float) -> float:
+    return gemm_ms * (1.0 - pipe_pct / 100.0) * (1.0 - LOW_TENSOR_PIPE_PCT / 100.0)
 
 
 def _names(ctx: Context, metric: str) -> tuple[str, ...]:
@@ -89,17 +91,16 @@ def fp32_gemm_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
-def check_fp32_gemm(ctx: Context) -> Finding | None:
-    fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
-    if fp32_ms <= 0:
+def fp32_model(inp: Inputs) -> float | None:
+    if inp["gemm_fp32_ms"] <= 0:
         return None
-    flops = ctx.peaks.get("flops_per_s", {})
-    lost = fp32_gemm_lost_ms(fp32_ms, flops.get("fp32"), flops.get("tf32"))
-    if lost_pct(ctx, lost) < MIN_LOST_PCT:
-        return None
-    return finding(
-        ctx, id="tensor.fp32_gemm", title="Matrix multiplies run in full FP32 without tensor cores",
-        category="TENSOR_CORE",
+    flops = inp.peaks.get("flops_per_s", {})
+    return fp32_gemm_lost_ms(inp["gemm_fp32_ms"], flops.get("fp32"), flops.get("tf32"))
+
+
+def fp32_report(ctx: Context, lost_ms: float) -> Report:
+    return Report(
+        title="Matrix multiplies run in full FP32 without tensor cores",
         pairs=[("FP32 GEMM time per step", "gemm_fp32_ms"), ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
                ("of it with the precision measured by ncu", "gemm_fp32_measured_pct"),
                ("kernels", "gemm_fp32_kernels"), ("layers", "gemm_fp32_layers"),
@@ -110,26 +111,27 @@ def check_fp32_gemm(ctx: Context) -> Finding | None:
                      "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost assumes the "
                      "TF32 peak from the datasheet. This finding owns the FP32 GEMM time: the idle tensor pipe ncu "
                      "sees in them is its evidence, not a second finding."),
-        suggestions=fp32_gemm_advice(ctx),
-        lost_ms=lost)
+        suggestions=fp32_gemm_advice(ctx))
 
 
-def check_misaligned(ctx: Context) -> Finding | None:
-    if ctx.value("misaligned_gemms_per_step", 0.0) <= 0:
+def misaligned_model(inp: Inputs) -> float | None:
+    if inp["misaligned_gemms_per_step"] <= 0:
         return None
-    achieved = misaligned_achieved_pct(ctx)
-    lost = misaligned_lost_ms(ctx.value("misaligned_gemm_device_ms", 0.0), achieved)
+    return misaligned_lost_ms(inp["misaligned_gemm_device_ms"] or 0.0, _misaligned_achieved(inp, inp.peaks))
+
+
+def misaligned_report(ctx: Context, lost_ms: float) -> Report:
+    values = {name: ctx.value(name) for name in MISALIGNED_INPUTS}
+    achieved = _misaligned_achieved(values, ctx.peaks)
     extra = [] if achieved is None else [Evidence("their share of the attainable roofline", achieved, "%", ESTIMATED)]
-    assumes = None
-    if achieved is None:
-        assumes = ("the ~2x slowdown of misaligned shapes in NVIDIA's matrix-multiplication guide "
-                   "(no FLOPs or bytes to place these calls on the roofline)")
-    return finding(
-        ctx, id="tensor.misaligned_dims", title="FP16/BF16 matmul dimensions are not multiples of 8",
-        category="TENSOR_CORE",
+    return Report(
+        title="FP16/BF16 matmul dimensions are not multiples of 8",
         pairs=[("misaligned GEMM calls per step", "misaligned_gemms_per_step"),
                ("their GPU time", "misaligned_gemm_device_ms"), ("examples", "misaligned_gemm_shapes")],
-        extra=extra, assumes=assumes,
+        extra=extra,
+        assumes=None if achieved is not None else (
+            "the ~2x slowdown of misaligned shapes in NVIDIA's matrix-multiplication guide "
+            "(no FLOPs or bytes to place these calls on the roofline)"),
         explanation=("Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
                      "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
                      f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."),
@@ -137,40 +139,26 @@ def check_misaligned(ctx: Context) -> Finding | None:
                                 "pad the batch or sequence length likewise",
                                 f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a "
                                 "dimension that is not a multiple of 8",
-                                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]))],
-        lost_ms=lost)
+                                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]))])
 
 
-def unexplained_gemm_ms(ctx: Context) -> float:
-    """GEMM time no specific tensor-core finding owns: FP32 GEMMs are tensor-pipe idle by
-    construction (tensor.fp32_gemm owns them), misaligned 16-bit GEMMs are tensor.misaligned_dims'."""
-    owned = ctx.value("gemm_fp32_ms", 0.0)
-    if claimed_ms(ctx, "tensor.misaligned_dims") > 0:
-        owned += ctx.value("misaligned_gemm_device_ms", 0.0)
-    return max(0.0, ctx.value("gemm_time_ms", 0.0) - owned)
-
-
-def pipe_idle_lost_ms(gemm_ms: float, pipe_pct: float) -> float:
-    return gemm_ms * (1.0 - pipe_pct / 100.0) * (1.0 - LOW_TENSOR_PIPE_PCT / 100.0)
-
-
-def check_tensor_pipe(ctx: Context) -> Finding | None:
-    if not has_counters(ctx):
-        return not_measured(ctx, id="tensor.not_measured", title="Tensor-core utilization was not measured",
-                            category="TENSOR_CORE",
-                            explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
-                                        "precision here is inferred from kernel names and op dtypes.")
-    # The pipe figure of the GEMMs this finding judges (not FP32 by name), weighted by their time per step.
-    pipe = ctx.value("ncu_non_fp32_gemm_tensor_pipe_pct")
-    step, gemm = ctx.value("step_time_ms", 0.0), unexplained_gemm_ms(ctx)
-    if pipe is None or pipe >= LOW_TENSOR_PIPE_PCT or not step or 100 * gemm / step < GEMM_SHARE_PCT:
+def pipe_model(inp: Inputs) -> float | None:
+    """The ledger's 16-bit GEMM kernels with an idle pipe (FP32 and narrow-alignment GEMMs are their own
+    causes), at the pipe figure of the profiled non-FP32 GEMMs."""
+    pipe = inp["ncu_non_fp32_gemm_tensor_pipe_pct"]
+    gemm = inp.pool_ms or 0.0
+    if pipe is None or pipe >= LOW_TENSOR_PIPE_PCT or not inp.step_ms or 100 * gemm / inp.step_ms < GEMM_SHARE_PCT:
         return None
-    return finding(
-        ctx, id="tensor.pipe_idle", title="GEMM time is high but the tensor pipe is mostly idle",
-        category="TENSOR_CORE",
+    return pipe_idle_lost_ms(gemm, pipe)
+
+
+def pipe_report(ctx: Context, lost_ms: float) -> Report:
+    gemm, pipe = ctx.pools.get("tensor_pipe_idle", 0.0), ctx.value("ncu_non_fp32_gemm_tensor_pipe_pct", 0.0)
+    return Report(
+        title="GEMM time is high but the tensor pipe is mostly idle",
         pairs=[("tensor pipe busy in the profiled non-FP32 GEMMs", "ncu_non_fp32_gemm_tensor_pipe_pct"),
                ("GEMM time per step", "gemm_time_ms"), ("kernel time covered by ncu", "ncu_coverage_pct")],
-        extra=[Evidence("GEMM time no FP32 or misalignment finding explains", gemm, "ms", ctx.metrics["gemm_time_ms"].source)],
+        extra=[Evidence("16-bit GEMM time with an idle tensor pipe", gemm, "ms", ctx.metrics["gemm_time_ms"].source)],
         explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy a small fraction "
                     "of their time: small or skinny matrices that cannot fill the tiles, or layouts that force "
                     "narrow kernels. FP32 and misaligned GEMMs are left to their own findings.",
@@ -178,12 +166,17 @@ def check_tensor_pipe(ctx: Context) -> Finding | None:
                                 "many small matmuls into one (torch.bmm, grouped GEMMs)",
                                 f"{gemm:.3g} ms a step of non-FP32 GEMMs with the tensor pipe {pipe:.0f}% busy")]
                     + use_compile(ctx.config, why="fuse the small matmuls and the work between them",
-                                  condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs"),
-        lost_ms=pipe_idle_lost_ms(gemm, pipe))
+                                  condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs"))
 
 
+NOT_MEASURED = NotMeasured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
+                           explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
+                                       "precision here is inferred from kernel names and op dtypes.")
 RULES = [
-    Rule("tensor.fp32_gemm", "TENSOR_CORE", ("gemm_fp32_ms", "step_time_ms"), check_fp32_gemm),
-    Rule("tensor.misaligned_dims", "TENSOR_CORE", ("misaligned_gemms_per_step", "step_time_ms"), check_misaligned),
-    Rule("tensor.pipe", "TENSOR_CORE", ("gemm_time_ms",), check_tensor_pipe),
+    Rule("tensor.fp32_gemm", "TENSOR_CORE", ("gemm_fp32_ms", "step_time_ms"), fp32_model, fp32_report,
+         pool=("fp32_gemm",), floor_pct=MIN_LOST_PCT),
+    Rule("tensor.misaligned_dims", "TENSOR_CORE", ("misaligned_gemms_per_step", "step_time_ms"), misaligned_model,
+         misaligned_report, optional=MISALIGNED_INPUTS, pool=("misaligned_gemm",)),
+    Rule("tensor.pipe_idle", "TENSOR_CORE", ("gemm_time_ms", "step_time_ms"), pipe_model, pipe_report,
+         optional=("ncu_non_fp32_gemm_tensor_pipe_pct",), pool=("tensor_pipe_idle",), counters=NOT_MEASURED),
 ]

@@ -1,0 +1,112 @@
+"""The ledger of one Profile: every steady step's window cut into disjoint segments (each nanosecond
+once), busy where the device ran something and idle elsewhere, each with one cause and the event
+behind it. Rules read its pools (time per cause per step), never each other's findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hybrid.hardware import Peaks
+from hybrid.ledger import idle
+from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, LABELS, STATE
+from hybrid.ledger.partition import Layer, cut, merge_runs, own
+from hybrid.ledger.shortfall import kernel_causes
+from hybrid.metrics import NS_PER_MS, steady_steps
+from hybrid.profile import Profile
+
+SEGMENT_COLUMNS = ("step", "start_ns", "end_ns", "state", "cause", "ref")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    segments: pd.DataFrame  # SEGMENT_COLUMNS, sorted by start_ns
+    steps: pd.DataFrame  # the steady step windows it partitions (step, start_ns, end_ns, dur_ns)
+
+    @property
+    def step_count(self) -> int:
+        return len(self.steps)
+
+    def ms_per_step(self) -> dict[str, float]:
+        """Time per cause per steady step, every cause listed (0 where none), busy causes first."""
+        ns = (self.segments["end_ns"] - self.segments["start_ns"]).groupby(self.segments["cause"]).sum()
+        n = max(self.step_count, 1)
+        return {cause: float(ns.get(cause, 0)) / n / NS_PER_MS for cause in BUSY_ORDER + IDLE_ORDER}
+
+    def pool_ms(self, *causes: str) -> float:
+        per_step = self.ms_per_step()
+        return sum(per_step[cause] for cause in causes)
+
+    def step_time_ms(self) -> float:
+        return float(self.steps["dur_ns"].sum()) / max(self.step_count, 1) / NS_PER_MS
+
+    def waterfall(self) -> list[dict]:
+        """"Where the step went": one row per cause with time, busy first then idle in precedence,
+        each starting where the previous ended, so the last one ends at the mean step."""
+        rows, start = [], 0.0
+        step = self.step_time_ms()
+        for cause, ms in self.ms_per_step().items():
+            if ms <= 0:
+                continue
+            rows.append({"cause": cause, "state": STATE[cause], "label": LABELS[cause], "start_ms": start,
+                         "ms": ms, "pct_of_step": 100 * ms / step if step else 0.0})
+            start += ms
+        return rows
+
+    def to_dict(self) -> dict:
+        """The `ledger` block of results.json."""
+        return {"steps": self.step_count, "step_time_ms": self.step_time_ms(),
+                "ms_per_step": self.ms_per_step(), "waterfall": self.waterfall()}
+
+
+def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
+    """Kernels, copies and memsets as busy layers in the precedence of causes.BUSY_CAUSES (a time two
+    of them ran at once goes to the one listed first)."""
+    kernels = profile.kernels.reset_index(drop=True)
+    causes = kernel_causes(profile, peaks)
+    frames = {"copy": ("memcpys", profile.memcpys.reset_index(drop=True)),
+              "memset": ("memsets", profile.memsets.reset_index(drop=True))}
+    layers = []
+    for cause in BUSY_ORDER:
+        if cause in frames:
+            name, frame = frames[cause]
+        else:
+            name, frame = "kernels", kernels[causes == cause]
+        layers.append(Layer.of(cause, name, frame["start_ns"], frame["end_ns"], frame.index))
+    return layers
+
+
+def _gaps(idle_pieces: pd.DataFrame) -> pd.DataFrame:
+    """Maximal runs of adjacent idle pieces within one step."""
+    if idle_pieces.empty:
+        return pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype="int64")
+    p = idle_pieces.sort_values("start_ns", kind="stable")
+    a, b, step = (p[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "step"))
+    new = np.ones(len(p), bool)
+    new[1:] = (a[1:] != b[:-1]) | (step[1:] != step[:-1])
+    run = np.cumsum(new)
+    return pd.DataFrame({"step": step[new], "start_ns": a[new],
+                         "end_ns": pd.Series(b).groupby(run).max().to_numpy(np.int64)})
+
+
+def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
+    steps = steady_steps(profile)
+    windows = steps[["step", "start_ns", "end_ns"]]
+    if steps.empty:
+        return Ledger(pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}), steps)
+    device = _device_layers(profile, peaks)
+    ops = profile.ops
+    host_layers = [*idle.sync_layers(profile), idle.compiled_break_layer(profile, ops, windows),
+                   idle.dataloader_layer(profile, ops, windows)]
+    heavy = idle.cpu_heavy_layer(profile, ops, windows)
+    pieces = cut(windows, [*device, *host_layers, heavy])
+    owned = own(pieces, device, default=None)
+    busy = owned["cause"].notna().to_numpy()
+    busy_pieces = owned[busy].assign(state=BUSY)
+    idle_pieces = pieces[~busy]
+    layers = [*host_layers, *idle.gap_layers(profile, _gaps(idle_pieces)), heavy]
+    idle_owned = own(idle_pieces, layers, default="host_other").assign(state=IDLE)
+    segments = pd.concat([busy_pieces, idle_owned], ignore_index=True)[list(SEGMENT_COLUMNS)]
+    return Ledger(merge_runs(segments), steps)

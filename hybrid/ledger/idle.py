@@ -1,0 +1,98 @@
+"""The idle side's layers, in the precedence of causes.IDLE_CAUSES: what the host was doing while the
+device ran nothing. Host intervals of the analyzed timeline (syncs, launches) are used as they are;
+operator intervals come through clock.carry_to_analyzed_clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.ledger.clock import carry_to_analyzed_clock
+from hybrid.ledger.partition import Layer
+from hybrid.metrics import (
+    COMPILED_REGION_PREFIX,
+    CPU_HEAVY_RATIO,
+    DATA_LOADER_NEXT,
+    LAUNCH_GAP_MAX_NS,
+    _op_subtree_device_ns,
+    _outermost,
+    is_annotation,
+)
+from hybrid.profile import Profile
+from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
+
+
+def sync_layers(profile: Profile) -> list[Layer]:
+    """Host blocked in a sync, and the relaunch the drained queue waits for after it (up to
+    LAUNCH_GAP_MAX_NS): a stream or device sync, then a synchronous copy API."""
+    syncs = profile.syncs.reset_index(drop=True)
+    memcpy = syncs["kind"].eq("memcpy").to_numpy(bool)
+    out = []
+    for cause, mask in (("sync_wait", ~memcpy), ("blocking_copy", memcpy)):
+        part = syncs[mask]
+        out.append(Layer.of(cause, "syncs", part["start_ns"], part["end_ns"].to_numpy(np.int64) + LAUNCH_GAP_MAX_NS,
+                            part.index))
+    return out
+
+
+def has_graph_breaks(profile: Profile) -> bool:
+    breaks = profile.extras.get("graph_breaks")
+    return bool(len(breaks)) if isinstance(breaks, list) else bool(breaks)
+
+
+def _carried(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    return carry_to_analyzed_clock(ops, profile.ops_clock_steps, steps)
+
+
+def compiled_break_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
+    """The outermost torch.compile'd regions, when the injector saw graph breaks: the guard checks,
+    graph switches and eager code between the pieces run inside them."""
+    regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
+    if not has_graph_breaks(profile) or regions.empty:
+        regions = regions.iloc[0:0]
+    outer = _carried(profile, _outermost(regions), steps)
+    return Layer.of("compiled_region_break", "ops", outer["start_ns"], outer["end_ns"], outer.index)
+
+
+def dataloader_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
+    fetches = ops[ops["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False).notna()]
+    fetches = _carried(profile, fetches, steps)
+    return Layer.of("dataloader_fetch", "ops", fetches["start_ns"], fetches["end_ns"], fetches.index)
+
+
+def cpu_heavy_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """Top-level operators whose name's CPU time exceeds CPU_HEAVY_RATIO x the GPU time it caused."""
+    ops = ops[~is_annotation(ops["name"].astype(str))]
+    top = ops[ops["top_level"]]
+    if top.empty:
+        return top
+    top = top.assign(device_total_ns=_op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"])
+    by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
+    heavy = by_name.index[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]
+    return top[top["name"].isin(heavy)]
+
+
+def cpu_heavy_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
+    heavy = _carried(profile, cpu_heavy_ops(ops), steps)
+    return Layer.of("cpu_heavy_op", "ops", heavy["start_ns"], heavy["end_ns"], heavy.index)
+
+
+def gap_layers(profile: Profile, gaps: pd.DataFrame) -> list[Layer]:
+    """Whole idle gaps given to a cause by what the host did around them: a gap that opened while the
+    host sat in a sync leaves host work after the sync (without the sync, the host would have queued
+    that work before the device ran dry); a gap no longer than LAUNCH_GAP_MAX_NS holding a launch call
+    is launch overhead."""
+    a, b = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    syncs = profile.syncs.reset_index(drop=True)
+    in_sync = stab_overlapping(syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64), a)
+    drained = in_sync != NO_RANGE
+    launches = profile.launches.reset_index(drop=True)
+    ls, le = launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64)
+    us, ue = interval_union(ls, le)
+    short = (covered(us, ue, a, b) > 0) & (b - a <= LAUNCH_GAP_MAX_NS)
+    # The launch named is the last one to start before the gap closed.
+    order = np.argsort(ls, kind="stable")
+    last = np.searchsorted(ls[order], b, side="left") - 1
+    launch_row = np.where(last >= 0, order[np.clip(last, 0, None)], NO_RANGE) if len(ls) else last
+    return [Layer.of("host_after_sync", "syncs", a[drained], b[drained], in_sync[drained]),
+            Layer.of("launch_gap", "launches", a[short], b[short], launch_row[short])]

@@ -1,0 +1,121 @@
+"""Each compute kernel's one shortfall, from what the timeline and the counters say about it.
+
+Small pure tests, one per cause, applied in the ledger's precedence (causes.KERNEL_SHORTFALLS): the
+first that holds names the kernel's time. A kernel ncu did not profile (or matched only by name) is
+judged on its name and launch configuration alone. The thresholds are the rules' floors of today's
+findings, kept here once so that the pools and the findings agree on what each cause is.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from hybrid.hardware import Peaks
+from hybrid.ledger.causes import KERNEL_SHORTFALLS
+from hybrid.metrics import kernel_classes
+from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
+from hybrid.precision import MATMUL_KINDS, per_kernel
+from hybrid.profile import Profile, is_communication
+from hybrid.roofline import counter_row_achieved_pct
+
+# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
+# of every fetched sector (hopper-metrics.md).
+UNCOALESCED_SECTORS_PER_REQUEST = 8.0
+# Below a quarter of the warp slots busy, latency hiding usually suffers (CUDA best-practices guide),
+# except in wgmma GEMMs, which run at ~15% occupancy with a busy tensor pipe (hopper-metrics.md).
+LOW_OCCUPANCY_PCT = 25.0
+TENSOR_PIPE_BUSY_PCT = 50.0
+# A 16-bit GEMM keeping its tensor pipe under 30% busy is not feeding the tiles.
+LOW_TENSOR_PIPE_PCT = 30.0
+# Below half of the practical ~80% of the roofline tuned kernels reach.
+BELOW_ROOFLINE_PCT = 40.0
+# CUTLASS names its kernels by the operand alignment they need, in elements ("..._align1"): tiles for
+# 16-bit types want 8 (NVIDIA "Matrix Multiplication Background", Tensor Core Requirements), and a
+# narrower kernel is what cuBLAS picks for a dimension off a multiple of 8.
+NARROW_ALIGNMENT = re.compile(r"align[124](?!\d)")
+SIXTEEN_BIT = ("fp16", "bf16")
+
+
+def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:
+    """Precision of each GEMM, convolution or attention kernel (None for other kernels), from ncu's FLOP
+    counters where it profiled the kernel, else its name (hybrid.precision)."""
+    names = kernels["name"].astype(str)
+    classes = kernel_classes(profile, names, peaks)
+    matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
+    return pd.Series(np.where(matmul, per_kernel(names, classes, "precision"), None), index=kernels.index)
+
+
+def fp32_gemm(precision: pd.Series) -> np.ndarray:
+    return (precision == "fp32").to_numpy(bool)
+
+
+def misaligned_gemm(names: pd.Series, precision: pd.Series) -> np.ndarray:
+    narrow = names.astype(str).str.contains(NARROW_ALIGNMENT).to_numpy(bool)
+    return precision.isin(SIXTEEN_BIT).to_numpy(bool) & narrow
+
+
+def small_grid(blocks: np.ndarray, sm_count: int | None) -> np.ndarray:
+    if not sm_count:
+        return np.zeros(len(blocks), bool)
+    return (blocks > 0) & (blocks < sm_count)
+
+
+def uncoalesced(sectors_per_request: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(sectors_per_request, nan=0.0) >= UNCOALESCED_SECTORS_PER_REQUEST
+
+
+def low_occupancy(achieved_occupancy_pct: np.ndarray, tensor_pipe_pct: np.ndarray) -> np.ndarray:
+    occupancy = np.nan_to_num(achieved_occupancy_pct, nan=np.inf)
+    return (occupancy < LOW_OCCUPANCY_PCT) & (np.nan_to_num(tensor_pipe_pct, nan=0.0) < TENSOR_PIPE_BUSY_PCT)
+
+
+def tensor_pipe_idle(precision: pd.Series, tensor_pipe_pct: np.ndarray) -> np.ndarray:
+    pipe = np.nan_to_num(tensor_pipe_pct, nan=np.inf)
+    return precision.isin(SIXTEEN_BIT).to_numpy(bool) & (pipe < LOW_TENSOR_PIPE_PCT)
+
+
+def below_roofline(achieved_pct_of_attainable: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(achieved_pct_of_attainable, nan=np.inf) < BELOW_ROOFLINE_PCT
+
+
+def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
+    """The busy cause of each row of profile.kernels (positional): communication for collectives, the
+    first shortfall that holds for compute kernels, else kernel_no_shortfall (counters read) or
+    kernel_unprofiled (none)."""
+    kernels = counters_per_kernel(profile)
+    n = len(kernels)
+    causes = np.full(n, "kernel_unprofiled", dtype=object)
+    if n == 0:
+        return causes
+    measured = kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool)
+
+    def counter(col: str) -> np.ndarray:
+        if col not in kernels:
+            return np.full(n, np.nan)
+        return np.where(measured, kernels[col].to_numpy(float), np.nan)
+
+    rows = pd.Series((profile.extras.get("ncu") or {}).get("kernel_counter_rows", [-1] * n))
+    achieved = counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks).reindex(rows.where(rows >= 0)).to_numpy(float) \
+        if len(rows) == n else np.full(n, np.nan)
+    achieved = np.where(measured, achieved, np.nan)
+    precision = kernel_precisions(profile, kernels, peaks)
+    blocks = (kernels["grid_x"] * kernels["grid_y"] * kernels["grid_z"]).to_numpy(np.int64)
+    sm_count = peaks.sm_count.value if peaks.sm_count else None
+    tests = {
+        "fp32_gemm": fp32_gemm(precision),
+        "misaligned_gemm": misaligned_gemm(kernels["name"], precision),
+        "small_grid": small_grid(blocks, sm_count),
+        "uncoalesced": uncoalesced(counter("global_load_sectors_per_request")),
+        "low_occupancy": low_occupancy(counter("achieved_occupancy_pct"), counter("tensor_pipe_pct")),
+        "tensor_pipe_idle": tensor_pipe_idle(precision, counter("tensor_pipe_pct")),
+        "below_roofline": below_roofline(achieved),
+    }
+    causes[measured] = "kernel_no_shortfall"
+    # Applied last to first, so the earliest cause that holds is the one left.
+    for cause in reversed(KERNEL_SHORTFALLS):
+        causes[tests[cause]] = cause
+    causes[is_communication(kernels["name"])] = "communication"
+    return causes

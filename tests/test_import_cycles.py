@@ -1,0 +1,100 @@
+"""No import cycle among the package's modules: data flows one way (artifacts -> Profile -> metrics ->
+ledger -> rules -> results -> renderers). Every import statement counts, those inside functions too:
+a deferred import that closes a circle is still a module reaching back up."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("hybrid", "nsight")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The package modules `name` imports (a `from package import module` names the module)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names if alias.name in MODULES}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                out.add(target if target in MODULES else base)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_the_cycle_finder_finds_a_circle_and_passes_a_chain():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_module_imports_itself_through_others():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    assert import_cycles(graph) == []
+
+
+# The rule framework and the registry that lists the families; every other module under hybrid.rules is a
+# family, and a family reads the ledger's pools, never another family.
+RULE_FRAMEWORK = {"hybrid.rules", "hybrid.rules.advice", "hybrid.rules.base", "hybrid.rules.common", "hybrid.rules.engine",
+                  "hybrid.rules.registry"}
+
+
+def test_no_rule_family_imports_another():
+    families = {name for name in MODULES if name.startswith("hybrid.rules.") and name not in RULE_FRAMEWORK}
+    assert len(families) >= 10
+    for family in sorted(families):
+        assert not (_imports(family, MODULES[family]) & families), family
