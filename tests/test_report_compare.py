@@ -17,6 +17,7 @@ from hybrid.report.html_report import render_compare_html
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = sorted((ROOT / "tests" / "fixtures" / "results").glob("*.json"))
 RUNS = ROOT / "tests" / "fixtures" / "runs"
+OLD_ANALYSIS = ROOT / "tests" / "fixtures" / "results" / "h200_resnet50_session2_analysis.json"
 
 
 @pytest.fixture(params=RESULT_FILES, ids=lambda p: p.stem)
@@ -58,9 +59,9 @@ def test_two_captures_of_one_workload_read_unchanged_and_nothing_is_called_resol
 
 
 def test_a_finding_resting_on_data_the_other_run_lacks_is_not_checked_rather_than_resolved(resnet_runs):
-    # The README's resnet50 document (an earlier analysis of a 15-step capture) has cpu.heavy_ops, which rests
-    # on torch operator timings; the 50-step run kept no operators, so it cannot say the finding is gone.
-    example = json.loads((ROOT / "examples" / "resnet50" / "results.json").read_text())
+    # Session 2's analysis of a 15-step resnet50 capture (the README's example then) has cpu.heavy_ops, which
+    # rests on torch operator timings; the 50-step run kept no operators, so it cannot say the finding is gone.
+    example = json.loads(OLD_ANALYSIS.read_text())
     assert "cpu.heavy_ops" in {f["id"] for f in example["diagnosis"]["bottlenecks"]}
     diff = compare_results(example, resnet_runs[1])
     assert "cpu.heavy_ops" in {f["id"] for f in diff["findings"]["not_checked_in_b"]}
@@ -113,8 +114,8 @@ def test_the_html_page_carries_the_same_comparison(resnet_runs):
     page = render_compare_html(diff, ("runs/h200-resnet50", "runs/h200-resnet50-50steps"))
     assert "unchanged: within the steps&#x27; spread" in page
     assert "Content-Security-Policy" in page and "<script" not in page
-    example = json.loads((ROOT / "examples" / "resnet50" / "results.json").read_text())
-    page = render_compare_html(compare_results(example, resnet_runs[1]), ("examples/resnet50", "runs/h200-resnet50-50steps"))
+    example = json.loads(OLD_ANALYSIS.read_text())
+    page = render_compare_html(compare_results(example, resnet_runs[1]), ("session 2", "runs/h200-resnet50-50steps"))
     assert "Not checked in B" in page
 
 
