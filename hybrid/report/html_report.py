@@ -45,6 +45,7 @@ body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;
 h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;width:100%;margin:.5em 0}th,td{border-bottom:1px solid #eaeef2;padding:.3em .5em;
 text-align:left;vertical-align:top}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.text{overflow-wrap:anywhere}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .card{border:1px solid #d0d7de;border-left:6px solid #8c959f;border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .card.CRITICAL{border-left-color:#cf222e}.card.SEVERE{border-left-color:#e16f24}.card.MODERATE{border-left-color:#d4a72c}
@@ -366,7 +367,10 @@ def _roofline(results: dict, w: _Writer) -> str:
 
 def _card(index: int, finding: dict, w: _Writer) -> str:
     severity = w.text(finding.get("severity"))
-    evidence = "".join(f"<tr><td>{w.text(e.get('label'))}</td><td class=\"num\">{w.value(e.get('value'), e.get('unit', ''))}"
+    # Numbers align right and stay on one line; text values (operator lists, the replayed fix) wrap.
+    evidence = "".join(f"<tr><td>{w.text(e.get('label'))}</td>"
+                       f"<td class=\"{'num' if isinstance(e.get('value'), (int, float)) else 'text'}\">"
+                       f"{w.value(e.get('value'), e.get('unit', ''))}"
                        f"</td><td>{w.source(e.get('source'))}</td></tr>" for e in finding.get("evidence") or [])
     fixes = "".join(f"<li>{w.text(fix)}</li>" for fix in finding.get("suggestions") or [])
     return (f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
