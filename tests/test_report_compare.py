@@ -17,7 +17,7 @@ from hybrid.report.html_report import render_compare_html
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = sorted((ROOT / "tests" / "fixtures" / "results").glob("*.json"))
 RUNS = ROOT / "tests" / "fixtures" / "runs"
-OLD_ANALYSIS = ROOT / "tests" / "fixtures" / "results" / "h200_resnet50_session2_analysis.json"
+OLD_ANALYSIS = ROOT / "tests" / "fixtures" / "compare" / "h200_resnet50_session2_analysis.json"
 
 
 @pytest.fixture(params=RESULT_FILES, ids=lambda p: p.stem)
