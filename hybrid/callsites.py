@@ -303,6 +303,10 @@ def _missing_note(profiles: list[Profile]) -> str:
     if stackless:
         return (f"{NO_STACKS_NOTE} ({stackless} samples; `nsys profile --export sqlite` drops NVTX payloads): "
                 "export the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`.")
+    if not any(p.extras.get("nsys") for p in profiles):
+        # No nsys capture (torch-only run, no GPU): sampling is not possible, operator stacks are.
+        return (f"{NO_SAMPLES_NOTE} (no Nsight Systems capture to sample): findings do not name the script's "
+                "lines; `hybrid run --torch-stacks` records operators' Python stacks in the torch pass instead.")
     return (f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or has no such option): findings do not "
             "name the script's lines; rerun with `hybrid run --callsites python`.")
 

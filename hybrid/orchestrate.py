@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hybrid import __version__
+from hybrid import __version__, settle
 from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
 from hybrid.files import output_error
 from hybrid.rundir import RunDir
@@ -175,6 +175,9 @@ class Orchestrator:
         self.run_dir = RunDir.create(options.out_dir, unique=options.unique_out_dir)
         self.passes: list[PassResult] = []
         self.mode_reasons: list[str] = []
+        # Set when the script ended while warmup waited for step times to settle: every pass then
+        # drops exactly this many steps and measures the script's last ones.
+        self.fixed_warmup: int | None = None
         self._child: subprocess.Popen | None = None
 
     # -- planning ---------------------------------------------------------------------------------
@@ -212,7 +215,10 @@ class Orchestrator:
     # -- running ----------------------------------------------------------------------------------
     def inject_flags(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
         """The injector's options and the target, shared by single-process and per-rank launches."""
-        flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
+        if self.fixed_warmup is not None:
+            flags = ["--warmup", str(self.fixed_warmup), "--fixed-warmup", "--steps", str(steps)]
+        else:
+            flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
         if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
             flags.append("--nvtx-modules")
         if self.options.torch_stacks and pass_name == "torch":
@@ -358,6 +364,9 @@ class Orchestrator:
         torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps,
                                                                       whole_run=opts.whole_run))
         inject = torch_result.inject or {}
+        if self._ended_while_settling(inject):
+            torch_result = self._rerun_with_fixed_warmup(inject)
+            inject = torch_result.inject or {}
         stepless = opts.whole_run or not inject.get("measured_steps")
         if (not stepless and not opts.baseline and inject.get("cuda_available")
                 and torch_result.wall_s <= CHEAP_PLAIN_PASS_S):
@@ -377,6 +386,26 @@ class Orchestrator:
                 self._ncu_pass(tools, stepless)
         self.run_dir.update_run_json(finished_at=time.time())
         return self.passes
+
+    def _ended_while_settling(self, inject: dict) -> bool:
+        """The script ran enough steps for --warmup and --steps, but warmup kept waiting for step
+        times to settle (noisy machines, steps of different lengths) until the script ended."""
+        if self.options.whole_run or inject.get("measured_steps") or self.fixed_warmup is not None:
+            return False
+        return (inject.get("steps_seen") or 0) >= self.options.warmup + self.options.steps
+
+    def _rerun_with_fixed_warmup(self, inject: dict) -> PassResult:
+        """Measure the script's last --steps steps: its length is now known, and measuring steps that
+        had not quite settled beats measuring none. Every later pass drops the same steps."""
+        seen = inject["steps_seen"]
+        self.fixed_warmup = seen - self.options.steps
+        reason = (f"{self.fixed_warmup} warmup steps dropped: the script ran {seen} steps and their times had "
+                  f"not settled within {settle.SETTLE_TOLERANCE:.0%} when it ended, so every pass measured its last "
+                  f"{self.options.steps} (the torch pass was run a second time to measure them)")
+        self.mode_reasons.append(reason)
+        self.run_dir.update_run_json(fixed_warmup={"warmup": self.fixed_warmup, "reason": reason})
+        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps,
+                                                             whole_run=False))
 
     def _no_step_found(self, inject: dict, can_capture: bool) -> None:
         """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the

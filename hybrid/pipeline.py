@@ -321,7 +321,7 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
         "steps_measured": profile.measured_steps,
         # Steps actually dropped before the window (at least --warmup, more until step times settled).
         "warmup_steps": _warmup_dropped(profile, stepped, facts),
-        "warmup_reason": stepped.get("warmup_reason"),
+        "warmup_reason": (run_json.get("fixed_warmup") or {}).get("reason") or stepped.get("warmup_reason"),
         "batch_size": facts.get("batch_size"),
         **step_fields(profile, stepped),
         "model": run_json.get("model"),

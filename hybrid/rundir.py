@@ -45,8 +45,10 @@ def _claim(path: Path) -> bool:
 # RunDir.problems, so that the analysis of what is intact goes on and says what it left out.
 RUN_JSON_TYPES: dict[str, tuple[type, ...]] = {
     "command": (str,), "model": (str,), "tools": (dict,), "passes": (list,), "mode_reasons": (list,),
-    "job": (dict,), "options": (dict,), "target": (dict,),
+    "job": (dict,), "options": (dict,), "target": (dict,), "fixed_warmup": (dict,),
 }
+TARGET_TYPES: dict[str, tuple[type, ...]] = {"argv": (list,), "is_module": (bool,)}
+FIXED_WARMUP_TYPES: dict[str, tuple[type, ...]] = {"warmup": (int,), "reason": (str,)}
 PASS_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "status": (str,), "step_time_ms": NUMBER, "wall_s": NUMBER, "returncode": (int,),
     "message": (str,), "command": (list,),
@@ -128,6 +130,13 @@ class RunDir:
             data["mode_reasons"] = text_items(data["mode_reasons"], f"{path} mode_reasons", problems)
         if data.get("tools") is not None:
             data["tools"] = {k: v for k, v in data["tools"].items() if isinstance(v, (str, type(None)))}
+        if data.get("target") is not None:
+            data["target"] = typed_fields(data["target"], TARGET_TYPES, f"{path} target", problems)
+            if data["target"].get("argv") is not None:
+                data["target"]["argv"] = text_items(data["target"]["argv"], f"{path} target argv", problems)
+        if data.get("fixed_warmup") is not None:
+            data["fixed_warmup"] = typed_fields(data["fixed_warmup"], FIXED_WARMUP_TYPES, f"{path} fixed_warmup",
+                                                problems)
         self._note(problems)
         return data
 

@@ -198,6 +198,23 @@ def test_a_script_with_no_step_is_not_run_again(tmp_path):
     assert (out / "torch" / "inject.json").exists()
 
 
+def test_a_script_that_ends_before_its_steps_settle_is_measured_on_its_last_steps(tmp_path):
+    """Warmup waits for step times to settle; a script of 8 ever-longer steps ends first. Its length is
+    then known: the torch pass runs again, dropping exactly 5 steps, and measures the last 3."""
+    out = tmp_path / "r"
+    done = hybrid("run", "--mode", "torch", "--warmup", "1", "--steps", "3", "--out", str(out), "--json",
+                  str(SCRIPTS / "never_settles.py"))
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    workload = results["workload"]
+    assert (workload["steps_measured"], workload["warmup_steps"]) == (3, 5)
+    assert "the script ran 8 steps" in workload["warmup_reason"]
+    # The last three sleeps are 38, 57 and 85 ms: their mean, not the first steps' 5-17 ms.
+    assert 55 < results["timing"]["step_time_ms"] < 120
+    inject = json.loads((out / "torch" / "inject.json").read_text())
+    assert inject["warmup_steps"] == 5 and inject["measured_steps"] == 3
+
+
 def test_whole_run_is_asked_for_explicitly(tmp_path):
     out = tmp_path / "r"
     done = hybrid("run", "--whole-run", "--mode", "torch", "--out", str(out), "--json", str(SCRIPTS / "one_shot.py"))
