@@ -182,7 +182,7 @@ class _Paths:
     modules it imports by their full path). The source is read from the recorded path, or, when the
     run was recorded elsewhere, from the same relative path under the script's folder here."""
 
-    def __init__(self, script: str | None, recorded: list[str]) -> None:
+    def __init__(self, script: str | None, recorded: list[str], *, module: bool = False) -> None:
         self.recorded_dir: PurePosixPath | None = None
         self.local_dir: Path | None = None
         if not script:
@@ -191,11 +191,14 @@ class _Paths:
         matches = [PurePosixPath(path) for path in recorded
                    if path == str(given) or path.endswith("/" + str(given).lstrip("/"))]
         absolute = [m for m in matches if m.is_absolute()]
+        # A script's paths are shown from its folder; a module's (`-m pkg.mod`, given as pkg/mod.py) from
+        # the folder its package sits in, so they read pkg/mod.py:42.
+        up = len(given.parts) if module else 1
         if absolute or matches:
-            self.recorded_dir = (absolute or matches)[0].parent
+            self.recorded_dir = (absolute or matches)[0].parents[up - 1]
         elif given.is_absolute():
-            self.recorded_dir = given.parent
-        self.local_dir = Path(script).resolve().parent
+            self.recorded_dir = given.parents[up - 1]
+        self.local_dir = Path.cwd() if module else Path(script).resolve().parent
 
     def shown(self, path: str) -> str:
         folder = self.recorded_dir
@@ -273,12 +276,14 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
     return [paths.callsite(file, line, function, 100 * count / total) for (file, line), (function, count) in ranked]
 
 
-def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None) -> None:
+def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None, *, module: bool = False) -> None:
     """Give every finding of `analysis` (the analyze() document) `callsites`: the top user lines,
     [] when none applies. `profiles`: the analyzed profile first, then others of the same run that
     may carry Python stacks on their own clock (the torch pass's); the first with samples places the
     findings' segments, on its own timeline. `script` is the profiled script's path as the run was
-    given it (None for a module or a foreign export): paths are shown relative to its folder.
+    given it (None for a foreign export): paths are shown relative to its folder; with `module`,
+    `script` is the module's file relative to its package's folder (hybrid/models.py), paths relative
+    to that folder.
     Without Python samples, the limitations say so."""
     diagnosis = analysis.get("diagnosis") or {}
     findings = [*diagnosis.get("bottlenecks", [])]
@@ -290,12 +295,25 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
     breaks = profiles[0].extras.get("graph_breaks")
     recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique(),
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
-    paths = _Paths(script, recorded)
+    paths = _Paths(script, recorded, module=module)
     for finding in findings:
         finding["callsites"] = (_graph_break_callsites(profiles[0], paths) if finding["id"] == "compile.graph_breaks"
                                 else _for_finding(finding, sampled, stacked, samples, paths))
+        if finding["callsites"]:
+            _drop_locating_advice(finding)
     if sampled.samples.empty and stacked.op_callsites.empty:
         analysis.setdefault("limitations", []).append(_missing_note(profiles))
+
+
+def _drop_locating_advice(finding: dict) -> None:
+    """A finding whose callsites name the lines needs no advice on how to find them (py-spy...)."""
+    advice = finding.get("advice") or []
+    suggestions = finding.get("suggestions") or []
+    if len(advice) != len(suggestions) or not any(a.get("locates_code") for a in advice):
+        return
+    kept = [i for i, a in enumerate(advice) if not a.get("locates_code")]
+    finding["advice"] = [advice[i] for i in kept]
+    finding["suggestions"] = [suggestions[i] for i in kept]
 
 
 def _missing_note(profiles: list[Profile]) -> str:

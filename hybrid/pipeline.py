@@ -175,19 +175,23 @@ def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
                     extra_warnings: list[str] | None = None, facts: dict | None = None,
                     baseline_step_ms: float | None = None, calibration: dict | None = None,
-                    script: str | None = None, stack_profiles: list[Profile] | None = None) -> dict:
+                    script: str | None = None, script_is_module: bool = False,
+                    stack_profiles: list[Profile] | None = None) -> dict:
     """`script`: the profiled script's path as the run was given it (callsites are shown relative
-    to its folder); None for a module or a foreign export. `stack_profiles`: other profiles of the
+    to its folder), or a module's file below its package's folder (`script_is_module`); None for a
+    foreign export. `stack_profiles`: other profiles of the
     run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
     from hybrid.analyze import analyze
     from hybrid.callsites import attach_callsites
+    from hybrid.grade import grade
     from hybrid.replay.predict import replay_findings
 
     facts = facts or {}
     analysis = analyze(profile)
-    attach_callsites(analysis, [profile, *(stack_profiles or [])], script)
+    attach_callsites(analysis, [profile, *(stack_profiles or [])], script, module=script_is_module)
     at_baseline(analysis, baseline_step_ms)
     replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
+    grade(analysis)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -341,6 +345,7 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
                               + list(facts.get("warnings") or []) + notes,
                               facts=facts, baseline_step_ms=baseline_step_ms,
                               calibration=read_calibration(run.path), script=_script(run_json),
+                              script_is_module=bool((run_json.get("target") or {}).get("is_module")),
                               stack_profiles=stack_profiles)
     results["artifacts"] = run_artifacts(run)
     return results
@@ -370,9 +375,12 @@ def read_calibration(run_path: Path) -> dict | None:
 
 
 def _script(run_json: dict) -> str | None:
+    """The script as the run was given it; for `-m pkg.mod`, pkg/mod.py."""
     target = run_json.get("target") or {}
     argv = target.get("argv") or []
-    return None if target.get("is_module") or not argv else str(argv[0])
+    if not argv:
+        return None
+    return str(argv[0]).replace(".", "/") + ".py" if target.get("is_module") else str(argv[0])
 
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:

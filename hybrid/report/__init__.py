@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from hybrid.grade import weighed_lost_ms
 from hybrid.provenance import SOURCE_RANK, source_label
 from hybrid.report.units import format_value, is_number
 from hybrid.rules.base import SEVERITY_RANK
@@ -21,8 +22,8 @@ def findings_by_impact(results: dict) -> list[dict]:
     that only stand for data the run lacks (`not_measured`) are no bottleneck: hybrid.report.notes lists
     them among the limitations."""
     findings = [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")]
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.get("severity"), -1),
-                                           -(f.get("time_lost_ms") or 0.0)))
+    timing = results.get("timing") or {}
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.get("severity"), -1), -weighed_lost_ms(f, timing)))
 
 
 def sources_of(finding: dict) -> list[str]:

@@ -21,6 +21,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from hybrid.grade import weighed_lost_ms
 from hybrid.report import (
     findings_by_impact,
     first_sentence,
@@ -143,7 +144,7 @@ def _step(results: dict) -> Text:
     if timing.get("weighed_at_plain_step"):
         line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% over the plain pass "
                     f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
-                    "step (column `plain`)", style="yellow")
+                    "step (its column leads)", style="yellow")
     return line
 
 
@@ -218,10 +219,15 @@ def _evidence(item: dict, verbose: bool) -> Text:
     return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
 
 
-def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool) -> RenderableType:
+def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool,
+                  numbers: dict[str, int]) -> RenderableType:
     title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
     if marked_primary:
         title.append("  (primary)", style="bold")
+    # An alternative remedy claims time other findings own: its saving is instead of theirs, not on top.
+    instead_of = [f"#{n}" for n in sorted(numbers[i] for i in finding.get("alternative_to") or [] if i in numbers)]
+    if instead_of:
+        title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
     callsite = _top_callsite(finding)
     if not expanded:
         return title if callsite is None else Group(title, callsite)
@@ -264,45 +270,53 @@ def _findings(results: dict, verbose: bool) -> list[RenderableType]:
                   pad_edge=False, header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("severity")
-    table.add_column("lost/step", justify="right", style="magenta")
-    # With a plain pass (--baseline), what the fix saves on the unprofiled step (time_lost_baseline_ms).
+    # Where a collector slowed the step, findings are weighed at the plain step: its figure leads (and
+    # grades), the profiled step's follows. Otherwise the profiled figure leads, the plain one beside it.
+    timing = results.get("timing") or {}
+    at_plain = bool(timing.get("weighed_at_plain_step"))
     plain = any("time_lost_baseline_ms" in f for f in findings)
-    if plain:
-        table.add_column("plain", justify="right", style="magenta")
-    table.add_column("%", justify="right", style="magenta")
+    columns = [("lost/step (plain)", "time_lost_baseline_ms"), ("%", "time_lost_baseline_pct"),
+               ("profiled", "time_lost_ms")] if at_plain else \
+        [("lost/step", "time_lost_ms"), *([("plain", "time_lost_baseline_ms")] if plain else []), ("%", "time_lost_pct")]
+    for header, _key in columns:
+        table.add_column(header, justify="right", style="magenta")
     table.add_column("finding", ratio=1)
     listed = findings if verbose else findings[:FINDING_ROWS_DEFAULT]
+    numbers = {str(f.get("id")): n for n, f in enumerate(findings, start=1)}
     for number, finding in enumerate(listed, start=1):
         severity = str(finding.get("severity", ""))
         table.add_row(str(number), Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-                      format_value(finding.get("time_lost_ms"), "ms"),
-                      *([format_value(finding.get("time_lost_baseline_ms"), "ms")] if plain else []),
-                      format_value(finding.get("time_lost_pct"), "%"),
+                      *(format_value(finding.get(key), "%" if key.endswith("pct") else "ms") for _h, key in columns),
                       _finding_cell(finding, marked_primary=finding.get("id") == marked, expanded=number <= expanded,
-                                    verbose=verbose))
+                                    verbose=verbose, numbers=numbers))
     hidden = findings[len(listed):]
     if not hidden:
         return [table]
     by_severity = Counter(str(f.get("severity")) for f in hidden)
-    lost = sum(f.get("time_lost_ms") or 0.0 for f in hidden)
+    lost = sum(weighed_lost_ms(f, timing) for f in hidden if not f.get("alternative_to"))
     return [table, Text(f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
                         f"{format_value(lost, 'ms')}/step est. together) with --verbose", style="dim")]
 
 
 def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
-    picks: dict[str, int] = {}  # first suggestion -> number of the highest-ranked finding that made it
+    # Each change once, as the highest-ranked finding that asks for it words it, with every finding
+    # whose first suggestion it is (the same change proposed for two reasons is one thing to do).
+    picks: dict[str, tuple[str, list[int]]] = {}
     for number, finding in enumerate(findings_by_impact(results), start=1):
-        if finding.get("suggestions"):
-            picks.setdefault(str(finding["suggestions"][0]), number)
-    shown = list(picks.items()) if verbose else list(picks.items())[:RECOMMENDATIONS_DEFAULT]
+        if not finding.get("suggestions"):
+            continue
+        advice = finding.get("advice") or []
+        change = str(advice[0].get("text")) if advice and isinstance(advice[0], dict) else str(finding["suggestions"][0])
+        picks.setdefault(change, (str(finding["suggestions"][0]), []))[1].append(number)
+    shown = list(picks.values()) if verbose else list(picks.values())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
         return []
     # A grid gives a wrapped suggestion a hanging indent under its text, not under its rank.
     grid = Table.grid(padding=(0, 1))
     grid.add_column(justify="right")
     grid.add_column(ratio=1)
-    for rank, (fix, number) in enumerate(shown, start=1):
-        grid.add_row(f"{rank}.", Text.assemble(fix, (f"  (#{number})", "dim")))
+    for rank, (fix, numbers) in enumerate(shown, start=1):
+        grid.add_row(f"{rank}.", Text.assemble(fix, (f"  ({', '.join(f'#{n}' for n in numbers)})", "dim")))
     return [Text("What to change first", style="bold"), grid]
 
 

@@ -12,19 +12,27 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+APPLIES_TO_SHOWN = 3
+
 
 @dataclass(frozen=True)
 class Suggestion:
     text: str
     condition: str  # why it applies to this run: the evidence or configuration that triggered it
     applies_to: tuple[str, ...] = ()  # ops, kernels or layers it is about
+    # A way to find the code responsible, not a change: moot once the finding's callsites name it.
+    locates_code: bool = False
 
     def to_dict(self) -> dict:
         return {**asdict(self), "applies_to": list(self.applies_to)}
 
     def render(self) -> str:
-        """One line for the `suggestions` list: the change, then why, then what it is about."""
-        about = f"; applies to {', '.join(self.applies_to)}" if self.applies_to else ""
+        """One line for the `suggestions` list: the change, then why, then what it is about (the first
+        APPLIES_TO_SHOWN names; all of them are in `advice`)."""
+        names = list(self.applies_to[:APPLIES_TO_SHOWN])
+        if len(self.applies_to) > APPLIES_TO_SHOWN:
+            names.append(f"{len(self.applies_to) - APPLIES_TO_SHOWN} more")
+        about = f"; applies to {', '.join(names)}" if names else ""
         return f"{self.text} (why: {self.condition}{about})"
 
 

@@ -7,6 +7,8 @@ from hybrid.rules.advice import Suggestion, loader_workers, use_compile, use_cud
 from hybrid.rules.base import Context, Inputs, Report, Rule
 
 MIN_LOST_PCT = 1.0
+# The torch profiler's name for a backward node run by the autograd engine.
+AUTOGRAD_OP_PREFIX = "autograd::engine::evaluate_function"
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
 # means tensors go back and forth between host and device.
 EXCESSIVE_COPIES_PER_STEP = 10
@@ -58,9 +60,18 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     htod = ctx.value("htod_count", 0.0)
     created = str(ctx.value("created_on_cpu_op_names") or "")
     cpu_ops = tuple(part for part in str(ctx.value("cpu_only_op_names") or "").split(", ") if part)
-    out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or torch.profiler "
-                      "with with_stack=True) shows which Python lines run while the GPU waits",
-                      condition, cpu_ops)]
+    if cpu_ops and all(op.startswith(AUTOGRAD_OP_PREFIX) for op in cpu_ops):
+        # The host time is autograd's own per-node work in backward (AccumulateGrad and the like), not
+        # the script's code: capturing the step, backward included, removes it.
+        condition += f"; it is autograd's per-node work in backward ({len(cpu_ops)} backward functions)"
+        out = use_cuda_graphs(ctx.config, condition=condition, applies_to=cpu_ops) or [
+            Suggestion("Find the backward work left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs "
+                       "names the graph breaks and the regions cudagraphs skipped",
+                       f"{condition}; CUDA graphs are already on", cpu_ops, locates_code=True)]
+    else:
+        out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
+                          "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
+                          condition, cpu_ops, locates_code=True)]
     if htod >= 1:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
             f" (created by {created})" if created else "")

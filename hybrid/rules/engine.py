@@ -22,11 +22,17 @@ SEVERITY_FLOORS = (("CRITICAL", 30.0), ("SEVERE", 15.0), ("MODERATE", 5.0))
 ASSUMED_SEVERITY_CAP = "MODERATE"
 
 
-def severity_for(lost_pct: float) -> str:
-    for severity, floor in SEVERITY_FLOORS:
-        if lost_pct >= floor:
-            return severity
-    return "LOW"
+# The evidence label that carries an estimate's unmeasured premise (and caps its severity).
+ASSUMES_LABEL = "time lost assumes"
+
+
+def severity_for(lost_pct: float, *, assumed: bool = False) -> str:
+    """The severity of a finding that costs `lost_pct` of the step; `assumed`: its estimate rests on
+    an unmeasured premise (capped at ASSUMED_SEVERITY_CAP)."""
+    severity = next((name for name, floor in SEVERITY_FLOORS if lost_pct >= floor), "LOW")
+    if assumed and SEVERITY_RANK[severity] > SEVERITY_RANK[ASSUMED_SEVERITY_CAP]:
+        return ASSUMED_SEVERITY_CAP
+    return severity
 
 
 def _present(ctx: Context, name: str) -> bool:
@@ -46,12 +52,10 @@ def build_finding(ctx: Context, rule: Rule, report: Report, lost_ms: float, *, m
                   alternative_to: list[str], pool_ms: float | None = None) -> Finding:
     step = ctx.value("step_time_ms") or 0.0
     pct = 100.0 * lost_ms / step if step else 0.0
-    severity = severity_for(pct)
+    severity = severity_for(pct, assumed=bool(report.assumes))
     extra = list(report.extra)
     if report.assumes:
-        extra.append(Evidence("time lost assumes", report.assumes, "", ESTIMATED))
-        if SEVERITY_RANK[severity] > SEVERITY_RANK[ASSUMED_SEVERITY_CAP]:
-            severity = ASSUMED_SEVERITY_CAP
+        extra.append(Evidence(ASSUMES_LABEL, report.assumes, "", ESTIMATED))
     evidence = [ctx.evidence(label, name) for label, name in report.pairs if name in ctx.metrics]
     return Finding(id=rule.id, title=report.title, category=rule.category, severity=severity,
                    evidence=evidence + extra, explanation=report.explanation,

@@ -26,7 +26,7 @@ def batch_headroom_lost_ms(host_gaps_ms: float) -> float:
 
 def launch_advice(ctx: Context, idle_ms: float) -> list[Suggestion]:
     condition = (f"{ctx.value('small_kernel_share_pct', 0.0):.0f}% of {ctx.value('kernels_per_step', 0.0):.0f} kernels a "
-                 f"step run under 20 us and the GPU idles {idle_ms:.3g} ms a step between launches")
+                 f"step run under 20 µs and the GPU idles {idle_ms:.3g} ms a step between launches")
     ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", ")) if ctx.value("cpu_heavy_ops", 0) >= 1 else ()
     out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     out += use_compile(ctx.config, why="fuse the small ops into fewer kernels", condition=condition, applies_to=ops)
@@ -43,13 +43,13 @@ def launch_bound_model(inp: Inputs) -> float | None:
 def launch_bound_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Launch-bound: kernels are too small to hide launch overhead",
-        pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 us", "small_kernel_share_pct"),
+        pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 µs", "small_kernel_share_pct"),
                ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_ms"),
                ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
         extra=([ctx.evidence("ops with CPU:GPU > 10:1", "cpu_heavy_op_names")]
                if ctx.value("cpu_heavy_ops", 0) >= 1 else []),
         explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
-                     "roughly 5-20 us of host time per op), so the GPU idles between them. Host-heavy ops, "
+                     "roughly 5-20 µs of host time per op), so the GPU idles between them. Host-heavy ops, "
                      "when listed, are where that host time goes; this finding owns the idle gaps they cause."),
         suggestions=launch_advice(ctx, lost_ms))
 
