@@ -88,7 +88,8 @@ def roofline_vs_peaks(results: dict) -> dict:
     """Where the step's roofline point sits against the roofs: achieved FLOP/s as % of the step's compute
     ceiling (its points' FLOP mix, hybrid.roofline; the peak of the roofline's precision in documents
     without one) and achieved DRAM B/s as % of the DRAM peak, each with the peak it used. `compute_label`
-    names the ceiling: one precision, or the mix by share of time."""
+    names the ceiling: one precision, or the mix by share of time; `bound_label` the precision the
+    bound is of ('mixed precision' where several were placed)."""
     roof = results.get("roofline") or {}
     precision = roof.get("precision")
     compute = peak(results, "flops_per_s", precision) if precision else None
@@ -101,6 +102,7 @@ def roofline_vs_peaks(results: dict) -> dict:
             label = "mix " + ", ".join(f"{p} {share:.0f}%" for p, share in mix.items())
     dram = peak(results, "dram_bytes_per_s")
     return {"compute_peak": compute, "compute_pct": pct_of(roof.get("flops_per_s"), compute), "compute_label": label,
+            "bound_label": "mixed precision" if len(mix) > 1 else precision,
             "dram_peak": dram, "dram_pct": pct_of(roof.get("bytes_per_s"), dram)}
 
 

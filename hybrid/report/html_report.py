@@ -30,6 +30,7 @@ from hybrid.report.views import artifact_views
 # Roofline plot geometry (SVG user units).
 PLOT_WIDTH, PLOT_HEIGHT = 720, 420
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 70, 150, 20, 50
+LABEL_CHAR_PX = 6.5  # mean advance of an 11px system-ui character
 POINT_RADIUS_MIN, POINT_RADIUS_MAX = 3.0, 12.0  # radius grows with sqrt of the kernel's time share
 ROOF_LABEL_GAP = 13  # least vertical distance between roof labels: one line of the 11px SVG font
 ROOF_MARGIN_DECADES = 0.3  # space around the data on the log axes, in decades
@@ -154,8 +155,11 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     inner_h = PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     px = _log_scale(x_low, x_high, MARGIN_LEFT, inner_w)
     py = _log_scale(y_low, y_high, MARGIN_TOP, inner_h, invert=True)
-    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {PLOT_WIDTH} {PLOT_HEIGHT}" '
-             f'style="width:100%;max-width:{PLOT_WIDTH * 1.4:.0f}px;height:auto" role="img" aria-label="roofline">'),
+    # The roof labels sit right of the plot: the canvas widens to the longest ('fp32/fp64_tensor 67 TFLOP/s').
+    longest_label = max(len("/".join(p for p, v in compute.items() if v == value)) + 12 for value in compute.values())
+    width = max(PLOT_WIDTH, MARGIN_LEFT + inner_w + 4 + math.ceil(LABEL_CHAR_PX * longest_label))
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {PLOT_HEIGHT}" '
+             f'style="width:100%;max-width:{width * 1.4:.0f}px;height:auto" role="img" aria-label="roofline">'),
              "<title>Roofline: achieved FLOP/s against arithmetic intensity (log-log)</title>"]
     for exponent in range(round(math.log10(x_low)), round(math.log10(x_high)) + 1):
         x = px(10 ** exponent)
@@ -343,10 +347,12 @@ def _roofline(results: dict, w: _Writer) -> str:
         basis += f", {w.value(coverage, '%')} of the step's kernel time"
     if unplotted:
         basis += f"; {unplotted} {noun('kernels', unplotted)} without FLOPs {'is' if unplotted == 1 else 'are'} not plotted"
+    mixed = position["bound_label"] != precision
     compute = _rate_vs_peak(roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
-                            f"{precision or 'compute'} peak", w)
+                            f"the {position['compute_label']} ceiling" if mixed else f"{precision or 'compute'} peak", w)
     dram = _rate_vs_peak(roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], "peak", w)
-    facts = (f"<p><b>{w.text(roof.get('bound'))}-bound</b> ({w.text(precision or 'precision unknown')}) · "
+    facts = (f"<p><b>{w.text(roof.get('bound'))}-bound</b> "
+             f"({w.text(position['bound_label'] or 'precision unknown')}) · "
              f"arithmetic intensity {w.value(roof.get('arithmetic_intensity'), 'FLOP/B')} (L2 "
              f"{w.value(roof.get('l2_arithmetic_intensity'), 'FLOP/B')}) · ridge point "
              f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · {w.value(roof.get('achieved_pct_of_attainable'), '%')} "

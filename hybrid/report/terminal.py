@@ -144,7 +144,7 @@ def _step(results: dict) -> Text:
     if timing.get("weighed_at_plain_step"):
         line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% over the plain pass "
                     f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
-                    "step (its column leads)", style="yellow")
+                    "step (the first column)", style="yellow")
     return line
 
 
@@ -165,9 +165,8 @@ def _roofline(results: dict) -> list[Text]:
         reason = roof.get("reason") or "not available in this mode"
         return [Text.assemble(("Roofline: ", "bold"), f"not placed ({reason})")]
     position = roofline_vs_peaks(results)
-    precision = roof.get("precision")
     # With several precisions placed, the bound is the mix's, not the largest share's.
-    label = "mixed precision" if len(roof.get("precision_mix_pct") or {}) > 1 else precision
+    label = position["bound_label"]
     lines = [Text.assemble(("Roofline: ", "bold"), f"{roof['bound']}-bound" + (f" ({label})" if label else ""),
                            f" · AI {format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} (ridge "
                            f"{format_value(roof.get('ridge_point'))}) · "
