@@ -413,10 +413,20 @@ def _callsites(finding: dict, w: _Writer) -> str:
 def _findings(results: dict, w: _Writer) -> str:
     findings = findings_by_impact(results)
     if not findings:
-        return "<h2>Bottlenecks</h2><p>None detected in what this run measured (see the limitations).</p>"
+        return ("<h2>Bottlenecks</h2><p>None detected in what this run measured (see the limitations).</p>"
+                + _below_floor(results, w))
     timing = results.get("timing") or {}
-    return f"<h2>Bottlenecks ({len(findings)})</h2>" + "".join(_card(i, f, w, timing)
-                                                               for i, f in enumerate(findings, 1))
+    return (f"<h2>Bottlenecks ({len(findings)})</h2>" + "".join(_card(i, f, w, timing) for i, f in enumerate(findings, 1))
+            + _below_floor(results, w))
+
+
+def _below_floor(results: dict, w: _Writer) -> str:
+    below = (results.get("diagnosis") or {}).get("below_floor") or []
+    if not below:
+        return ""
+    names = ", ".join(f"<code>{w.text(b.get('id'))}</code> {w.value(b.get('weighed_lost_ms'), 'ms')}" for b in below)
+    return (f'<p class="muted">Left out: the time a fix would save is under the rule\'s floor ({names}); '
+            "results.json: <code>diagnosis.below_floor</code>.</p>")
 
 
 def _table(title: str, headers: list[tuple[str, bool]], rows: list[list[str]]) -> str:

@@ -252,7 +252,21 @@ def _top_callsite(finding: dict) -> Text | None:
                          f"  {top.get('source_line') or top.get('function') or ''}".rstrip())
 
 
+def _below_floor(results: dict) -> list[Text]:
+    """'2 findings dropped: their fix saves under their floor once replayed (memory.uncoalesced 1.96 µs, ...)'."""
+    below = (results.get("diagnosis") or {}).get("below_floor") or []
+    if not below:
+        return []
+    names = ", ".join(f"{b.get('id')} {format_value(b.get('weighed_lost_ms'), 'ms')}" for b in below)
+    return [Text(f"{len(below)} {noun('findings', len(below))} left out: the time a fix would save is under the rule's "
+                 f"floor ({names}); results.json: diagnosis.below_floor", style="dim")]
+
+
 def _findings(results: dict, verbose: bool) -> list[RenderableType]:
+    return _finding_table(results, verbose) + _below_floor(results)
+
+
+def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
         return [Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")]

@@ -61,6 +61,9 @@ class Finding:
     alternative_to: list[str] = field(default_factory=list)
     # The suggestions as {text, condition, applies_to} (hybrid.rules.advice.Suggestion).
     advice: list[dict] = field(default_factory=list)
+    # The rule's floor: below this share of the step the problem is no finding (checked again once
+    # the replay has its figure, hybrid.grade).
+    floor_pct: float = 0.0
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:

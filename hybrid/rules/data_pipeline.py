@@ -172,5 +172,5 @@ RULES = [
          floor_pct=MIN_LOST_PCT),
     # Step-to-step variance is not a share of one step's window: it reads no ledger pool.
     Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"), jitter_model,
-         jitter_report),
+         jitter_report, floor_pct=MIN_LOST_PCT),
 ]

@@ -61,7 +61,7 @@ def build_finding(ctx: Context, rule: Rule, report: Report, lost_ms: float, *, m
                    evidence=evidence + extra, explanation=report.explanation,
                    suggestions=[s.render() for s in report.suggestions], time_lost_ms=lost_ms, time_lost_pct=pct,
                    pool=list(rule.pool), pool_ms=pool_ms, missing_inputs=missing, alternative_to=alternative_to,
-                   advice=[s.to_dict() for s in report.suggestions])
+                   advice=[s.to_dict() for s in report.suggestions], floor_pct=rule.floor_pct)
 
 
 def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
