@@ -64,6 +64,8 @@ GELU = "planted/roofline_unfused_gelu/run"  # an 8-kernel elementwise chain a st
 MLP = "planted/graph_unfused_small_ops/run"  # 200 tiny kernels a step, launch-bound
 NUMPY = "planted/cpu_numpy_augment/run"  # host augmentation, a host->device copy of the batch each step
 SIMPLE_CNN = "runs/h200-simple_cnn"  # batches made on the GPU: no host data, no numpy, no DataLoader
+# HF Trainer GPT-2 fp32 (session 3): 5.9 ms of host gap a step, its 2 copies the batch's input_ids and labels
+HF_FP32 = "precision/hf_trainer_fp32/run"
 LOADER = "planted/data_loader_workers0/run"  # DataLoader(num_workers=0)
 PAGEABLE = "planted/data_pageable_h2d/run"
 
@@ -116,6 +118,9 @@ CASES = [
          says=("TrainingArguments(torch_compile=True",), never=("torch.compile(model",)),
     Case("host data each step: move the preprocessing, build a DataLoader", NUMPY, "cpu.preprocessing", _config(),
          says=("numpy or Python preprocessing", "torch.utils.data.DataLoader", "the script uses no DataLoader")),
+    Case("HF Trainer: its two batch copies are no host preprocessing; find the host code", HF_FP32,
+         "cpu.preprocessing", _config(framework=HF, data_loaders=[{"num_workers": 0, "pin_memory": True}]),
+         says=("py-spy",), never=("numpy or Python preprocessing", "dataloader_num_workers")),
     Case("no host data: no numpy, no DataLoader advice", SIMPLE_CNN, "cpu.preprocessing", _config(),
          says=("autograd's per-node work in backward", "mode='reduce-overhead'"), never=("numpy", "DataLoader", "py-spy")),
     Case("the same host time in a compiled model with CUDA graphs: nothing to turn on", SIMPLE_CNN,

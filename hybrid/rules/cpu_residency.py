@@ -14,6 +14,8 @@ AUTOGRAD_OP_PREFIX = "autograd::engine::evaluate_function"
 EXCESSIVE_COPIES_PER_STEP = 10
 # Copies a well-structured step needs (one input batch in, one result out).
 EXPECTED_COPIES_PER_STEP = 2
+# A DataLoader fetch that takes this share of the host gap is a cause worth its own advice (workers).
+LOADER_SHARE_OF_HOST_GAP = 0.25
 # Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
 HOST_GAP_MIN_PCT = 5.0
 # Host work while the device idles, outside syncs, DataLoader fetches, compiled regions, launch gaps and
@@ -72,12 +74,19 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
         out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
                           "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
                           condition, cpu_ops, locates_code=True)]
-    if htod >= 1:
+    # Data made on the host each step: tensors created on the CPU in the step, or more copies in than a
+    # batch and its labels (a DataLoader's batch arriving is no preprocessing in the loop body).
+    made_on_host = bool(created) or htod > EXPECTED_COPIES_PER_STEP
+    fetch_ms = ctx.value("data_loader_ms") or 0.0
+    if htod >= 1 and made_on_host:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
             f" (created by {created})" if created else "")
         out.append(Suggestion("Move that per-batch work (numpy or Python preprocessing, augmentation) to the GPU as "
                               "batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)", feed))
         out += loader_workers(ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU")
+    elif fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
+        out += loader_workers(ctx.config, condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching batches "
+                                                    "from the DataLoader in the training process")
     return out
 
 
