@@ -94,10 +94,14 @@ def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
 
 
 def _evidence_metrics(results: dict, finding: dict) -> list[str]:
-    """Names of the metrics a finding's evidence shows (same value, unit and source)."""
+    """Names of the measured quantities a finding's evidence shows (same value, unit and source). Lists
+    of names (the FP32 layers, the ops) are left out: a run with nothing to list has no such metric,
+    which is no missing measurement."""
     metrics = _section(results, "metrics")
     names = []
     for item in finding.get("evidence") or []:
+        if not is_number(item.get("value")):
+            continue
         for name, metric in metrics.items():
             if (metric or {}).get("value") == item.get("value") and metric.get("unit") == item.get("unit") \
                     and metric.get("source") == item.get("source") and item.get("value") not in (None, "", 0):
