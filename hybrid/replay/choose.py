@@ -113,9 +113,9 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
         if not idle:
             return Choice(None, "no host-only time in the evidence")
         # The rule may leave part of that idle time to other findings (a sync, graph breaks): the
-        # same share of the host work is what moving the preprocessing removes.
+        # same share of the host work is what the fix (moving it to the GPU, capturing it) removes.
         share = min(1.0, (finding.get("time_lost_ms") or 0.0) / idle)
-        return Choice(Fix("less_host_work", "host preprocessing moved to the GPU", {"share": share},
+        return Choice(Fix("less_host_work", "the host work between launches removed", {"share": share},
                           f"{share:.0%} of the step's measured host work between launches (gaps over 0.1 ms): "
                           f"the rule's {fmt(finding.get('time_lost_ms') or 0.0)} of {fmt(idle)} ms of host work "
                           "with the GPU idle"), "")
