@@ -15,10 +15,13 @@ every profiled process, before the user's code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import runpy
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -26,6 +29,11 @@ from types import FrameType, TracebackType
 from hybrid import run_config
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.stepping import EXCEPTION, PASSES, SessionConfig, StepSession, outcome_of
+
+# The pid of the `hybrid run` that started this pass (hybrid.orchestrate sets it), and how often the
+# script checks that it still runs.
+HYBRID_PID_ENV = "HYBRID_PID"
+PARENT_POLL_S = 1.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,6 +100,35 @@ def _stop_like_ctrl_c() -> None:
             signal.signal(stop, _interrupt_on_signal)
 
 
+def _end_when_hybrid_is_gone(pid: int, log: Path) -> None:
+    """hybrid stopped without passing a signal on (SIGKILL, or a collector that keeps its target out of
+    its process group): end the script as SIGTERM does, writing what it measured, rather than leave an
+    orphan holding the GPU. Polls from a daemon thread; a process that is not ours at that pid (a
+    PermissionError) means hybrid is gone too. The script's output went to a pipe hybrid read: from
+    here on it is appended to the pass's console.log, so neither the script nor the injector dies
+    writing to a pipe nobody reads."""
+    while True:
+        time.sleep(PARENT_POLL_S)
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+    try:
+        target = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError:
+        target = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch_hybrid(out_dir: Path) -> None:
+    pid = os.environ.get(HYBRID_PID_ENV, "")
+    if pid.isdigit() and int(pid) != os.getpid():
+        threading.Thread(target=_end_when_hybrid_is_gone, args=(int(pid), out_dir / "console.log"),
+                         name="hybrid-watch", daemon=True).start()
+
+
 def _run_target(target: str, as_module: bool) -> None:
     if as_module:
         # alter_sys: argv[0] becomes the module's file and __main__ is that module, as under `python -m`.
@@ -128,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
     _stop_like_ctrl_c()
+    _watch_hybrid(args.out)
     sys.argv = [target, *target_args]
     if not args.module:
         # As `python script.py` does: the script's directory replaces this injector's path entry.
@@ -140,10 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     outcome, exit_code, traceback_text = outcome_of(ended)
     if outcome == EXCEPTION:
         traceback_text = "".join(traceback.format_exception(type(ended), ended, _user_frames(ended.__traceback__)))
-        sys.stderr.write(traceback_text)
-    elif isinstance(ended, SystemExit) and exit_code == 1 and not isinstance(ended.code, int):
-        print(ended.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
+    # The record first: printing can fail (a closed pipe) and must not cost what was measured.
     session.finish(outcome, exit_code, traceback_text)
+    with contextlib.suppress(OSError):
+        if outcome == EXCEPTION:
+            sys.stderr.write(traceback_text)
+        elif isinstance(ended, SystemExit) and exit_code == 1 and not isinstance(ended.code, int):
+            print(ended.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
     return exit_code
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from hybrid import __version__, settle
 from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
 from hybrid.files import output_error
+from hybrid.inject import HYBRID_PID_ENV
 from hybrid.rundir import RunDir
 from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
@@ -240,6 +241,8 @@ class Orchestrator:
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        # The workload ends itself if this process disappears without stopping it (hybrid.inject).
+        env[HYBRID_PID_ENV] = str(os.getpid())
         env.update(self.options.extra_env)
         return env
 
@@ -251,7 +254,8 @@ class Orchestrator:
         result = PassResult(name=name, status="ok", command=argv)
         pump = _Pump(self.progress, name)
         try:
-            log = open(log_path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+            # Line-buffered: console.log follows the script as it prints (tail -f, a test waiting on a line).
+            log = open(log_path, "w", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115 - closed below
         except OSError as error:
             raise output_error(log_path, error) from error
         with _closing_quietly(log, pump):

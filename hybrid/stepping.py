@@ -562,7 +562,11 @@ class StepSession:
         now = time.perf_counter_ns()
         if self.config.progress and (force or now - self._last_progress_ns >= PROGRESS_INTERVAL_NS):
             self._last_progress_ns = now
-            print(f"{PROGRESS_PREFIX}{self.config.pass_name} {text}", flush=True)
+            try:
+                print(f"{PROGRESS_PREFIX}{self.config.pass_name} {text}", flush=True)
+            except OSError:
+                # Nobody reads the pipe any more (hybrid was killed): progress is not worth the script.
+                self.config.progress = False
 
     def _synchronize(self) -> bool:
         """Wait for the device if the script uses CUDA; never initializes CUDA itself."""

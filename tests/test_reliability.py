@@ -192,6 +192,28 @@ def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path,
     assert again.returncode == 0, again.stderr
 
 
+def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measured(tmp_path):
+    """SIGKILL to hybrid passes nothing on (nor does a collector that keeps its target out of its
+    process group): the workload sees hybrid gone within about a second and ends as on SIGTERM,
+    writing inject.json, instead of holding the GPU as an orphan."""
+    out, pid_file = tmp_path / "run", tmp_path / "workload.pid"
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1", "-q",
+                             "--out", str(out), str(SCRIPTS / "steps_slowly.py"), str(pid_file)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+    log, deadline = out / "torch" / "console.log", time.monotonic() + 180
+    while time.monotonic() < deadline and not (log.exists() and "[hybrid] torch step" in log.read_text()):
+        time.sleep(0.2)
+    workload = int(pid_file.read_text())
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _alive(workload):
+        time.sleep(0.2)
+    assert not _alive(workload), "the workload outlived hybrid"
+    inject = json.loads((out / "torch" / "inject.json").read_text())
+    assert inject["outcome"] == "interrupted" and inject["measured_steps"] > 0
+
+
 @pytest.mark.parametrize(("name", "cause"), [("KILL", "out-of-memory"), ("SEGV", "native code")])
 def test_workload_killed_by_a_signal_is_exit_3_naming_it(tmp_path, name, cause):
     out = tmp_path / "run"
