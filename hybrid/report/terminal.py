@@ -252,6 +252,14 @@ def _top_callsite(finding: dict) -> Text | None:
                          f"  {top.get('source_line') or top.get('function') or ''}".rstrip())
 
 
+def _figure(finding: dict, key: str, timing: dict) -> object:
+    """A finding's figure; the plain step's share from its parts where the document predates the field."""
+    if key == "time_lost_baseline_pct" and key not in finding and timing.get("baseline_step_time_ms"):
+        plain_ms = finding.get("time_lost_baseline_ms")
+        return None if plain_ms is None else 100.0 * plain_ms / timing["baseline_step_time_ms"]
+    return finding.get(key)
+
+
 def _below_floor(results: dict) -> list[Text]:
     """'2 findings dropped: their fix saves under their floor once replayed (memory.uncoalesced 1.96 µs, ...)'."""
     below = (results.get("diagnosis") or {}).get("below_floor") or []
@@ -299,7 +307,8 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     for number, finding in enumerate(listed, start=1):
         severity = str(finding.get("severity", ""))
         table.add_row(str(number), Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-                      *(format_value(finding.get(key), "%" if key.endswith("pct") else "ms") for _h, key in columns),
+                      *(format_value(_figure(finding, key, timing), "%" if key.endswith("pct") else "ms")
+                        for _h, key in columns),
                       _finding_cell(finding, marked_primary=finding.get("id") == marked, expanded=number <= expanded,
                                     verbose=verbose, numbers=numbers))
     hidden = findings[len(listed):]
