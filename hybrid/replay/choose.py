@@ -120,12 +120,9 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
                           f"the rule's {fmt(finding.get('time_lost_ms') or 0.0)} of {fmt(idle)} ms of host work "
                           "with the GPU idle"), "")
     if fid == "compile.graph_breaks":
-        saved = finding.get("time_lost_ms") or 0.0
-        if saved <= 0:
-            return Choice(None, "no host time between compiled regions")
-        return Choice(Fix("less_host_work", "graph breaks removed (one compiled region)",
-                          {"saved_ns_per_step": saved * NS_PER_MS},
-                          f"host time between compiled regions: the rule's estimate, {fmt(saved)} ms per step"), "")
+        return _rule_saving(finding, "less_host_work", "graph breaks removed (one compiled region)",
+                            "host time between compiled regions: the rule's estimate",
+                            "no host time between compiled regions")
     if fid == "launch.bound":
         return Choice(Fix("graph_launch", "CUDA graphs (torch.compile mode=\"reduce-overhead\")", {},
                           "the step's measured launch calls and dispatch gaps"), "")
@@ -136,10 +133,16 @@ def choose(finding: dict, graph: ReplayGraph, *, calibration: dict | None = None
         return Choice(Fix("overlapped_communication", "collectives overlapped with compute", {},
                           "the step's measured collectives"), "")
     if fid in ("memory.uncoalesced", "occupancy.small_grid", "occupancy.low", "roofline.low_efficiency"):
-        saved = finding.get("time_lost_ms") or 0.0
-        if saved <= 0:
-            return Choice(None, "no kernel time saved")
-        return Choice(Fix("faster_kernels", "the rule's kernel-time saving, replayed",
-                          {"saved_ns_per_step": saved * NS_PER_MS},
-                          f"kernel time saved: the rule's closed-form estimate, {fmt(saved)} ms per step"), "")
+        return _rule_saving(finding, "faster_kernels", "the rule's kernel-time saving, replayed",
+                            "kernel time saved: the rule's closed-form estimate", "no kernel time saved")
     return Choice(None, "no transformation for this finding")
+
+
+def _rule_saving(finding: dict, kind: str, description: str, basis: str, none_reason: str) -> Choice:
+    """A fix that removes the rule's own closed-form saving per step: for causes the replay cannot
+    rebuild from the timeline (a graph break's host time, a kernel made faster)."""
+    saved = finding.get("time_lost_ms") or 0.0
+    if saved <= 0:
+        return Choice(None, none_reason)
+    return Choice(Fix(kind, description, {"saved_ns_per_step": saved * NS_PER_MS},
+                      f"{basis}, {fmt(saved)} ms per step"), "")
