@@ -408,8 +408,8 @@ class Orchestrator:
                   f"{self.options.steps} (the torch pass was run a second time to measure them)")
         self.mode_reasons.append(reason)
         self.run_dir.update_run_json(fixed_warmup={"warmup": self.fixed_warmup, "reason": reason})
-        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps,
-                                                             whole_run=False))
+        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps, whole_run=False),
+                                   note=f"again, measuring the script's last {self.options.steps} steps")
 
     def _no_step_found(self, inject: dict, can_capture: bool) -> None:
         """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the
@@ -463,8 +463,8 @@ class Orchestrator:
                                 kept=str(self.run_dir.path))
         self.mode_reasons.append(f"{cause}: falling back ({fix})")
 
-    def _run_and_check(self, name: str, argv: list[str]) -> PassResult:
-        result = self._run_child(name, argv)
+    def _run_and_check(self, name: str, argv: list[str], note: str = "") -> PassResult:
+        result = self._run_child(name, argv, note)
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:
