@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from hybrid.nsys_pass import load_nsys_export
-from hybrid.pipeline import analyze_artifacts, analyze_run_dir
+from hybrid.pipeline import analyze_artifacts
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
 from hybrid.rundir import RunDir
@@ -19,10 +18,8 @@ RUN = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50-50steps"
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict:
-    run = tmp_path_factory.mktemp("run") / "run"
-    shutil.copytree(RUN, run)
-    return analyze_run_dir(run)
+def results(analyzed_copy) -> dict:
+    return analyzed_copy(RUN)
 
 
 def test_each_finding_gives_its_time_at_the_plain_step(results):

@@ -4,7 +4,6 @@ and the replay shrank the small-grid finding's closed form of 1.57 ms to 0.65 µ
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,8 @@ RUN = Path(__file__).resolve().parent / "fixtures" / "runs" / "h200-resnet50-def
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict:
-    from hybrid.pipeline import analyze_run_dir
-
-    run = tmp_path_factory.mktemp("grade") / "run"
-    shutil.copytree(RUN, run)
-    return analyze_run_dir(run)
+def results(analyzed_copy) -> dict:
+    return analyzed_copy(RUN)
 
 
 def test_findings_are_graded_at_the_plain_step(results):
