@@ -5,6 +5,7 @@ or SIGHUP)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -363,9 +364,11 @@ def report(
         raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
     if path.is_file() and path.suffix == ".json":
         # Nothing to re-analyze: the document is shown as it was written.
-        _render_saved(_complete(_load_results(path), path), html_path=path.with_suffix(".report.html") if html else None,
-                      as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
-                      location=str(path.parent))
+        with _received(path):
+            _render_saved(_complete(_load_results(path), path),
+                          html_path=path.with_suffix(".report.html") if html else None,
+                          as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
+                          location=str(path.parent))
         return
     if path.is_dir():
         from hybrid.job import is_job_dir
@@ -388,10 +391,11 @@ def report(
                                  "drop --rank")
             if _artifacts_gone(path):
                 _stderr(f"{path} keeps no raw artifacts: showing its results.json as it was written")
-                _render_saved(_complete(_load_results(path), path / "results.json"),
-                              html_path=path / "report.html" if html else None,
-                              as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
-                              location=str(path))
+                with _received(path / "results.json"):
+                    _render_saved(_complete(_load_results(path), path / "results.json"),
+                                  html_path=path / "report.html" if html else None,
+                                  as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
+                                  location=str(path))
                 return
             results = analyze_run_dir(path, step_range=step_range, ncu_csv=ncu)
     else:
@@ -452,6 +456,20 @@ def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbo
     _fail_on(results, fail_on)
 
 
+@contextlib.contextmanager
+def _received(*sources: Path):
+    """Rendering results documents read from files hybrid did not necessarily write: a value of a type
+    no renderer expects (a hand-edited or damaged file) is bad input naming the file, not a traceback.
+    The findings were already cleaned on load (hybrid.schema.typed_findings); this catches the rest."""
+    try:
+        yield
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as error:
+        named = " or ".join(str(source) for source in sources)
+        raise UsageError(f"{named} holds a value of a type results.json never has ({type(error).__name__}: "
+                         f"{str(error)[:120]})", "re-create it with `hybrid report RUN_DIR` from the run's artifacts",
+                         ) from None
+
+
 def _load_results(path: Path) -> dict:
     import json
 
@@ -470,6 +488,11 @@ def _load_results(path: Path) -> dict:
     if not isinstance(document, dict):
         raise UsageError(f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
                          "not an object", "pass the results.json that `hybrid run` or `hybrid report` wrote")
+    from hybrid.schema import typed_findings
+
+    problems = typed_findings(document, str(target))
+    if problems and isinstance(document.get("warnings"), list):
+        document["warnings"] += problems
     return document
 
 
@@ -516,8 +539,10 @@ def compare(
     from hybrid.report.compare import compare_results, gate, render_compare
 
     threshold = _threshold(fail_on_regression)
-    diff = compare_results(_load_results(run_a), _load_results(run_b))
-    sys.stdout.write(json.dumps(diff, indent=1, default=str) + "\n" if as_json else render_compare(diff) + "\n")
+    with _received(run_a, run_b):
+        diff = compare_results(_load_results(run_a), _load_results(run_b))
+        text = json.dumps(diff, indent=1, default=str) if as_json else render_compare(diff)
+    sys.stdout.write(text + "\n")
     if html is not None:
         from hybrid.report.html_report import render_compare_html
 

@@ -3,6 +3,8 @@ shape; additive changes keep the major version, anything else bumps it."""
 
 from __future__ import annotations
 
+from hybrid.jsontypes import NUMBER, typed_fields
+
 SCHEMA_VERSION = "1.0"
 
 MODES = ("hybrid", "nsys", "torch-only", "cpu-only")
@@ -45,3 +47,53 @@ def missing_keys(results: dict) -> list[str]:
             missing += [f"diagnosis.bottlenecks[{i}].evidence[{j}].{k}" for k in EVIDENCE_KEYS if k not in ev]
     return missing
 
+
+
+# The finding fields renderers and `compare` compute with, and the JSON types each may hold.
+FINDING_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "title": (str,), "category": (str,), "severity": (str,), "explanation": (str,),
+    "evidence": (list,), "suggestions": (list,), "advice": (list,), "callsites": (list,), "alternative_to": (list,),
+    "time_lost_ms": NUMBER, "time_lost_pct": NUMBER, "time_lost_baseline_ms": NUMBER,
+    "time_lost_baseline_pct": NUMBER, "not_measured": (bool,), "time_lost_method": (str,),
+}
+
+
+def typed_findings(results: dict, where: str) -> list[str]:
+    """Clean the findings of a results document read from a file hybrid did not necessarily write: a
+    finding that is not an object or has no text id is left out, a field of another type is dropped.
+    Returns what was left out, one line each."""
+    problems: list[str] = []
+    diagnosis = results.get("diagnosis")
+    if not isinstance(diagnosis, dict):
+        return problems
+    if isinstance(diagnosis.get("bottlenecks"), list):
+        kept = []
+        for i, finding in enumerate(diagnosis["bottlenecks"]):
+            clean = _typed_finding(finding, f"{where} bottlenecks[{i}]", problems)
+            if clean.get("id"):
+                kept.append(clean)
+            else:
+                problems.append(f"{where}: bottlenecks[{i}] has no id, left out")
+        diagnosis["bottlenecks"] = kept
+    primary = diagnosis.get("primary_bottleneck")
+    if primary is not None:
+        clean = _typed_finding(primary, f"{where} primary_bottleneck", problems)
+        diagnosis["primary_bottleneck"] = clean if clean.get("id") else None
+    return problems
+
+
+# List fields of a finding and the type of their items.
+FINDING_ITEMS: dict[str, type] = {"evidence": dict, "advice": dict, "callsites": dict, "suggestions": str,
+                                  "alternative_to": str}
+
+
+def _typed_finding(finding: object, where: str, problems: list[str]) -> dict:
+    if not isinstance(finding, dict):
+        return {}
+    clean = typed_fields(finding, FINDING_TYPES, where, problems)
+    for key, item_type in FINDING_ITEMS.items():
+        items = clean.get(key)
+        if isinstance(items, list) and not all(isinstance(item, item_type) for item in items):
+            clean[key] = [item for item in items if isinstance(item, item_type)]
+            problems.append(f"{where}: `{key}` entries that are not {item_type.__name__} left out")
+    return clean

@@ -264,18 +264,29 @@ RESULTS_DOC = json.loads(RESULTS.read_text())
 @given(doc=mutated_json(RESULTS_DOC, _paths(RESULTS_DOC)), data=damaged_bytes(RESULTS.read_bytes()),
        as_bytes=st.booleans())
 def test_damaged_results_json(tmp_path_factory, doc, data, as_bytes):
-    from hybrid.cli import _load_results
+    from hybrid.cli import _complete, _load_results, _received
     from hybrid.report.compare import compare_results, render_compare
+    from hybrid.report.html_report import render_html
+    from hybrid.report.terminal import render_terminal
 
     path = tmp_path_factory.mktemp("results") / "results.json"
     path.write_bytes(data if as_bytes else json.dumps(doc).encode())
 
+    # As the CLI reads a received document: cleaned on load, rendered inside _received.
     def compare() -> None:
-        candidate = _load_results(path)
-        render_compare(compare_results(RESULTS_DOC, candidate))
-        render_compare(compare_results(candidate, RESULTS_DOC))
+        with _received(path):
+            candidate = _load_results(path)
+            render_compare(compare_results(RESULTS_DOC, candidate))
+            render_compare(compare_results(candidate, RESULTS_DOC))
+
+    def report() -> None:  # `hybrid report results.json`: the document re-rendered
+        with _received(path):
+            document = _complete(_load_results(path), path)
+            render_terminal(document, verbose=True, color=False)
+            render_html(document)
 
     only_input_errors(compare)
+    only_input_errors(report)
 
 
 @pytest.mark.parametrize("document", ["[]", "[1, 2]", '"text"', "3", "null"])

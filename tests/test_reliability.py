@@ -431,3 +431,23 @@ def test_device_cuda_without_a_gpu_is_exit_2_before_the_workload_runs(tmp_path):
     assert done.returncode == 2
     assert "no CUDA device" in done.stderr and "--device cpu" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_hand_edited_results_json_is_rendered_or_refused_never_a_traceback(tmp_path):
+    """A finding without a text id is left out with a warning and the rest renders; a section holding
+    values of types results.json never has is exit 2 naming the file."""
+    document = json.loads((ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json").read_text())
+    kept = len(document["diagnosis"]["bottlenecks"])
+    document["diagnosis"]["bottlenecks"].append({"id": ["not", "text"], "severity": ["LOW"]})
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(document))
+    done = hybrid("report", str(edited), "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert len(shown["diagnosis"]["bottlenecks"]) == kept
+    assert any("has no id, left out" in w for w in shown["warnings"])
+    document["metrics"] = {name: 5 for name in document["metrics"]}  # numbers where {value, unit, source} belong
+    edited.write_text(json.dumps(document))
+    done = hybrid("report", str(edited))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert str(edited) in done.stderr and "re-create it with `hybrid report RUN_DIR`" in done.stderr

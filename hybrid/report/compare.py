@@ -156,7 +156,8 @@ def _findings(a: dict, b: dict) -> dict:
 def _kernels(a: dict, b: dict) -> list[dict]:
     def totals(results: dict) -> dict:
         kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
-        return {k.get("name"): k.get("total_ms_per_step") for k in kernels[:TOP_KERNELS_COMPARED] if isinstance(k, dict)}
+        return {k["name"]: k.get("total_ms_per_step") for k in kernels[:TOP_KERNELS_COMPARED]
+                if isinstance(k, dict) and isinstance(k.get("name"), str)}
     before, after = totals(a), totals(b)
     names = list(dict.fromkeys([*before, *after]))
     rows = [{"name": name, **_change(before.get(name), after.get(name))} for name in names]
