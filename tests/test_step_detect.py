@@ -133,7 +133,7 @@ def test_os_exit_still_leaves_a_report(runs):
 
 def test_warmup_lasts_until_step_times_settle(runs):
     inject = _measured(runs["settles_late"])
-    assert inject["step_unit"] == "one iteration of the loop at settles_late.py:10"
+    assert inject["step_unit"] == "one iteration of the loop at settles_late.py:11"
     # The script's iterations slow down by 0.6^i: the requested 2 warmup steps are not enough.
     assert inject["warmup_dropped"] > 2
     assert "until step times settled within 10%" in inject["warmup_reason"]
