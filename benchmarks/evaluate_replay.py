@@ -27,6 +27,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.evaluate_planted import load_manifest, realized_saving
+from hybrid.grade import grade
 from hybrid.pipeline import analyze_artifacts
 from hybrid.replay.predict import replay_findings
 from hybrid.rundir import RunDir
@@ -59,6 +60,7 @@ def evaluate(capture: Path, entry: dict) -> dict:
     results = analyze_artifacts(run, torch_profile, nsys_profile, run.ncu_csv(), baseline_step_ms=plain)
     # analyze_artifacts merged the profiles into nsys_profile.
     replay_findings(nsys_profile, results, baseline_step_ms=plain, calibration=_calibration(capture))
+    grade(results)
     primary = results["diagnosis"]["primary_bottleneck"] or {}
     expected = entry["expected_category"]
     planted = max((f for f in results["diagnosis"]["bottlenecks"] if f["category"] == expected),

@@ -1,6 +1,7 @@
 """The replay as a post-processing step of the analysis: after the rules ran, every finding that a
 transformation exists for gets the replay's saving as its time lost (`time_lost_method: "replay"`);
-the others keep the rule's closed form (`"model"`). The rules are not touched."""
+the others keep the rule's closed form (`"model"`). The rules are not touched; severity, order and the
+primary are the grade's (hybrid.grade), which runs next."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
 from hybrid.replay.transforms import Fix, apply, host_scaled
 
-SEVERITY_RANK = {"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1, "LOW": 0}
 # Host-time scales searched when fitting the replay to the step time measured without a collector.
 HOST_SCALE_RANGE = (0.05, 2.0)
 HOST_SCALE_ITERATIONS = 8
@@ -70,18 +70,6 @@ def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
 
 def _findings(analysis: dict) -> list[dict]:
     return analysis.get("diagnosis", {}).get("bottlenecks", [])
-
-
-def _rerank(analysis: dict) -> None:
-    diagnosis = analysis["diagnosis"]
-    findings = sorted(diagnosis["bottlenecks"], key=lambda f: (f.get("not_measured", False), -f["time_lost_ms"],
-                                                               -SEVERITY_RANK.get(f["severity"], 0), f["id"]))
-    diagnosis["bottlenecks"] = findings
-    # An alternative remedy for time other findings own (alternative_to) is never the primary.
-    measured = [f for f in findings if not f.get("not_measured") and not f.get("alternative_to") and f["time_lost_ms"] > 0]
-    key = "time_lost_baseline_ms" if measured and all("time_lost_baseline_ms" in f for f in measured) \
-        else "time_lost_ms"
-    diagnosis["primary_bottleneck"] = dict(max(measured, key=lambda f: f[key])) if measured else None
 
 
 def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float | None = None,
@@ -158,7 +146,6 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
         analysis["diagnosis"]["replay_all_fixes"] = {
             "findings": [f["id"] for f, _ in chosen], "step_time_ms": all_ms,
             "saved_ms": max(0.0, base.step_time_ms - all_ms)}
-    _rerank(analysis)
 
 
 def _pinned_peak(peaks: dict) -> float | None:
