@@ -80,6 +80,8 @@ def handles_errors(command: Callable) -> Callable:
         except Terminated as stop:
             _stderr(f"terminated: {stop}; nothing already written was lost")
             raise typer.Exit(stop.exit_code) from None
+        finally:
+            _say_kept()
 
     return wrapper
 
@@ -90,15 +92,12 @@ def _default_out(stem: str) -> Path:
 
 def _save_reports(results: dict, run_dir: Path, written: list[str], *, html: bool, include_paths: bool) -> None:
     """results.json, report.txt (and report.html) in the run directory, each name added to `written`
-    once saved; the results.json a previous analysis left is kept as results.N.json first. Raises
-    OutputError."""
-    from hybrid.files import keep_numbered_copy, write_file
+    once saved; what a previous analysis left there is kept as results.N.json (report.N.txt, ...) by
+    hybrid.files. Raises OutputError."""
+    from hybrid.files import write_file
     from hybrid.report.json_report import write_results
     from hybrid.report.terminal import render_terminal
 
-    kept = keep_numbered_copy(run_dir / "results.json", "results", ".json")
-    if kept is not None:
-        written.append(kept.name)
     write_results(results, run_dir / "results.json")
     written.append("results.json")
     write_file(run_dir / "report.txt", render_terminal(results, verbose=True, color=False))
@@ -137,6 +136,15 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
             shown = ", ".join(name for name in written if name in ("results.json", "report.html"))
             _stderr(f"run directory: {run_dir}  ({shown})")
     _fail_on(results, fail_on)
+
+
+def _say_kept() -> None:
+    """Name the files hybrid found where its outputs go and kept as numbered copies before replacing them."""
+    from hybrid.files import kept_copies
+
+    kept = kept_copies()
+    if kept:
+        _stderr("earlier files kept: " + ", ".join(f"{old.name} as {copy.name}" for old, copy in kept))
 
 
 def _fail_on(results: dict, fail_on: Severity | None) -> None:
@@ -362,6 +370,11 @@ def report(
         raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
     if ncu is not None and not ncu.is_file():
         raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
+    from hybrid.files import reads
+
+    for given in (path, ncu):
+        if given is not None and given.is_file():
+            reads(given)
     if path.is_file() and path.suffix == ".json":
         # Nothing to re-analyze: the document is shown as it was written.
         with _received(path):
@@ -412,10 +425,12 @@ def report(
 def _write_page(path: Path, page: str) -> None:
     """Write an HTML page beside its input; where that is not writable, say so and go on with the report."""
     from hybrid.errors import OutputError
-    from hybrid.files import write_file
+    from hybrid.files import InputCollision, write_file
 
     try:
         write_file(path, page)
+    except InputCollision:
+        raise
     except OutputError as error:
         reason = error.__cause__.strerror if isinstance(error.__cause__, OSError) else error.cause
         _stderr(f"warning: could not write {path}: {reason}; the report is printed only")
@@ -473,7 +488,10 @@ def _received(*sources: Path):
 def _load_results(path: Path) -> dict:
     import json
 
+    from hybrid.files import reads
+
     target = path / "results.json" if path.is_dir() else path
+    reads(target)
     fix = "re-create it with `hybrid report RUN_DIR`"
     try:
         document = json.loads(target.read_text(encoding="utf-8"))
@@ -536,11 +554,15 @@ def compare(
     resolved/new (only where both runs measured what a finding rests on)."""
     import json
 
+    from hybrid.files import check_output
     from hybrid.report.compare import compare_results, gate, render_compare
 
     threshold = _threshold(fail_on_regression)
     with _received(run_a, run_b):
-        diff = compare_results(_load_results(run_a), _load_results(run_b))
+        documents = _load_results(run_a), _load_results(run_b)
+        if html is not None:
+            check_output(html)  # before anything is printed: `--html A/results.json` is refused, exit 2
+        diff = compare_results(*documents)
         text = json.dumps(diff, indent=1, default=str) if as_json else render_compare(diff)
     sys.stdout.write(text + "\n")
     if html is not None:

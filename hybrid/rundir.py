@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from hybrid.errors import InputError, UsageError
-from hybrid.files import is_no_space, output_error, write_file
+from hybrid.files import claimed, is_no_space, output_error, write_file
 from hybrid.jsontypes import NUMBER, text_items, typed_fields
 
 PASS_NAMES = ("plain", "torch", "nsys", "ncu")
@@ -37,6 +37,7 @@ def _claim(path: Path) -> bool:
         return False
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write("{}\n")
+    claimed(path)
     return True
 
 
