@@ -306,7 +306,8 @@ def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tupl
     starts_ns = sequence["start_ns"][period.starts]
     durations = np.diff(starts_ns)
     first, settled = settle.settled_start(list(durations / 1e6), min_drop=1)
-    starts, ends = starts_ns[first:-1], starts_ns[first + 1:]
+    # Windows are closed intervals: a step ends just before the next one's first call.
+    starts, ends = starts_ns[first:-1], starts_ns[first + 1:] - 1
     if len(starts) < periodicity.MIN_REPEATS:
         return None
     ranges = pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64),

@@ -5,6 +5,7 @@ own per-iteration clock (tests/fixtures/bare/expected.json, its ITER_MS line und
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sqlite3
@@ -72,9 +73,74 @@ def test_a_capture_that_never_repeats_is_one_labeled_window(tmp_path):
 def test_periods_are_whole_iterations_not_repeated_blocks():
     """40 identical conv blocks repeat every 4 calls, but the head runs once per forward; a compiled
     encoder of identical layers shows its iteration only in the host gap of the script's loop."""
-    for name, calls_per_iteration in (("deep_narrow_conv_b1", 165), ("compiled_infer_loop", 72)):
+    for name, calls_per_iteration in (("deep_narrow_conv_b1", 165), ("compiled_infer_loop", 72),
+                                      ("nested_gemm_loops", 7)):
         unit = analyze_export(BARE / f"{name}.sqlite")["workload"]["step_unit"]
         assert unit == f"one repeat of a {calls_per_iteration}-call CUDA sequence"
+
+
+# -- nested loops: the step is the outermost unit that repeats like a step, not the shortest repeat ----------
+
+def _make_large_export():
+    spec = importlib.util.spec_from_file_location(
+        "make_large_export", Path(__file__).parents[1] / "benchmarks" / "make_large_export.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LAUNCH_RUN_NSYS = Path(__file__).parent / "fixtures" / "planted" / "launch_batch1_deep_mlp" / "run" / "nsys"
+
+
+@pytest.fixture(scope="module")
+def bare_launch_loop(tmp_path_factory):
+    """The planted launch-bound capture (each iteration: 64 batch-1 requests x 32 x (Linear + GELU), then
+    one torch.cat: 4,097 kernels), its steady steps replicated to 21 iterations, every NVTX range removed."""
+    out = tmp_path_factory.mktemp("bare") / "launch_loop.sqlite"
+    facts = _make_large_export().make_large_export(100_000, out, 0, template="launch", bare=True)
+    assert facts["steps"] == 0 and facts["kernels"] > 80_000
+    return out
+
+
+def _planted_step_ms() -> float:
+    return json.loads((LAUNCH_RUN_NSYS / "inject.json").read_text())["step_time_ms"]
+
+
+def test_outer_loop_of_many_identical_inner_iterations_is_the_step(bare_launch_loop):
+    """The shortest repeat is one Linear + GELU (2 calls); the loop the user wrote is 64 requests of 32 layers
+    and one concat of their outputs, which recurs once per iteration: that iteration is the step."""
+    profile = load_nsys_export(bare_launch_loop)
+    assert profile.step_source == "periodicity"
+    assert profile.step_unit == "one repeat of a 4097-call CUDA sequence"
+    assert len(profile.steps) >= 15
+    per_step = profile.kernels[profile.kernels["step"] >= 0].groupby("step").size()
+    assert (per_step == 4097).all()
+    assert step_windows(profile)["dur_ns"].median() / 1e6 == pytest.approx(_planted_step_ms(), rel=0.05)
+
+
+def test_outer_loop_marked_only_by_its_host_gap_is_the_step(bare_launch_loop, tmp_path):
+    """Without the concat, nothing but the script's own Python between iterations (16x the median gap
+    between calls) tells the iteration of 4,096 identical launches from one layer's 2."""
+    cut = tmp_path / "no_concat.sqlite"
+    shutil.copyfile(bare_launch_loop, cut)
+    with sqlite3.connect(cut) as db:
+        concat = ("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                  "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE '%CatArrayBatchedCopy%'")
+        db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN ({concat})")
+        db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId IN ({concat})")
+    profile = load_nsys_export(cut)
+    assert profile.step_unit == "one repeat of a 4096-call CUDA sequence"
+    assert "host gap" in profile.step_reason
+    assert step_windows(profile)["dur_ns"].median() / 1e6 == pytest.approx(_planted_step_ms(), rel=0.05)
+
+
+def test_an_epoch_around_the_steps_is_not_the_step():
+    """nested_gemm_loops runs 4 epochs of 10 iterations: the epoch repeats too few times to be a step, so
+    the step stays one inner iteration (its script's own clock, 0.42 ms)."""
+    results = analyze_export(BARE / "nested_gemm_loops.sqlite")
+    assert results["workload"]["step_unit"] == "one repeat of a 7-call CUDA sequence"
+    expected = EXPECTED["nested_gemm_loops"]["script_ms_per_step"]
+    assert results["timing"]["step_time_ms"] == pytest.approx(expected, rel=0.10)
 
 
 # -- a `hybrid run --mode nsys` of the unmarked HF generate() script on the H200 (GPU call B), offline ---------
