@@ -69,7 +69,7 @@ def analyze(capture: Path) -> tuple[str, str]:
                 results = analyze_job(copy)
             else:
                 results = analyze_run_dir(copy)
-        except Exception as error:  # a capture that fails is a result to compare too
+        except Exception as error:  # noqa: BLE001 - a capture that stops analyzing is a difference to list
             return name_of(capture), f"FAILED: {type(error).__name__}: {error}\n".replace(scratch, "SCRATCH")
         # Warnings name files by their path, here the scratch copy's.
         return name_of(capture), canonical(results).replace(scratch, "SCRATCH")

@@ -96,7 +96,8 @@ def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
     from hybrid.replay.graph import build_graph
     from hybrid.replay.predict import fit_host_scale
     from hybrid.replay.simulate import replay_step
-    from hybrid.replay.transforms import Fix, apply, host_scaled
+    from hybrid.replay.transforms import apply, host_scaled
+    from hybrid.rules.base import Fix
 
     calibration, plain = _calibration(data_path), {}
     for precision in ("fp32", *PRECISION_FIXES):

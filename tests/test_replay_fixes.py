@@ -14,7 +14,8 @@ from hybrid.nsys_pass import load_nsys_export
 from hybrid.replay.graph import build_graph
 from hybrid.replay.predict import fit_host_scale
 from hybrid.replay.simulate import replay_step
-from hybrid.replay.transforms import Fix, apply, host_scaled
+from hybrid.replay.transforms import apply, host_scaled
+from hybrid.rules.base import Fix
 
 PLANTED = Path(__file__).parent / "fixtures" / "planted"
 JOBS = Path(__file__).parent / "fixtures" / "jobs"
@@ -49,15 +50,16 @@ def test_replayed_fix_predicts_the_twins_saving_within_20_percent(name, fix):
 
 def test_the_data_loader_finding_picks_its_fix_from_the_measured_fetch_time():
     from hybrid.pipeline import analyze_run_dir
-    from hybrid.replay.choose import choose
+    from hybrid.replay.predict import fix_for, run_fix_inputs
 
     results = analyze_run_dir(PLANTED / "data_loader_workers0" / "run")
     stall = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "data.loader_stall")
     assert stall["time_lost_method"] == "replay" and "torch pass measured" in stall["replay"]["basis"]
     torch_ms = results["metrics"]["torch_pass_step_time_ms"]["value"]
-    choice = choose(stall, _graph("data_loader_workers0"),
-                    torch_to_nsys=results["timing"]["replay_step_time_ms"] / torch_ms)
-    predicted, realized = _predicted_and_realized("data_loader_workers0", choice.fix)
+    graph = _graph("data_loader_workers0")
+    torch_to_nsys = results["timing"]["replay_step_time_ms"] / torch_ms
+    fix = fix_for(stall, run_fix_inputs(results, graph, torch_to_nsys=torch_to_nsys))
+    predicted, realized = _predicted_and_realized("data_loader_workers0", fix)
     assert predicted == pytest.approx(realized, rel=0.20)
 
 
@@ -146,17 +148,20 @@ def test_a_device_bound_multi_stream_step_passes_a_gemm_speedup_on():
 @pytest.mark.parametrize("name", ["cpu_numpy_augment", "graph_breaks", "healthy_pipelined_input", "tc_fp16_unaligned"])
 def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
     from hybrid.pipeline import analyze_run_dir
-    from hybrid.replay.choose import choose
+    from hybrid.replay.predict import fix_for, run_fix_inputs
+    from hybrid.rules.base import NoFix
 
     results = analyze_run_dir(PLANTED / name / "run")
     graph = _graph(name)
     base = replay_step(graph).step_time_ms
+    run_inputs = run_fix_inputs(results, graph)
     for finding in results["diagnosis"]["bottlenecks"]:
-        choice = choose(finding, graph)
-        assert (choice.fix is None) == bool(choice.reason), finding["id"]
-        if choice.fix is not None:
-            assert choice.fix.basis
-            assert replay_step(apply(graph, choice.fix)).step_time_ms <= base * 1.001, finding["id"]
+        fix = fix_for(finding, run_inputs)
+        if isinstance(fix, NoFix):
+            assert fix.reason, finding["id"]
+        else:
+            assert fix.basis
+            assert replay_step(apply(graph, fix)).step_time_ms <= base * 1.001, finding["id"]
 
 
 def test_resnet50_tf32_and_bf16_predictions_from_the_gpus_own_speedups():

@@ -6,13 +6,16 @@ primary are the grade's (hybrid.grade), which runs next."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from hybrid.profile import Profile
 from hybrid.provenance import ESTIMATED
-from hybrid.replay.choose import choose
+from hybrid.replay.choose import calibrated_speedup, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
-from hybrid.replay.transforms import Fix, apply, host_scaled
+from hybrid.replay.transforms import apply, host_scaled
+from hybrid.rules.base import Fix, FixInputs, NoFix
+from hybrid.rules.registry import RULE_BY_ID
 
 # Host-time scales searched when fitting the replay to the step time measured without a collector.
 HOST_SCALE_RANGE = (0.05, 2.0)
@@ -68,6 +71,28 @@ def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
     return fix
 
 
+def run_fix_inputs(analysis: dict, graph: ReplayGraph, calibration: dict | None = None,
+                   torch_to_nsys: float = 1.0) -> FixInputs:
+    """What every fix of this run reads (its finding's time lost is set per finding, by fix_for)."""
+    peaks = (analysis.get("device") or {}).get("peaks") or {}
+    metrics = {name: metric.get("value") for name, metric in (analysis.get("metrics") or {}).items()
+               if isinstance(metric, dict)}
+    return FixInputs(lost_ms=0.0, metrics=metrics, gemm_speedup=partial(calibrated_speedup, calibration),
+                     pinned_copy=pinned_bandwidth(graph, calibration,
+                                                  {"pinned_copy_bytes_per_s": _pinned_peak(peaks)}),
+                     torch_to_nsys=torch_to_nsys)
+
+
+def fix_for(finding: dict, run_inputs: FixInputs) -> Fix | NoFix:
+    """The fix the finding's rule proposes, as the replay applies it, or why none is replayed."""
+    if finding.get("not_measured"):
+        return NoFix("not measured")
+    rule = RULE_BY_ID.get(finding.get("id", ""))
+    if rule is None or rule.fix is None:
+        return NoFix("no transformation for this finding")
+    return rule.fix(replace(run_inputs, lost_ms=float(finding.get("time_lost_ms") or 0.0)))
+
+
 def _findings(analysis: dict) -> list[dict]:
     return analysis.get("diagnosis", {}).get("bottlenecks", [])
 
@@ -109,16 +134,15 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
     metrics = analysis.get("metrics", {})
     torch_step = (metrics.get("torch_pass_step_time_ms") or {}).get("value")
     torch_to_nsys = base.step_time_ms / torch_step if torch_step else 1.0
-    peaks = (analysis.get("device") or {}).get("peaks") or {}
-    rule_peaks = {"pinned_copy_bytes_per_s": _pinned_peak(peaks)}
+    run_inputs = run_fix_inputs(analysis, graph, calibration, torch_to_nsys)
     chosen: list[tuple[dict, Fix]] = []
     for finding in _findings(analysis):
-        choice = choose(finding, graph, calibration=calibration, peaks=rule_peaks, torch_to_nsys=torch_to_nsys)
-        if choice.fix is None:
+        fix = fix_for(finding, run_inputs)
+        if isinstance(fix, NoFix):
             finding["time_lost_method"] = "model"
-            finding["replay_reason"] = choice.reason
+            finding["replay_reason"] = fix.reason
             continue
-        fixed_ms = replay_step(apply(graph, choice.fix)).step_time_ms
+        fixed_ms = replay_step(apply(graph, fix)).step_time_ms
         finding["time_lost_model_ms"] = finding["time_lost_ms"]
         # A fix replayed on the whole step can also remove time the ledger gives other causes (CUDA graphs
         # drop the launch gaps inside compiled regions too): the finding's pool bounds what it saves.
@@ -126,18 +150,18 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
         finding["time_lost_ms"] = min(max(0.0, base.step_time_ms - fixed_ms), bound if bound is not None else float("inf"))
         finding["time_lost_pct"] = 100.0 * finding["time_lost_ms"] / step_ms if step_ms else 0.0
         if plain_graph is not None:
-            plain_fixed = replay_step(apply(plain_graph, _scaled_fix(choice.fix, host_scale))).step_time_ms
+            plain_fixed = replay_step(apply(plain_graph, _scaled_fix(fix, host_scale))).step_time_ms
             plain_bound = float("inf") if bound is None else bound * plain_base_ms / base.step_time_ms
             finding["time_lost_baseline_ms"] = min(max(0.0, plain_base_ms - plain_fixed), plain_bound)
         elif baseline_step_ms:
             finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / base.step_time_ms
         finding["time_lost_method"] = "replay"
-        finding["replay"] = {"fix": choice.fix.kind, "description": choice.fix.description,
-                             "basis": choice.fix.basis, "step_time_ms": fixed_ms}
+        finding["replay"] = {"fix": fix.kind, "description": fix.description, "basis": fix.basis,
+                             "step_time_ms": fixed_ms}
         finding.setdefault("evidence", []).append(
-            {"label": "replayed fix", "value": f"{choice.fix.description} ({choice.fix.basis})", "unit": "",
+            {"label": "replayed fix", "value": f"{fix.description} ({fix.basis})", "unit": "",
              "source": ESTIMATED})
-        chosen.append((finding, choice.fix))
+        chosen.append((finding, fix))
     if chosen:
         combined = graph
         for _, fix in chosen:

@@ -5,27 +5,16 @@ compose by applying them in turn."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
+from hybrid.rules.base import Fix
 
 # A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
 # (hybrid.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
 HOST_WORK_GAP_NS = 100_000
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One fix to replay. `kind` picks the transformation (FIXES), `params` its figures, `basis`
-    says where those figures came from, for the evidence ("measured on this GPU: 53.8 -> 17.1 us")."""
-
-    kind: str
-    description: str
-    params: dict = field(default_factory=dict)
-    basis: str = ""
 
 
 def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:

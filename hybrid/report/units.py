@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-SIGNIFICANT_DIGITS = 3
+from hybrid.numbers import SIGNIFICANT_DIGITS, significant
+
 SMALLEST_PCT = 0.1  # below this a share reads "<0.1%": its digits carry no information for the reader
 
 NS_PER = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
@@ -21,20 +22,6 @@ _IRREGULAR_SINGULAR = {"copies": "copy"}
 
 def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> str:
-    """`value` to `digits` significant digits, thousands grouped, no trailing zeros: 12175.2 -> "12,200",
-    0.00147 -> "0.00147", 40.0 -> "40"."""
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else "n/a"
-    rounded = float(f"{value:.{digits}g}")
-    magnitude = math.floor(math.log10(abs(rounded)))
-    decimals = max(0, digits - 1 - magnitude)
-    text = f"{rounded:,.{decimals}f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
 
 
 def format_count(value: float) -> str:

@@ -1,8 +1,8 @@
 """What a rule is and what it returns. Modeled on Nsight Compute's section rules: a rule declares the
 metrics its model reads (required, or optional: an absent optional input reaches the model as None and
 is listed in the finding, never read as 0), the ledger pool whose time bounds its saving, its floor,
-a pure time-lost model and the report that proves it. hybrid.rules.engine applies them; no rule reads
-another rule."""
+a pure time-lost model, the report that proves it and the fix the replay applies to measure its saving.
+hybrid.rules.engine applies them; no rule reads another rule."""
 
 from __future__ import annotations
 
@@ -152,6 +152,41 @@ class NotMeasured:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """One fix to replay (hybrid.replay.transforms): `kind` picks the transformation, `params` its figures,
+    `basis` says where those figures came from, for the evidence ("measured on this GPU: 53.8 -> 17.1 us")."""
+
+    kind: str
+    description: str
+    params: dict = field(default_factory=dict)
+    basis: str = ""
+
+
+@dataclass(frozen=True)
+class NoFix:
+    """Why a finding's fix cannot be replayed on this run: its closed-form figure stands."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class FixInputs:
+    """What a rule's fix reads: its finding's closed-form time lost, the run's metrics, the GEMM speedups
+    calibrated on this GPU and the pinned copy rate the replay found, and the torch pass's clock."""
+
+    lost_ms: float  # the finding's time lost per step, as the rule's model estimated it
+    metrics: Mapping[str, float | int | str | None]
+    # (dtype, variant) -> (share-weighted speedup, its basis) measured on this GPU, or None
+    gemm_speedup: Callable[[str, str], tuple[float, str] | None]
+    pinned_copy: tuple[float, str] | None  # pinned host->device bytes/s, and where that rate came from
+    torch_to_nsys: float = 1.0  # converts a duration the torch pass measured to the analyzed timeline
+
+    def number(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     category: str
@@ -165,3 +200,6 @@ class Rule:
     # Another remedy for the pool's time (a larger batch amortizes the host gaps other findings fix): it
     # reads the pool as measured, draws nothing, and is shown as an alternative to those findings.
     alternative: bool = False
+    # The change the finding proposes, as the replay applies it (hybrid.replay.predict), or why it cannot be
+    # replayed on this run; None when no transformation models it (the closed form stands).
+    fix: Callable[[FixInputs], Fix | NoFix] | None = None

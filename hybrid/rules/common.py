@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion
-from hybrid.rules.base import Context
+from hybrid.rules.base import Context, Fix, FixInputs, NoFix
 
 # Tuned library kernels reach about 80% of the roofline (cuBLAS large GEMMs ~70-80% of tensor peak,
 # streaming kernels ~85-90% of DRAM bandwidth); estimates of what a fix recovers aim at that ceiling.
 PRACTICAL_ROOFLINE_PCT = 80.0
+NS_PER_MS = 1e6
 
 
 def counters_advice(ctx: Context) -> list[Suggestion]:
@@ -25,3 +27,18 @@ def counters_advice(ctx: Context) -> list[Suggestion]:
     return [Suggestion("Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters (needs ncu and "
                        "permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 or root)",
                        "no ncu pass ran in this run")]
+
+
+def rule_saving(inputs: FixInputs, kind: str, description: str, basis: str, none_reason: str) -> Fix | NoFix:
+    """A fix that removes the rule's own closed-form saving per step: for causes the replay cannot
+    rebuild from the timeline (a graph break's host time, a kernel made faster)."""
+    if inputs.lost_ms <= 0:
+        return NoFix(none_reason)
+    return Fix(kind, description, {"saved_ns_per_step": inputs.lost_ms * NS_PER_MS},
+               f"{basis}, {significant(inputs.lost_ms)} ms per step")
+
+
+def faster_kernels_fix(inputs: FixInputs) -> Fix | NoFix:
+    """The kernel families' fix: the rule's kernel-time saving, spread over the step's kernels."""
+    return rule_saving(inputs, "faster_kernels", "the rule's kernel-time saving, replayed",
+                       "kernel time saved: the rule's closed-form estimate", "no kernel time saved")

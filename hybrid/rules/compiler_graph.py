@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
-from hybrid.rules.base import Context, Inputs, Report, Rule
+from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.common import rule_saving
 
 MIN_LOST_PCT = 1.0
 
@@ -83,11 +84,23 @@ def graph_breaks_report(ctx: Context, lost_ms: float) -> Report:
                                 tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]))])
 
 
+def fusion_fix(inputs: FixInputs) -> Fix:
+    return Fix("fused_elementwise", "elementwise chains fused (torch.compile)", {},
+               "the step's measured elementwise chains")
+
+
+def graph_breaks_fix(inputs: FixInputs) -> Fix | NoFix:
+    return rule_saving(inputs, "less_host_work", "graph breaks removed (one compiled region)",
+                       "host time between compiled regions: the rule's estimate",
+                       "no host time between compiled regions")
+
+
 RULES = [
     Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "fusible_chains_per_step",
                                                            "step_time_ms"),
-         fusion_model, fusion_report, floor_pct=MIN_LOST_PCT),
+         fusion_model, fusion_report, floor_pct=MIN_LOST_PCT, fix=fusion_fix),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before launch.bound's.
     Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), graph_breaks_model,
-         graph_breaks_report, optional=("compiled_region_idle_ms",), pool=("compiled_region_break", "launch_gap")),
+         graph_breaks_report, optional=("compiled_region_idle_ms",),
+         pool=("compiled_region_break", "launch_gap"), fix=graph_breaks_fix),
 ]

@@ -3,8 +3,10 @@ with compute, step jitter."""
 
 from __future__ import annotations
 
+from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion, loader_workers
-from hybrid.rules.base import Context, Inputs, Report, Rule
+from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.common import NS_PER_MS
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
@@ -68,6 +70,16 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
         suggestions=advice)
 
 
+def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
+    """Workers fetch the batches: the host time the torch pass measured fetching them leaves the step."""
+    fetch = inputs.number("data_loader_ms")
+    if not fetch:
+        return NoFix("no batch fetch time measured")
+    return Fix("less_host_work", "batches fetched by DataLoader workers",
+               {"saved_ns_per_step": fetch * NS_PER_MS * inputs.torch_to_nsys},
+               f"the batch fetch the torch pass measured: {significant(fetch)} ms per step")
+
+
 def pageable_advice(ctx: Context) -> list[Suggestion]:
     condition = (f"{ctx.value('pageable_copies_per_step', 0.0):.0f} host<->device copies a step from pageable memory "
                  f"({ctx.value('pageable_copy_ms', 0.0):.3g} ms)")
@@ -109,6 +121,13 @@ def pageable_report(ctx: Context, lost_ms: float) -> Report:
                      "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
                      f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
         suggestions=pageable_advice(ctx))
+
+
+def pageable_fix(inputs: FixInputs) -> Fix | NoFix:
+    if inputs.pinned_copy is None:
+        return NoFix("no pinned copy bandwidth known for this machine")
+    rate, basis = inputs.pinned_copy
+    return Fix("pinned_copies", "pinned host memory and non_blocking copies", {"bytes_per_s": rate}, basis)
 
 
 def exposed_copies_model(inp: Inputs) -> float | None:
@@ -163,10 +182,12 @@ def jitter_report(ctx: Context, lost_ms: float) -> Report:
 
 RULES = [
     Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), loader_stall_model,
-         loader_stall_report, pool=("dataloader_fetch",), floor_pct=LOADER_STALL_MIN_PCT),
+         loader_stall_report, pool=("dataloader_fetch",), floor_pct=LOADER_STALL_MIN_PCT,
+         fix=loader_stall_fix),
     # The copy pool after cpu.late_migration and cpu.transfers took theirs.
     Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), pageable_model, pageable_report,
-         optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",), floor_pct=MIN_LOST_PCT),
+         optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",),
+         floor_pct=MIN_LOST_PCT, fix=pageable_fix),
     Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), exposed_copies_model,
          exposed_copies_report, optional=("exposed_pageable_copy_ms", "kernel_time_ms"), pool=("copy",),
          floor_pct=MIN_LOST_PCT),

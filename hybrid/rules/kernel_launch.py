@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile, use_cuda_graphs
-from hybrid.rules.base import Context, Inputs, Report, Rule
+from hybrid.rules.base import Context, Fix, FixInputs, Inputs, Report, Rule
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
@@ -78,9 +78,14 @@ def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
             f"{sum(ctx.pools.get(c, 0.0) for c in HOST_GAPS):.3g} ms a step on fixed host costs")])
 
 
+def launch_bound_fix(inputs: FixInputs) -> Fix:
+    return Fix("graph_launch", "CUDA graphs (torch.compile mode=\"reduce-overhead\")", {},
+               "the step's measured launch calls and dispatch gaps")
+
+
 RULES = [
     Rule("launch.bound", "KERNEL_LAUNCH", ("small_kernel_share_pct", "step_time_ms"), launch_bound_model,
-         launch_bound_report, pool=("launch_gap",), floor_pct=MIN_LOST_PCT),
+         launch_bound_report, pool=("launch_gap",), floor_pct=MIN_LOST_PCT, fix=launch_bound_fix),
     Rule("batch.headroom", "KERNEL_LAUNCH", ("peak_memory_pct", "step_time_ms"), batch_headroom_model,
          batch_headroom_report, pool=HOST_GAPS, floor_pct=MIN_LOST_PCT, alternative=True),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile
 from hybrid.rules.base import Context, Inputs, NotMeasured, Report, Rule
+from hybrid.rules.common import faster_kernels_fix
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads (hopper-metrics.md);
 # twice that means half of every fetched sector is wasted (hybrid.ledger.shortfall classes kernels so).
@@ -62,4 +63,4 @@ NOT_MEASURED = NotMeasured(id="memory.not_measured", title="Cache hit rates and 
                                        "the roofline uses bytes estimated from tensor shapes instead.")
 RULES = [Rule("memory.uncoalesced", "MEMORY_HIERARCHY", ("kernel_time_ms", "step_time_ms"), model, report,
               optional=("ncu_sectors_per_request",), pool=("uncoalesced",), floor_pct=MIN_LOST_PCT,
-              counters=NOT_MEASURED)]
+              counters=NOT_MEASURED, fix=faster_kernels_fix)]

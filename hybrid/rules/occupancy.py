@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion, use_compile
 from hybrid.rules.base import Context, Inputs, NotMeasured, Report, Rule
+from hybrid.rules.common import faster_kernels_fix
 
 # A fifth of kernel time on grids that cannot cover every SM is worth a look.
 SMALL_GRID_TIME_PCT = 20.0
@@ -79,11 +80,12 @@ NOT_MEASURED = NotMeasured(id="occupancy.not_measured", title="Achieved occupanc
                                        "size) need ncu hardware counters; this run has none.")
 RULES = [
     Rule("occupancy.small_grid", "OCCUPANCY", ("small_grid_time_pct", "step_time_ms"), small_grid_model,
-         small_grid_report, optional=("small_grid_sm_fill_pct",), pool=("small_grid",), floor_pct=MIN_LOST_PCT),
+         small_grid_report, optional=("small_grid_sm_fill_pct",), pool=("small_grid",),
+         floor_pct=MIN_LOST_PCT, fix=faster_kernels_fix),
     # Low occupancy is also what a grid of a few blocks or a GEMM on CUDA cores looks like to ncu: the
     # ledger gives those kernels to their own causes, and this finding the kernels classed low occupancy.
     Rule("occupancy.low", "OCCUPANCY", ("kernel_time_ms", "step_time_ms"), achieved_model, achieved_report,
          optional=("ncu_achieved_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_throughput_pct",
                    "ncu_memory_throughput_pct"),
-         pool=("low_occupancy",), floor_pct=MIN_LOST_PCT, counters=NOT_MEASURED),
+         pool=("low_occupancy",), floor_pct=MIN_LOST_PCT, counters=NOT_MEASURED, fix=faster_kernels_fix),
 ]

@@ -21,6 +21,7 @@ FAMILIES = (tensor_core, occupancy, memory_hierarchy, roofline, compiler_graph, 
             cpu_residency, data_pipeline)
 
 RULES: tuple[Rule, ...] = tuple(rule for family in FAMILIES for rule in family.RULES)
+RULE_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 
 # Families that describe the GPU; with no GPU they cannot apply.
 GPU_CATEGORIES = ("ROOFLINE", "KERNEL_LAUNCH", "SYNCHRONIZATION", "DATA_PIPELINE", "OCCUPANCY", "MEMORY_HIERARCHY",

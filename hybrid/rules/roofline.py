@@ -6,7 +6,7 @@ from hybrid.precision import kernel_label
 from hybrid.provenance import MEASURED_NCU
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Inputs, Report, Rule
-from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
+from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT, faster_kernels_fix
 
 # Only kernels below half of that practical ceiling are worth a finding.
 LOW_EFFICIENCY_PCT = 40.0
@@ -96,4 +96,4 @@ def report(ctx: Context, lost_ms: float) -> Report:
 
 
 RULES = [Rule("roofline.low_efficiency", "ROOFLINE", ("kernel_time_ms", "step_time_ms"), model, report, pool=POOL,
-              floor_pct=MIN_LOST_PCT)]
+              floor_pct=MIN_LOST_PCT, fix=faster_kernels_fix)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion
-from hybrid.rules.base import Context, Inputs, Report, Rule
+from hybrid.rules.base import Context, Fix, FixInputs, Inputs, Report, Rule
 
 # Below 1% of the step a sync stall is not worth restructuring the loop for.
 MIN_LOST_PCT = 1.0
@@ -68,5 +68,10 @@ def report(ctx: Context, lost_ms: float) -> Report:
                      "indexing (data-dependent shapes) and blocking copies."),
         suggestions=sync_advice(ctx))
 
+def fix(inputs: FixInputs) -> Fix:
+    return Fix("no_syncs", "no host waits inside the step (values kept on the device)", {},
+               "the step's measured syncs and blocking reads")
+
+
 RULES = [Rule("sync.per_step", "SYNCHRONIZATION", ("sync_count", "step_time_ms", "gpu_busy_ms", "sync_blocked_ms"),
-              model, report, pool=POOL, floor_pct=MIN_LOST_PCT)]
+              model, report, pool=POOL, floor_pct=MIN_LOST_PCT, fix=fix)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
-from hybrid.rules.base import Context, Evidence, Inputs, NotMeasured, Report, Rule
+from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, NoFix, NotMeasured, Report, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
 
 MIN_LOST_PCT = 2.0
@@ -169,14 +169,32 @@ def pipe_report(ctx: Context, lost_ms: float) -> Report:
                                   condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs"))
 
 
+def fp32_fix(inputs: FixInputs) -> Fix | NoFix:
+    found = inputs.gemm_speedup("fp32", "tf32")
+    if found is None:
+        return NoFix("no GEMM speedup measured on this GPU (run `python -m hybrid.replay.calibrate RUN_DIR`)")
+    return Fix("faster_gemms", "FP32 GEMMs/convolutions on TF32 tensor cores",
+               {"speedup": found[0], "precisions": ("fp32",)}, found[1])
+
+
+def misaligned_fix(inputs: FixInputs) -> Fix | NoFix:
+    calibrated = (inputs.gemm_speedup("fp16", "fp16_aligned"), inputs.gemm_speedup("bf16", "bf16_aligned"))
+    speedups = [s for s in calibrated if s]
+    if not speedups:
+        return NoFix("no aligned-shape speedup measured on this GPU")
+    speedup, basis = speedups[0]
+    return Fix("faster_gemms", "GEMM dims padded to multiples of 8",
+               {"speedup": speedup, "precisions": ("fp16", "bf16")}, basis)
+
+
 NOT_MEASURED = NotMeasured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
                            explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
                                        "precision here is inferred from kernel names and op dtypes.")
 RULES = [
     Rule("tensor.fp32_gemm", "TENSOR_CORE", ("gemm_fp32_ms", "step_time_ms"), fp32_model, fp32_report,
-         pool=("fp32_gemm",), floor_pct=MIN_LOST_PCT),
+         pool=("fp32_gemm",), floor_pct=MIN_LOST_PCT, fix=fp32_fix),
     Rule("tensor.misaligned_dims", "TENSOR_CORE", ("misaligned_gemms_per_step", "step_time_ms"), misaligned_model,
-         misaligned_report, optional=MISALIGNED_INPUTS, pool=("misaligned_gemm",)),
+         misaligned_report, optional=MISALIGNED_INPUTS, pool=("misaligned_gemm",), fix=misaligned_fix),
     Rule("tensor.pipe_idle", "TENSOR_CORE", ("gemm_time_ms", "step_time_ms"), pipe_model, pipe_report,
          optional=("ncu_non_fp32_gemm_tensor_pipe_pct",), pool=("tensor_pipe_idle",), counters=NOT_MEASURED),
 ]
