@@ -19,8 +19,11 @@ Standard library only: this runs inside the profiled process before the user's c
 
 from __future__ import annotations
 
+import ast
 import builtins
 import dis
+import functools
+import linecache
 import sys
 import threading
 from collections.abc import Callable
@@ -48,8 +51,59 @@ class Loop:
                 and other.end_offset <= self.end_offset)
 
 
+# A comprehension's loop is never the step: it builds a value (a list of CUDA tensors before the real loop,
+# seen stepped on as "the loop at line 6" on the H200). Python 3.12 inlines comprehensions into the
+# enclosing code (PEP 709), so their back-edges look like a `for` statement's; 3.10/3.11 give them code
+# objects of their own, and generator expressions keep theirs everywhere.
+_COMPREHENSION_CODE = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+_COMPREHENSION_APPENDS = frozenset({"LIST_APPEND", "SET_ADD", "MAP_ADD"})
+
+
+@functools.lru_cache(maxsize=256)
+def statement_loop_lines(filename: str) -> frozenset[int] | None:
+    """Lines a `for`/`while` statement's loop can be keyed by: its header lines, and for a `while` also
+    its first body line (`while True:` jumps back there). None when the source cannot be read."""
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source, filename)
+    except (SyntaxError, ValueError):
+        return None
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
+            last = node.body[0].lineno if isinstance(node, ast.While) else max(node.lineno, node.body[0].lineno - 1)
+            lines.update(range(node.lineno, last + 1))
+    return frozenset(lines)
+
+
+def _is_comprehension(loop_instructions: list[dis.Instruction], nested: list[tuple[int, int]]) -> bool:
+    """An inlined comprehension appends to its result in its own body, outside any loop nested in it."""
+    return any(i.opname in _COMPREHENSION_APPENDS and not any(s <= i.offset <= e for s, e in nested)
+               for i in loop_instructions)
+
+
 def loops_of(code: CodeType) -> dict[int, Loop]:
-    """The loops of one code object (not of the functions nested in it), by backward-jump target."""
+    """The `for`/`while` statement loops of one code object (not of the functions nested in it, and never
+    a comprehension's), by backward-jump target."""
+    if code.co_name in _COMPREHENSION_CODE:
+        return {}
+    loops = _back_edge_loops(code)
+    headers = statement_loop_lines(code.co_filename)
+    instructions = list(dis.get_instructions(code))
+    kept = {}
+    for target, loop in loops.items():
+        if headers is not None and loop.top_line not in headers:
+            continue
+        nested = [(other.start_offset, other.end_offset) for other in loops.values() if loop.encloses(other)]
+        body = [i for i in instructions if loop.start_offset <= i.offset <= loop.end_offset]
+        if not _is_comprehension(body, nested):
+            kept[target] = loop
+    return kept
+
+
+def _back_edge_loops(code: CodeType) -> dict[int, Loop]:
     instructions = list(dis.get_instructions(code))
     offsets = [i.offset for i in instructions]
     line_at: dict[int, int] = {}

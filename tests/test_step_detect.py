@@ -40,6 +40,7 @@ SCENARIOS = {
     "settles_late": ("plain", "settles_late.py", (), 2, 5),
     "own_profiler": ("plain", "own_profiler.py", (), 2, 5),
     "compiled": ("plain", "compiled_loop.py", ("RECORD",), 2, 5),
+    "comprehension": ("plain", "comprehension_inputs.py", (), 2, 5),
 }
 
 
@@ -109,6 +110,12 @@ def test_main_while_loop_is_the_step_not_the_bookkeeping_loop(runs):
     assert inject["step_detection"]["tracer"] == TRACER_NAME
 
 
+def test_a_comprehension_that_calls_a_module_is_never_the_step(runs):
+    inject = _measured(runs["comprehension"])
+    assert inject["step_source"] == "script_loop"
+    assert inject["step_unit"] == "one iteration of the loop at comprehension_inputs.py:13"
+
+
 def test_the_optimizer_outranks_the_detectors_in_a_train_then_eval_script(runs):
     inject = _measured(runs["two_phases"])
     assert (inject["step_source"], inject["step_confidence"]) == ("optimizer_hook", "high")
@@ -156,6 +163,28 @@ def test_loops_are_found_from_bytecode():
     first = body.__code__.co_firstlineno
     assert [loop.top_line - first for loop in loops] == [2, 3]
     assert loops[0].encloses(loops[1]) and not loops[1].encloses(loops[0])
+
+
+def test_comprehensions_are_not_loops_on_any_python(tmp_path):
+    """On 3.12+ comprehensions are inlined into the enclosing code, on 3.10/3.11 they are code objects of their
+    own: either way only the `for`/`while` statements are loops, also where a comprehension shares their line."""
+    source = ("xs = [a * 2 for a in range(3)]\n"
+              "ys = {a: b for a in range(2)\n"
+              "      for b in range(2)}\n"
+              "for i in range(\n"
+              "        3):\n"
+              "    zs = [q for q in range(i) if q]\n"
+              "n = 0\n"
+              "while n < 3:\n"
+              "    n += 1\n"
+              "g = sum(v for v in range(4))\n"
+              "for x in [m for m in range(2)]: pass\n")
+    script = tmp_path / "comprehensions.py"
+    script.write_text(source)
+    code = compile(source, str(script), "exec")
+    nested = [c for c in code.co_consts if hasattr(c, "co_code")]
+    lines = sorted(loop.top_line for c in [code, *nested] for loop in loops_of(c).values())
+    assert lines == [4, 8, 11]
 
 
 def test_tracer_sees_each_back_edge_and_stops():
