@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
-from hybrid.metrics import compute_metrics, layer_table, top_kernels
+from hybrid.ledger.causes import IDLE_ORDER
+from hybrid.metrics import compute_metrics, frame_source, layer_table, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from hybrid.roofline import roofline
@@ -68,7 +69,7 @@ def _timing(metrics: dict[str, Metric]) -> dict:
         "step_time_median_ms": v("step_time_median_ms"), "step_time_cv_pct": v("step_time_cv_pct"),
         "slowest_step": v("slowest_step"), "steps_excluded": v("steps_excluded"),
         "gpu_busy_ms": v("gpu_busy_ms"), "gpu_idle_ms": v("gpu_idle_ms"), "gpu_util_pct": v("gpu_util_pct"),
-        "idle_breakdown_ms": {cause: v(f"idle_{cause}_ms") for cause in ("sync", "memcpy", "launch", "host")},
+        "idle_breakdown_ms": {cause: v(f"idle_{cause}_ms") for cause in IDLE_ORDER},
         "source": metrics["step_time_ms"].source if "step_time_ms" in metrics else None,
     }
 
@@ -108,6 +109,8 @@ def analyze(profile: Profile) -> dict:
         "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
         "source": None, "kernels": [], "reason": "no GPU"}
     ledger = build_ledger(profile, peaks) if gpu else None
+    if ledger is not None:
+        metrics.update(ledger.idle_metrics(frame_source(profile, "kernels")))
     ctx = Context(metrics=metrics, pools=ledger.ms_per_step() if ledger else {}, roofline=roof,
                   peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
                   config=config_of(profile.extras, observed_config(metrics)),

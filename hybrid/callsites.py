@@ -1,15 +1,15 @@
 """Point each finding at the user's code: the lines of the script that the host ran, or sat blocked
 in, during the time the finding is made of.
 
-A finding owns segments of the measured steps' timeline (its idle gaps, syncs or copies; see
-_SEGMENTS). Each segment has a weight (the time it contributes) and an owner interval, the host
-time that explains it: the segment itself, except for an idle gap that opened while the host sat in
-a sync (the queue drained), which the sync explains (metrics._gap_causes charges that host time to
-the sync too). The Python samples of the host thread during the owner interval split the segment's
-weight between the lines they show (each sample's first frame in the user's files), so a line's
-share is the share of the finding's time spent there. Samples come from the nsys pass's Python
-sampling; operators the torch pass recorded with Python stacks (Profile.op_callsites) place the
-op-based findings. A torch.compile graph break is placed at the line dynamo recorded for it.
+A finding owns segments of the measured steps' timeline (the ledger's idle time of its causes, syncs
+or copies; see _SEGMENTS). Each segment has a weight (the time it contributes) and an owner interval,
+the host time that explains it: the segment itself, except for host work after a sync drained the
+queue (the ledger's host_after_sync), which the sync explains. The Python samples of the host thread
+during the owner interval split the segment's weight between the lines they show (each sample's first
+frame in the user's files), so a line's share is the share of the finding's time spent there. Samples
+come from the nsys pass's Python sampling; operators the torch pass recorded with Python stacks
+(Profile.op_callsites) place the op-based findings. A torch.compile graph break is placed at the line
+dynamo recorded for it.
 
 Post-processing only: it reads the Profile and the finished findings, and adds `callsites` to each.
 """
@@ -24,7 +24,9 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
-from hybrid.metrics import CREATE_OPS, MOVE_OPS, idle_gaps, steady_steps
+from hybrid.hardware import peaks_for
+from hybrid.ledger import Ledger, build_ledger
+from hybrid.metrics import CREATE_OPS, MOVE_OPS, steady_steps
 from hybrid.profile import Profile
 from nsight.python_frames import is_user_file
 
@@ -68,22 +70,31 @@ def _intervals(frame: pd.DataFrame) -> Segments:
     return a, b, b - a
 
 
-def _gap_segments(profile: Profile, part: str) -> Segments:
-    """Idle gaps weighted by their `part` (host_ns, launch_ns); a gap that opened inside a sync is
-    owned by that sync's host interval."""
-    gaps = idle_gaps(profile)
-    if gaps.empty:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    gaps = gaps[gaps[part] > 0]
-    a = gaps["start_ns"].to_numpy(np.int64).copy()
-    b = gaps["end_ns"].to_numpy(np.int64).copy()
-    syncs = profile.syncs.sort_values("start_ns")
-    if len(syncs):
-        ss, se = syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64)
-        slot = np.searchsorted(ss, a, side="right") - 1
-        drained = (slot >= 0) & (a < se[np.clip(slot, 0, None)])
-        a[drained], b[drained] = ss[slot[drained]], se[slot[drained]]
-    return a, b, gaps[part].to_numpy(np.int64)
+_LEDGERS: dict[int, tuple[Profile, Ledger]] = {}  # the ledger of each profile, while one analysis is placed
+
+
+def _ledger(profile: Profile) -> Ledger:
+    held = _LEDGERS.get(id(profile))
+    if held is None or held[0] is not profile:
+        held = _LEDGERS[id(profile)] = (profile, build_ledger(profile, peaks_for(profile.device)))
+    return held[1]
+
+
+def _gap_segments(profile: Profile, *causes: str) -> Segments:
+    """The ledger's idle segments of `causes`; host work after a sync (its ref names the sync) is owned
+    by that sync's host interval."""
+    segments = _ledger(profile).segments
+    segments = segments[segments["cause"].isin(causes)]
+    a = segments["start_ns"].to_numpy(np.int64)
+    weight = segments["end_ns"].to_numpy(np.int64) - a
+    owner_a, owner_b = a.copy(), segments["end_ns"].to_numpy(np.int64).copy()
+    after_sync = (segments["cause"].eq("host_after_sync") & segments["ref_frame"].eq("syncs")).to_numpy(bool)
+    if after_sync.any():
+        rows = segments["ref_row"].to_numpy(np.int64)[after_sync]
+        syncs = profile.syncs.reset_index(drop=True)
+        owner_a[after_sync] = syncs["start_ns"].to_numpy(np.int64)[rows]
+        owner_b[after_sync] = syncs["end_ns"].to_numpy(np.int64)[rows]
+    return owner_a, owner_b, weight
 
 
 def _copies(profile: Profile, pinned: bool | None = None, kinds: tuple[str, ...] = ("HtoD", "DtoH")) -> Segments:
@@ -103,10 +114,10 @@ def _concat(*parts: Segments) -> Segments:
 _SEGMENTS = {
     "sync.per_step": lambda p: _intervals(p.syncs),
     "comm.host_sync": lambda p: _intervals(p.syncs),
-    "cpu.preprocessing": lambda p: _gap_segments(p, "host_ns"),
-    "cpu.heavy_ops": lambda p: _gap_segments(p, "host_ns"),
-    "data.loader_stall": lambda p: _gap_segments(p, "host_ns"),
-    "launch.bound": lambda p: _gap_segments(p, "launch_ns"),
+    "cpu.preprocessing": lambda p: _gap_segments(p, "host_after_sync", "host_other"),
+    "cpu.heavy_ops": lambda p: _gap_segments(p, "cpu_heavy_op"),
+    "data.loader_stall": lambda p: _gap_segments(p, "dataloader_fetch"),
+    "launch.bound": lambda p: _gap_segments(p, "launch_gap"),
     "copy.pageable": lambda p: _copies(p, pinned=False, kinds=("HtoD", "DtoH", "HtoH")),
     "copy.not_overlapped": lambda p: _copies(p, pinned=True),
     "cpu.transfers": lambda p: _concat(_copies(p), _intervals(p.syncs[p.syncs["kind"].astype(str) == "memcpy"])),
@@ -296,11 +307,13 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
     recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique(),
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded, module=module)
+    _LEDGERS.clear()
     for finding in findings:
         finding["callsites"] = (_graph_break_callsites(profiles[0], paths) if finding["id"] == "compile.graph_breaks"
                                 else _for_finding(finding, sampled, stacked, samples, paths))
         if finding["callsites"]:
             _drop_locating_advice(finding)
+    _LEDGERS.clear()
     if sampled.samples.empty and stacked.op_callsites.empty:
         analysis.setdefault("limitations", []).append(_missing_note(profiles))
 

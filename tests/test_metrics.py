@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics, idle_gaps, top_kernels
+from hybrid.ledger import build_ledger
+from hybrid.ledger.causes import IDLE_ORDER
+from hybrid.metrics import compute_metrics, top_kernels
 from hybrid.nsys_pass import load_nsys_export
 from hybrid.profile import KERNEL_COLUMNS, STEP_COLUMNS, DeviceInfo, Profile, conform
 from hybrid.provenance import ESTIMATED, MEASURED_NSYS, MEASURED_TORCH
@@ -97,12 +99,14 @@ def test_gpu_busy_is_the_union_of_device_work_inside_steps(nsys_profile, nsys_me
         clipped = (work["end"].clip(s, e) - work["start"].clip(s, e))
         busy.append(clipped.sum())  # one stream: device intervals never overlap
     assert nsys_metrics["gpu_busy_ms"].value == pytest.approx(np.mean(busy) / 1e6)
-    gaps = idle_gaps(nsys_profile)
-    idle_total = sum(nsys_metrics[f"idle_{c}_ms"].value for c in ("sync", "memcpy", "launch", "host"))
-    assert idle_total == pytest.approx(nsys_metrics["gpu_idle_ms"].value)
-    # The gap right after each pageable copy is the host returning from its stream sync.
-    after_copy = gaps[gaps["start_ns"].isin(_sql("SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY")["end"])]
-    assert (after_copy["cause"] == "sync").sum() >= 4
+    # The idle time is the ledger's to explain: its idle causes are exactly the device's idle time.
+    ledger = build_ledger(nsys_profile, peaks_for(nsys_profile.device))
+    per_step = ledger.ms_per_step()
+    assert sum(per_step[c] for c in IDLE_ORDER) == pytest.approx(nsys_metrics["gpu_idle_ms"].value)
+    # The idle time right after each pageable copy is the host returning from its stream sync.
+    segments = ledger.segments
+    after_copy = segments[segments["start_ns"].isin(_sql("SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY")["end"])]
+    assert (after_copy["cause"] == "sync_wait").sum() >= 4
 
 
 def test_kernel_mix_of_the_workload(nsys_metrics):

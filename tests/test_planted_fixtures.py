@@ -111,7 +111,8 @@ def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
     sync, host = found["sync.per_step"], found["cpu.preprocessing"]
     # The rules' closed forms (the replay's figures are tested in test_replay_*).
     sync, host = ({**f, "time_lost_ms": f.get("time_lost_model_ms", f["time_lost_ms"])} for f in (sync, host))
-    assert m["idle_host_after_sync_ms"]["value"] > 0.5 * m["idle_host_ms"]["value"]
+    assert m["idle_host_after_sync_ms"]["value"] > 0.5 * (m["idle_host_after_sync_ms"]["value"]
+                                                         + m["idle_host_other_ms"]["value"])
     # Removing the .item() calls saved 4.7 ms a step in plain runs; the estimate is within 30%.
     assert sync["time_lost_ms"] == pytest.approx(_realized_ms("sync_item_per_microstep"), rel=0.3)
     # The two findings split the ledger's waits and host work after them and elsewhere, without counting

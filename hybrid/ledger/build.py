@@ -16,8 +16,11 @@ from hybrid.ledger.partition import Layer, cut, merge_runs, own
 from hybrid.ledger.shortfall import kernel_causes
 from hybrid.metrics import NS_PER_MS, steady_steps
 from hybrid.profile import Profile
+from hybrid.provenance import Metric
 
-SEGMENT_COLUMNS = ("step", "start_ns", "end_ns", "state", "cause", "ref")
+# ref_frame and ref_row: the event behind the segment, row ref_row of Profile.<ref_frame> (NaN and -1 for
+# none); state, cause and ref_frame are categoricals.
+SEGMENT_COLUMNS = ("step", "start_ns", "end_ns", "state", "cause", "ref_frame", "ref_row")
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Ledger:
 
     def ms_per_step(self) -> dict[str, float]:
         """Time per cause per steady step, every cause listed (0 where none), busy causes first."""
-        ns = (self.segments["end_ns"] - self.segments["start_ns"]).groupby(self.segments["cause"]).sum()
+        ns = (self.segments["end_ns"] - self.segments["start_ns"]).groupby(self.segments["cause"], observed=True).sum()
         n = max(self.step_count, 1)
         return {cause: float(ns.get(cause, 0)) / n / NS_PER_MS for cause in BUSY_ORDER + IDLE_ORDER}
 
@@ -54,6 +57,12 @@ class Ledger:
                          "ms": ms, "pct_of_step": 100 * ms / step if step else 0.0})
             start += ms
         return rows
+
+    def idle_metrics(self, source: str) -> dict[str, Metric]:
+        """`idle_<cause>_ms` for every idle cause: the one partition of the device's idle time, which the
+        rules' evidence and results.json's timing.idle_breakdown_ms read."""
+        per_step = self.ms_per_step()
+        return {f"idle_{cause}_ms": Metric(per_step[cause], "ms", source) for cause in IDLE_ORDER}
 
     def to_dict(self) -> dict:
         """The `ledger` block of results.json."""
@@ -104,9 +113,20 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
     pieces = cut(windows, [*device, *host_layers, heavy])
     owned = own(pieces, device, default=None)
     busy = owned["cause"].notna().to_numpy()
-    busy_pieces = owned[busy].assign(state=BUSY)
+    busy_pieces = owned[busy].assign(state=pd.Categorical([BUSY] * int(busy.sum()), categories=STATES))
     idle_pieces = pieces[~busy]
     layers = [*host_layers, *idle.gap_layers(profile, _gaps(idle_pieces)), heavy]
-    idle_owned = own(idle_pieces, layers, default="host_other").assign(state=IDLE)
-    segments = pd.concat([busy_pieces, idle_owned], ignore_index=True)[list(SEGMENT_COLUMNS)]
-    return Ledger(merge_runs(segments), steps)
+    idle_owned = own(idle_pieces, layers, default="host_other")
+    idle_owned = idle_owned.assign(state=pd.Categorical([IDLE] * len(idle_owned), categories=STATES))
+    segments = pd.concat([_recoded(busy_pieces), _recoded(idle_owned)], ignore_index=True)
+    return Ledger(merge_runs(segments)[list(SEGMENT_COLUMNS)], steps)
+
+
+STATES = (BUSY, IDLE)
+REF_FRAMES = ("kernels", "launches", "memcpys", "memsets", "ops", "syncs")
+
+
+def _recoded(pieces: pd.DataFrame) -> pd.DataFrame:
+    """Busy and idle pieces on the same categories, so that joining them keeps the categoricals."""
+    return pieces.assign(cause=pieces["cause"].cat.set_categories(BUSY_ORDER + IDLE_ORDER),
+                         ref_frame=pieces["ref_frame"].cat.set_categories(REF_FRAMES))

@@ -1,6 +1,7 @@
 """Cutting step windows into pieces that each belong to one cause: every interval edge of every layer
 is a cut, so a piece lies wholly inside or wholly outside each interval, and the first layer (in
-precedence) with an interval over the piece owns it. Vectorized: loops run over layers, not events."""
+precedence) with an interval over the piece owns it. Vectorized: loops run over layers, not events or
+steps; the event behind a piece stays a (frame, row) pair of integers until the segments are final."""
 
 from __future__ import annotations
 
@@ -14,25 +15,30 @@ from nsight.intervals import NO_RANGE, stab_disjoint, stab_overlapping
 
 @dataclass(frozen=True)
 class Layer:
-    """Intervals [start, end) on the analyzed clock that give their time to `cause`; `refs` names the
-    event behind each one ("syncs#12": row 12 of Profile.syncs)."""
+    """Intervals [start, end) on the analyzed clock that give their time to `cause`; `rows` names the
+    event behind each one, a row of Profile.<frame> (row 12 of Profile.syncs is "syncs#12")."""
 
     cause: str
+    frame: str
     starts: np.ndarray
     ends: np.ndarray
-    refs: np.ndarray
+    rows: np.ndarray
 
     @staticmethod
     def of(cause: str, frame_name: str, starts, ends, rows) -> Layer:
-        rows = np.asarray(rows, dtype=np.int64)
-        refs = np.array([f"{frame_name}#{r}" for r in rows.tolist()], dtype=object)
-        return Layer(cause, np.asarray(starts, np.int64), np.asarray(ends, np.int64), refs)
+        return Layer(cause, frame_name, np.asarray(starts, np.int64), np.asarray(ends, np.int64),
+                     np.asarray(rows, dtype=np.int64))
+
+
+def _distinct_sorted(values: np.ndarray) -> np.ndarray:
+    values = np.sort(values)
+    return values[np.r_[True, values[1:] != values[:-1]]] if len(values) else values
 
 
 def cut(windows: pd.DataFrame, layers: list[Layer]) -> pd.DataFrame:
     """The windows (step, start_ns, end_ns; sorted, disjoint) cut at every layer edge inside them."""
     ws, we = windows["start_ns"].to_numpy(np.int64), windows["end_ns"].to_numpy(np.int64)
-    edges = np.unique(np.concatenate([ws, we] + [x for layer in layers for x in (layer.starts, layer.ends)]))
+    edges = _distinct_sorted(np.concatenate([ws, we] + [x for layer in layers for x in (layer.starts, layer.ends)]))
     a, b = edges[:-1], edges[1:]
     idx = stab_disjoint(a, ws, we)
     inside = idx != NO_RANGE
@@ -42,32 +48,44 @@ def cut(windows: pd.DataFrame, layers: list[Layer]) -> pd.DataFrame:
 
 
 def own(pieces: pd.DataFrame, layers: list[Layer], default: str | None) -> pd.DataFrame:
-    """Each piece given to the first layer covering it (`default` and no ref when none does)."""
+    """Each piece given to the first layer covering it (`default` and no event when none does):
+    `cause`, and the event as `ref_frame` (NaN for none) and `ref_row` (-1 for none); cause and frame are
+    categoricals (a million pieces of a dozen causes hold a dozen strings)."""
     a = pieces["start_ns"].to_numpy(np.int64)
-    cause = np.full(len(a), default, dtype=object)
-    ref = np.full(len(a), None, dtype=object)
-    open_ = np.ones(len(a), bool)
-    for layer in layers:
-        if not open_.any():
+    layer_of = np.full(len(a), NO_RANGE, dtype=np.int64)
+    ref_row = np.full(len(a), NO_RANGE, dtype=np.int64)
+    for index, layer in enumerate(layers):
+        open_ = np.flatnonzero(layer_of == NO_RANGE)
+        if not len(open_):
             break
         hit = stab_overlapping(layer.starts, layer.ends, a[open_])
-        taken = np.flatnonzero(open_)[hit != NO_RANGE]
-        cause[taken] = layer.cause
-        ref[taken] = layer.refs[hit[hit != NO_RANGE]]
-        open_[taken] = False
-    return pieces.assign(cause=cause, ref=ref)
+        found = hit != NO_RANGE
+        layer_of[open_[found]] = index
+        ref_row[open_[found]] = layer.rows[hit[found]]
+    causes = list(dict.fromkeys([layer.cause for layer in layers] + ([default] if default else [])))
+    cause_code = np.array([causes.index(layer.cause) for layer in layers] + [-1], dtype=np.int64)
+    if default:
+        cause_code[-1] = causes.index(default)
+    frames = sorted({layer.frame for layer in layers})
+    frame_code = np.array([frames.index(layer.frame) for layer in layers] + [-1], dtype=np.int64)
+    return pieces.assign(cause=pd.Categorical.from_codes(cause_code[layer_of], categories=causes),
+                         ref_frame=pd.Categorical.from_codes(frame_code[layer_of], categories=frames),
+                         ref_row=ref_row)
 
 
 def merge_runs(segments: pd.DataFrame) -> pd.DataFrame:
-    """Adjacent segments of one step with the same state, cause and ref joined into one."""
+    """Adjacent segments of one step with the same state, cause and event joined into one."""
     if segments.empty:
         return segments
     seg = segments.sort_values("start_ns", kind="stable").reset_index(drop=True)
     same = np.zeros(len(seg), bool)
-    key = seg["step"].astype(str) + "|" + seg["state"] + "|" + seg["cause"] + "|" + seg["ref"].astype(str)
-    same[1:] = (key.to_numpy()[1:] == key.to_numpy()[:-1]) & (
-        seg["start_ns"].to_numpy()[1:] == seg["end_ns"].to_numpy()[:-1])
-    run = np.cumsum(~same)
-    first = seg.groupby(run, sort=False).head(1).reset_index(drop=True)
-    ends = seg.groupby(run, sort=False)["end_ns"].max().to_numpy()
-    return first.assign(end_ns=ends)
+    if len(seg) > 1:
+        same[1:] = seg["start_ns"].to_numpy()[1:] == seg["end_ns"].to_numpy()[:-1]
+        for column in ("step", "state", "cause", "ref_frame", "ref_row"):
+            values = seg[column]
+            codes = values.cat.codes.to_numpy() if isinstance(values.dtype, pd.CategoricalDtype) \
+                else pd.factorize(values, use_na_sentinel=False)[0]
+            same[1:] &= codes[1:] == codes[:-1]
+    first = np.flatnonzero(~same)
+    ends = seg["end_ns"].to_numpy()[np.r_[first[1:] - 1, len(seg) - 1]]
+    return seg.iloc[first].reset_index(drop=True).assign(end_ns=ends)

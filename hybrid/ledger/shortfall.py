@@ -9,6 +9,7 @@ findings, kept here once so that the pools and the findings agree on what each c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -39,13 +40,22 @@ NARROW_ALIGNMENT = re.compile(r"align[124](?!\d)")
 SIXTEEN_BIT = ("fp16", "bf16")
 
 
+def by_name(names: pd.Series, of_names: Callable[[pd.Series], np.ndarray]) -> np.ndarray:
+    """`of_names` (a function of a Series of distinct names) for each row of `names`, computed once per
+    distinct name: a million launches of a few hundred kernels are a few hundred strings to test."""
+    codes, distinct = pd.factorize(names, use_na_sentinel=False)
+    return np.asarray(of_names(pd.Series(np.asarray(distinct, dtype=object)).astype(str)))[codes]
+
+
 def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:
     """Precision of each GEMM, convolution or attention kernel (None for other kernels), from ncu's FLOP
     counters where it profiled the kernel, else its name (hybrid.precision)."""
-    names = kernels["name"].astype(str)
-    classes = kernel_classes(profile, names, peaks)
-    matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
-    return pd.Series(np.where(matmul, per_kernel(names, classes, "precision"), None), index=kernels.index)
+    def of_names(names: pd.Series) -> np.ndarray:
+        classes = kernel_classes(profile, names, peaks)
+        matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
+        return np.where(matmul, per_kernel(names, classes, "precision"), None)
+
+    return pd.Series(by_name(kernels["name"], of_names), index=kernels.index, dtype=object)
 
 
 def fp32_gemm(precision: pd.Series) -> np.ndarray:
@@ -53,7 +63,7 @@ def fp32_gemm(precision: pd.Series) -> np.ndarray:
 
 
 def misaligned_gemm(names: pd.Series, precision: pd.Series) -> np.ndarray:
-    narrow = names.astype(str).str.contains(NARROW_ALIGNMENT).to_numpy(bool)
+    narrow = by_name(names, lambda distinct: distinct.str.contains(NARROW_ALIGNMENT).to_numpy(bool))
     return precision.isin(SIXTEEN_BIT).to_numpy(bool) & narrow
 
 
@@ -117,5 +127,5 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
     # Applied last to first, so the earliest cause that holds is the one left.
     for cause in reversed(KERNEL_SHORTFALLS):
         causes[tests[cause]] = cause
-    causes[is_communication(kernels["name"])] = "communication"
+    causes[by_name(kernels["name"], is_communication)] = "communication"
     return causes

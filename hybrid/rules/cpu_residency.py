@@ -22,6 +22,8 @@ HOST_GAP_MIN_PCT = 5.0
 # Host work while the device idles, outside syncs, DataLoader fetches, compiled regions, launch gaps and
 # CPU-heavy ops (those have their own causes): what follows a sync first (what the sync finding left of it).
 HOST_WORK_POOL = ("host_after_sync", "host_other")
+# The ledger's idle causes in which the host worked without launching: all but syncs and launch gaps.
+HOST_IDLE_CAUSES = ("compiled_region_break", "dataloader_fetch", "host_after_sync", "cpu_heavy_op", "host_other")
 
 
 def cpu_heavy_lost_ms(cpu_heavy_ms: float) -> float:
@@ -136,7 +138,8 @@ def preprocessing_model(inp: Inputs) -> float | None:
 def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="The GPU waits while the host computes without launching work",
-        pairs=[("GPU idle, host busy with no launch", "idle_host_ms"),
+        pairs=[("GPU idle, other host work", "idle_host_other_ms"),
+               ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
                ("of which fetching from a DataLoader", "data_loader_idle_ms"),
                ("CPU-only top-level ops", "cpu_only_ops_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
@@ -147,7 +150,7 @@ def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
 
 
 def preprocessing_fix(inputs: FixInputs) -> Fix | NoFix:
-    idle = inputs.number("idle_host_ms")
+    idle = sum(inputs.number(f"idle_{cause}_ms") or 0.0 for cause in HOST_IDLE_CAUSES)
     if not idle:
         return NoFix("no host-only time measured")
     # The rule may leave part of that idle time to other findings (a sync, graph breaks): the same share of
@@ -190,7 +193,7 @@ TRANSFERS = Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", 
                  transfers_model, transfers_report, pool=("copy",), floor_pct=MIN_LOST_PCT)
 HEAVY_OPS = Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "cpu_heavy_ops_ms", "step_time_ms"),
                  heavy_model, heavy_report, pool=("cpu_heavy_op",), floor_pct=MIN_LOST_PCT)
-PREPROCESSING = Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_ms", "step_time_ms"), preprocessing_model,
-                     preprocessing_report, pool=HOST_WORK_POOL, floor_pct=HOST_GAP_MIN_PCT,
+PREPROCESSING = Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_other_ms", "step_time_ms"),
+                     preprocessing_model, preprocessing_report, pool=HOST_WORK_POOL, floor_pct=HOST_GAP_MIN_PCT,
                      fix=preprocessing_fix)
 RULES = [LATE_MIGRATION, TRANSFERS, HEAVY_OPS, PREPROCESSING]

@@ -63,7 +63,7 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
         title="The GPU waits for the DataLoader",
         pairs=[("GPU idle while fetching a batch", "data_loader_idle_ms"),
                ("host time fetching a batch", "data_loader_ms"), ("DataLoader iterator", "data_loader_iterator"),
-               ("GPU idle, host busy with no launch", "idle_host_ms"), ("GPU utilization", "gpu_util_pct")],
+               ("GPU idle, other host work", "idle_host_other_ms"), ("GPU utilization", "gpu_util_pct")],
         explanation=(f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
                      "`enumerate(DataLoader)#...__next__` range), placed on the analyzed timeline as the same share "
                      "of its step."),

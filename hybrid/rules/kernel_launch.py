@@ -44,7 +44,7 @@ def launch_bound_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Launch-bound: kernels are too small to hide launch overhead",
         pairs=[("kernels per step", "kernels_per_step"), ("kernels under 20 µs", "small_kernel_share_pct"),
-               ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_ms"),
+               ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_gap_ms"),
                ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")],
         extra=([ctx.evidence("ops with CPU:GPU > 10:1", "cpu_heavy_op_names")]
                if ctx.value("cpu_heavy_ops", 0) >= 1 else []),
@@ -64,7 +64,7 @@ def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Memory allows a larger batch to amortize per-step overhead",
         pairs=[("peak memory of capacity", "peak_memory_pct"), ("batch size", "batch_size"),
-               ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_ms")],
+               ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_gap_ms")],
         assumes="per-step host costs stay the same when the batch doubles (not measured at a larger batch)",
         explanation=("The step leaves the GPU idle for fixed host costs while using under half of its memory; a "
                      "larger batch spreads those costs over more samples (time lost is per-sample, estimated for "

@@ -57,7 +57,7 @@ def report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="The host waits for the GPU inside every step",
         pairs=[("syncs per step", "sync_count"), ("host blocked in sync", "sync_blocked_ms"),
-               ("GPU busy", "gpu_busy_ms"), ("GPU idle after syncs", "idle_sync_ms"),
+               ("GPU busy", "gpu_busy_ms"), ("GPU idle while the host sat in a sync", "idle_sync_wait_ms"),
                ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
                ("device->host copies per step", "dtoh_count")],
         explanation=("Each synchronization empties the GPU's work queue: the host blocks until the device "
