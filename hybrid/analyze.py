@@ -7,7 +7,7 @@ from __future__ import annotations
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER
-from hybrid.metrics import compute_metrics, frame_source, layer_table, top_kernels
+from hybrid.metrics import compute_metrics, frame_source, layer_table, steady_steps, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from hybrid.roofline import roofline
@@ -74,6 +74,13 @@ def _timing(metrics: dict[str, Metric]) -> dict:
     }
 
 
+def _step_samples_ms(profile: Profile) -> list[float]:
+    """Each steady step's duration in order (the steps step_time_ms averages): `hybrid compare` tests the
+    difference of two runs' means on them (Welch's t needs the spread and the count, not just the mean)."""
+    steps = steady_steps(profile)
+    return [] if steps.empty else [round(float(ns) / 1e6, 6) for ns in steps["dur_ns"]]
+
+
 def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roof: dict, gpu: bool) -> list[str]:
     out = []
     if not gpu:
@@ -123,7 +130,7 @@ def analyze(profile: Profile) -> dict:
         "device": {"name": device.name, "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
                    "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
                    "peaks": peaks.to_dict(), "source": device.source},
-        "timing": _timing(metrics),
+        "timing": {**_timing(metrics), "step_times_ms": _step_samples_ms(profile)},
         # Where each step went on the device; with no GPU there is no device time to partition.
         "ledger": ledger.to_dict() if ledger else None,
         "metrics": {name: m.to_dict() for name, m in metrics.items()},

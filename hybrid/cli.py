@@ -16,7 +16,14 @@ from pathlib import Path
 
 import typer
 
-from hybrid.errors import EXIT_FINDING_AT_OR_ABOVE, EXIT_INTERRUPTED, HybridError, Terminated, UsageError
+from hybrid.errors import (
+    EXIT_FINDING_AT_OR_ABOVE,
+    EXIT_GATE_UNDECIDED,
+    EXIT_INTERRUPTED,
+    HybridError,
+    Terminated,
+    UsageError,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_show_locals=False,
@@ -148,14 +155,20 @@ def _say_kept() -> None:
 
 
 def _fail_on(results: dict, fail_on: Severity | None) -> None:
-    """Exit 1 when a measured finding reaches --fail-on."""
+    """Exit 1 when a measured finding reaches --fail-on, naming each finding that does on stderr."""
     if fail_on is None:
         return
+    from hybrid.report.safe_text import escape_strings
+    from hybrid.report.units import format_value
     from hybrid.rules.base import SEVERITY_RANK
 
     threshold = SEVERITY_RANK[fail_on.value]
-    if any(SEVERITY_RANK.get(f.get("severity"), -1) >= threshold and not f.get("not_measured")
-           for f in (results.get("diagnosis") or {}).get("bottlenecks") or []):
+    tripped = [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or []
+               if SEVERITY_RANK.get(f.get("severity"), -1) >= threshold and not f.get("not_measured")]
+    if tripped:
+        for finding in escape_strings(tripped):
+            _stderr(f"--fail-on {fail_on.value}: [{finding.get('severity')}] {finding.get('id')}: "
+                    f"{finding.get('title')} ({format_value(finding.get('time_lost_ms'), 'ms')}/step est.)")
         raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
 
 
@@ -545,13 +558,20 @@ def compare(
     run_b: Path = typer.Argument(..., help="the candidate: a run directory or its results.json"),
     fail_on_regression: float | None = typer.Option(
         None, "--fail-on-regression", metavar="PCT",
-        help="exit 1 when B's step time is more than PCT percent above A's and beyond the steps' spread, or when "
-             "the gate cannot be decided (a run without a step time, different workloads)"),
+        help="exit 1 when B's mean step time is slower than A's at 95% confidence (Welch's t on the steps) "
+             "and by an estimated more than PCT percent; exit 5 when the data cannot decide (above PCT but "
+             "within the noise, or a run without a step time)"),
+    allow_different: bool = typer.Option(
+        False, "--allow-different", help="compare runs of different programs, models, batch sizes or devices "
+        "(or exports that do not record their program and share little kernel time), which is refused "
+        "otherwise"),
     as_json: bool = JsonOpt,
-    html: Path | None = typer.Option(None, "--html", metavar="FILE", help="also write the comparison as an HTML page"),
+    html: Path | None = typer.Option(None, "--html", metavar="FILE",
+                                     help="also write the comparison as an HTML page"),
 ) -> None:
-    """Compare two runs: step time (noise-aware), GPU utilization, roofline, top kernels, findings
-    resolved/new (only where both runs measured what a finding rests on)."""
+    """Compare two runs: step time (a test of the means, on the plain pass's steps where both have one),
+    GPU utilization, roofline, top kernels, findings resolved/new (only where both runs measured what a
+    finding rests on)."""
     import json
 
     from hybrid.files import check_output
@@ -563,6 +583,7 @@ def compare(
         if html is not None:
             check_output(html)  # before anything is printed: `--html A/results.json` is refused, exit 2
         diff = compare_results(*documents)
+        _refuse_incomparable(diff, (run_a, run_b), allow_different=allow_different)
         text = json.dumps(diff, indent=1, default=str) if as_json else render_compare(diff)
     sys.stdout.write(text + "\n")
     if html is not None:
@@ -570,10 +591,32 @@ def compare(
 
         _write_page(html, render_compare_html(diff, (str(run_a), str(run_b))))
     if threshold is not None:
-        reason = gate(diff, threshold)
-        if reason is not None:
-            _stderr(f"regression gate failed: {reason}")
+        from hybrid.report.safe_text import escape_strings
+
+        decided = escape_strings(gate(diff, threshold))
+        if decided["outcome"] == "regressed":
+            _stderr(f"regression gate failed: {decided['reason']}")
             raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
+        if decided["outcome"] == "inconclusive":
+            _stderr(f"regression gate undecided (exit {EXIT_GATE_UNDECIDED}): {decided['reason']}")
+            raise typer.Exit(EXIT_GATE_UNDECIDED)
+        _stderr(f"regression gate passed: {decided['reason']}")
+
+
+def _refuse_incomparable(diff: dict, paths: tuple[Path, Path], *, allow_different: bool) -> None:
+    """A figure no measurement gives (a negative step time) is bad input naming the file; runs of different
+    workloads are refused unless --allow-different (their step times say nothing about a change)."""
+    from hybrid.report.safe_text import escape_strings
+
+    problems = [f"{path}: {problem}" for path, side in zip(paths, ("a", "b"), strict=True)
+                for problem in diff["problems"][side]]
+    if problems:
+        raise UsageError("; ".join(escape_strings(problems)),
+                         "re-create the results.json with `hybrid report RUN_DIR` from the run's artifacts")
+    if diff["workload"]["differences"] and not allow_different:
+        raise UsageError("refusing to compare: " + "; ".join(escape_strings(diff["workload"]["differences"])),
+                         "compare two runs of the same workload, or pass --allow-different to see the "
+                         "comparison anyway (its step-time change then says nothing about a fix)")
 
 
 @app.command()

@@ -7,6 +7,7 @@ EXIT_FINDING_AT_OR_ABOVE = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad usage or unreadable input
 EXIT_WORKLOAD_FAILED = 3  # the user's script itself failed
 EXIT_PROFILER_FAILED = 4  # a profiler failed and nothing could be analyzed
+EXIT_GATE_UNDECIDED = 5  # compare --fail-on-regression: the data cannot tell whether B regressed
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 # hybrid itself stopped by SIGTERM or SIGHUP: 128 + the signal number, as a shell reports it (143, 129).
 EXIT_SIGNAL_BASE = 128

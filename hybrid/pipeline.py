@@ -347,8 +347,20 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
                               calibration=read_calibration(run.path), script=_script(run_json),
                               script_is_module=bool((run_json.get("target") or {}).get("is_module")),
                               stack_profiles=stack_profiles)
+    if results["timing"].get("baseline_step_time_ms") is not None:
+        results["timing"]["baseline_step_times_ms"] = plain_step_samples_ms(run)
     results["artifacts"] = run_artifacts(run)
     return results
+
+
+def plain_step_samples_ms(run: RunDir) -> list[float]:
+    """The plain pass's step durations from its step ends (host clock, offsets from the window's start):
+    `hybrid compare` tests on these where both runs have them, free of any collector's slowdown."""
+    ends = (run.read_inject("plain") or {}).get("step_end_ns") or []
+    starts = [0, *ends[:-1]]
+    if not all(isinstance(end, int) and end > start for start, end in zip(starts, ends, strict=True)):
+        return []  # a damaged inject.json: no samples rather than negative steps
+    return [round((end - start) / 1e6, 6) for start, end in zip(starts, ends, strict=True)]
 
 
 def run_artifacts(run: RunDir) -> dict[str, str]:

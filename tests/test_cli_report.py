@@ -70,23 +70,27 @@ def test_a_threshold_that_cannot_trip_is_refused(analyzed, threshold):
 
 
 @pytest.mark.parametrize(("candidate", "reason"), [
-    ({}, "the candidate has no step time"),
-    ({"schema_version": "1.0", "timing": {"step_time_ms": None}}, "the candidate has no step time"),
+    ({}, "the candidate has no valid step time"),
+    ({"schema_version": "1.0", "timing": {"step_time_ms": None}}, "the candidate has no valid step time"),
 ])
-def test_a_candidate_without_a_step_time_fails_the_gate(analyzed, tmp_path, candidate, reason):
+def test_a_candidate_without_a_step_time_leaves_the_gate_undecided(analyzed, tmp_path, candidate, reason):
     path = tmp_path / "b.json"
     path.write_text(json.dumps(candidate))
     done = hybrid("compare", str(analyzed["h200-resnet50"]), str(path), "--fail-on-regression", "5")
-    assert done.returncode == 1 and reason in done.stderr
+    assert done.returncode == 5 and reason in done.stderr
 
 
-def test_a_candidate_of_another_workload_fails_the_gate(analyzed, tmp_path):
-    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]),
+def test_a_candidate_of_another_workload_is_refused_and_never_passes_the_gate(analyzed, tmp_path):
+    refused = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]),
+                     "--fail-on-regression", "50")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "refusing to compare: models differ (resnet50 vs simple_cnn)" in refused.stderr
+    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]), "--allow-different",
                   "--fail-on-regression", "50", "--html", str(tmp_path / "compare.html"))
-    # simple_cnn's step is 90% faster: only the workload check can fail this gate.
-    assert done.returncode == 1
-    assert "regression gate failed: the runs are of different workloads: models differ (resnet50 vs simple_cnn)" \
-        in done.stderr
+    # simple_cnn's step is 90% faster: only the workload check can stop this gate passing.
+    assert done.returncode == 5
+    assert "regression gate undecided (exit 5): the runs are of different workloads: models differ " \
+        "(resnet50 vs simple_cnn)" in done.stderr
     assert done.stdout.startswith("WARNING: models differ")
     assert "WARNING: models differ" in (tmp_path / "compare.html").read_text()
 

@@ -2,23 +2,32 @@
 step time, GPU utilization, roofline position, top kernels, and findings matched by rule id.
 
 The comparison says no more than the two documents support:
-- a step-time change within the steps' spread (the two runs' step standard deviations combined) is
-  "unchanged", whatever its percentage;
+- the step-time change is a test of the two means (hybrid.report.step_test: Welch's t on the steps,
+  with a 95% confidence interval), on the plain pass's steps where both runs have one (a collector
+  inflates step times: TF32 on reads -29% by the profiled resnet50 steps, -46% by the plain ones);
 - percentages (GPU utilization, share of attainable) change in percentage points;
 - a finding of run A that run B does not report is "resolved" only when B measured what the finding
   rests on; otherwise it is "not checked in B" (and likewise "new" needs A to have measured it);
-- runs of different workloads, batch sizes or devices are said to differ at the top, and a CI gate
-  (`gate`) fails on them, as on a document without a step time, with the reason."""
+- a kernel outside one run's stored top kernels is "not stored" there, told apart from "gone" or "new";
+- runs of different programs, models, batch sizes or devices, or exports that do not record their
+  program and share little of their kernel time, are named in `workload.differences` (the CLI refuses
+  them unless told), and every figure the gate reads is checked first (`problems`)."""
 
 from __future__ import annotations
 
 import math
 
-from hybrid.report import findings_by_impact, format_value, short_name, source_label
+from hybrid.report import findings_by_impact, format_value, short_name, source_label, step_test
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, format_pp, is_number
 
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
+# The analysis stores this many top kernels (hybrid.metrics.top_kernels): a shorter list is every kernel.
+TOP_KERNELS_STORED = 10
+# Exports made outside hybrid do not record their program: two are taken as the same program when at least
+# this share of each one's stored top-kernel time is in kernels the other also ran. Unrelated bare H200
+# exports share at most SHARED_KERNEL_CHECK (tests/test_report_compare.py measures it).
+SAME_PROGRAM_KERNEL_SHARE_PCT = 50.0
 
 
 def _section(results: dict, key: str) -> dict:
@@ -45,21 +54,82 @@ def _change(before: object, after: object, *, percent: bool = False) -> dict:
     return change
 
 
+def _positive(value: object) -> bool:
+    return _number(value) is not None and float(value) > 0
+
+
+def timing_problems(results: dict) -> list[str]:
+    """Every figure the step comparison and the gate read that no measurement can give: a step time or a
+    step sample that is not a positive number, a negative spread, a step count below one, samples whose
+    mean is not the step time the document states (a hand-edited file)."""
+    timing, workload = _section(results, "timing"), _section(results, "workload")
+    problems = []
+    for key in ("step_time_ms", "baseline_step_time_ms"):
+        if timing.get(key) is not None and not _positive(timing[key]):
+            problems.append(f"timing.{key} is {timing[key]!r}: a step time is a positive number of ms")
+    std = timing.get("step_time_std_ms")
+    if std is not None and (_number(std) is None or float(std) < 0):
+        problems.append(f"timing.step_time_std_ms is {std!r}: a spread is a number of ms, 0 or more")
+    count = workload.get("steps_measured")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        problems.append(f"workload.steps_measured is {count!r}: a count of steps is a whole number, "
+                        "1 or more")
+    for key, mean_key in (("step_times_ms", "step_time_ms"),
+                          ("baseline_step_times_ms", "baseline_step_time_ms")):
+        samples = timing.get(key)
+        if samples is None:
+            continue
+        if not isinstance(samples, list) or not all(_positive(x) for x in samples):
+            problems.append(f"timing.{key} holds values that are not positive numbers of ms")
+            continue
+        stated = timing.get(mean_key)
+        if samples and _positive(stated) and abs(math.fsum(samples) / len(samples) - stated) > 0.01 * stated:
+            problems.append(f"timing.{key} average {math.fsum(samples) / len(samples):.4g} ms, but "
+                            f"timing.{mean_key} says {stated:.4g} ms: one of them was changed")
+    return problems
+
+
+def _steps(results: dict, basis: str) -> step_test.Steps | None:
+    """One run's steps for the test: its samples where the document keeps them, else the mean, spread and
+    count it states (documents before the samples were kept); None where a valid figure is missing."""
+    if timing_problems(results):
+        return None
+    timing, workload = _section(results, "timing"), _section(results, "workload")
+    if basis == "plain":
+        return step_test.from_samples(timing.get("baseline_step_times_ms") or [], "plain", robust=True)
+    if timing.get("step_times_ms"):
+        return step_test.from_samples(timing["step_times_ms"], "profiled")
+    mean, std = _number(timing.get("step_time_ms")), _number(timing.get("step_time_std_ms"))
+    count = workload.get("steps_measured")
+    if mean is None or std is None or not isinstance(count, int):
+        return None
+    excluded = timing.get("steps_excluded")
+    count -= excluded if isinstance(excluded, int) and 0 <= excluded < count else 0
+    return step_test.from_summary(mean, std, count, "profiled")
+
+
 def step_change(a: dict, b: dict) -> dict:
-    """Step time of each run, the change, and whether it exceeds the noise: the spread of one step's time
-    in each run (standard deviation), combined as for a difference, sqrt(std_a^2 + std_b^2)."""
+    """Step time of each run and the test of their means: `test` (hybrid.report.step_test.welch) and its
+    `verdict`, "slower", "faster", "no significant change" or "unknown" (a step time or its spread is
+    missing). On the plain pass's steps where both runs recorded them (`basis`), else the profiled steps."""
     timing_a, timing_b = _section(a, "timing"), _section(b, "timing")
-    change = _change(timing_a.get("step_time_ms"), timing_b.get("step_time_ms"))
-    spreads = [_number(timing_a.get("step_time_std_ms")), _number(timing_b.get("step_time_std_ms"))]
-    noise = math.hypot(*spreads) if all(s is not None for s in spreads) else None
-    change["noise_ms"] = noise
+    valid_a, valid_b = not timing_problems(a), not timing_problems(b)
+    plain = [_steps(a, "plain"), _steps(b, "plain")]
+    basis = "plain" if all(plain) else "profiled"
+    key = "baseline_step_time_ms" if basis == "plain" else "step_time_ms"
+    change = _change(timing_a.get(key) if valid_a else None, timing_b.get(key) if valid_b else None)
+    steps = plain if basis == "plain" else [_steps(a, "profiled"), _steps(b, "profiled")]
+    change["basis"] = basis
+    change["test"] = step_test.welch(*steps) if all(steps) and change["delta"] is not None else None
     if change["delta"] is None:
-        verdict = "unknown"
-    elif change["delta"] == 0 or (noise is not None and abs(change["delta"]) <= noise):
-        verdict = "unchanged"
+        change["verdict"] = "unknown"
+    elif change["test"] is None:
+        change["verdict"] = "unchanged" if change["delta"] == 0 else "unknown"
     else:
-        verdict = "slower" if change["delta"] > 0 else "faster"
-    change["verdict"] = verdict
+        change["verdict"] = step_test.verdict(change["test"])
+    if basis == "profiled" and all(_positive(t.get("baseline_step_time_ms")) for t in (timing_a, timing_b)):
+        # Both ran a plain pass, but a document from before the samples were kept has only its mean.
+        change["plain"] = _change(timing_a["baseline_step_time_ms"], timing_b["baseline_step_time_ms"])
     return change
 
 
@@ -67,11 +137,32 @@ def _identity(results: dict) -> dict:
     workload, device = _section(results, "workload"), _section(results, "device")
     command = workload.get("command")
     words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
-    # The program: a script's path, or `-m module [name]` for a module such as hybrid.models resnet50.
-    program = words[:3] if words[:1] == ["-m"] else words[:1]
-    return {"model": workload.get("model"), "program": " ".join(program) or None,
+    # The program: a script's path, or `-m module [name]` for a module such as hybrid.models resnet50. An
+    # export made outside hybrid (`nsys export NAME.sqlite`) does not record the program it profiled.
+    foreign = words[:2] == ["nsys", "export"]
+    program = None if foreign else " ".join(words[:3] if words[:1] == ["-m"] else words[:1]) or None
+    return {"model": workload.get("model"), "program": program, "foreign": foreign,
             "command": " ".join(words) or None, "batch_size": workload.get("batch_size"),
             "device": device.get("name"), "mode": results.get("mode")}
+
+
+def _kernel_times(results: dict) -> dict[str, float]:
+    kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
+    return {k["name"]: float(k["total_ms_per_step"]) for k in kernels if isinstance(k, dict)
+            and isinstance(k.get("name"), str) and _positive(k.get("total_ms_per_step"))}
+
+
+def shared_kernel_pct(a: dict, b: dict) -> float | None:
+    """The smaller of the two runs' shares of stored top-kernel time spent in kernels the other run also
+    ran (its stored list or its timeline's names); None when a run stores no kernel times."""
+    shares = []
+    for own, other in ((a, b), (b, a)):
+        times = _kernel_times(own)
+        if not times:
+            return None
+        shared = sum(ms for name, ms in times.items() if _presence(other, name) in ("stored", "ran"))
+        shares.append(100.0 * shared / sum(times.values()))
+    return min(shares)
 
 
 def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
@@ -85,6 +176,17 @@ def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
             continue  # the built-in workloads share one program; their model names them
         if id_a[key] is not None and id_b[key] is not None and id_a[key] != id_b[key]:
             serious.append(f"{what} differ ({id_a[key]} vs {id_b[key]})")
+    if not models_known and (id_a["foreign"] or id_b["foreign"]) and not serious:
+        shared = shared_kernel_pct(a, b)
+        unknown = " and ".join(side for side, ident in (("A", id_a), ("B", id_b)) if ident["foreign"])
+        if shared is None or shared < SAME_PROGRAM_KERNEL_SHARE_PCT:
+            kernels = "no kernel times to match" if shared is None else \
+                f"only {shared:.0f}% of one run's top-kernel time is in kernels the other ran"
+            serious.append(f"programs cannot be told the same: {unknown} does not record its program "
+                           f"(an export made outside hybrid) and {kernels}")
+        else:
+            minor.append(f"{unknown} does not record its program: taken as the same program because "
+                         f"{shared:.0f}% of each run's top-kernel time is in kernels both ran")
     if not serious and id_a["command"] != id_b["command"] and None not in (id_a["command"], id_b["command"]):
         minor.append(f"commands differ: {id_a['command']} vs {id_b['command']}")
     if id_a["mode"] != id_b["mode"]:
@@ -112,7 +214,8 @@ def _evidence_metrics(results: dict, finding: dict) -> list[str]:
 
 def _lacks(results: dict, metric_names: list[str]) -> list[str]:
     metrics = _section(results, "metrics")
-    return [n for n in metric_names if not isinstance(metrics.get(n), dict) or metrics[n].get("value") in (None, "")]
+    return [n for n in metric_names
+            if not isinstance(metrics.get(n), dict) or metrics[n].get("value") in (None, "")]
 
 
 def _summary(finding: dict) -> dict:
@@ -134,7 +237,8 @@ def _findings(a: dict, b: dict) -> dict:
                             "not_checked_in_a": []}
     for fid, finding in before.items():
         if fid in after:
-            out["unchanged"].append({"id": fid, "title": after[fid].get("title"), "severity_a": finding.get("severity"),
+            out["unchanged"].append({"id": fid, "title": after[fid].get("title"),
+                                     "severity_a": finding.get("severity"),
                                      "severity_b": after[fid].get("severity"),
                                      "time_lost_ms": _change(finding.get("time_lost_ms"),
                                                              after[fid].get("time_lost_ms"))})
@@ -153,6 +257,22 @@ def _findings(a: dict, b: dict) -> dict:
     return out
 
 
+def _presence(results: dict, name: str) -> str:
+    """Whether a kernel ran in a run: "stored" (in its top-kernel list), "ran" (in its step timeline, below
+    the stored list), "absent" (the stored list is every kernel, or the timeline holds every event of
+    its step, and the kernel is in neither), or "unknown" (it may have run below the stored list)."""
+    if name in _kernel_times(results):
+        return "stored"
+    timeline = _section(results, "timeline")
+    names = timeline.get("names") if isinstance(timeline.get("names"), list) else []
+    if name in names:
+        return "ran"
+    stored = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
+    events = timeline.get("events") if isinstance(timeline.get("events"), list) else None
+    complete_timeline = events is not None and timeline.get("events_total") == len(events)
+    return "absent" if len(stored) < TOP_KERNELS_STORED or complete_timeline else "unknown"
+
+
 def _kernels(a: dict, b: dict) -> list[dict]:
     def totals(results: dict) -> dict:
         kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
@@ -160,17 +280,24 @@ def _kernels(a: dict, b: dict) -> list[dict]:
                 if isinstance(k, dict) and isinstance(k.get("name"), str)}
     before, after = totals(a), totals(b)
     names = list(dict.fromkeys([*before, *after]))
-    rows = [{"name": name, **_change(before.get(name), after.get(name))} for name in names]
+    rows = []
+    for name in names:
+        row = {"name": name, **_change(before.get(name), after.get(name))}
+        # Where one run's figure is missing: did the kernel not run there, or was it not stored?
+        row["in_a"], row["in_b"] = _presence(a, name), _presence(b, name)
+        rows.append(row)
     return sorted(rows, key=lambda row: -max(row["a"] or 0.0, row["b"] or 0.0))
 
 
 def _roofline(results: dict) -> dict:
     roof = _section(results, "roofline")
-    return {key: roof.get(key) for key in ("bound", "arithmetic_intensity", "achieved_pct_of_attainable", "source")}
+    return {key: roof.get(key)
+            for key in ("bound", "arithmetic_intensity", "achieved_pct_of_attainable", "source")}
 
 
 def compare_results(a: dict, b: dict) -> dict:
-    """What changed from run `a` to run `b` (both results documents)."""
+    """What changed from run `a` to run `b` (both results documents). `problems`: figures of either run
+    that no measurement can give (timing_problems); such a figure is left out of the comparison."""
     serious, minor = workload_differences(a, b)
     timing_a, timing_b = _section(a, "timing"), _section(b, "timing")
     roof_a, roof_b = _roofline(a), _roofline(b)
@@ -180,33 +307,57 @@ def compare_results(a: dict, b: dict) -> dict:
         "step_time_ms": step_change(a, b),
         "step_time_source": {"a": timing_a.get("source"), "b": timing_b.get("source")},
         "gpu_util_pct": _change(timing_a.get("gpu_util_pct"), timing_b.get("gpu_util_pct"), percent=True),
-        "roofline": {"a": roof_a, "b": roof_b,
-                     "achieved_pct_of_attainable": _change(roof_a["achieved_pct_of_attainable"],
-                                                           roof_b["achieved_pct_of_attainable"], percent=True)},
+        "roofline": {"a": roof_a, "b": roof_b, "achieved_pct_of_attainable": _change(
+            roof_a["achieved_pct_of_attainable"], roof_b["achieved_pct_of_attainable"], percent=True)},
         "top_kernels": _kernels(a, b),
         "findings": _findings(a, b),
         "notes": minor,
+        "problems": {"a": timing_problems(a), "b": timing_problems(b)},
     }
 
 
-def gate(diff: dict, pct: float) -> str | None:
-    """The CI gate on run b against run a: None when b passes, else the reason it fails. b fails when its
-    step time is more than `pct` percent above a's and beyond the noise, and also whenever the gate cannot
-    be decided: a run without a step time, or runs of different workloads."""
+def _test_text(test: dict, *, with_change: bool = True) -> str:
+    low, high = test["ci_pct"]
+    change = f"{format_change_pct(test['delta_pct'])}, " if with_change else ""
+    return (f"{change}{test['confidence_pct']:g}% CI {format_change_pct(low)} to {format_change_pct(high)}, "
+            f"{test['test']} on {test['steps'][0]} vs {test['steps'][1]} {test['basis']} steps")
+
+
+def gate(diff: dict, pct: float) -> dict:
+    """The CI gate on run b against run a: {"outcome": "pass" | "regressed" | "inconclusive", "reason"}.
+    Regressed: b is slower at 95% confidence and by an estimated more than `pct` percent. Inconclusive:
+    the estimate is above `pct` but the steps' noise could make it, or there is nothing to test (a run
+    without a step time or its spread, runs of different workloads). The reason names the figures."""
     if not math.isfinite(pct):
         raise ValueError(f"the regression threshold must be a finite number, not {pct}")
     step = diff["step_time_ms"]
     if diff["workload"]["differences"]:
-        return "the runs are of different workloads: " + "; ".join(diff["workload"]["differences"])
+        differences = "; ".join(diff["workload"]["differences"])
+        return {"outcome": "inconclusive", "reason": f"the runs are of different workloads: {differences}"}
     for side, name in (("b", "candidate"), ("a", "baseline")):
         if step[side] is None:
-            return f"the {name} has no step time (no measured steps, or not a results.json document)"
-    if step["delta_pct"] is None:
-        return "the baseline's step time is zero: no relative change can be computed"
-    if step["delta_pct"] > pct and step["verdict"] == "slower":
-        return (f"step time {format_change_pct(step['delta_pct'])} ({format_value(step['a'], 'ms')} -> "
-                f"{format_value(step['b'], 'ms')}), above the {pct:g}% threshold and beyond the steps' spread")
-    return None
+            return {"outcome": "inconclusive",
+                    "reason": f"the {name} has no valid step time (no measured steps, a figure that is not a "
+                              "positive number, or not a results.json document)"}
+    test = step["test"]
+    if test is None:
+        if step["delta"] == 0:
+            return {"outcome": "pass", "reason": "identical step times"}
+        return {"outcome": "inconclusive",
+                "reason": f"step time {_delta(step, 'ms')}, but a run keeps fewer than two steps or no "
+                          "spread: the change cannot be told from noise"}
+    outcome = step_test.gate_outcome(test, pct)
+    figures = (f"step time {format_value(step['a'], 'ms')} -> {format_value(step['b'], 'ms')}: "
+               f"{_test_text(test)}")
+    if outcome == "regressed":
+        reason = f"{figures}; slower beyond the noise and above the {pct:g}% threshold"
+    elif outcome == "inconclusive":
+        needed = test["steps_to_decide"]
+        reason = (f"{figures}; above the {pct:g}% threshold but within what the steps' noise can make"
+                  + (f": about {needed} steps per run would tell a change this size" if needed else ""))
+    else:
+        reason = f"{figures}; at or under the {pct:g}% threshold"
+    return {"outcome": outcome, "reason": reason}
 
 
 def _delta(change: dict, unit: str) -> str:
@@ -220,12 +371,40 @@ def _delta(change: dict, unit: str) -> str:
 
 def _step_line(diff: dict) -> str:
     step, sources = diff["step_time_ms"], diff["step_time_source"]
-    verdict = {"unchanged": "unchanged: within the steps' spread", "slower": "slower", "faster": "faster",
-               "unknown": "not comparable: a step time is missing"}[step["verdict"]]
-    spread = f", spread ±{format_value(step['noise_ms'], 'ms')}" if step.get("noise_ms") is not None else \
-        ", no step spread recorded"
-    return (f"Step time: {_delta(step, 'ms')}  {verdict}{spread if step['verdict'] != 'unknown' else ''}  "
-            f"[{source_label(str(sources['a'] or 'unknown'))} / {source_label(str(sources['b'] or 'unknown'))}]")
+    basis = "plain-pass steps" if step["basis"] == "plain" else "profiled steps"
+    if step["verdict"] == "unknown":
+        verdict = "not comparable: a step time or its spread is missing"
+    elif step["test"] is None:
+        verdict = "identical"
+    else:
+        verdict = f"{step['verdict']} ({_test_text(step['test'], with_change=False)})"
+    where = "plain pass, no collector" if step["basis"] == "plain" else \
+        f"{source_label(str(sources['a'] or 'unknown'))} / {source_label(str(sources['b'] or 'unknown'))}"
+    line = f"Step time ({basis}): {_delta(step, 'ms')}  {verdict}  [{where}]"
+    if step.get("plain"):
+        line += (f"; plain pass {_delta(step['plain'], 'ms')} (no per-step samples stored: an older "
+                 "document, so the test uses the profiled steps)")
+    return line
+
+
+def _kernel_figure(value: object, presence: str, run: str, cutoff_ms: float | None) -> str:
+    if value is not None:
+        return format_value(value, "ms")
+    under = f" (under {format_value(cutoff_ms, 'ms')})" if cutoff_ms is not None else ""
+    return {"absent": "did not run", "ran": f"ran, below {run}'s stored top {TOP_KERNELS_STORED}{under}",
+            "unknown": f"not stored in {run}{under}"}.get(presence, "n/a")
+
+
+def _kernel_line(row: dict, cutoffs: dict[str, float | None]) -> str:
+    text = (f"{_kernel_figure(row['a'], row['in_a'], 'A', cutoffs['a'])} -> "
+            f"{_kernel_figure(row['b'], row['in_b'], 'B', cutoffs['b'])}")
+    if row.get("delta_pct") is not None:
+        text += f" ({format_change_pct(row['delta_pct'])})"
+    elif row["a"] is None and row["in_a"] == "absent":
+        text += " (new)"
+    elif row["b"] is None and row["in_b"] == "absent":
+        text += " (gone)"
+    return f"  {short_name(str(row['name']))}: {text}"
 
 
 def compare_lines(diff: dict) -> list[tuple[str, str]]:
@@ -252,7 +431,10 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
                           f"{other} lacks {', '.join(f['missing'])}")))
     if diff["top_kernels"]:
         lines.append(("heading", "Top kernels (time per step):"))
-        lines += [("kernel", f"  {short_name(str(row['name']))}: {_delta(row, 'ms')}") for row in diff["top_kernels"]]
+        # A kernel a run did not store took less time there than the last one it stored.
+        cutoffs = {side: min((row[side] for row in diff["top_kernels"] if row[f"in_{side}"] == "stored"
+                              and row[side] is not None), default=None) for side in ("a", "b")}
+        lines += [("kernel", _kernel_line(row, cutoffs)) for row in diff["top_kernels"]]
     lines += [("note", f"note: {note}") for note in diff["notes"]]
     return lines
 
