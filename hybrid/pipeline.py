@@ -357,7 +357,9 @@ def plain_step_samples_ms(run: RunDir) -> list[float]:
     """The plain pass's step durations from its step ends (host clock, offsets from the window's start):
     `hybrid compare` tests on these where both runs have them, free of any collector's slowdown."""
     ends = (run.read_inject("plain") or {}).get("step_end_ns") or []
-    starts = [0, *ends[:-1]]
+    if not isinstance(ends, list):
+        return []
+    starts = [0, *ends[:-1]] if ends else []
     if not all(isinstance(end, int) and end > start for start, end in zip(starts, ends, strict=True)):
         return []  # a damaged inject.json: no samples rather than negative steps
     return [round((end - start) / 1e6, 6) for start, end in zip(starts, ends, strict=True)]
