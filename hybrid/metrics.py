@@ -301,7 +301,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     if fp32.any():
         out["gemm_fp32_measured_pct"] = Metric(100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()), "%",
                                                MEASURED_NCU if (fp32 & measured).any() else src)
-        base = k["name"].astype(str).map(kernel_label).to_numpy()
+        base = k["name"].map(kernel_label).astype(str).to_numpy()  # categorical: once per distinct name
         out["gemm_fp32_kernels"] = Metric(_top_names(dur[fp32], base[fp32]), "", src)
         layers = k["layer"].to_numpy(dtype=object)
         named = fp32 & pd.notna(layers)

@@ -48,7 +48,7 @@ from hybrid.provenance import MEASURED_NSYS
 from hybrid.stepping import INJECT_FILE
 from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
 from nsight.python_samples import read_python_samples
-from nsight.sqlite_export import NsysExport, open_export
+from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
 
 HYBRID_DOMAIN = "hybrid"
 MODULE_DOMAIN = "hybrid.modules"
@@ -82,6 +82,18 @@ OSRT_SUMMARY_TOP = 10
 # periods (the median time between a thread's samples): past that the thread ran no Python, or the
 # sampler missed it, and the sample says nothing about that time.
 SAMPLE_SPAN_PERIODS = 2
+
+# An export with more kernels than this is analyzed in a window of about this many kernels around the
+# middle of its capture, so that memory stays bounded whatever the export's size (a Profile costs about
+# 0.5 KiB per kernel with its launch and API-call rows: 1M kernels, ~0.5 GiB).
+WINDOW_KERNELS = 1_000_000
+# The steps analyzed in such a window keep this share of it clear at each end: work launched in the
+# window's last steps may start after it (a queue the host ran ahead of), and its first steps' may have
+# been launched before it.
+WINDOW_MARGIN = 0.1
+# A window whose rows span more than this many times the time their share of the capture would is not
+# in time order by row (a merged export): a window of the expected length is used instead.
+WINDOW_DISORDER = 4.0
 
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
@@ -161,6 +173,16 @@ class _Steps:
                  .reset_index())
         self.frame = conform(union, STEP_COLUMNS)
 
+    def within(self, start_ns: int, end_ns: int) -> _Steps:
+        """The steps that lie inside [start_ns, end_ns]; a steady window is clipped to it instead."""
+        if self.source == "steady-window":
+            ranges = self.ranges.assign(start_ns=self.ranges["start_ns"].clip(lower=start_ns),
+                                        end_ns=self.ranges["end_ns"].clip(upper=end_ns))
+        else:
+            inside = self.frame[(self.frame["start_ns"] >= start_ns) & (self.frame["end_ns"] <= end_ns)]
+            ranges = self.ranges[self.ranges["step"].isin(inside["step"])]
+        return _Steps(ranges, self.source, self.unit, self.confidence, self.reason)
+
     def assign(self, times: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
         """Step of each event (host time `times`, thread or process id `global_ids`), -1 outside."""
         frame = self.frame
@@ -176,8 +198,8 @@ class _Steps:
         return out
 
 
-def _nvtx_ranges(export: NsysExport) -> pd.DataFrame:
-    frame = export.frame("nvtx_ranges")
+def _nvtx_ranges(export: NsysExport, window: dict = WHOLE_CAPTURE) -> pd.DataFrame:
+    frame = export.frame("nvtx_ranges", window)
     if frame is None or frame.empty:
         return pd.DataFrame({"start_ns": np.empty(0, np.int64), "end_ns": np.empty(0, np.int64),
                              "text": pd.Series(dtype=object), "global_tid": np.empty(0, np.int64),
@@ -293,7 +315,8 @@ def _launch_sequence(runtime: _Runtime, raw_kernels: Columns | None) -> tuple[Co
     return {"symbol": symbols[mine], "start_ns": calls["start_ns"][mine], "end_ns": calls["end_ns"][mine]}, thread
 
 
-def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int]) -> _Steps | None:
+def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int],
+                    windowed: bool = False) -> _Steps | None:
     """Steps from the repeating CUDA call sequence of the launching thread (hybrid.periodicity):
     start-up before the steady region is excluded, then early steps are dropped until they settle."""
     found = _launch_sequence(runtime, raw_kernels)
@@ -318,7 +341,8 @@ def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tupl
            "regular symbol": "the shortest unit that holds every regularly recurring kernel",
            "host gap": "the multiple of a repeating block that the script's host gap marks"}[period.how]
     reason = (f"the launching thread's CUDA calls repeat every {period.period} calls ({period.match:.0%} of the "
-              f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity (start-up) excluded, "
+              f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity "
+              f"{'read for the analyzed window' if windowed else '(start-up)'} excluded, "
               f"{first + 1} early step(s) dropped" + ("" if settled else " (step times did not settle)"))
     confidence = "medium" if period.match >= 0.95 and settled else "low"
     return _Steps(ranges, "periodicity", f"one repeat of a {period.period}-call CUDA sequence", confidence, reason)
@@ -335,7 +359,7 @@ def _steady_window(bounds: tuple[int, int], first_launch_ns: int | None) -> _Ste
 
 def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, int],
                 measured_steps: int | None, warnings: list[str], runtime: _Runtime | None = None,
-                raw_kernels: Columns | None = None) -> _Steps:
+                raw_kernels: Columns | None = None, windowed: bool = False) -> _Steps:
     if step_range:
         steps = _named_steps(nvtx, step_range)
         steps.unit, steps.confidence = f"one {step_range!r} NVTX range", "high"
@@ -353,7 +377,7 @@ def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, i
                         "NAME to choose the range yourself")
         return steps
     if runtime is not None:
-        steps = _periodic_steps(runtime, raw_kernels, bounds)
+        steps = _periodic_steps(runtime, raw_kernels, bounds, windowed)
         if steps is not None:
             warnings.append(f"no step markers in the export: {len(steps.frame)} steps were found from the "
                             f"periodicity of the CUDA calls ({steps.reason}); pass --step-range NAME to choose "
@@ -627,6 +651,51 @@ def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
     }
 
 
+def _analysis_window(export: NsysExport) -> dict | None:
+    """{t0, t1, export_kernels, capture_start_ns} of the window to analyze when the export holds more than
+    WINDOW_KERNELS kernels, None when it is read whole. Found through rowids (nsys appends rows in about
+    time order): the middle WINDOW_KERNELS rows of the kernel table and the time they span."""
+    extent = export.frame("kernel_extent")
+    if extent is None or extent.empty or extent.isna().any(axis=None):
+        return None
+    first, last, first_start, last_start = (int(v) for v in extent.iloc[0])
+    total = last - first + 1
+    if total <= WINDOW_KERNELS:
+        return None
+    middle = (first + last) // 2
+    span = export.frame("kernel_span", {"first_row": middle - WINDOW_KERNELS // 2,
+                                        "last_row": middle + WINDOW_KERNELS // 2 - 1})
+    t0, t1 = int(span["first_start_ns"].iloc[0]), int(span["last_start_ns"].iloc[0])
+    expected = (last_start - first_start) * WINDOW_KERNELS / total
+    if t1 - t0 > WINDOW_DISORDER * expected:
+        centre = (first_start + last_start) // 2
+        t0, t1 = int(centre - expected / 2), int(centre + expected / 2)
+    return {"t0": t0, "t1": t1, "export_kernels": total, "capture_start_ns": first_start}
+
+
+def _window_bounds(window: dict | None) -> tuple[dict, dict, dict]:
+    """The :t0/:t1 of the host calls, the device activity and the NVTX ranges read for `window`: host
+    calls and ranges from a margin before it (the launches of its first kernels) to a margin after it (the
+    launches of what started there), device activity to a margin after it (what its last steps queued)."""
+    if window is None:
+        return WHOLE_CAPTURE, WHOLE_CAPTURE, WHOLE_CAPTURE
+    t0, t1 = window["t0"], window["t1"]
+    margin = int(WINDOW_MARGIN * (t1 - t0))
+    around = {"t0": t0 - margin, "t1": t1 + margin}
+    return around, {"t0": t0, "t1": t1 + margin}, around
+
+
+def _window_warning(window: dict, steps: pd.DataFrame, kernels: int) -> str:
+    def at(ns: int) -> str:
+        return f"{(ns - window['capture_start_ns']) / 1e9:.2f} s"
+
+    where = (f" between {at(int(steps['start_ns'].min()))} and {at(int(steps['end_ns'].max()))}"
+             if len(steps) else "")
+    return (f"the export holds {window['export_kernels']:,} kernels: to keep memory bounded, hybrid analyzed "
+            f"the {len(steps)} step(s){where} of the capture (its middle; {kernels:,} kernels), not the whole "
+            "capture")
+
+
 def injector_measured_steps(export_path: Path) -> int | None:
     """Measured steps that the injector reported in the inject.json next to the export (the nsys
     pass directory of a run); None for a foreign export or an unreadable file."""
@@ -650,13 +719,19 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         warnings = list(export.warnings)
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
+        window = _analysis_window(export)
+        host, device, ranges = _window_bounds(window)
         # Biggest first: the two workers read kernels and runtime calls side by side.
-        raw = export.columns_many(["kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"])
+        raw = export.columns_many({"kernels": device, "runtime_calls": host, "memcpys": device,
+                                   "memsets": device, "sync_targets": device})
         runtime = _Runtime(export, raw.pop("runtime_calls"))
-        nvtx = _nvtx_ranges(export)
+        nvtx = _nvtx_ranges(export, ranges)
         raw_kernels = raw.pop("kernels")
         steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings,
-                            runtime, raw_kernels)
+                            runtime, raw_kernels, windowed=window is not None)
+        if window is not None:
+            margin = int(WINDOW_MARGIN * (window["t1"] - window["t0"]))
+            steps = steps.within(window["t0"] + margin, window["t1"] - margin)
         layers, per_thread = _module_layers(nvtx, steps)
         sample_facts: dict = {}
         kernels, unlaunched = _kernels(raw_kernels, export, runtime, steps.assign, per_thread)
@@ -679,6 +754,10 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
             extras={"nsys": _extras(export, steps.frame, unlaunched)},
         )
         profile.extras["nsys"].update(sample_facts)
+        if window is not None:
+            profile.extras["nsys"].update(analyzed_window_ns=[window["t0"], window["t1"]],
+                                          export_kernels=window["export_kernels"])
+            warnings.append(_window_warning(window, steps.frame, int((kernels["step"] >= 0).sum())))
         no_kernels_reason = explain_no_kernels(export) if kernels.empty else None
         profile.extras["nsys"]["no_kernels_reason"] = no_kernels_reason
         if no_kernels_reason is not None:

@@ -227,7 +227,7 @@ def classify_kernels(names: pd.Series, counters: pd.DataFrame | None = None,
     """Per kernel name (the index of the result, unique): `kind`, `precision`, `precision_source`
     (measured:ncu where a counter row of that name measured FLOPs, else the kernel name) and `tensor_core`
     (measured only). Counter rows of one name are pooled, FLOPs summed per pipe."""
-    unique = pd.Index(pd.unique(names.astype(str)))
+    unique = pd.Index(pd.unique(pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)))
     kinds = [kernel_kind(n) for n in unique]
     frame = pd.DataFrame({"kind": kinds, "precision": [name_precision(n, k) for n, k in zip(unique, kinds)],
                           "precision_source": FROM_NAME, "tensor_core": None}, index=unique, dtype=object)
@@ -251,8 +251,10 @@ def classify_kernels(names: pd.Series, counters: pd.DataFrame | None = None,
 
 
 def per_kernel(names: pd.Series, classes: pd.DataFrame, column: str) -> np.ndarray:
-    """`column` of classify_kernels' result for each entry of `names`."""
-    return classes[column].reindex(names.astype(str)).to_numpy(dtype=object)
+    """`column` of classify_kernels' result for each entry of `names` (looked up once per distinct name)."""
+    codes, distinct = pd.factorize(names, use_na_sentinel=False)
+    distinct = pd.Series(np.asarray(distinct, dtype=object)).astype(str)
+    return classes[column].reindex(distinct).to_numpy(dtype=object)[codes]
 
 
 def matmul_precision(names: pd.Series) -> pd.Series:

@@ -39,6 +39,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 TEXT_COLUMNS = frozenset({"name", "text", "value", "sync_type", "domain"})
 BLOB_COLUMNS = frozenset({"payload"})  # NVTX extended payloads (Python sample stacks)
 
+# The time window of the columnar queries (:t0, :t1) that covers every row.
+WHOLE_CAPTURE = {"t0": -(2**63), "t1": 2**63 - 1}
+
 # The big tables (kernels, runtime calls, copies, memsets) are read concurrently; the target box for
 # `hybrid report` has two cores.
 PARALLEL_QUERIES = 2
@@ -133,9 +136,12 @@ class NsysExport:
                  ) -> sqlite3.Cursor | None:
         if self.missing_tables(name):
             return None
-        bound = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in (params or {}).items()}
+        query = load_query(name)
+        # A windowed query with no window given reads the whole capture.
+        given = {**(WHOLE_CAPTURE if ":t0" in query.sql else {}), **(params or {})}
+        bound = {k: json.dumps(v) if isinstance(v, (list, tuple)) else v for k, v in given.items()}
         try:
-            return (connection or self.connection).execute(load_query(name).sql, bound)
+            return (connection or self.connection).execute(query.sql, bound)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"query sql/{name}.sql failed on {self.path}: {exc}",
                              "the export's schema differs from what hybrid expects; re-export it with "
@@ -199,18 +205,18 @@ class NsysExport:
         return InputError(f"{self.path} is damaged: sql/{name}.sql: {what}",
                           "export it again from the .nsys-rep (nsys export --type sqlite)")
 
-    def columns_many(self, names: list[str]) -> dict[str, dict[str, np.ndarray] | None]:
-        """Several columnar queries at once, each on its own read-only connection in a thread:
-        SQLite releases the GIL while it scans and formats, so two big tables load in parallel."""
+    def columns_many(self, queries: dict[str, dict | None]) -> dict[str, dict[str, np.ndarray] | None]:
+        """Several columnar queries at once (name -> its params), each on its own read-only connection in
+        a thread: SQLite releases the GIL while it scans and formats, so two big tables load in parallel."""
         def run(name: str) -> dict[str, np.ndarray] | None:
             connection = _connect_read_only(self.path)
             try:
-                return self.columns(name, connection=connection)
+                return self.columns(name, queries[name], connection=connection)
             finally:
                 connection.close()
 
         with ThreadPoolExecutor(max_workers=PARALLEL_QUERIES) as pool:
-            return dict(zip(names, pool.map(run, names)))
+            return dict(zip(queries, pool.map(run, queries), strict=True))
 
     def strings(self, ids: np.ndarray) -> dict[int, str]:
         """StringIds values for the given ids (the distinct ones only are sent)."""

@@ -3,6 +3,7 @@
 -- million kernels never become a million Python tuples; names stay StringIds ids (strings.sql
 -- resolves the few distinct ones). Every expression must be non-NULL: group_concat skips NULLs,
 -- which would misalign the lists.
+-- :t0 and :t1 bound the analyzed window (rows starting in it); the whole capture unless it is huge.
 -- requires: CUPTI_ACTIVITY_KIND_KERNEL
 SELECT
     group_concat(start) AS start_ns,
@@ -21,3 +22,4 @@ SELECT
     group_concat(registersPerThread) AS registers,
     group_concat(staticSharedMemory + dynamicSharedMemory) AS shared_bytes
 FROM CUPTI_ACTIVITY_KIND_KERNEL
+WHERE start BETWEEN :t0 AND :t1

@@ -28,6 +28,7 @@ WITH copies AS (
     LEFT JOIN ENUM_CUDA_MEMCPY_OPER AS op ON op.id = m.copyKind
     LEFT JOIN ENUM_CUDA_MEM_KIND AS src ON src.id = m.srcKind
     LEFT JOIN ENUM_CUDA_MEM_KIND AS dst ON dst.id = m.dstKind
+    WHERE m.start BETWEEN :t0 AND :t1
 )
 SELECT
     group_concat(start) AS start_ns,

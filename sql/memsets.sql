@@ -8,3 +8,4 @@ SELECT
     group_concat(coalesce(correlationId, -1)) AS correlation,
     group_concat(coalesce(globalPid, -1)) AS global_pid
 FROM CUPTI_ACTIVITY_KIND_MEMSET
+WHERE start BETWEEN :t0 AND :t1

@@ -25,3 +25,4 @@ LEFT JOIN domains AS dom
    AND dom.global_pid = (n.globalTid & 0xFFFFFFFFFF000000)
 WHERE n.eventType IN (59, 60)
   AND n.end IS NOT NULL
+  AND n.end >= :t0 AND n.start <= :t1

@@ -2,6 +2,7 @@
 -- make a stream wait for one (runtime and driver APIs alike), as columns (see kernels.sql); the call
 -- names come back through strings.sql. Everything else (cuGetProcAddress, attribute queries) is
 -- left in the database.
+-- :t0 and :t1 bound the analyzed window (rows starting in it); the whole capture unless it is huge.
 -- requires: CUPTI_ACTIVITY_KIND_RUNTIME, StringIds
 WITH wanted AS (
     SELECT id FROM StringIds
@@ -20,4 +21,4 @@ SELECT
     group_concat(coalesce(correlationId, -1)) AS correlation,
     group_concat(coalesce(globalTid, -1)) AS global_tid
 FROM CUPTI_ACTIVITY_KIND_RUNTIME
-WHERE nameId IN wanted
+WHERE nameId IN wanted AND start BETWEEN :t0 AND :t1

@@ -7,3 +7,4 @@ SELECT
     group_concat(coalesce(globalPid, -1)) AS global_pid,
     group_concat(streamId) AS stream
 FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+WHERE start BETWEEN :t0 AND :t1

@@ -18,7 +18,10 @@ SAMPLED = Path(__file__).parent / "fixtures" / "callsites" / "h200_data_pageable
 EXPORT_FOR = {"python_samples": SAMPLED, "python_sample_layout": SAMPLED}
 QUERIES = sorted(p.name[:-4] for p in files("sql").iterdir() if p.name.endswith(".sql"))
 COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"}
+WHOLE = {"t0": 0, "t1": 2**62}
 PARAMS = {
+    **dict.fromkeys(("kernels", "runtime_calls", "memcpys", "memsets", "sync_targets", "nvtx_ranges"), WHOLE),
+    "kernel_span": {"first_row": 1, "last_row": 10},
     "strings": {"ids": [708, 756]},
     "osrt_blocking": {"min_ns": 100_000, "limit": 5, "start_ns": 0, "end_ns": 2**62},
     "profiler_overhead": {"start_ns": 0, "end_ns": 2**62},
@@ -46,7 +49,7 @@ def test_query_header_and_parameters(name):
 def test_query_runs_on_the_real_export(name):
     with closing(open_export(EXPORT_FOR.get(name, FIXTURE))) as export:
         if name in COLUMNAR:
-            columns = export.columns(name)
+            columns = export.columns(name, PARAMS.get(name))
             assert columns and len({len(v) for v in columns.values()}) == 1
             assert len(next(iter(columns.values()))) > 0
         else:
@@ -57,6 +60,20 @@ def test_query_runs_on_the_real_export(name):
 def test_strings_resolves_a_json_list_of_ids():
     with closing(open_export(FIXTURE)) as export:
         assert export.strings([708, 756, 708]) == {708: "step0", 756: "step1"}
+
+
+def test_a_window_reads_the_rows_that_start_in_it():
+    with closing(open_export(FIXTURE)) as export:
+        everything = export.columns("kernels")  # no window given: the whole capture
+        starts = sorted(everything["start_ns"].tolist())
+        t0, t1 = starts[5], starts[14]
+        window = export.columns("kernels", {"t0": t0, "t1": t1})
+        assert sorted(window["start_ns"].tolist()) == starts[5:15]
+        extent = export.frame("kernel_extent").iloc[0]
+        assert extent["last_row"] - extent["first_row"] + 1 == len(starts)
+        rows = {"first_row": int(extent["first_row"]), "last_row": int(extent["last_row"])}
+        span = export.frame("kernel_span", rows)
+        assert (span["first_start_ns"].iloc[0], span["last_start_ns"].iloc[0]) == (starts[0], starts[-1])
 
 
 def test_columnar_queries_match_row_counts():

@@ -55,6 +55,8 @@ def own(pieces: pd.DataFrame, layers: list[Layer], default: str | None) -> pd.Da
     layer_of = np.full(len(a), NO_RANGE, dtype=np.int64)
     ref_row = np.full(len(a), NO_RANGE, dtype=np.int64)
     for index, layer in enumerate(layers):
+        if not len(layer.starts):
+            continue
         open_ = np.flatnonzero(layer_of == NO_RANGE)
         if not len(open_):
             break
