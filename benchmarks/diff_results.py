@@ -64,7 +64,7 @@ def analyze(capture: Path) -> tuple[str, str]:
         shutil.copytree(capture, copy)
         try:
             if is_job_dir(copy):
-                from hybrid.distributed import analyze_job
+                from hybrid.pipeline import analyze_job
 
                 results = analyze_job(copy)
             else:

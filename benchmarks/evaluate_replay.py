@@ -27,9 +27,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.evaluate_planted import load_manifest, realized_saving
-from hybrid.grade import grade
 from hybrid.pipeline import analyze_artifacts
-from hybrid.replay.predict import replay_findings
 from hybrid.rundir import RunDir
 
 DEFAULT_CAPTURES = REPO / "tests" / "fixtures" / "planted"
@@ -57,10 +55,8 @@ def evaluate(capture: Path, entry: dict) -> dict:
     run = RunDir.open(capture / "run")
     torch_profile = load_torch_trace(run.torch_trace()) if run.torch_trace() else None
     nsys_profile = load_nsys_export(run.nsys_export())
-    results = analyze_artifacts(run, torch_profile, nsys_profile, run.ncu_csv(), baseline_step_ms=plain)
-    # analyze_artifacts merged the profiles into nsys_profile.
-    replay_findings(nsys_profile, results, baseline_step_ms=plain, calibration=_calibration(capture))
-    grade(results)
+    results = analyze_artifacts(run, torch_profile, nsys_profile, run.ncu_csv(), baseline_step_ms=plain,
+                                calibration=_calibration(capture))
     primary = results["diagnosis"]["primary_bottleneck"] or {}
     expected = entry["expected_category"]
     planted = max((f for f in results["diagnosis"]["bottlenecks"] if f["category"] == expected),

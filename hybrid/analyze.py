@@ -1,9 +1,13 @@
 """Profile -> the analysis half of results.json: device and peaks, timing, metrics, roofline,
-per-layer and top-kernel tables, ranked diagnosis and limitations. The lead's orchestrator adds
-schema_version, mode, tools, workload, passes and warnings around it."""
+per-layer and top-kernel tables and limitations, and the rules' findings as a Diagnosis for the stages
+that follow (hybrid.pipeline.STAGES). The pipeline adds schema_version, mode, tools, workload, passes
+and warnings around it."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from hybrid.diagnosis import Analyzed, Diagnosis
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER
@@ -13,7 +17,7 @@ from hybrid.provenance import Metric
 from hybrid.roofline import roofline
 from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
-from hybrid.rules.base import SEVERITY_RANK, Context, Finding
+from hybrid.rules.base import Context, Finding
 from hybrid.rules.registry import GPU_CATEGORIES, RULES
 from hybrid.timeline import step_timeline
 
@@ -34,19 +38,8 @@ def _rule_peaks(peaks: Peaks) -> dict:
     }
 
 
-def rank(findings: list[Finding]) -> list[Finding]:
-    """Most time lost first; severity breaks ties; `not_measured` notes go last."""
-    return sorted(findings, key=lambda f: (f.not_measured, -f.time_lost_ms, -SEVERITY_RANK[f.severity], f.id))
-
-
-def primary(findings: list[Finding]) -> Finding | None:
-    """The finding that costs the most; an alternative remedy for time other findings own is not one."""
-    measured = [f for f in findings if not f.not_measured and not f.alternative and f.time_lost_ms > 0]
-    return max(measured, key=lambda f: f.time_lost_ms) if measured else None
-
-
 def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
-    return rank(engine.run([rule for rule in RULES if gpu or rule.category not in GPU_CATEGORIES], ctx))
+    return engine.run([rule for rule in RULES if gpu or rule.category not in GPU_CATEGORIES], ctx)
 
 
 # Families whose findings are about a GPU: its kernels, copies and idle time, or work left on the host that
@@ -106,8 +99,14 @@ def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roo
     return out
 
 
-def analyze(profile: Profile) -> dict:
-    """The analysis keys of results.json for one Profile."""
+class Analysis(NamedTuple):
+    document: dict  # the analysis keys of results.json, the diagnosis as the rules left it
+    diagnosis: Diagnosis
+    analyzed: Analyzed
+
+
+def analyze(profile: Profile) -> Analysis:
+    """The analysis keys of results.json for one Profile, and its diagnosis for the stages."""
     profile.validate()
     gpu = _has_gpu(profile)
     peaks = peaks_for(profile.device)
@@ -124,9 +123,8 @@ def analyze(profile: Profile) -> dict:
                   pass_status=profile.extras.get("pass_status") or {},
                   op_names=frozenset(profile.ops["name"].astype(str)))
     findings = applicable(run_rules(ctx, gpu), gpu)
-    top = primary(findings)
     device = profile.device
-    return {
+    document = {
         "device": {"name": device.name, "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
                    "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
                    "peaks": peaks.to_dict(), "source": device.source},
@@ -138,9 +136,13 @@ def analyze(profile: Profile) -> dict:
         "layers": layer_table(profile),
         "top_kernels": top_kernels(profile),
         "timeline": step_timeline(profile) if gpu else None,
-        "diagnosis": {"primary_bottleneck": None if top is None else top.to_dict(),
-                      "bottlenecks": [f.to_dict() for f in findings]},
-        "limitations": _limitations(profile, peaks, metrics, roof, gpu),
+        "diagnosis": None,
+        "limitations": None,
         # What the run had switched on, as the injector recorded it (None for captures without it).
         "config": profile.extras.get("config"),
     }
+    diagnosis = Diagnosis(findings, timing=document["timing"],
+                          limitations=_limitations(profile, peaks, metrics, roof, gpu))
+    diagnosis.to_results(document)
+    analyzed = Analyzed(profile=profile, metrics=metrics, peaks=peaks, ledger=ledger)
+    return Analysis(document, diagnosis, analyzed)

@@ -11,7 +11,8 @@ come from the nsys pass's Python sampling; operators the torch pass recorded wit
 (Profile.op_callsites) place the op-based findings. A torch.compile graph break is placed at the line
 dynamo recorded for it.
 
-Post-processing only: it reads the Profile and the finished findings, and adds `callsites` to each.
+A stage of the diagnosis (hybrid.pipeline.stages): it reads the Profile and the rules' findings, and
+sets each one's `callsites`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
+from hybrid.diagnosis import Analyzed, Diagnosis
 from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.metrics import CREATE_OPS, MOVE_OPS, steady_steps
 from hybrid.profile import Profile
+from hybrid.rules.base import Finding
 from nsight.python_frames import is_user_file
 
 NO_SAMPLES_NOTE = "no callsites: the capture has no Python samples"
@@ -287,19 +290,15 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
     return [paths.callsite(file, line, function, 100 * count / total) for (file, line), (function, count) in ranked]
 
 
-def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None, *, module: bool = False) -> None:
-    """Give every finding of `analysis` (the analyze() document) `callsites`: the top user lines,
-    [] when none applies. `profiles`: the analyzed profile first, then others of the same run that
-    may carry Python stacks on their own clock (the torch pass's); the first with samples places the
-    findings' segments, on its own timeline. `script` is the profiled script's path as the run was
-    given it (None for a foreign export): paths are shown relative to its folder; with `module`,
-    `script` is the module's file relative to its package's folder (hybrid/models.py), paths relative
-    to that folder.
-    Without Python samples, the limitations say so."""
-    diagnosis = analysis.get("diagnosis") or {}
-    findings = [*diagnosis.get("bottlenecks", [])]
-    if diagnosis.get("primary_bottleneck"):
-        findings.append(diagnosis["primary_bottleneck"])
+def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
+    """Give every finding `callsites`: the top user lines, [] when none applies. The analyzed profile
+    comes first, then others of the same run that may carry Python stacks on their own clock (the torch
+    pass's); the first with samples places the findings' segments, on its own timeline. The script is the
+    profiled script's path as the run was given it (None for a foreign export): paths are shown relative
+    to its folder; for a module, the module's file relative to its package's folder (hybrid/models.py),
+    paths relative to that folder. Without Python samples, the limitations say so."""
+    profiles = [analyzed.profile, *analyzed.stack_profiles]
+    script, module = analyzed.script, analyzed.script_is_module
     sampled = next((p for p in profiles if not p.samples.empty), profiles[0])
     stacked = next((p for p in profiles if not p.op_callsites.empty), profiles[0])
     samples = _Samples(sampled)
@@ -308,25 +307,26 @@ def attach_callsites(analysis: dict, profiles: list[Profile], script: str | None
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded, module=module)
     _LEDGERS.clear()
-    for finding in findings:
-        finding["callsites"] = (_graph_break_callsites(profiles[0], paths) if finding["id"] == "compile.graph_breaks"
-                                else _for_finding(finding, sampled, stacked, samples, paths))
-        if finding["callsites"]:
+    for finding in diagnosis.findings:
+        if finding.id == "compile.graph_breaks":
+            finding.callsites = _graph_break_callsites(profiles[0], paths)
+        else:
+            finding.callsites = _for_finding(finding, sampled, stacked, samples, paths)
+        if finding.callsites:
             _drop_locating_advice(finding)
     _LEDGERS.clear()
     if sampled.samples.empty and stacked.op_callsites.empty:
-        analysis.setdefault("limitations", []).append(_missing_note(profiles))
+        diagnosis.limitations.append(_missing_note(profiles))
 
 
-def _drop_locating_advice(finding: dict) -> None:
+def _drop_locating_advice(finding: Finding) -> None:
     """A finding whose callsites name the lines needs no advice on how to find them (py-spy...)."""
-    advice = finding.get("advice") or []
-    suggestions = finding.get("suggestions") or []
+    advice, suggestions = finding.advice, finding.suggestions
     if len(advice) != len(suggestions) or not any(a.get("locates_code") for a in advice):
         return
     kept = [i for i, a in enumerate(advice) if not a.get("locates_code")]
-    finding["advice"] = [advice[i] for i in kept]
-    finding["suggestions"] = [suggestions[i] for i in kept]
+    finding.advice = [advice[i] for i in kept]
+    finding.suggestions = [suggestions[i] for i in kept]
 
 
 def _missing_note(profiles: list[Profile]) -> str:
@@ -342,15 +342,15 @@ def _missing_note(profiles: list[Profile]) -> str:
             "name the script's lines; rerun with `hybrid run --callsites python`.")
 
 
-def _evidence_ops(finding: dict) -> set[str]:
+def _evidence_ops(finding: Finding) -> set[str]:
     """Operator names the finding's evidence lists ('aten::to, aten::copy_')."""
-    return {name.strip() for item in finding.get("evidence") or [] if isinstance(item.get("value"), str)
-            for name in item["value"].split(",") if "::" in name}
+    return {name.strip() for item in finding.evidence if isinstance(item.value, str)
+            for name in item.value.split(",") if "::" in name}
 
 
-def _for_finding(finding: dict, profile: Profile, stacked: Profile, samples: _Samples,
+def _for_finding(finding: Finding, profile: Profile, stacked: Profile, samples: _Samples,
                  paths: _Paths) -> list[dict]:
-    finding_id = finding["id"]
+    finding_id = finding.id
     if finding_id in FINDING_OPS:
         placed = _op_callsites(stacked, _evidence_ops(finding) or FINDING_OPS[finding_id], paths)
         if placed:

@@ -210,8 +210,8 @@ def _torchrun_argv(argv: list[str]) -> list[str] | None:
 def _profile_job(argv: list[str], launcher: list[str] | None, nproc: int | None, options, *, rank: int | None,
                  as_json: bool, html: bool, verbose: bool, quiet: bool, include_paths: bool,
                  fail_on: Severity | None) -> None:
-    from hybrid.distributed import analyze_job, rank_path, run_job
-    from hybrid.pipeline import analyze_run_dir
+    from hybrid.distributed import run_job
+    from hybrid.pipeline import analyze_job, analyze_run_dir, rank_path
     from hybrid.progress import progress_view
 
     with progress_view(quiet=quiet or as_json) as progress:
@@ -401,7 +401,7 @@ def report(
 
         run_dir: Path | None = path
         if is_job_dir(path):
-            from hybrid.distributed import analyze_job, rank_path
+            from hybrid.pipeline import analyze_job, rank_path
 
             if rank is not None:
                 run_dir = rank_path(path, rank)

@@ -1,5 +1,6 @@
 """Multi-process (torchrun / DDP / FSDP) jobs: launch every pass under torchrun with the injector
-wrapping each rank, keep one folder per rank, and merge the ranks' analyses into one job result.
+wrapping each rank and keep one folder per rank (hybrid.pipeline.analyze_job merges the ranks' analyses
+into one job result).
 
 Run directory of a job:
     RUN/run.json                        command, plan, the job (nproc, launcher argv, ncu rank), passes
@@ -7,7 +8,7 @@ Run directory of a job:
     RUN/rank-00/torch/trace.json ...    each rank's artifacts, laid out as a single-process run dir
     RUN/rank-00/nsys/profile.sqlite     (nsys on every rank)
     RUN/rank-0K/ncu/counters.csv        (ncu on one rank only, K chosen below)
-    RUN/results.json                    the job's results (analyze_job)
+    RUN/results.json                    the job's results (pipeline.analyze_job)
 
 Each rank's folder is a complete single-process run directory, so `hybrid report RUN/rank-01` and
 `pipeline.analyze_run_dir` read it unchanged.
@@ -15,7 +16,6 @@ Each rank's folder is a complete single-process run directory, so `hybrid report
 
 from __future__ import annotations
 
-import copy
 import json
 import shlex
 import sys
@@ -250,147 +250,3 @@ def run_job(target_argv: list[str] | None, options: RunOptions, nproc: int | Non
     orchestrator.run()
     return orchestrator.run_dir.path
 
-
-# -- analysis ------------------------------------------------------------------------------------
-
-def rank_path(run_dir: Path, rank: int) -> Path:
-    """The folder of one rank (`--rank K`), a single-process run directory."""
-    folder = run_dir / rank_dir_name(rank)
-    if not folder.is_dir():
-        have = ", ".join(str(r) for r in find_rank_dirs(run_dir)) or "none"
-        raise UsageError(f"{run_dir} has no rank {rank}", f"pass one of the ranks it holds: {have}")
-    return folder
-
-
-def _job_diagnosis(block: dict, rank_results: dict[int, dict]) -> tuple[list, list[dict]]:
-    from hybrid.analyze import rank
-    from hybrid.provenance import Metric
-    from hybrid.rules import communication, engine
-    from hybrid.rules.advice import config_of, observed_config
-    from hybrid.rules.base import Context, Finding, JobFacts
-
-    metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
-    job = JobFacts()
-    late = block.get("straggler")
-    if late is not None:
-        own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
-        if own:
-            job = JobFacts(straggler_primary_title=own["title"],
-                           straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated")
-    first = next(iter(rank_results.values()), {})
-    ctx = Context(metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {})))
-    comm = engine.run(communication.RULES, ctx)
-    # Per-rank findings, once per rule: the rank where it costs most, since ranks in lockstep gain
-    # what the fix saves on the rank that gates the step.
-    merged: dict[str, dict] = {}
-    for r, results in sorted(rank_results.items()):
-        for f in (results.get("diagnosis") or {}).get("bottlenecks", []):
-            kept = merged.get(f["id"])
-            ranks = (kept or {}).get("ranks", []) + [r]
-            if kept is None or f["time_lost_ms"] > kept["time_lost_ms"]:
-                kept = {**f, "rank": r}
-            merged[f["id"]] = {**kept, "ranks": ranks}
-    # A rank's finding carries keys added after the rules (callsites, the replay's figures): they stay in
-    # its entry, beside the Finding's own fields.
-    fields = set(Finding.__dataclass_fields__)
-    findings = rank(comm + [Finding(**{k: v for k, v in f.items() if k in fields}) for f in merged.values()])
-    extra = {f["id"]: {k: v for k, v in f.items() if k not in fields} for f in merged.values()}
-    out = []
-    for f in findings:
-        entry = f.to_dict()
-        # The job's own communication findings are closed forms, not replayed.
-        entry.update(extra.get(f.id, {"rank": None, "ranks": block["ranks"], "time_lost_method": "model"}))
-        out.append(entry)
-    return findings, out
-
-
-def analyze_job(run_dir: Path) -> dict:
-    """The job's results.json: the representative rank's results (the straggler, else the slowest
-    rank) with the job's diagnosis, a `job` block and a `ranks` summary. Each rank is analyzed by
-    `pipeline.analyze_run_dir`, as a single run."""
-    from hybrid.errors import InputError
-    from hybrid.pipeline import analyze_run_dir
-
-    run_dir = Path(run_dir)
-    folders = find_rank_dirs(run_dir)
-    if not folders:
-        raise InputError(f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
-                         "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run")
-    warnings, rank_results, timelines = [], {}, []
-    ncu_rank = (RunDir(run_dir).run_json().get("job") or {}).get("ncu_rank")
-    peer_counters = RunDir(folders[ncu_rank]).ncu_csv() if ncu_rank in folders else None
-    for r, folder in folders.items():
-        try:
-            rank_results[r] = analyze_run_dir(folder, peer_counters=peer_counters)
-            if peer_counters is not None and r != ncu_rank:
-                # Ranks run the same kernels; ncu replayed one rank's, so the others take them by name and
-                # launch configuration (a kernel launched only here keeps its estimates).
-                rank_results[r]["warnings"].append(
-                    f"hardware counters of rank {r} were measured on rank {ncu_rank}'s kernels (ncu ran on "
-                    "one rank) and matched to this rank's by kernel name and launch configuration")
-        except InputError as error:
-            warnings.append(f"rank {r} left nothing to analyze ({error.cause})")
-            continue
-        timeline = load_rank_timeline(r, folder)
-        if timeline is not None:
-            timelines.append(timeline)
-    if not rank_results:
-        raise InputError(f"no rank of {run_dir} left a torch trace or an nsys export",
-                         "each rank's console output is in RUN/<pass>/console.log; re-run the job")
-    block, match_warnings = job_block(timelines, rank_results)
-    warnings += match_warnings + _job_warnings(block, timelines, rank_results)
-    late = block.get("straggler")
-    representative = late["rank"] if late and late["rank"] in rank_results else \
-        block["slowest_rank"] if block["slowest_rank"] in rank_results else min(rank_results)
-    findings, bottlenecks = _job_diagnosis(block, rank_results)
-    from hybrid.analyze import primary
-
-    top = primary(findings)
-    results = copy.deepcopy(rank_results[representative])
-    # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
-    rank_folder = folders[representative].relative_to(run_dir).as_posix()
-    results["artifacts"] = {key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()}
-    run_json = RunDir(run_dir).run_json()
-    block["representative_rank"] = representative
-    block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")
-    block["ncu_rank_reason"] = (run_json.get("job") or {}).get("ncu_rank_reason")
-    results["job"] = block
-    results["ranks"] = {str(r): {"dir": rank_dir_name(r), "step_time_ms": res["timing"].get("step_time_ms"),
-                                 "mode": res.get("mode"),
-                                 "primary_bottleneck": (res["diagnosis"].get("primary_bottleneck") or {}).get("title")}
-                        for r, res in rank_results.items()}
-    results["workload"] = {**results["workload"], "command": run_json.get("command", results["workload"].get("command")),
-                           "ranks": len(folders)}
-    results["diagnosis"] = {"primary_bottleneck": next((b for b in bottlenecks if top is not None and b["id"] == top.id),
-                                                       None),
-                            "bottlenecks": bottlenecks}
-    results["warnings"] = list(dict.fromkeys(warnings + list(run_json.get("mode_reasons", [])) + results["warnings"]))
-    results["limitations"] = results["limitations"] + _job_limitations(block)
-    return results
-
-
-def _job_warnings(block: dict, timelines: list, rank_results: dict) -> list[str]:
-    out = []
-    steps = {r: res["workload"].get("steps_measured") for r, res in rank_results.items()}
-    if len(set(steps.values())) > 1:
-        out.append("ranks measured different numbers of steps (" + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
-                   + "): a rank stopped early or stepped differently; per-step figures use the steps each has")
-    with_comm = [t.rank for t in timelines if len(t.comm)]
-    silent = [t.rank for t in timelines if not len(t.comm)]
-    if with_comm and silent:
-        out.append(f"rank(s) {', '.join(map(str, silent))} ran no collective in the measured steps while "
-                   f"rank(s) {', '.join(map(str, with_comm))} did: the ranks are not running the same program path")
-    return out
-
-
-def _job_limitations(block: dict) -> list[str]:
-    backend = block.get("backend")
-    out = []
-    if backend and not any(name in backend for name in ("nccl", "gloo")):
-        out.append(f"The job's process group uses the {backend!r} backend: hybrid sees collectives of NCCL (its "
-                   "kernels) and gloo (torch.profiler ranges) only, so communication time, overlap and waits are "
-                   "not measured for it.")
-    elif not block["comm_by_collective_ms"] and len(block["ranks"]) > 1:
-        out.append("No collective was seen in the measured steps: the ranks did not communicate through NCCL or "
-                   "gloo (or used a backend hybrid cannot see); communication and straggler figures are absent.")
-    return out

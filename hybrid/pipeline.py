@@ -3,19 +3,25 @@ artifacts -> Profile (merged from the passes that ran) -> analyze -> the results
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from hybrid import __version__
-from hybrid.errors import InputError, OutputError
+from hybrid.diagnosis import Analyzed, Diagnosis
+from hybrid.errors import InputError, OutputError, UsageError
+from hybrid.job import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.profile import STEP_COLUMNS, Profile
+from hybrid.rules.base import Finding
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
 
 # Frames the nsys export measures better than torch.profiler; the torch pass keeps `ops` (names,
 # shapes, dtypes, FLOP estimates) which nsys cannot see.
 NSYS_FRAMES = ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls")
+# A step after the rules: it reads what the analysis built and changes the diagnosis in place.
+Stage = Callable[[Diagnosis, Analyzed], None]
 
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
@@ -146,30 +152,34 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     return rows
 
 
-# A collector that slowed the analyzed step by more than this (vs the plain pass) distorts the diagnosis:
-# the headline says so and findings are weighed at the plain step. Below it, the run-to-run spread of a
-# steady loop (a few %) and the collectors' usual cost on large-kernel models (<1% for resnet50) sit.
-COLLECTOR_DISTORTION_PCT = 10.0
+def stages() -> tuple[Stage, ...]:
+    """What is done to the findings after the rules, in order: place them in the user's code, weigh them
+    at the plain step, replay their fixes (which refines the plain-step figure), then grade and order them
+    on the figures the report leads with."""
+    from hybrid.callsites import attach_callsites
+    from hybrid.diagnosis import grade, weigh_at_plain_step
+    from hybrid.replay.predict import replay_findings
+
+    return (attach_callsites, weigh_at_plain_step, replay_findings, grade)
 
 
-def at_baseline(analysis: dict, baseline_step_ms: float | None) -> None:
-    """Give each finding `time_lost_baseline_ms`: its time lost as the same share of the step without a
-    collector (the plain pass). Collectors slow the host side most (nsys traced launch_batch1_deep_mlp
-    at 123.7 ms a step, 50.5 ms plain), and a fix saves time on the plain step: on the H200 planted
-    suite, scaling brought 12 of 18 primary estimates within 30% of the realized saving (10 unscaled).
-    The scaling is proportional, a first-order correction: it does not know which part of the step
-    the collector slowed."""
-    step_ms = (analysis.get("timing") or {}).get("step_time_ms")
-    if not baseline_step_ms or not step_ms:
-        return
-    analysis["timing"]["baseline_step_time_ms"] = baseline_step_ms
-    overhead_pct = 100.0 * (step_ms / baseline_step_ms - 1.0)
-    analysis["timing"]["collector_overhead_pct"] = overhead_pct
-    analysis["timing"]["weighed_at_plain_step"] = overhead_pct > COLLECTOR_DISTORTION_PCT
-    primary = analysis["diagnosis"].get("primary_bottleneck")
-    # The primary is its own copy of one of the bottlenecks.
-    for finding in [*analysis["diagnosis"]["bottlenecks"], *([primary] if primary else [])]:
-        finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / step_ms
+def diagnose(profile: Profile, *, baseline_step_ms: float | None = None, calibration: dict | None = None,
+             script: str | None = None, script_is_module: bool = False,
+             stack_profiles: list[Profile] | None = None) -> tuple[dict, Diagnosis]:
+    """The analysis keys of results.json and the Diagnosis after every stage. `script`: the profiled
+    script's path as the run was given it (callsites are shown relative to its folder), or a module's file
+    below its package's folder (`script_is_module`); None for a foreign export. `stack_profiles`: other
+    profiles of the run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
+    from hybrid.analyze import analyze
+
+    document, diagnosis, analyzed = analyze(profile)
+    analyzed.stack_profiles = list(stack_profiles or [])
+    analyzed.baseline_step_ms, analyzed.calibration = baseline_step_ms, calibration
+    analyzed.script, analyzed.script_is_module = script, script_is_module
+    for stage in stages():
+        stage(diagnosis, analyzed)
+    diagnosis.to_results(document)
+    return document, diagnosis
 
 
 def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
@@ -177,21 +187,17 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
                     baseline_step_ms: float | None = None, calibration: dict | None = None,
                     script: str | None = None, script_is_module: bool = False,
                     stack_profiles: list[Profile] | None = None) -> dict:
-    """`script`: the profiled script's path as the run was given it (callsites are shown relative
-    to its folder), or a module's file below its package's folder (`script_is_module`); None for a
-    foreign export. `stack_profiles`: other profiles of the
-    run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
-    from hybrid.analyze import analyze
-    from hybrid.callsites import attach_callsites
-    from hybrid.grade import grade
-    from hybrid.replay.predict import replay_findings
+    """The results document of one profile (see diagnose)."""
+    return _results(profile, workload=workload, tools=tools, passes=passes, extra_warnings=extra_warnings,
+                    facts=facts, baseline_step_ms=baseline_step_ms, calibration=calibration, script=script,
+                    script_is_module=script_is_module, stack_profiles=stack_profiles)[0]
 
+
+def _results(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
+             extra_warnings: list[str] | None = None, facts: dict | None = None, **stage_inputs
+             ) -> tuple[dict, Diagnosis]:
     facts = facts or {}
-    analysis = analyze(profile)
-    attach_callsites(analysis, [profile, *(stack_profiles or [])], script, module=script_is_module)
-    at_baseline(analysis, baseline_step_ms)
-    replay_findings(profile, analysis, baseline_step_ms=baseline_step_ms, calibration=calibration)
-    grade(analysis)
+    analysis, diagnosis = diagnose(profile, **stage_inputs)
     results = {
         "schema_version": SCHEMA_VERSION,
         "mode": _mode(profile, facts),
@@ -201,8 +207,7 @@ def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: li
         "passes": passes,
         "warnings": list(dict.fromkeys((extra_warnings or []) + profile.warnings)),
     }
-    results.setdefault("limitations", [])
-    return results
+    return results, diagnosis
 
 
 def _counters_from_report(run: RunDir, notes: list[str]) -> Path | None:
@@ -277,9 +282,15 @@ def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Pa
 def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
                     ncu_csv: Path | None = None) -> dict:
     """Re-analyze a run directory written by `hybrid run` (offline, on any machine); see load_run_dir."""
+    return diagnose_run_dir(path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv)[0]
+
+
+def diagnose_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
+                     ncu_csv: Path | None = None) -> tuple[dict, Diagnosis]:
+    """analyze_run_dir's results, and the Diagnosis they were written from (a job combines its ranks')."""
     notes: list[str] = []
     loaded = load_run_dir(path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv, notes=notes)
-    return analyze_artifacts(*loaded, notes=notes, counters_required=ncu_csv is not None)
+    return _diagnose_artifacts(*loaded, notes=notes, counters_required=ncu_csv is not None)
 
 
 def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
@@ -307,12 +318,21 @@ def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Pro
 
 def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
                       ncu_csv: Path | None, *, baseline_step_ms: float | None = None,
-                      notes: list[str] | None = None, counters_required: bool = False) -> dict:
+                      notes: list[str] | None = None, counters_required: bool = False,
+                      calibration: dict | None = None) -> dict:
     """The results document from a run directory's loaded profiles (merged in place: pass copies to
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
-    baseline step time is the plain pass's unless given. `notes` become warnings. Counters that
-    cannot be attached are left out with a warning, or raise InputError with `counters_required`
-    (the user named the CSV)."""
+    baseline step time is the plain pass's unless given, the GPU's calibration the run folder's. `notes`
+    become warnings. Counters that cannot be attached are left out with a warning, or raise InputError
+    with `counters_required` (the user named the CSV)."""
+    return _diagnose_artifacts(run, torch_profile, nsys_profile, ncu_csv, baseline_step_ms=baseline_step_ms,
+                               notes=notes, counters_required=counters_required, calibration=calibration)[0]
+
+
+def _diagnose_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
+                        ncu_csv: Path | None, *, baseline_step_ms: float | None = None,
+                        notes: list[str] | None = None, counters_required: bool = False,
+                        calibration: dict | None = None) -> tuple[dict, Diagnosis]:
     notes = list(notes or [])
     run_json = run.run_json()
     # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
@@ -340,17 +360,18 @@ def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: 
     profile.extras["pass_status"] = {p["name"]: p.get("status") for p in job_passes}
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
-    results = analyze_profile(profile, workload=workload, tools=tools, passes=passes,
-                              extra_warnings=list(run_json.get("mode_reasons") or [])
-                              + list(facts.get("warnings") or []) + notes,
-                              facts=facts, baseline_step_ms=baseline_step_ms,
-                              calibration=read_calibration(run.path), script=_script(run_json),
-                              script_is_module=bool((run_json.get("target") or {}).get("is_module")),
-                              stack_profiles=stack_profiles)
+    results, diagnosis = _results(profile, workload=workload, tools=tools, passes=passes,
+                                  extra_warnings=list(run_json.get("mode_reasons") or [])
+                                  + list(facts.get("warnings") or []) + notes,
+                                  facts=facts, baseline_step_ms=baseline_step_ms,
+                                  calibration=calibration or read_calibration(run.path),
+                                  script=_script(run_json),
+                                  script_is_module=bool((run_json.get("target") or {}).get("is_module")),
+                                  stack_profiles=stack_profiles)
     if results["timing"].get("baseline_step_time_ms") is not None:
         results["timing"]["baseline_step_times_ms"] = plain_step_samples_ms(run)
     results["artifacts"] = run_artifacts(run)
-    return results
+    return results, diagnosis
 
 
 def plain_step_samples_ms(run: RunDir) -> list[float]:
@@ -415,3 +436,118 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
     report = export.with_suffix(".nsys-rep")
     results["artifacts"] = {"nsys_export": export.name, **({"nsys_report": report.name} if report.is_file() else {})}
     return results
+
+
+def rank_path(run_dir: Path, rank: int) -> Path:
+    """The folder of one rank (`--rank K`), a single-process run directory."""
+    folder = run_dir / rank_dir_name(rank)
+    if not folder.is_dir():
+        have = ", ".join(str(r) for r in find_rank_dirs(run_dir)) or "none"
+        raise UsageError(f"{run_dir} has no rank {rank}", f"pass one of the ranks it holds: {have}")
+    return folder
+
+
+def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
+    """The job's own findings: communication and the straggler, from the job block's metrics."""
+    from hybrid.provenance import Metric
+    from hybrid.rules import communication, engine
+    from hybrid.rules.advice import config_of, observed_config
+    from hybrid.rules.base import Context, JobFacts
+
+    metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
+    job = JobFacts()
+    late = block.get("straggler")
+    if late is not None:
+        own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
+        if own:
+            job = JobFacts(straggler_primary_title=own["title"],
+                           straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated")
+    first = next(iter(rank_results.values()), {})
+    ctx = Context(metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {})))
+    return engine.run(communication.RULES, ctx)
+
+
+def analyze_job(run_dir: Path) -> dict:
+    """The job's results.json: the representative rank's results (the straggler, else the slowest
+    rank) with the job's diagnosis, a `job` block and a `ranks` summary. Each rank is analyzed by
+    `pipeline.analyze_run_dir`, as a single run."""
+    run_dir = Path(run_dir)
+    folders = find_rank_dirs(run_dir)
+    if not folders:
+        raise InputError(f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
+                         "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run")
+    warnings, rank_results, timelines = [], {}, []
+    diagnoses: dict[int, Diagnosis] = {}
+    ncu_rank = (RunDir(run_dir).run_json().get("job") or {}).get("ncu_rank")
+    peer_counters = RunDir(folders[ncu_rank]).ncu_csv() if ncu_rank in folders else None
+    for r, folder in folders.items():
+        try:
+            rank_results[r], diagnoses[r] = diagnose_run_dir(folder, peer_counters=peer_counters)
+            if peer_counters is not None and r != ncu_rank:
+                # Ranks run the same kernels; ncu replayed one rank's, so the others take them by name and
+                # launch configuration (a kernel launched only here keeps its estimates).
+                rank_results[r]["warnings"].append(
+                    f"hardware counters of rank {r} were measured on rank {ncu_rank}'s kernels (ncu ran on "
+                    "one rank) and matched to this rank's by kernel name and launch configuration")
+        except InputError as error:
+            warnings.append(f"rank {r} left nothing to analyze ({error.cause})")
+            continue
+        timeline = load_rank_timeline(r, folder)
+        if timeline is not None:
+            timelines.append(timeline)
+    if not rank_results:
+        raise InputError(f"no rank of {run_dir} left a torch trace or an nsys export",
+                         "each rank's console output is in RUN/<pass>/console.log; re-run the job")
+    block, match_warnings = job_block(timelines, rank_results)
+    warnings += match_warnings + _job_warnings(block, timelines, rank_results)
+    late = block.get("straggler")
+    representative = late["rank"] if late and late["rank"] in rank_results else \
+        block["slowest_rank"] if block["slowest_rank"] in rank_results else min(rank_results)
+    diagnosis = Diagnosis.combine(diagnoses[representative], diagnoses, _job_findings(block, rank_results),
+                                  block["ranks"])
+    results = copy.deepcopy(rank_results[representative])
+    # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
+    rank_folder = folders[representative].relative_to(run_dir).as_posix()
+    results["artifacts"] = {key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()}
+    run_json = RunDir(run_dir).run_json()
+    block["representative_rank"] = representative
+    block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")
+    block["ncu_rank_reason"] = (run_json.get("job") or {}).get("ncu_rank_reason")
+    results["job"] = block
+    results["ranks"] = {str(r): {"dir": rank_dir_name(r), "step_time_ms": res["timing"].get("step_time_ms"),
+                                 "mode": res.get("mode"),
+                                 "primary_bottleneck": (res["diagnosis"].get("primary_bottleneck") or {}).get("title")}
+                        for r, res in rank_results.items()}
+    results["workload"] = {**results["workload"], "command": run_json.get("command", results["workload"].get("command")),
+                           "ranks": len(folders)}
+    results["diagnosis"] = diagnosis.to_dict()
+    results["warnings"] = list(dict.fromkeys(warnings + list(run_json.get("mode_reasons", [])) + results["warnings"]))
+    results["limitations"] = results["limitations"] + _job_limitations(block)
+    return results
+
+
+def _job_warnings(block: dict, timelines: list, rank_results: dict) -> list[str]:
+    out = []
+    steps = {r: res["workload"].get("steps_measured") for r, res in rank_results.items()}
+    if len(set(steps.values())) > 1:
+        out.append("ranks measured different numbers of steps (" + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
+                   + "): a rank stopped early or stepped differently; per-step figures use the steps each has")
+    with_comm = [t.rank for t in timelines if len(t.comm)]
+    silent = [t.rank for t in timelines if not len(t.comm)]
+    if with_comm and silent:
+        out.append(f"rank(s) {', '.join(map(str, silent))} ran no collective in the measured steps while "
+                   f"rank(s) {', '.join(map(str, with_comm))} did: the ranks are not running the same program path")
+    return out
+
+
+def _job_limitations(block: dict) -> list[str]:
+    backend = block.get("backend")
+    out = []
+    if backend and not any(name in backend for name in ("nccl", "gloo")):
+        out.append(f"The job's process group uses the {backend!r} backend: hybrid sees collectives of NCCL (its "
+                   "kernels) and gloo (torch.profiler ranges) only, so communication time, overlap and waits are "
+                   "not measured for it.")
+    elif not block["comm_by_collective_ms"] and len(block["ranks"]) > 1:
+        out.append("No collective was seen in the measured steps: the ranks did not communicate through NCCL or "
+                   "gloo (or used a backend hybrid cannot see); communication and straggler figures are absent.")
+    return out

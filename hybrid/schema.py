@@ -54,7 +54,8 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "category": (str,), "severity": (str,), "explanation": (str,),
     "evidence": (list,), "suggestions": (list,), "advice": (list,), "callsites": (list,), "alternative_to": (list,),
     "time_lost_ms": NUMBER, "time_lost_pct": NUMBER, "time_lost_baseline_ms": NUMBER,
-    "time_lost_baseline_pct": NUMBER, "not_measured": (bool,), "time_lost_method": (str,),
+    "time_lost_baseline_pct": NUMBER, "weighed_lost_ms": NUMBER, "not_measured": (bool,),
+    "time_lost_method": (str,),
 }
 
 

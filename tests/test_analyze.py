@@ -22,7 +22,7 @@ def _with_lead_keys(result: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def nsys_result():
-    return analyze(load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"))
+    return analyze(load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite")).document
 
 
 def test_probe_workload_is_diagnosed_as_pageable_copies_then_syncs(nsys_result):
@@ -58,14 +58,14 @@ def test_result_satisfies_the_schema(nsys_result):
 def test_counters_replace_the_not_measured_notes():
     profile = attach_counters(load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"),
                               read_ncu_csv(FIXTURES / "ncu_metrics_stdout.csv"))
-    result = analyze(profile)
+    result = analyze(profile).document
     assert not any(f["not_measured"] for f in result["diagnosis"]["bottlenecks"])
     assert result["metrics"]["ncu_l2_hit_pct"]["source"] == "measured:ncu"
     assert result["diagnosis"]["primary_bottleneck"]["id"] == "copy.pageable"
 
 
 def test_torch_only_trace_finds_the_pageable_readback():
-    result = analyze(load_torch_trace(FIXTURES / "torch_trace.json"))
+    result = analyze(load_torch_trace(FIXTURES / "torch_trace.json")).document
     ids = [f["id"] for f in result["diagnosis"]["bottlenecks"]]
     assert "copy.pageable" in ids and "sync.per_step" in ids
     assert result["roofline"]["source"] == "estimated"
@@ -76,7 +76,7 @@ def test_cpu_only_run_reports_no_gpu_findings():
     steps = pd.DataFrame({"step": [0, 1, 2], "name": ["step 0", "step 1", "step 2"],
                           "start_ns": [0, 10_000_000, 20_000_000], "end_ns": [9_000_000, 19_500_000, 29_000_000]})
     profile = Profile(steps=conform(steps, STEP_COLUMNS), extras={"cuda_available": False})
-    result = analyze(profile)
+    result = analyze(profile).document
     assert result["diagnosis"]["bottlenecks"] == [] and result["diagnosis"]["primary_bottleneck"] is None
     assert any("GPU analysis" in text for text in result["limitations"])
     assert result["timing"]["step_time_ms"] == pytest.approx((9 + 9.5 + 9) / 3)

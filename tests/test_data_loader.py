@@ -36,7 +36,7 @@ def _torch(name: str):
 def _analysis(name: str, mode: str) -> dict:
     torch_profile = copy.deepcopy(_torch(name))
     nsys = load_nsys_export(PLANTED / name / "run" / "nsys" / "profile.sqlite") if mode == "nsys" else None
-    return analyze(merge(torch_profile, nsys))
+    return analyze(merge(torch_profile, nsys)).document
 
 
 def _finding(doc: dict, rule_id: str) -> dict | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.distributed import analyze_job
+from hybrid.pipeline import analyze_job
 from hybrid.rules.base import SEVERITY_RANK
 
 JOBS = Path(__file__).parent / "fixtures" / "jobs"

@@ -1,5 +1,5 @@
 """Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script (tests/scripts/ddp_train.py)
-through hybrid.distributed.run_job, analyzed by analyze_job."""
+through hybrid.distributed.run_job, analyzed by hybrid.pipeline.analyze_job."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.distributed import JobOrchestrator, analyze_job, parse_torchrun_argv, rank_path, run_job
+from hybrid.distributed import JobOrchestrator, parse_torchrun_argv, run_job
 from hybrid.errors import UsageError, WorkloadError
 from hybrid.job import collective_kind, find_rank_dirs, uncovered_ns, union
 from hybrid.orchestrate import RunOptions, Target
+from hybrid.pipeline import analyze_job, rank_path
 from hybrid.rules.communication import hideable_comm_ms, unhideable_comm_ms
 from hybrid.schema import missing_keys
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.grade import weighed_lost_ms
-from hybrid.report import findings_by_impact
+from hybrid.report import findings_by_impact, weighed_lost_ms
 from hybrid.report.terminal import render_terminal
 from hybrid.rules.base import SEVERITY_RANK
 from hybrid.rules.engine import severity_for
@@ -61,3 +60,24 @@ def test_terminal_leads_with_the_plain_figure(results):
     assert "(instead of #1, " in text and "the same time, another remedy)" in text
     # Callsites named the line: no advice on how to find it.
     assert "py-spy" not in text and "at hybrid/models.py:263" in text
+
+
+def test_a_job_is_ordered_and_graded_as_a_single_run_and_keeps_its_representative_ranks_replay(tmp_path):
+    """jobs/h200-ddp-healthy: the job's diagnosis keeps rank 0's replay of every fix and its below-floor
+    finding (memory.uncoalesced, 56 µs replayed), ordered and with the primary picked as for one run."""
+    import shutil
+
+    from hybrid.pipeline import analyze_job
+
+    job = tmp_path / "job"
+    shutil.copytree(RUN.parents[1] / "jobs" / "h200-ddp-healthy", job)
+    results = analyze_job(job)
+    diagnosis, timing = results["diagnosis"], results["timing"]
+    assert "memory.uncoalesced" in {b["id"] for b in diagnosis["below_floor"]}
+    assert diagnosis["replay_all_fixes"]["saved_ms"] > 0
+    measured = [f for f in diagnosis["bottlenecks"] if not f["not_measured"]]
+    keys = [(-SEVERITY_RANK[f["severity"]], -weighed_lost_ms(f, timing)) for f in measured]
+    assert keys == sorted(keys)
+    candidates = [f for f in measured if not f["alternative_to"] and weighed_lost_ms(f, timing) > 0]
+    assert diagnosis["primary_bottleneck"]["id"] == max(candidates, key=lambda f: weighed_lost_ms(f, timing))["id"]
+    assert all(isinstance(f["ranks"], list) for f in diagnosis["bottlenecks"])

@@ -29,6 +29,15 @@ def _graph(name: str):
     return build_graph(load_nsys_export(PLANTED / name / "run" / "nsys" / "profile.sqlite"))
 
 
+def _rules_findings(name: str):
+    """The rules' findings on a planted capture, before any stage, and what the analysis built."""
+    from hybrid.analyze import analyze
+    from hybrid.pipeline import load_run_dir, merged_profile
+
+    run, torch_profile, nsys_profile, csv = load_run_dir(PLANTED / name / "run")
+    return analyze(merged_profile(run, torch_profile, nsys_profile, csv)[0])
+
+
 def _predicted_and_realized(name: str, fix: Fix) -> tuple[float, float]:
     graph = _graph(name)
     plain = _plain_ms(name, "plain_script")
@@ -53,12 +62,14 @@ def test_the_data_loader_finding_picks_its_fix_from_the_measured_fetch_time():
     from hybrid.replay.predict import fix_for, run_fix_inputs
 
     results = analyze_run_dir(PLANTED / "data_loader_workers0" / "run")
-    stall = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "data.loader_stall")
-    assert stall["time_lost_method"] == "replay" and "torch pass measured" in stall["replay"]["basis"]
+    replayed = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "data.loader_stall")
+    assert replayed["time_lost_method"] == "replay" and "torch pass measured" in replayed["replay"]["basis"]
+    analysis = _rules_findings("data_loader_workers0")
+    stall = next(f for f in analysis.diagnosis.findings if f.id == "data.loader_stall")
     torch_ms = results["metrics"]["torch_pass_step_time_ms"]["value"]
     graph = _graph("data_loader_workers0")
     torch_to_nsys = results["timing"]["replay_step_time_ms"] / torch_ms
-    fix = fix_for(stall, run_fix_inputs(results, graph, torch_to_nsys=torch_to_nsys))
+    fix = fix_for(stall, run_fix_inputs(analysis.analyzed, graph, torch_to_nsys=torch_to_nsys))
     predicted, realized = _predicted_and_realized("data_loader_workers0", fix)
     assert predicted == pytest.approx(realized, rel=0.20)
 
@@ -147,21 +158,20 @@ def test_a_device_bound_multi_stream_step_passes_a_gemm_speedup_on():
 
 @pytest.mark.parametrize("name", ["cpu_numpy_augment", "graph_breaks", "healthy_pipelined_input", "tc_fp16_unaligned"])
 def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
-    from hybrid.pipeline import analyze_run_dir
     from hybrid.replay.predict import fix_for, run_fix_inputs
     from hybrid.rules.base import NoFix
 
-    results = analyze_run_dir(PLANTED / name / "run")
+    analysis = _rules_findings(name)
     graph = _graph(name)
     base = replay_step(graph).step_time_ms
-    run_inputs = run_fix_inputs(results, graph)
-    for finding in results["diagnosis"]["bottlenecks"]:
+    run_inputs = run_fix_inputs(analysis.analyzed, graph)
+    for finding in analysis.diagnosis.findings:
         fix = fix_for(finding, run_inputs)
         if isinstance(fix, NoFix):
-            assert fix.reason, finding["id"]
+            assert fix.reason, finding.id
         else:
             assert fix.basis
-            assert replay_step(apply(graph, fix)).step_time_ms <= base * 1.001, finding["id"]
+            assert replay_step(apply(graph, fix)).step_time_ms <= base * 1.001, finding.id
 
 
 def test_resnet50_tf32_and_bf16_predictions_from_the_gpus_own_speedups():

@@ -120,7 +120,7 @@ def test_the_timeline_is_the_median_steady_step_of_the_profile(resnet):
 
 
 def test_a_jobs_artifacts_are_those_of_its_representative_rank():
-    from hybrid.distributed import analyze_job
+    from hybrid.pipeline import analyze_job
 
     job = FIXTURES / "jobs" / "h200-ddp-slow-rank"
     results = analyze_job(job)

@@ -1,20 +1,19 @@
-"""The replay as a post-processing step of the analysis: after the rules ran, every finding that a
-transformation exists for gets the replay's saving as its time lost (`time_lost_method: "replay"`);
-the others keep the rule's closed form (`"model"`). The rules are not touched; severity, order and the
-primary are the grade's (hybrid.grade), which runs next."""
+"""The replay as a stage of the diagnosis: after the rules ran, every finding whose rule has a fix gets the
+replay's saving as its time lost (`time_lost_method: "replay"`); the others keep the rule's closed form
+(`"model"`). Severity, order and the primary are the grade's (hybrid.diagnosis.grade), which runs next."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
 
-from hybrid.profile import Profile
+from hybrid.diagnosis import Analyzed, Diagnosis
 from hybrid.provenance import ESTIMATED
 from hybrid.replay.choose import calibrated_speedup, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
 from hybrid.replay.transforms import apply, host_scaled
-from hybrid.rules.base import Fix, FixInputs, NoFix
+from hybrid.rules.base import SEVERITY_RANK, Evidence, Finding, Fix, FixInputs, NoFix
 from hybrid.rules.registry import RULE_BY_ID
 
 # Host-time scales searched when fitting the replay to the step time measured without a collector.
@@ -71,49 +70,42 @@ def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
     return fix
 
 
-def run_fix_inputs(analysis: dict, graph: ReplayGraph, calibration: dict | None = None,
-                   torch_to_nsys: float = 1.0) -> FixInputs:
+def run_fix_inputs(analyzed: Analyzed, graph: ReplayGraph, torch_to_nsys: float = 1.0) -> FixInputs:
     """What every fix of this run reads (its finding's time lost is set per finding, by fix_for)."""
-    peaks = (analysis.get("device") or {}).get("peaks") or {}
-    metrics = {name: metric.get("value") for name, metric in (analysis.get("metrics") or {}).items()
-               if isinstance(metric, dict)}
-    return FixInputs(lost_ms=0.0, metrics=metrics, gemm_speedup=partial(calibrated_speedup, calibration),
-                     pinned_copy=pinned_bandwidth(graph, calibration,
-                                                  {"pinned_copy_bytes_per_s": _pinned_peak(peaks)}),
+    metrics = {name: metric.value for name, metric in analyzed.metrics.items()}
+    pinned_peak = analyzed.peaks.pinned_copy_bytes_per_s
+    return FixInputs(lost_ms=0.0, metrics=metrics, gemm_speedup=partial(calibrated_speedup, analyzed.calibration),
+                     pinned_copy=pinned_bandwidth(graph, analyzed.calibration,
+                                                  {"pinned_copy_bytes_per_s": pinned_peak}),
                      torch_to_nsys=torch_to_nsys)
 
 
-def fix_for(finding: dict, run_inputs: FixInputs) -> Fix | NoFix:
+def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
     """The fix the finding's rule proposes, as the replay applies it, or why none is replayed."""
-    if finding.get("not_measured"):
+    if finding.not_measured:
         return NoFix("not measured")
-    rule = RULE_BY_ID.get(finding.get("id", ""))
+    rule = RULE_BY_ID.get(finding.id)
     if rule is None or rule.fix is None:
         return NoFix("no transformation for this finding")
-    return rule.fix(replace(run_inputs, lost_ms=float(finding.get("time_lost_ms") or 0.0)))
+    return rule.fix(replace(run_inputs, lost_ms=float(finding.time_lost_ms or 0.0)))
 
 
-def _findings(analysis: dict) -> list[dict]:
-    return analysis.get("diagnosis", {}).get("bottlenecks", [])
-
-
-def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float | None = None,
-                    calibration: dict | None = None) -> None:
-    """Fill in the replay's figures in an analysis document (analyze() output, after at_baseline)."""
-    timing = analysis.setdefault("timing", {})
+def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
+    """The replay's figures for every finding whose rule has a fix (after weigh_at_plain_step)."""
+    timing = diagnosis.timing
+    baseline_step_ms = analyzed.baseline_step_ms
     try:
-        graph = build_graph(profile, max_kernels=ANALYSIS_MAX_KERNELS)
+        graph = build_graph(analyzed.profile, max_kernels=ANALYSIS_MAX_KERNELS)
     except ReplayUnavailable as exc:
         timing["replay_step_time_ms"] = None
-        for finding in _findings(analysis):
-            finding["time_lost_method"] = "model"
-        analysis.setdefault("limitations", []).append(
+        for finding in diagnosis.findings:
+            finding.time_lost_method = "model"
+        diagnosis.limitations.append(
             f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate.")
         return
     base = replay_step(graph)
     timing["replay_step_time_ms"] = base.step_time_ms
-    analysis.setdefault("limitations", []).extend(
-        f"Replay: {note}." for note in graph.notes if "replayed" in note)
+    diagnosis.limitations.extend(f"Replay: {note}." for note in graph.notes if "replayed" in note)
     step_ms = timing.get("step_time_ms") or base.step_time_ms
     plain_graph, plain_base_ms, host_scale = None, None, None
     if baseline_step_ms:
@@ -127,56 +119,46 @@ def replay_findings(profile: Profile, analysis: dict, *, baseline_step_ms: float
             # past the whole plain step): no host scale reproduces the plain step, so the saving is
             # carried over as the same share of the step, as for the closed forms.
             timing["replay_host_scale"] = None
-            analysis.setdefault("limitations", []).append(
+            diagnosis.limitations.append(
                 f"The replay could not be fitted to the plain step time ({baseline_step_ms:.2f} ms; scaling host "
                 f"time reaches {plain_base_ms:.2f} ms): the collector slowed device work too; replayed savings "
                 "are carried to the plain step as the same share of the step.")
-    metrics = analysis.get("metrics", {})
-    torch_step = (metrics.get("torch_pass_step_time_ms") or {}).get("value")
-    torch_to_nsys = base.step_time_ms / torch_step if torch_step else 1.0
-    run_inputs = run_fix_inputs(analysis, graph, calibration, torch_to_nsys)
-    chosen: list[tuple[dict, Fix]] = []
-    for finding in _findings(analysis):
+    torch_step = analyzed.metrics.get("torch_pass_step_time_ms")
+    measured_torch = torch_step is not None and torch_step.value
+    torch_to_nsys = base.step_time_ms / torch_step.value if measured_torch else 1.0
+    run_inputs = run_fix_inputs(analyzed, graph, torch_to_nsys)
+    chosen: list[tuple[Finding, Fix]] = []
+    # The largest closed forms first: replay_all applies the fixes in this order.
+    for finding in sorted(diagnosis.findings, key=lambda f: (f.not_measured, -f.time_lost_ms,
+                                                             -SEVERITY_RANK[f.severity], f.id)):
         fix = fix_for(finding, run_inputs)
         if isinstance(fix, NoFix):
-            finding["time_lost_method"] = "model"
-            finding["replay_reason"] = fix.reason
+            finding.time_lost_method = "model"
+            finding.replay_reason = fix.reason
             continue
         fixed_ms = replay_step(apply(graph, fix)).step_time_ms
-        finding["time_lost_model_ms"] = finding["time_lost_ms"]
+        finding.time_lost_model_ms = finding.time_lost_ms
         # A fix replayed on the whole step can also remove time the ledger gives other causes (CUDA graphs
         # drop the launch gaps inside compiled regions too): the finding's pool bounds what it saves.
-        bound = finding.get("pool_ms")
-        finding["time_lost_ms"] = min(max(0.0, base.step_time_ms - fixed_ms), bound if bound is not None else float("inf"))
-        finding["time_lost_pct"] = 100.0 * finding["time_lost_ms"] / step_ms if step_ms else 0.0
+        bound = finding.pool_ms
+        finding.time_lost_ms = min(max(0.0, base.step_time_ms - fixed_ms),
+                                   bound if bound is not None else float("inf"))
+        finding.time_lost_pct = 100.0 * finding.time_lost_ms / step_ms if step_ms else 0.0
         if plain_graph is not None:
             plain_fixed = replay_step(apply(plain_graph, _scaled_fix(fix, host_scale))).step_time_ms
             plain_bound = float("inf") if bound is None else bound * plain_base_ms / base.step_time_ms
-            finding["time_lost_baseline_ms"] = min(max(0.0, plain_base_ms - plain_fixed), plain_bound)
+            finding.time_lost_baseline_ms = min(max(0.0, plain_base_ms - plain_fixed), plain_bound)
         elif baseline_step_ms:
-            finding["time_lost_baseline_ms"] = finding["time_lost_ms"] * baseline_step_ms / base.step_time_ms
-        finding["time_lost_method"] = "replay"
-        finding["replay"] = {"fix": fix.kind, "description": fix.description, "basis": fix.basis,
-                             "step_time_ms": fixed_ms}
-        finding.setdefault("evidence", []).append(
-            {"label": "replayed fix", "value": f"{fix.description} ({fix.basis})", "unit": "",
-             "source": ESTIMATED})
+            finding.time_lost_baseline_ms = finding.time_lost_ms * baseline_step_ms / base.step_time_ms
+        finding.time_lost_method = "replay"
+        finding.replay = {"fix": fix.kind, "description": fix.description, "basis": fix.basis,
+                          "step_time_ms": fixed_ms}
+        finding.evidence.append(Evidence("replayed fix", f"{fix.description} ({fix.basis})", "", ESTIMATED))
         chosen.append((finding, fix))
     if chosen:
         combined = graph
         for _, fix in chosen:
             combined = apply(combined, fix)
         all_ms = replay_step(combined).step_time_ms
-        analysis["diagnosis"]["replay_all_fixes"] = {
-            "findings": [f["id"] for f, _ in chosen], "step_time_ms": all_ms,
-            "saved_ms": max(0.0, base.step_time_ms - all_ms)}
-
-
-def _pinned_peak(peaks: dict) -> float | None:
-    link = peaks.get("host_link_bytes_per_s")
-    value = link.get("value") if isinstance(link, dict) else None
-    if not value:
-        return None
-    from hybrid.hardware import PINNED_ACHIEVABLE_FRACTION
-
-    return float(value) * PINNED_ACHIEVABLE_FRACTION
+        diagnosis.replay_all = {"findings": [f.id for f, _ in chosen], "step_time_ms": all_ms,
+                                "saved_ms": max(0.0, base.step_time_ms - all_ms)}

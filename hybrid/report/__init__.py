@@ -9,21 +9,29 @@ from __future__ import annotations
 import math
 import re
 
-from hybrid.grade import weighed_lost_ms
 from hybrid.provenance import SOURCE_RANK, source_label
 from hybrid.report.units import format_value, is_number
-from hybrid.rules.base import SEVERITY_RANK
 
 __all__ = ["compute_peaks", "findings_by_impact", "first_sentence", "format_value", "metric_source_counts", "pct_of",
-           "peak", "roofline_vs_peaks", "short_name", "short_source", "source_label", "sources_of"]
+           "peak", "roofline_vs_peaks", "short_name", "short_source", "source_label", "sources_of",
+           "weighed_lost_ms"]
 
 def findings_by_impact(results: dict) -> list[dict]:
-    """Findings ranked as the reader should meet them: severity first, then time lost per step. Findings
-    that only stand for data the run lacks (`not_measured`) are no bottleneck: hybrid.report.notes lists
-    them among the limitations."""
-    findings = [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")]
-    timing = results.get("timing") or {}
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK.get(f.get("severity"), -1), -weighed_lost_ms(f, timing)))
+    """The findings in the order the diagnosis ranked them (severity, then the time a fix saves; a received
+    file keeps its own order). Findings that only stand for data the run lacks (`not_measured`) are no
+    bottleneck: hybrid.report.notes lists them among the limitations."""
+    return [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")]
+
+
+def weighed_lost_ms(finding: dict, timing: dict) -> float:
+    """The time the finding's fix saves per step, on the step the diagnosis weighed it at; in a results.json
+    written before findings carried that figure, read as the diagnosis weighed it then."""
+    value = finding.get("weighed_lost_ms")
+    if is_number(value):
+        return float(value)
+    if timing.get("weighed_at_plain_step") and is_number(finding.get("time_lost_baseline_ms")):
+        return float(finding["time_lost_baseline_ms"])
+    return float(finding.get("time_lost_ms") or 0.0)
 
 
 def sources_of(finding: dict) -> list[str]:

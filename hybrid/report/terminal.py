@@ -21,7 +21,6 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from hybrid.grade import weighed_lost_ms
 from hybrid.report import (
     findings_by_impact,
     first_sentence,
@@ -32,6 +31,7 @@ from hybrid.report import (
     short_source,
     source_label,
     waterfall,
+    weighed_lost_ms,
 )
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings

@@ -7,7 +7,7 @@ hybrid.rules.engine applies them; no rule reads another rule."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from hybrid.provenance import Metric
 from hybrid.rules.advice import RunConfig, Suggestion
@@ -62,8 +62,22 @@ class Finding:
     # The suggestions as {text, condition, applies_to} (hybrid.rules.advice.Suggestion).
     advice: list[dict] = field(default_factory=list)
     # The rule's floor: below this share of the step the problem is no finding (checked again once
-    # the replay has its figure, hybrid.grade).
+    # the replay has its figure, hybrid.diagnosis.grade).
     floor_pct: float = 0.0
+    # Set by the stages after the rules (hybrid.diagnosis); a figure a stage did not set stays out of
+    # results.json. The user's lines that spent the time (hybrid.callsites):
+    callsites: list[dict] | None = None
+    # The time lost as a share of the step without a collector, and its share of that step:
+    time_lost_baseline_ms: float | None = None
+    time_lost_baseline_pct: float | None = None
+    # "replay" where the replay measured the fix (then the model's figure is kept), else "model" and why:
+    time_lost_method: str | None = None
+    time_lost_model_ms: float | None = None
+    replay_reason: str | None = None
+    replay: dict | None = None  # fix, description, basis, step_time_ms
+    # In a torchrun job: the rank it costs most on (None for the job's own findings), every rank it holds on.
+    rank: int | None = None
+    ranks: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -72,11 +86,23 @@ class Finding:
             raise ValueError(f"unknown severity {self.severity!r}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for name in STAGE_FIELDS:
+            if out[name] is None and not (name == "rank" and self.ranks is not None):
+                del out[name]
+        return out
+
+    def at_rank(self, rank: int) -> Finding:
+        return replace(self, rank=rank)
 
     @property
     def alternative(self) -> bool:
         return bool(self.alternative_to)
+
+
+# Finding fields the stages after the rules set.
+STAGE_FIELDS = ("callsites", "time_lost_baseline_ms", "time_lost_baseline_pct", "time_lost_method",
+                "time_lost_model_ms", "replay_reason", "replay", "rank", "ranks")
 
 
 @dataclass(frozen=True)
