@@ -19,6 +19,7 @@ import typer
 from hybrid.errors import (
     EXIT_FINDING_AT_OR_ABOVE,
     EXIT_GATE_UNDECIDED,
+    EXIT_INTERNAL_ERROR,
     EXIT_INTERRUPTED,
     HybridError,
     Terminated,
@@ -67,7 +68,14 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 def _stderr(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """A message on stderr, each line's control characters escaped: paths and names in it come from the
+    user's files and from received ones (a folder named with ESC sequences must not act on the terminal)."""
+    from hybrid.report.safe_text import escape_controls
+
+    try:
+        print("\n".join(escape_controls(line) for line in text.split("\n")), file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # stderr closed or full: nothing left to tell the user through
 
 
 def handles_errors(command: Callable) -> Callable:
@@ -87,6 +95,15 @@ def handles_errors(command: Callable) -> Callable:
         except Terminated as stop:
             _stderr(f"terminated: {stop}; nothing already written was lost")
             raise typer.Exit(stop.exit_code) from None
+        except typer.Exit:
+            raise
+        except Exception:  # a defect in hybrid: its own exit code, never --fail-on's 1
+            import traceback
+
+            _stderr(traceback.format_exc().rstrip())
+            _stderr("internal error: hybrid failed on this input (a defect, not your mistake); please report "
+                    "it with the traceback above and, if you can, the file it read")
+            raise typer.Exit(EXIT_INTERNAL_ERROR) from None
         finally:
             _say_kept()
 
@@ -124,6 +141,7 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
     from hybrid.errors import OutputError
     from hybrid.report.json_report import results_to_json
     from hybrid.report.terminal import print_report
+    from hybrid.streams import json_text
 
     written: list[str] = []
     if run_dir is not None:
@@ -133,7 +151,7 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
             saved = f"only {', '.join(written)} saved" if written else "nothing saved"
             _stderr(f"warning: {saved} in {run_dir} ({error.cause}); the report is on stdout only")
     if as_json:
-        sys.stdout.write(results_to_json(results) + "\n")
+        sys.stdout.write(json_text(results_to_json(results)) + "\n")
     else:
         from rich.console import Console
 
@@ -381,6 +399,9 @@ def report(
 
     if not path.exists():
         raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
+    if not path.is_file() and not path.is_dir():  # a FIFO would block the read forever, a device never end
+        raise UsageError(f"{path} is not a regular file or a directory (a FIFO, device or socket)",
+                         "pass a run directory, an .sqlite export or a results.json")
     if ncu is not None and not ncu.is_file():
         raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
     from hybrid.files import reads
@@ -471,13 +492,14 @@ def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbo
 
     from hybrid.report.json_report import results_to_json
     from hybrid.report.terminal import print_report
+    from hybrid.streams import json_text
 
     if html_path is not None:
         from hybrid.report.html_report import render_html
 
         _write_page(html_path, render_html(results, include_paths=include_paths))
     if as_json:
-        sys.stdout.write(results_to_json(results))
+        sys.stdout.write(json_text(results_to_json(results)))
     else:
         print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
                      location=location)
@@ -501,13 +523,13 @@ def _received(*sources: Path):
 def _load_results(path: Path) -> dict:
     import json
 
-    from hybrid.files import reads
+    from hybrid.files import read_regular_text, reads
 
     target = path / "results.json" if path.is_dir() else path
     reads(target)
     fix = "re-create it with `hybrid report RUN_DIR`"
     try:
-        document = json.loads(target.read_text(encoding="utf-8"))
+        document = json.loads(read_regular_text(target))
     except FileNotFoundError:
         raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
     except IsADirectoryError:
@@ -576,6 +598,7 @@ def compare(
 
     from hybrid.files import check_output
     from hybrid.report.compare import compare_results, gate, render_compare
+    from hybrid.streams import json_text
 
     threshold = _threshold(fail_on_regression)
     with _received(run_a, run_b):
@@ -585,7 +608,7 @@ def compare(
         diff = compare_results(*documents)
         _refuse_incomparable(diff, (run_a, run_b), allow_different=allow_different)
         text = json.dumps(diff, indent=1, default=str) if as_json else render_compare(diff)
-    sys.stdout.write(text + "\n")
+    sys.stdout.write((json_text(text) if as_json else text) + "\n")
     if html is not None:
         from hybrid.report.html_report import render_compare_html
 
@@ -629,7 +652,7 @@ def doctor(as_json: bool = JsonOpt) -> None:
     if as_json:
         import json
 
-        sys.stdout.write(json.dumps(facts, indent=1) + "\n")
+        sys.stdout.write(json.dumps(facts, indent=1) + "\n")  # ensure_ascii: any terminal can carry it
     else:
         sys.stdout.write(render_doctor(facts))
 
@@ -650,4 +673,18 @@ def _cuda_available() -> bool:
 
 
 def main() -> None:
-    app(prog_name="hybrid")
+    from hybrid.streams import finish_stdout, guard_streams
+
+    guard_streams()
+    try:
+        app(prog_name="hybrid")
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    try:
+        finish_stdout()
+    except HybridError as error:  # stdout on a full disk: said, with its own exit code
+        _stderr(error.message())
+        code = error.exit_code if code in (0, None) else code
+    sys.exit(code)

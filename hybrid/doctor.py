@@ -8,6 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybrid.errors import ProfilerError
+from hybrid.tool_probe import PROBE_TIMEOUT_ENV, probe_timeout_s, run_bounded
+
 # A CUDA kernel small enough to profile in seconds, to learn whether counters are permitted.
 _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); print(float((x * 2).sum()))"
 COUNTER_PROBE_TIMEOUT_S = 120
@@ -36,9 +39,11 @@ def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
         argv = [str(ncu_path), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
                 "--csv", "--log-file", f"{tmp}/ncu.log", sys.executable, "-c", _COUNTER_PROBE]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=COUNTER_PROBE_TIMEOUT_S, check=False)
+            done = run_bounded(argv, COUNTER_PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return None, f"ncu did not finish a one-kernel probe in {COUNTER_PROBE_TIMEOUT_S} s"
+        except OSError as error:
+            return None, f"ncu could not be started: {error.strerror or error}"
         log = Path(f"{tmp}/ncu.log").read_text(errors="replace") if Path(f"{tmp}/ncu.log").exists() else ""
         error = ncu.check_counter_permission(log + done.stdout + done.stderr)
         if error is not None:
@@ -52,11 +57,20 @@ def diagnose_environment(*, probe_counters: bool = True) -> dict:
     facts: dict = {"python": sys.version.split()[0], "platform": platform.platform(), **_torch_facts()}
     nsys_path, ncu_path = nsys.find_nsys(), ncu.find_ncu()
     facts["nsys"] = str(nsys_path) if nsys_path else None
-    facts["nsys_version"] = nsys.nsys_version(nsys_path) if nsys_path else None
+    facts["nsys_version"], facts["nsys_error"] = None, None
+    if nsys_path:
+        try:
+            facts["nsys_version"] = nsys.nsys_version(nsys_path)
+        except ProfilerError as error:  # a binary that fails or hangs: said, and not used
+            facts["nsys_error"] = error.cause
     facts["ncu"] = str(ncu_path) if ncu_path else None
     facts["ncu_version"] = ncu.ncu_version(ncu_path) if ncu_path else None
+    facts["ncu_error"] = None
+    if ncu_path and facts["ncu_version"] is None:
+        facts["ncu_error"] = (f"`{ncu_path} --version` did not answer with a version within "
+                              f"{probe_timeout_s():g} s ({PROBE_TIMEOUT_ENV} to wait longer)")
     facts["counters_permitted"], facts["counters_detail"] = (None, "not checked")
-    if probe_counters and ncu_path and facts["cuda_available"]:
+    if probe_counters and ncu_path and facts["cuda_available"] and facts["ncu_error"] is None:
         facts["counters_permitted"], facts["counters_detail"] = _counters_permitted(ncu_path)
     facts["mode"], facts["mode_reason"] = _would_use(facts)
     facts["next_steps"] = next_steps(facts)
@@ -70,8 +84,12 @@ def _would_use(facts: dict) -> tuple[str, str]:
         return "cpu-only", "no CUDA device is visible: the torch pass runs on the CPU and GPU analysis is skipped"
     if not facts["nsys"]:
         return "torch-only", "nsys not found (install Nsight Systems or set HYBRID_NSYS)"
+    if facts.get("nsys_error"):
+        return "torch-only", f"nsys does not work: {facts['nsys_error']}"
     if not facts["ncu"]:
         return "nsys", "ncu not found (install Nsight Compute or set HYBRID_NCU)"
+    if facts.get("ncu_error"):
+        return "nsys", f"ncu does not work: {facts['ncu_error']}"
     if facts["counters_permitted"] is False:
         return "nsys", "ncu cannot read GPU counters here (ERR_NVGPUCTRPERM): see the fix above"
     return "hybrid", "torch.profiler, nsys and ncu are all available"
@@ -98,6 +116,10 @@ def next_steps(facts: dict) -> list[str]:
                      "build of torch; on this machine `hybrid report` still re-analyzes runs made elsewhere")
     if not facts.get("nsys"):
         steps.append(INSTALL_NSYS)
+    for tool in ("nsys", "ncu"):
+        if facts.get(f"{tool}_error"):
+            steps.append(f"{facts[tool]} does not work ({facts[f'{tool}_error']}): repair that install, or "
+                         f"point HYBRID_{tool.upper()} at a working {tool}")
     if not facts.get("ncu"):
         steps.append(INSTALL_NCU)
     if facts.get("counters_permitted") is False:
@@ -125,8 +147,8 @@ def render_doctor(facts: dict) -> str:
         f"torch       {show(facts.get('torch'))}  (CUDA build {show(facts.get('torch_cuda'))})",
         f"GPU         {facts.get('gpu', 'none visible')}"
         + (f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""),
-        f"nsys        {show(facts['nsys'])}  {facts['nsys_version'] or ''}".rstrip(),
-        f"ncu         {show(facts['ncu'])}  {facts['ncu_version'] or ''}".rstrip(),
+        *(f"{tool:<12}{show(facts[tool])}  {facts[tool + '_version'] or facts.get(tool + '_error') or ''}"
+          .rstrip() for tool in ("nsys", "ncu")),
         f"counters    {_permitted(facts['counters_permitted'])}  ({facts['counters_detail']})",
         f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
     ]

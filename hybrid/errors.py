@@ -8,6 +8,7 @@ EXIT_USAGE = 2  # bad usage or unreadable input
 EXIT_WORKLOAD_FAILED = 3  # the user's script itself failed
 EXIT_PROFILER_FAILED = 4  # a profiler failed and nothing could be analyzed
 EXIT_GATE_UNDECIDED = 5  # compare --fail-on-regression: the data cannot tell whether B regressed
+EXIT_INTERNAL_ERROR = 70  # a defect in hybrid (an unexpected exception): EX_SOFTWARE of sysexits.h
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 # hybrid itself stopped by SIGTERM or SIGHUP: 128 + the signal number, as a shell reports it (143, 129).
 EXIT_SIGNAL_BASE = 128

@@ -13,9 +13,12 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
-from hybrid.errors import OutputError
+from hybrid.errors import InputError, OutputError
 
 # Out of space, out of quota, or over the process's file-size limit (ulimit -f): the same fix.
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -175,3 +178,67 @@ def _copy_exclusive(source: Path, kept: Path) -> None:
             handle.write(source.read_bytes())
     except OSError as error:
         raise output_error(kept, error) from error
+
+
+class NotRegularFile(OSError):
+    """A path hybrid reads is a FIFO, a device or a socket."""
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of `path`, which must be a regular file (or a link to one). A received run directory may
+    hold a FIFO where results.json or run.json belongs: a plain read would wait for a writer forever, so
+    the file is opened without blocking and refused (NotRegularFile, an OSError) unless fstat says it is
+    a regular file; /dev/zero would never end, and is refused the same way."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file (a FIFO, device or socket)", str(path))
+        return handle.read()
+
+
+def read_regular_text(path: str | os.PathLike) -> str:
+    """read_regular as UTF-8 text (UnicodeDecodeError, a ValueError, where it is not)."""
+    return read_regular(path).decode("utf-8")
+
+
+# A gzipped input may expand to at most this many times its size (and never less than the floor): the
+# committed torch traces expand 11x to 23x, a 4 MB gzip bomb 2,000x (8.5 GB). Counted before anything is
+# kept, so memory stays bounded by the limit whatever the input.
+GUNZIP_MAX_RATIO = 100
+GUNZIP_FLOOR_BYTES = 64 * 2**20
+_GUNZIP_CHUNK = 2**20
+
+
+def _gunzip_chunks(data: bytes) -> Iterator[bytes]:
+    """The decompressed bytes of every gzip member in `data`, a chunk at a time. zlib.error or EOFError
+    where the data is damaged or cut off, as gzip.decompress raises."""
+    pending = data
+    while pending:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        while not member.eof:
+            chunk = member.decompress(pending, _GUNZIP_CHUNK)
+            pending = member.unconsumed_tail
+            if chunk:
+                yield chunk
+            elif not pending:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        pending = member.unused_data
+        if pending and not pending.startswith(b"\x1f\x8b"):
+            if pending.strip(b"\x00"):
+                raise zlib.error("trailing data after the last gzip member")
+            return
+
+
+def gunzip_limited(data: bytes, path: Path) -> bytes:
+    """gzip.decompress with a bound on the output (see GUNZIP_MAX_RATIO): InputError naming the file when
+    it would expand beyond it; zlib.error or EOFError where it is damaged."""
+    limit = max(GUNZIP_FLOOR_BYTES, GUNZIP_MAX_RATIO * len(data))
+    total = 0
+    for chunk in _gunzip_chunks(data):
+        total += len(chunk)
+        if total > limit:
+            raise InputError(f"{path} expands to more than {limit / 2**20:,.0f} MB from "
+                             f"{len(data) / 2**20:,.1f} MB (over {GUNZIP_MAX_RATIO}:1; traces compress about "
+                             "10-25:1): refused as a decompression bomb",
+                             "pass the trace as the profiler wrote it")
+    return b"".join(_gunzip_chunks(data))

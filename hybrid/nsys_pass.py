@@ -30,6 +30,7 @@ import pandas as pd
 
 from hybrid import periodicity, settle
 from hybrid.errors import InputError
+from hybrid.files import read_regular_text
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -700,7 +701,7 @@ def injector_measured_steps(export_path: Path) -> int | None:
     """Measured steps that the injector reported in the inject.json next to the export (the nsys
     pass directory of a run); None for a foreign export or an unreadable file."""
     try:
-        facts = json.loads((export_path.parent / INJECT_FILE).read_text(encoding="utf-8"))
+        facts = json.loads(read_regular_text(export_path.parent / INJECT_FILE))  # never blocks on a FIFO
     except (OSError, ValueError):
         return None
     measured = facts.get("measured_steps") if isinstance(facts, dict) else None

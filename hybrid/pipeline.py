@@ -401,10 +401,11 @@ def read_calibration(run_path: Path) -> dict | None:
     """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
     import json
 
+    from hybrid.files import read_regular_text
     from hybrid.replay.calibrate import CALIBRATION_FILE
 
     try:
-        return json.loads((run_path / CALIBRATION_FILE).read_text(encoding="utf-8"))
+        return json.loads(read_regular_text(run_path / CALIBRATION_FILE))
     except (OSError, ValueError):
         return None
 

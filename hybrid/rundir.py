@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from hybrid.errors import InputError, UsageError
-from hybrid.files import claimed, is_no_space, output_error, write_file
+from hybrid.files import claimed, is_no_space, output_error, read_regular_text, write_file
 from hybrid.jsontypes import NUMBER, text_items, typed_fields
 
 PASS_NAMES = ("plain", "torch", "nsys", "ncu")
@@ -109,7 +109,7 @@ class RunDir:
         path = self.path / "run.json"
         fix = "re-run the workload, or remove run.json to analyze the artifacts alone"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_regular_text(path))
         except FileNotFoundError:
             return {}
         except OSError as error:
@@ -153,7 +153,7 @@ class RunDir:
         """The pass's inject.json; None when absent or unreadable (inject_damaged tells which)."""
         path = self.path / name / "inject.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_regular_text(path))
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(data, dict):

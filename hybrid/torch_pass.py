@@ -12,7 +12,6 @@ int64 nanoseconds on the trace's own clock.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -23,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.errors import InputError
+from hybrid.files import gunzip_limited
 from hybrid.jsontypes import typed_fields
 from hybrid.profile import (
     ANNOTATION_PREFIX,
@@ -133,7 +133,7 @@ def _read_trace(path: Path) -> dict:
         raise InputError(f"cannot read torch trace {path}: {exc.strerror or exc}", FIX) from exc
     if data[:2] == b"\x1f\x8b":  # gzip magic: torch writes trace.json.gz when asked
         try:
-            data = gzip.decompress(data)
+            data = gunzip_limited(data, path)  # bounded: a 4 MB gzip bomb expands to 8.5 GB
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"torch trace {path} is a damaged gzip file: {exc}", FIX) from exc
     try:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hybrid.errors import ProfilerError
 from hybrid.files import write_file
+from hybrid.tool_probe import probe_timeout_s, run_bounded
 from nsight.locate import find_tool
 from nsight.ncu_metrics import METRICS
 
@@ -106,8 +107,7 @@ def ncu_version(ncu: Path) -> str | None:
     """The version ncu reports, or None when it does not run or says something unexpected (the
     pass then fails with ncu's own message; the version is informational)."""
     try:
-        proc = subprocess.run([str(ncu), "--version"], check=False, capture_output=True, text=True,
-                              timeout=60)
+        proc = run_bounded([str(ncu), "--version"], probe_timeout_s())  # a stuck ncu must not hang doctor
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_ncu_version(proc.stdout + proc.stderr)
@@ -294,8 +294,7 @@ def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
     if not report_path.is_file():
         return f"ncu wrote no report ({report_path.name})"
     try:
-        proc = subprocess.run(build_import_command(ncu, report_path), check=False, capture_output=True,
-                              text=True, errors="replace", timeout=IMPORT_TIMEOUT_S)
+        proc = run_bounded(build_import_command(ncu, report_path), IMPORT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"reading {report_path.name} back failed: {exc}"
     write_file(csv_path, proc.stdout)

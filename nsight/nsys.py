@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hybrid.errors import ProfilerError
 from hybrid.files import write_file
+from hybrid.tool_probe import probe_timeout_s, run_bounded
 from nsight.locate import find_tool
 
 NSYS_ENV = "HYBRID_NSYS"
@@ -92,8 +93,7 @@ def parse_nsys_version(text: str) -> tuple[int, ...] | None:
 def nsys_version(nsys: Path) -> str:
     """The version of an nsys binary ('2025.3.1.90'); ProfilerError when it does not run."""
     try:
-        proc = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60,
-                              check=False)
+        proc = run_bounded([str(nsys), "--version"], probe_timeout_s())  # a stuck nsys must not hang doctor
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ProfilerError(f"could not run `{nsys} --version`: {exc}",
                             f"check that {nsys} is a working Nsight Systems CLI, or set {NSYS_ENV}") from exc
@@ -139,8 +139,7 @@ class CallsiteSampling:
 def profile_help(nsys: Path) -> str:
     """`nsys profile --help` (the options this nsys accepts); empty when it cannot be run."""
     try:
-        proc = subprocess.run([str(nsys), "profile", "--help"], capture_output=True, text=True,
-                              errors="replace", timeout=60, check=False)
+        proc = run_bounded([str(nsys), "profile", "--help"], probe_timeout_s())
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout + proc.stderr

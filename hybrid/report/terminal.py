@@ -46,6 +46,7 @@ RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
 NOTES_DEFAULT = 2  # limitations shown after the notes that change the reading, before "N more"
 TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
 REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
+MIN_WIDTH = 20  # a console narrower than this is a wrong COLUMNS value, not a terminal
 TEXT_EVIDENCE_WIDTH = 40  # a name given as evidence, so that label, name and source share one line
 KERNEL_NAME_WIDTH = 60  # shortened kernel names in the tables, leaving room for five number columns
 
@@ -470,6 +471,8 @@ def _with_gaps(sections: list[list[RenderableType]]) -> list[RenderableType]:
 def print_report(results: dict, console: Console, *, verbose: bool = False, location: str | None = None) -> None:
     """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide.
     `location`: the run directory as the user named it, for the commands that open its artifacts."""
+    if console.width < MIN_WIDTH:  # COLUMNS=0 or a pipe reporting no width: rich would print nothing
+        console.width = REPORT_WIDTH
     results = escape_strings(results)
     summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
