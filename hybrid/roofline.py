@@ -30,6 +30,7 @@ import pandas as pd
 from hybrid.hardware import Peaks
 from hybrid.metrics import (
     CONV_OPS,
+    LAUNCH_COLUMNS,
     MATMUL_OPS,
     kernel_classes,
     matched_counter_launches,
@@ -123,9 +124,13 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
         return pd.DataFrame()
     per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
     work = _counter_work(counted.loc[per_row.index])
+    # The launch configuration tells apart the points of one kernel name (resnet50: 7 fprop points, 1 name).
+    launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_COLUMNS)).fillna(0).to_numpy(int)
     return work.reset_index(drop=True).assign(
         source=MEASURED_NCU, per_step=per_row["size"].to_numpy(float) / n,
-        step_time_ns=per_row["sum"].to_numpy(float) / n)
+        step_time_ns=per_row["sum"].to_numpy(float) / n,
+        grid=[list(map(int, row[:3])) if (row > 0).all() else None for row in launch],
+        block=[list(map(int, row[3:])) if (row > 0).all() else None for row in launch])
 
 
 def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
@@ -345,7 +350,9 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     l2_total = (placed["l2_bytes"] * per_step).sum(min_count=1)
     source = placed["source"].iloc[0]
     top = placed.sort_values("step_time_ns", ascending=False).head(MAX_POINTS)
-    kernels = [_point(r, {"calls_per_step": r.per_step}) for r in top.itertuples(index=False)]
+    kernels = [_point(r, {"calls_per_step": r.per_step, **({"grid": r.grid, "block": r.block}
+                                                           if getattr(r, "grid", None) else {})})
+               for r in top.itertuples(index=False)]
     return {
         "bound": "memory" if ai < ridge else "compute",
         "arithmetic_intensity": _finite(ai),

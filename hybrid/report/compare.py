@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 
-from hybrid.report import findings_by_impact, format_value, short_name, source_label, step_test
+from hybrid.report import findings_by_impact, format_value, source_label, step_test
+from hybrid.report.kernel_labels import distinct_labels
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, format_pp, is_number
 
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
+KERNEL_LABEL_WIDTH = 72  # a kernel's name on a comparison line, before its figures
 # The analysis stores this many top kernels (hybrid.metrics.top_kernels): a shorter list is every kernel.
 TOP_KERNELS_STORED = 10
 # Exports made outside hybrid do not record their program: two are taken as the same program when at least
@@ -395,7 +397,7 @@ def _kernel_figure(value: object, presence: str, run: str, cutoff_ms: float | No
             "unknown": f"not stored in {run}{under}"}.get(presence, "n/a")
 
 
-def _kernel_line(row: dict, cutoffs: dict[str, float | None]) -> str:
+def _kernel_line(row: dict, label: str, cutoffs: dict[str, float | None]) -> str:
     text = (f"{_kernel_figure(row['a'], row['in_a'], 'A', cutoffs['a'])} -> "
             f"{_kernel_figure(row['b'], row['in_b'], 'B', cutoffs['b'])}")
     if row.get("delta_pct") is not None:
@@ -404,7 +406,7 @@ def _kernel_line(row: dict, cutoffs: dict[str, float | None]) -> str:
         text += " (new)"
     elif row["b"] is None and row["in_b"] == "absent":
         text += " (gone)"
-    return f"  {short_name(str(row['name']))}: {text}"
+    return f"  {label}: {text}"
 
 
 def compare_lines(diff: dict) -> list[tuple[str, str]]:
@@ -434,7 +436,9 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
         # A kernel a run did not store took less time there than the last one it stored.
         cutoffs = {side: min((row[side] for row in diff["top_kernels"] if row[f"in_{side}"] == "stored"
                               and row[side] is not None), default=None) for side in ("a", "b")}
-        lines += [("kernel", _kernel_line(row, cutoffs)) for row in diff["top_kernels"]]
+        labels = distinct_labels([str(row["name"]) for row in diff["top_kernels"]], KERNEL_LABEL_WIDTH)
+        lines += [("kernel", _kernel_line(row, label, cutoffs))
+                  for row, label in zip(diff["top_kernels"], labels, strict=True)]
     lines += [("note", f"note: {note}") for note in diff["notes"]]
     return lines
 

@@ -33,6 +33,7 @@ from hybrid.report import (
     waterfall,
     weighed_lost_ms,
 )
+from hybrid.report.kernel_labels import distinct_labels, launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
@@ -49,6 +50,7 @@ REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
 MIN_WIDTH = 20  # a console narrower than this is a wrong COLUMNS value, not a terminal
 TEXT_EVIDENCE_WIDTH = 40  # a name given as evidence, so that label, name and source share one line
 KERNEL_NAME_WIDTH = 60  # shortened kernel names in the tables, leaving room for five number columns
+ROOFLINE_NAME_WIDTH = 36  # the roofline table's six figure columns take the rest
 
 SEVERITY_STYLE = {"CRITICAL": "bold white on red", "SEVERE": "bold red", "MODERATE": "yellow", "LOW": "dim"}
 SOURCE_STYLE = "cyan"
@@ -401,7 +403,8 @@ def _passes(results: dict, verbose: bool) -> list[Text]:
 def _table(title: str, headers: tuple[str, ...]) -> Table:
     table = Table(title=Text(title), title_justify="left", box=None, pad_edge=False)
     for index, header in enumerate(headers):
-        table.add_column(header, justify="left" if index == 0 or header in ("bound", "source") else "right")
+        left = index == 0 or header in ("bound", "source", "<<<grid, block>>>")
+        table.add_column(header, justify="left" if left else "right")
     return table
 
 
@@ -409,13 +412,28 @@ def _sources_title(rows: list[dict]) -> str:
     return ", ".join(sorted({source_label(str(row.get("source", ""))) for row in rows}))
 
 
+LAUNCH_WIDTH = 20  # room the name column gives up to a launch column ('<<<(36,7,32), (8,8)>>> +10' is 26)
+
+
+def _kernel_cells(kernels: list[dict], width: int) -> list[tuple[Text, str]]:
+    """Each kernel's name, told apart from the others (hybrid.report.kernel_labels), and its launch
+    configuration; the name narrows by LAUNCH_WIDTH where a launch column is shown."""
+    launches = [launch_text(kernel) for kernel in kernels]
+    room = width - (LAUNCH_WIDTH if any(launches) else 0)
+    labels = distinct_labels([str(kernel.get("name", "")) for kernel in kernels], room)
+    return [(Text(label), launch) for label, launch in zip(labels, launches, strict=True)]
+
+
 def _kernel_table(results: dict) -> RenderableType:
-    kernels = results.get("top_kernels") or []
+    kernels = (results.get("top_kernels") or [])[:TABLE_ROWS_VERBOSE]
     if not kernels:
         return Text("Top kernels: no kernel timeline in this mode", style="dim")
-    table = _table(f"Top kernels per step [{_sources_title(kernels)}]", ("kernel", "calls", "total", "mean", "share"))
-    for kernel in kernels[:TABLE_ROWS_VERBOSE]:
-        table.add_row(Text(short_name(str(kernel.get("name", "")), KERNEL_NAME_WIDTH)),
+    cells = _kernel_cells(kernels, KERNEL_NAME_WIDTH)
+    launch = any(text for _label, text in cells)
+    table = _table(f"Top kernels per step [{_sources_title(kernels)}]",
+                   ("kernel", *(("<<<grid, block>>>",) if launch else ()), "calls", "total", "mean", "share"))
+    for kernel, (label, text) in zip(kernels, cells, strict=True):
+        table.add_row(label, *((text,) if launch else ()),
                       format_value(kernel.get("calls_per_step")), format_value(kernel.get("total_ms_per_step"), "ms"),
                       format_value(kernel.get("mean_us"), "us"), format_value(kernel.get("share_pct"), "%"))
     return table
@@ -438,13 +456,17 @@ def _roofline_table(results: dict) -> RenderableType:
     kernels = sorted((results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0))
     if not kernels:
         return Text("Roofline kernels: none placed in this mode", style="dim")
+    kernels = kernels[:TABLE_ROWS_VERBOSE]
+    # Five figures leave the name about 36 columns: the launch goes under it, on a line of its own.
+    labels = distinct_labels([str(kernel.get("name", "")) for kernel in kernels], ROOFLINE_NAME_WIDTH)
     table = _table(f"Roofline kernels [{_sources_title(kernels)}]", ("kernel", "time", "AI", "FLOP/s", "DRAM",
                                                                       "bound"))
-    for kernel in kernels[:TABLE_ROWS_VERBOSE]:
+    for kernel, label in zip(kernels, labels, strict=True):
         flops = format_value(kernel.get("flops_per_s"), "FLOP/s")
         if kernel.get("precision"):
             flops += f" {kernel['precision']}"
-        table.add_row(Text(short_name(str(kernel.get("name", "")), KERNEL_NAME_WIDTH - 10)),
+        launch = launch_text(kernel)
+        table.add_row(Text(label) + (Text("\n  " + launch, style="dim") if launch else Text("")),
                       format_value(kernel.get("time_ms"), "ms"), format_value(kernel.get("ai"), "FLOP/B"), flops,
                       format_value(kernel.get("bytes_per_s"), "B/s"), str(kernel.get("bound") or "n/a"))
     return table
