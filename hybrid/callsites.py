@@ -121,6 +121,7 @@ _SEGMENTS = {
     "cpu.heavy_ops": lambda p: _gap_segments(p, "cpu_heavy_op"),
     "data.loader_stall": lambda p: _gap_segments(p, "dataloader_fetch"),
     "launch.bound": lambda p: _gap_segments(p, "launch_gap"),
+    "launch.dispatch": lambda p: _gap_segments(p, "launch_gap", "host_other"),
     "copy.pageable": lambda p: _copies(p, pinned=False, kinds=("HtoD", "DtoH", "HtoH")),
     "copy.not_overlapped": lambda p: _copies(p, pinned=True),
     "cpu.transfers": lambda p: _concat(_copies(p), _intervals(p.syncs[p.syncs["kind"].astype(str) == "memcpy"])),

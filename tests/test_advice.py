@@ -14,7 +14,7 @@ import pytest
 from hybrid.analyze import _rule_peaks
 from hybrid.hardware import peaks_for
 from hybrid.ledger import build_ledger
-from hybrid.metrics import compute_metrics
+from hybrid.metrics import compute_metrics, frame_source
 from hybrid.pipeline import load_run_dir, merged_profile
 from hybrid.roofline import roofline
 from hybrid.rules import engine
@@ -30,8 +30,10 @@ BY_ID = {rule.id: rule for rule in RULES}
 def _context(capture: str) -> Context:
     profile, _ = merged_profile(*load_run_dir(FIXTURES / capture))
     peaks = peaks_for(profile.device)
-    metrics = compute_metrics(profile, peaks)
-    return Context(metrics=metrics, pools=build_ledger(profile, peaks).ms_per_step(), roofline=roofline(profile, peaks),
+    ledger = build_ledger(profile, peaks)
+    # As hybrid.analyze builds them: the ledger's idle partition is the idle_<cause>_ms metrics.
+    metrics = {**compute_metrics(profile, peaks), **ledger.idle_metrics(frame_source(profile, "kernels"))}
+    return Context(metrics=metrics, pools=ledger.ms_per_step(), roofline=roofline(profile, peaks),
                    peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
                    op_names=frozenset(profile.ops["name"].astype(str)))
 
@@ -122,7 +124,7 @@ CASES = [
          "cpu.preprocessing", _config(framework=HF, data_loaders=[{"num_workers": 0, "pin_memory": True}]),
          says=("py-spy",), never=("numpy or Python preprocessing", "dataloader_num_workers")),
     Case("no host data: no numpy, no DataLoader advice", SIMPLE_CNN, "cpu.preprocessing", _config(),
-         says=("autograd's per-node work in backward", "mode='reduce-overhead'"), never=("numpy", "DataLoader", "py-spy")),
+         says=("the framework's own dispatch", "mode='reduce-overhead'", "SGD(..., fused=True)"), never=("numpy", "DataLoader", "py-spy")),
     Case("the same host time in a compiled model with CUDA graphs: nothing to turn on", SIMPLE_CNN,
          "cpu.preprocessing", _config(compile={"used": True, "modes": ["reduce-overhead"], "observed": True},
                                       cuda_graphs={"graphs": 3}),

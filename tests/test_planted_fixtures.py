@@ -33,7 +33,7 @@ STEP_TIME_ABS_TOL_MS = 0.1
 # 1.09 ms by the nsys pass's window).
 WINDOW_SKEWED = {("mem_transposed_operand", "torch")}
 # Controls that the hybrid analysis still flags SEVERE+: see Notes in benchmarks/results/planted.md.
-KNOWN_CONTROL_ALARMS = {"healthy_pipelined_input"}
+KNOWN_CONTROL_ALARMS: set[str] = set()
 
 
 def _load_evaluator():

@@ -123,7 +123,8 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """CUDA graphs (torch.compile mode="reduce-overhead"): a step's launches, copies and memsets
     become one graph launch, so their per-call host cost, their host waits and the dispatch gaps
     between them go, and each node follows the one before it on the device. Host work longer than a
-    dispatch stays."""
+    dispatch stays, but for `host_work_share` of each piece (the longer dispatch gaps a captured step
+    also loses: autograd's backward, the optimizer step)."""
     issues = (graph.h_kind == CALL) & (graph.h_op >= 0) & _in_steps(graph, graph.h_step)
     dispatch = issues & (graph.h_gap < HOST_WORK_GAP_NS)
     out = graph.copy(copy_arrays=("h_gap", "h_cost", "h_wait", "d_lat", "d_sgap"))
@@ -138,6 +139,10 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     out.h_wait[own_wait] = WAIT_NONE
     ops = graph.h_op[issues]
     out.d_sgap[ops] = graph.stream_gap_ns
+    share = min(max(float(fix.params.get("host_work_share", 0.0)), 0.0), 1.0)
+    if share:
+        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= HOST_WORK_GAP_NS)
+        out.h_gap[long_gaps] *= 1.0 - share
     return out
 
 

@@ -229,3 +229,6 @@ class Rule:
     # The change the finding proposes, as the replay applies it (hybrid.replay.predict), or why it cannot be
     # replayed on this run; None when no transformation models it (the closed form stands).
     fix: Callable[[FixInputs], Fix | NoFix] | None = None
+    # A metric holding the time of what the finding is about (its own kernels' time): its saving, closed
+    # form or replayed, is never larger (a fusion of 112 µs of kernels cannot save 1.37 ms).
+    bound: str | None = None

@@ -48,7 +48,9 @@ def fusion_report(ctx: Context, lost_ms: float) -> Report:
                ("time in chains", "fusible_chain_ms"), ("estimated saving", "fusible_saving_ms"),
                ("distinct kernels per step", "distinct_kernels_per_step")],
         explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
-                     "whole tensor from DRAM; fused, the data is read once and written once."),
+                     "whole tensor from DRAM; fused, the data is read once and written once. The saving is bounded "
+                     "by the chains' own kernel time: the launches and dispatch gaps between them are the "
+                     "launch-bound finding's."),
         suggestions=fusion_advice(ctx))
 
 
@@ -98,7 +100,7 @@ def graph_breaks_fix(inputs: FixInputs) -> Fix | NoFix:
 RULES = [
     Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "fusible_chains_per_step",
                                                            "step_time_ms"),
-         fusion_model, fusion_report, floor_pct=MIN_LOST_PCT, fix=fusion_fix),
+         fusion_model, fusion_report, floor_pct=MIN_LOST_PCT, fix=fusion_fix, bound="fusible_chain_ms"),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before launch.bound's.
     Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), graph_breaks_model,
          graph_breaks_report, optional=("compiled_region_idle_ms",),

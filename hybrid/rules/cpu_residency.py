@@ -4,12 +4,15 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 from __future__ import annotations
 
 from hybrid.numbers import significant
-from hybrid.rules.advice import Suggestion, loader_workers, use_compile, use_cuda_graphs
+from hybrid.rules.advice import Suggestion, fused_optimizer, loader_workers, use_compile, use_cuda_graphs
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 
 MIN_LOST_PCT = 1.0
-# The torch profiler's name for a backward node run by the autograd engine.
-AUTOGRAD_OP_PREFIX = "autograd::engine::evaluate_function"
+# torch.profiler's names for the framework's own per-op work on the host: backward nodes run by the
+# autograd engine, the optimizer's step and zero_grad (torch.optim's record_function ranges) and gradient
+# clipping.
+FRAMEWORK_DISPATCH_PREFIXES = ("autograd::engine::evaluate_function", "Optimizer.step#", "Optimizer.zero_grad#",
+                               "torch.nn.utils.clip_grad")
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
 # means tensors go back and forth between host and device.
 EXCESSIVE_COPIES_PER_STEP = 10
@@ -57,29 +60,59 @@ def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
     return out
 
 
+def _framework_dispatch(cpu_ops: tuple[str, ...]) -> tuple[str, ...]:
+    """The CPU-only operators that are the framework's own dispatch (autograd's backward nodes, the
+    optimizer's step and zero_grad, gradient clipping): all of them, or () when any is the script's."""
+    if cpu_ops and all(op.startswith(FRAMEWORK_DISPATCH_PREFIXES) for op in cpu_ops):
+        return cpu_ops
+    return ()
+
+
+def dispatch_advice(ctx: Context, condition: str, ops: tuple[str, ...]) -> list[Suggestion]:
+    """What removes the framework's per-op host work: capturing the step as CUDA graphs (unless on), fused
+    optimizers (unless fused), fewer and larger ops; with graphs on, finding what they leave out."""
+    out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
+    if ctx.config.cuda_graphs:
+        out.append(Suggestion(
+            "Capture what the CUDA graphs leave out: compile the whole step function (forward, backward, "
+            "optimizer.step and gradient clipping), or capture it with torch.cuda.graph and an optimizer built "
+            "with capturable=True; TORCH_LOGS=graph_breaks,cudagraphs names the regions cudagraphs skipped",
+            f"{condition}; CUDA graphs are already on", ops))
+    out += fused_optimizer(ctx.config, condition=condition + "; an unfused optimizer step runs per-parameter ops "
+                                                             "on the host")
+    if any("clip_grad" in op for op in ops):
+        out.append(Suggestion("torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), or the fused "
+                              "optimizer's own clipping where the framework has one",
+                              f"{condition}; gradient clipping runs on the host", ops))
+    out += use_compile(ctx.config, why="run fewer, larger ops (fused elementwise work, less per-op dispatch)",
+                       condition=condition, applies_to=ops)
+    return out
+
+
 def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     """Host work that feeds the GPU data (host->device copies of data made on the host each step) is
-    preprocessing to move to the device or to workers; without such copies it is Python between launches,
-    to be found with a host profiler first, as nothing in the trace says it is numpy."""
+    preprocessing to move to the device or to workers; the framework's own per-op work (autograd, the
+    optimizer) is dispatch, which CUDA graphs and fused optimizers remove; other Python between launches
+    is to be found (a host profiler, or the finding's callsites) and taken off the critical path. Every
+    case ends with a change to make, not only a way to look."""
     condition = f"the GPU waits {lost_ms:.3g} ms a step while the host runs code that launches nothing"
     htod = ctx.value("htod_count", 0.0)
     created = str(ctx.value("created_on_cpu_op_names") or "")
     cpu_ops = tuple(part for part in str(ctx.value("cpu_only_op_names") or "").split(", ") if part)
-    if cpu_ops and all(op.startswith(AUTOGRAD_OP_PREFIX) for op in cpu_ops):
-        # The host time is autograd's own per-node work in backward (AccumulateGrad and the like), not
-        # the script's code: capturing the step, backward included, removes it.
-        condition += f"; it is autograd's per-node work in backward ({len(cpu_ops)} backward functions)"
-        out = use_cuda_graphs(ctx.config, condition=condition, applies_to=cpu_ops) or [
-            Suggestion("Find the backward work left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs "
-                       "names the graph breaks and the regions cudagraphs skipped",
-                       f"{condition}; CUDA graphs are already on", cpu_ops, locates_code=True)]
-    else:
-        out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
-                          "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
-                          condition, cpu_ops, locates_code=True)]
     # Data made on the host each step: tensors created on the CPU in the step, or more copies in than a
     # batch and its labels (a DataLoader's batch arriving is no preprocessing in the loop body).
     made_on_host = bool(created) or htod > EXPECTED_COPIES_PER_STEP
+    dispatch_ops = () if made_on_host else _framework_dispatch(cpu_ops)
+    if dispatch_ops:
+        # The host time is the framework's own per-op work (autograd's backward nodes, the optimizer step),
+        # not the script's code: capturing the step removes it.
+        out = dispatch_advice(ctx, f"{condition}; it is the framework's own dispatch ({len(dispatch_ops)} "
+                                   "CPU-only operators of autograd, the optimizer or gradient clipping)", dispatch_ops)
+        if out:
+            return out
+    out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
+                      "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
+                      condition, cpu_ops, locates_code=True)]
     fetch_ms = ctx.value("data_loader_ms") or 0.0
     if htod >= 1 and made_on_host:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
@@ -90,6 +123,11 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     elif fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
         out += loader_workers(ctx.config, condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching batches "
                                                     "from the DataLoader in the training process")
+    if not any(not s.locates_code for s in out):
+        out.append(Suggestion("Take that host work off the step's critical path: do what does not change per step "
+                              "once before the loop, and queue the step's GPU work before the host work it does not "
+                              "depend on (logging, metrics, bookkeeping), so the GPU computes while the host works",
+                              condition, cpu_ops))
     return out
 
 

@@ -82,6 +82,9 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
         values = {name: ctx.value(name) for name in rule.requires + rule.optional}
         source = ctx.pools if rule.alternative else left
         pool_ms = sum(max(0.0, source.get(cause, 0.0)) for cause in rule.pool) if rule.pool else None
+        if rule.bound is not None and _present(ctx, rule.bound):
+            own_ms = max(0.0, float(ctx.value(rule.bound)))
+            pool_ms = own_ms if pool_ms is None else min(pool_ms, own_ms)
         inputs = Inputs(values=values, pool_ms=pool_ms, step_ms=step, peaks=ctx.peaks, roofline=ctx.roofline,
                         pools=ctx.pools)
         lost = rule.model(inputs)
