@@ -363,9 +363,12 @@ def diagnose(
     steps = steps or 20
     warmup = warmup if warmup is not None else 5
     # Room for the warmup to grow until step times settle; the injector stops the loop after the measured steps.
+    from hybrid.orchestrate import SHORT_PLAIN_STEPS
     from hybrid.settle import MAX_EXTRA_WARMUP
 
-    model_args = [model, "--steps", str(steps + warmup + MAX_EXTRA_WARMUP + 5), "--precision", precision.value,
+    # ... and for the plain window the torch pass times before its collector starts.
+    model_args = [model, "--steps", str(steps + warmup + MAX_EXTRA_WARMUP + SHORT_PLAIN_STEPS + 5),
+                  "--precision", precision.value,
                   "--device", device]
     if batch_size:
         model_args += ["--batch-size", str(batch_size)]

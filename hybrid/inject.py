@@ -1,7 +1,7 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
-    python -m hybrid.inject --pass P --out DIR --warmup W --steps N [--nvtx-modules] [--whole-run]
-                            [--fixed-warmup] [--module] -- TARGET [ARGS...]
+    python -m hybrid.inject --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
+                            [--whole-run] [--fixed-warmup] [--module] -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
 under `python -m`), its own directory first on sys.path, and the caller's cwd. The process exits
@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="directory for inject.json (and trace.json)")
     parser.add_argument("--warmup", type=int, default=1, help="steps to run before measuring")
     parser.add_argument("--steps", type=int, default=5, help="steps to measure, then stop the script")
+    parser.add_argument("--plain-steps", type=int, default=0,
+                        help="after warmup, time this many steps with no collector (the plain window), then "
+                        "start the pass's collector; only where the script uses CUDA unless --plain-on-cpu")
+    parser.add_argument("--plain-on-cpu", action="store_true", help="the plain window also on a CPU-only run")
     parser.add_argument("--nvtx-modules", action="store_true", help="NVTX range per module forward")
     parser.add_argument("--whole-run", action="store_true", help="capture the whole script as one step")
     parser.add_argument("--fixed-warmup", action="store_true",
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             # The user's code is what lies under the script's directory (its own helper modules
             # included), the installed libraries excepted; for a module, under the working directory.
             user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
-            python_stacks=args.python_stacks,
+            python_stacks=args.python_stacks, plain_steps=args.plain_steps, plain_on_cpu=args.plain_on_cpu,
         ))
         session.begin()
         run_config.install()  # before the target runs: its autocast regions and torch.compile calls

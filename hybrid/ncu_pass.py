@@ -1,5 +1,6 @@
-"""The ncu pass's two jobs around the profiler run: choose which kernels are worth replaying (from the
-nsys timeline), and match the counters ncu measured back to every kernel instance in the Profile.
+"""The ncu pass's jobs around the profiler run: decide whether counters can change the diagnosis at all
+(plan_ncu, from the analysis of the torch and nsys passes), choose which kernels are worth replaying (from
+the nsys timeline), and match the counters ncu measured back to every kernel instance in the Profile.
 
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
 so kernels are matched on the signature both names reduce to (nsight.ncu.kernel_signature: template
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 
 from hybrid.profile import COUNTER_COLUMNS, Profile, conform, is_communication
@@ -37,6 +39,92 @@ MATCH_NAME = "name"
 MATCH_NONE = "none"
 
 _KEY = ["signature", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+
+
+# Ledger pools only hardware counters give a cause (hybrid.ledger.causes): uncoalesced loads, occupancy, an
+# idle tensor pipe and the distance to the roofline are ncu's figures; without them that kernel time is
+# `kernel_unprofiled`. FP32 GEMMs, narrow alignment and small grids come from names and launch configurations.
+COUNTER_POOLS = frozenset({"uncoalesced", "low_occupancy", "tensor_pipe_idle", "below_roofline",
+                           "kernel_unprofiled"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NcuPlan:
+    """Whether the ncu pass runs (`--mode auto`), and why: said in run.json and the report either way."""
+
+    run: bool
+    reason: str
+    headroom_ms: float | None = None  # the most faster kernels could save a step (kernel_headroom_ms)
+
+
+def kernel_headroom_ms(profile: Profile, host_scale: float | None = None) -> float | None:
+    """How much shorter the replayed step gets with every compute kernel of the measured steps at zero
+    time: what no counter-based finding can exceed, as each fix it names only shortens kernels. With
+    `host_scale` (the analysis' fit to the plain step), on the plain step. None where the step cannot be
+    replayed."""
+    from hybrid.replay.graph import KERNEL, ReplayUnavailable, build_graph
+    from hybrid.replay.predict import ANALYSIS_MAX_KERNELS
+    from hybrid.replay.simulate import replay_step
+    from hybrid.replay.transforms import host_scaled
+
+    try:
+        graph = build_graph(profile, max_kernels=ANALYSIS_MAX_KERNELS)
+    except ReplayUnavailable:
+        return None
+    if host_scale:
+        graph = host_scaled(graph, host_scale)
+    kernels = ((graph.d_kind == KERNEL) & np.isin(graph.d_step, graph.step_ids)
+               & ~is_communication(pd.Series(graph.d_name)))
+    if not kernels.any():
+        return None
+    instant = graph.copy(copy_arrays=("d_dur",))
+    instant.d_dur[kernels] = 0.0
+    return max(0.0, replay_step(graph).step_time_ms - replay_step(instant).step_time_ms)
+
+
+def plan_ncu(analysis: dict, profile: Profile, *, forced: bool) -> NcuPlan:
+    """Run ncu only where its counters can change the diagnosis of `analysis` (the results of the torch and
+    nsys passes, without counters): where a finding rests on kernel time only counters explain (they would
+    measure what it estimates), where the timeline found no bottleneck, or where faster kernels could save
+    as much as the primary finding (kernel_headroom_ms, on the nsys step and, where the analysis fitted it,
+    on the plain step). `forced` (--mode hybrid) runs it anyway.
+
+    On the committed H200 captures without their counters, every run this skips (resnet50 b32, simple_cnn,
+    HF Trainer, the host-bound planted scripts) had the same primary, severities and savings with them."""
+    if forced:
+        return NcuPlan(True, "--mode hybrid runs every pass")
+    diagnosis = analysis.get("diagnosis") or {}
+    findings = [f for f in diagnosis.get("bottlenecks") or [] if not f.get("not_measured")]
+    estimated = [f["id"] for f in findings if COUNTER_POOLS & set(f.get("pool") or [])]
+    if estimated:
+        return NcuPlan(True, f"counters measure what {', '.join(estimated)} estimates")
+    primary_id = diagnosis.get("primary_bottleneck")
+    primary_id = primary_id.get("id") if isinstance(primary_id, dict) else primary_id
+    primary = next((f for f in findings if f.get("id") == primary_id), None)
+    if primary is None:
+        return NcuPlan(True, "the timeline shows no bottleneck: counters may find one in the kernels")
+    headroom = kernel_headroom_ms(profile)
+    if headroom is None or headroom >= (primary.get("time_lost_ms") or 0.0):
+        return NcuPlan(True, _headroom_text(headroom, primary, "time_lost_ms", "can"), headroom)
+    host_scale = (analysis.get("timing") or {}).get("replay_host_scale")
+    if host_scale and primary.get("time_lost_baseline_ms") is not None:
+        plain_headroom = kernel_headroom_ms(profile, host_scale)
+        if plain_headroom is None or plain_headroom >= primary["time_lost_baseline_ms"]:
+            return NcuPlan(True, _headroom_text(plain_headroom, primary, "time_lost_baseline_ms", "can"),
+                           plain_headroom)
+        return NcuPlan(False, _headroom_text(plain_headroom, primary, "time_lost_baseline_ms", "cannot"),
+                       plain_headroom)
+    return NcuPlan(False, _headroom_text(headroom, primary, "time_lost_ms", "cannot"), headroom)
+
+
+def _headroom_text(headroom: float | None, primary: dict, field: str, verdict: str) -> str:
+    step = "plain step" if field == "time_lost_baseline_ms" else "step"
+    if headroom is None:
+        return "the step could not be replayed to bound what faster kernels save"
+    compare = "less than" if verdict == "cannot" else "at least"
+    return (f"faster kernels could save at most {headroom:.2f} ms a {step} (the step replayed with every "
+            f"kernel at zero time), {compare} the primary finding {primary.get('id')} "
+            f"({primary.get(field) or 0.0:.2f} ms): counters {verdict} change the primary")
 
 
 def _durations(kernels: pd.DataFrame) -> pd.Series:

@@ -2,8 +2,12 @@
 under exactly one collector (CUPTI takes one subscriber: torch.profiler under nsys or ncu would fail
 or silently lose data). Knows nothing about analysis: it leaves a run directory behind.
 
-Order: plain (optional baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
-steps at all; the nsys pass tells which kernels are worth ncu's replay cost. The script is never run
+Order: plain (only with --baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
+steps at all, and times the plain reference steps in its own process before torch.profiler starts (the
+plain window: no process of its own to start, build and warm up); the nsys pass tells which kernels are
+worth ncu's replay cost, and whether counters could change the ranking at all (hybrid.ncu_pass.plan_ncu).
+Every pass reads and writes one run-private compile cache, so a torch.compile'd script compiles from
+scratch once per run. The script is never run
 again behind the user's back (it may have side effects): when the torch pass finds no step, the nsys
 pass captures the whole run and the export's step chain (periodicity, steady window) finds the steps;
 with no nsys, the run stops and says how to mark steps or ask for --whole-run.
@@ -15,6 +19,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hybrid import __version__, settle
 from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
@@ -32,14 +38,30 @@ from hybrid.rundir import RunDir
 from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
 
+if TYPE_CHECKING:
+    from hybrid.ncu_pass import NcuPlan
+    from hybrid.profile import Profile
+
 MODES = ("auto", "hybrid", "nsys", "torch")
-# Without --baseline a plain pass (no collector) still runs on GPU workloads when the torch pass took at most
-# this long: it runs the same script with fewer steps and no collector, so it costs less than that. It is the
-# reference that tells how much a collector slowed the step (simple_cnn on the H200: nsys +120%). CPU-only
-# runs have no GPU timeline to weigh, so they skip it.
+# The plain reference (no collector) tells how much a collector slowed the step (simple_cnn on the H200: nsys
+# +120%). Without --baseline it is a window of the torch pass's process: SHORT_PLAIN_STEPS steps after warmup,
+# before torch.profiler starts. Where that window could not run (the script was too short for it and the
+# torch pass ran again without it), a plain pass of its own runs when the torch pass took at most
+# CHEAP_PLAIN_PASS_S. CPU-only runs have no GPU timeline to weigh, so they skip both.
 CHEAP_PLAIN_PASS_S = 60.0
-# Steps the default plain pass measures: enough for a mean step time, as its only output is that.
+# Steps the plain window (or the short plain pass) measures: enough for a mean step time, its only output.
 SHORT_PLAIN_STEPS = 10
+# The run-private compile caches every pass shares (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR), removed when
+# the passes end. A variable the user set is left as set.
+COMPILE_CACHE_DIR = "compile-cache"
+COMPILE_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+# What each pass gives the diagnosis (run.json and results.json passes[].contributed: the report's cost line).
+PASS_CONTRIBUTIONS = {
+    "plain": "the reference step time, without a collector",
+    "torch": "operators with their shapes and FLOPs, and where the steps are",
+    "nsys": "the measured timeline: kernels, copies, syncs and host calls of the measured steps",
+    "ncu": "hardware counters of the selected kernels",
+}
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
 # How long a pass may take to close its trace after a stop signal before its group is killed.
 STOP_GRACE_S = 20.0
@@ -98,6 +120,10 @@ class PassResult:
     name: str
     status: str  # ok | failed | skipped | interrupted (Ctrl-C) | terminated (SIGTERM, SIGHUP)
     wall_s: float = 0.0
+    # The pass whose process ran this window, where it is not its own (the plain window runs in the torch
+    # pass's process, and its wall_s is the window's own time).
+    process: str | None = None
+    contributed: str = ""  # what the pass gave the diagnosis, or why it was skipped (the report's cost line)
     returncode: int | None = None
     message: str = ""
     command: list[str] = field(default_factory=list)
@@ -110,6 +136,8 @@ class PassResult:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["step_time_ms"] = self.step_time_ms
+        # Hits and misses of the shared compile caches, where the script compiled (inject.json compile_cache).
+        out["compile_cache"] = (self.inject or {}).get("compile_cache")
         out.pop("inject")
         return out
 
@@ -167,6 +195,9 @@ def _closing_quietly(log, pump: _Pump):
 
 
 class Orchestrator:
+    # Steps of the plain window in the torch pass's process (0: a plain pass of its own instead).
+    plain_window_steps = SHORT_PLAIN_STEPS
+
     def __init__(self, target: Target, options: RunOptions, progress: Progress = _quiet) -> None:
         options.validate()
         self.target = target
@@ -179,6 +210,10 @@ class Orchestrator:
         # Set when the script ended while warmup waited for step times to settle: every pass then
         # drops exactly this many steps and measures the script's last ones.
         self.fixed_warmup: int | None = None
+        self._plain_steps = 0  # the plain window the next torch pass runs (--plain-steps)
+        # The warmup the nsys pass dropped once its step times settled: the ncu pass drops exactly as many
+        # instead of waiting for steps that ncu's launch interception slows to settle again.
+        self._ncu_warmup: int | None = None
         self._child: subprocess.Popen | None = None
 
     # -- planning ---------------------------------------------------------------------------------
@@ -218,12 +253,16 @@ class Orchestrator:
         """The injector's options and the target, shared by single-process and per-rank launches."""
         if self.fixed_warmup is not None:
             flags = ["--warmup", str(self.fixed_warmup), "--fixed-warmup", "--steps", str(steps)]
+        elif pass_name == "ncu" and self._ncu_warmup is not None:
+            flags = ["--warmup", str(self._ncu_warmup), "--fixed-warmup", "--steps", str(steps)]
         else:
             flags = ["--warmup", str(self.options.warmup), "--steps", str(steps)]
         if self.options.nvtx_modules and pass_name in ("nsys", "ncu"):
             flags.append("--nvtx-modules")
         if self.options.torch_stacks and pass_name == "torch":
             flags.append("--python-stacks")
+        if self._plain_steps and pass_name == "torch":
+            flags += ["--plain-steps", str(self._plain_steps)]
         if whole_run:
             flags.append("--whole-run")
         if self.target.is_module:
@@ -244,6 +283,13 @@ class Orchestrator:
         # The workload ends itself if this process disappears without stopping it (hybrid.inject).
         env[HYBRID_PID_ENV] = str(os.getpid())
         env.update(self.options.extra_env)
+        # One compile cache for every pass: the first compiles, the later ones load (FX graph, AOTAutograd
+        # and Triton caches; tiny MLP on the CPU: 35 s compiling, 4.6 s loading).
+        cache = self.run_dir.path / COMPILE_CACHE_DIR
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+        env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+        for key, value in COMPILE_CACHE_ENV.items():
+            env.setdefault(key, value)
         return env
 
     def _run_child(self, name: str, argv: list[str], note: str = "") -> PassResult:
@@ -251,7 +297,8 @@ class Orchestrator:
         self.run_dir.write_text(f"{name}/command.txt", shlex.join(argv) + "\n")
         self.progress(name, "start", note)
         started = time.monotonic()
-        result = PassResult(name=name, status="ok", command=argv)
+        result = PassResult(name=name, status="ok", command=argv,
+                            contributed=PASS_CONTRIBUTIONS.get(name, ""))
         pump = _Pump(self.progress, name)
         try:
             # Line-buffered: console.log follows the script as it prints (tail -f, a test waiting on a line).
@@ -362,20 +409,38 @@ class Orchestrator:
             options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
             tools=tools, python=sys.version.split()[0], started_at=time.time())
         want_nsys, want_ncu = self._plan_collectors(tools)
+        started = time.monotonic()
+        try:
+            self._collect(tools, want_nsys, want_ncu)
+        finally:
+            # Compiled code the passes shared; hundreds of MB for a large model, and no use after the run.
+            shutil.rmtree(self.run_dir.path / COMPILE_CACHE_DIR, ignore_errors=True)
+        # Wall time of every pass, with the decisions between them (loading the export, planning ncu).
+        self.run_dir.update_run_json(finished_at=time.time(),
+                                     collection_s=round(time.monotonic() - started, 3))
+        return self.passes
 
+    def _collect(self, tools: dict, want_nsys: bool, want_ncu: bool) -> None:
+        opts = self.options
         if opts.baseline:
-            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=False))
+            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=False),
+                                note=f"{opts.steps} steps, no collector (--baseline)")
+        self._plain_steps = 0 if opts.baseline or opts.whole_run else self.plain_window_steps
+        note = (f"{self._plain_steps} plain steps (no collector), then {opts.steps} under torch.profiler"
+                if self._plain_steps else "")
         torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps,
-                                                                      whole_run=opts.whole_run))
+                                                                      whole_run=opts.whole_run), note=note)
         inject = torch_result.inject or {}
-        if self._ended_while_settling(inject):
-            torch_result = self._rerun_with_fixed_warmup(inject)
+        if (rerun := self._rerun_warmup(inject)) is not None:
+            torch_result = self._rerun_with_fixed_warmup(inject, rerun)
             inject = torch_result.inject or {}
+        self._record_plain_window(torch_result)
         stepless = opts.whole_run or not inject.get("measured_steps")
-        if (not stepless and not opts.baseline and inject.get("cuda_available")
+        if (not stepless and not opts.baseline and not self._ok("plain") and inject.get("cuda_available")
                 and torch_result.wall_s <= CHEAP_PLAIN_PASS_S):
             self._run_and_check("plain", self.inject_argv("plain", steps=min(opts.steps, SHORT_PLAIN_STEPS),
-                                                          whole_run=False))
+                                                          whole_run=False),
+                                note="the torch pass ran without its plain window: a short plain pass")
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
                 self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
@@ -388,28 +453,55 @@ class Orchestrator:
             self._nsys_pass(tools, stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
-        self.run_dir.update_run_json(finished_at=time.time())
-        return self.passes
 
-    def _ended_while_settling(self, inject: dict) -> bool:
-        """The script ran enough steps for --warmup and --steps, but warmup kept waiting for step
-        times to settle (noisy machines, steps of different lengths) until the script ended."""
-        if self.options.whole_run or inject.get("measured_steps") or self.fixed_warmup is not None:
-            return False
-        return (inject.get("steps_seen") or 0) >= self.options.warmup + self.options.steps
+    def _rerun_warmup(self, inject: dict) -> int | None:
+        """The warmup a second torch pass drops when the first could not measure what was asked, else None:
+        - the plain window took steps the torch window then lacked (the script ended first): measure, without
+          the window, the --steps the script's length allows after the warmup the first pass dropped;
+        - the script ran enough steps for --warmup and --steps, but warmup kept waiting for step times to
+          settle (noisy machines, steps of different lengths) until it ended: measure its last --steps."""
+        if self.options.whole_run or self.fixed_warmup is not None:
+            return None
+        seen = inject.get("steps_seen") or 0
+        measured = inject.get("measured_steps") or 0
+        if inject.get("plain_window") and measured < self.options.steps:
+            warmup = max(inject.get("warmup_dropped") or 0, seen - self.options.steps)
+            return warmup if seen > warmup else None
+        if not measured and seen >= self.options.warmup + self.options.steps:
+            return seen - self.options.steps
+        return None
 
-    def _rerun_with_fixed_warmup(self, inject: dict) -> PassResult:
-        """Measure the script's last --steps steps: its length is now known, and measuring steps that
-        had not quite settled beats measuring none. Every later pass drops the same steps."""
+    def _rerun_with_fixed_warmup(self, inject: dict, warmup: int) -> PassResult:
+        """Measure the steps the script's now known length allows: measuring steps that had not quite
+        settled beats measuring none. Every later pass drops the same steps; no plain window this time."""
         seen = inject["steps_seen"]
-        self.fixed_warmup = seen - self.options.steps
-        reason = (f"{self.fixed_warmup} warmup steps dropped: the script ran {seen} steps and their times had "
-                  f"not settled within {settle.SETTLE_TOLERANCE:.0%} when it ended, so every pass measured its last "
-                  f"{self.options.steps} (the torch pass was run a second time to measure them)")
+        self.fixed_warmup = warmup
+        self._plain_steps = 0
+        if inject.get("plain_window"):
+            why = (f"the script ran {seen} steps, too few for the plain window ({self.plain_window_steps} "
+                   f"steps, no collector) before the {self.options.steps} measured ones")
+        else:
+            why = (f"the script ran {seen} steps and their times had not settled within "
+                   f"{settle.SETTLE_TOLERANCE:.0%} when it ended")
+        measured = min(self.options.steps, seen - warmup)
+        reason = (f"{warmup} warmup steps dropped: {why}, so every pass measured its last {measured} "
+                  "(the torch pass was run a second time to measure them)")
         self.mode_reasons.append(reason)
         self.run_dir.update_run_json(fixed_warmup={"warmup": self.fixed_warmup, "reason": reason})
         return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps, whole_run=False),
-                                   note=f"again, measuring the script's last {self.options.steps} steps")
+                                   note=f"again, measuring the script's last {measured} steps")
+
+    def _record_plain_window(self, torch_result: PassResult) -> None:
+        """The plain window the torch pass's process timed before torch.profiler started, as the run's
+        plain pass (run.json passes: process "torch", wall_s the window's own time)."""
+        window = (torch_result.inject or {}).get("plain_window") or {}
+        if not window.get("complete") or not window.get("window_ns"):
+            return
+        self._record(PassResult(
+            name="plain", status="ok", wall_s=round(window["window_ns"] / 1e9, 3), process="torch",
+            command=torch_result.command, inject={**window, "pass": "plain"},
+            contributed=f"the reference step time: {window['measured_steps']} steps without a collector, in "
+                        "the torch pass's process before torch.profiler started"))
 
     def _no_step_found(self, inject: dict, can_capture: bool) -> None:
         """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the
@@ -522,12 +614,39 @@ class Orchestrator:
             chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
         return len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]))
 
+    def _ncu_plan(self, profile: Profile) -> NcuPlan:
+        """Whether counters can change this run's diagnosis: decided on the analysis of what the torch and
+        nsys passes measured (about 2 s for resnet50 on 2 loaded cores), in --mode auto only."""
+        from hybrid.ncu_pass import NcuPlan, plan_ncu
+        from hybrid.pipeline import analyze_run_dir
+
+        if self.options.mode == "hybrid":
+            return NcuPlan(True, "--mode hybrid runs every pass")
+        self.progress("ncu", "start", "deciding whether counters can change the diagnosis")
+        try:
+            analysis = analyze_run_dir(self.run_dir.path)
+            plan = plan_ncu(analysis, profile, forced=False)
+        except Exception as error:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
+            plan = NcuPlan(True, f"the run could not be analyzed before it ({type(error).__name__}: {error})")
+        self.progress("ncu", "end", "counters can change the diagnosis: ncu runs" if plan.run
+                      else "skipped: counters cannot change the primary finding")
+        return plan
+
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.ncu_pass import select_kernels
         from hybrid.nsys_pass import load_nsys_export
         from nsight import ncu, ncu_metrics
 
         profile = load_nsys_export(self.run_dir.nsys_export())
+        plan = self._ncu_plan(profile) if not stepless else None
+        if plan is not None:
+            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason,
+                                                   "headroom_ms": plan.headroom_ms})
+            if not plan.run:
+                self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
+                self._record(PassResult(name="ncu", status="skipped", contributed=plan.reason,
+                                        message="counters cannot change the primary"))
+                return
         kernel_names = select_kernels(profile.kernels, coverage=self.options.ncu_coverage,
                                       cap=self.options.ncu_kernels)
         if not kernel_names:
@@ -537,6 +656,9 @@ class Orchestrator:
                                                         "measured steps, in the process hybrid started"))
             return
         self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
+        nsys_dropped = (self.run_dir.read_inject("nsys") or {}).get("warmup_dropped")
+        if isinstance(nsys_dropped, int) and nsys_dropped >= self.options.warmup and not stepless:
+            self._ncu_warmup = nsys_dropped
         ncu_dir = self.run_dir.pass_dir("ncu")
         # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)

@@ -106,15 +106,22 @@ class SessionConfig:
     settle: bool = False  # extend warmup until step times settle (the injector; a caller that counts
     # its own iterations, as profile_model does, needs exactly warmup_steps)
     python_stacks: bool = False  # torch pass: Python stacks of operators (with_stack), for callsites
+    # Steps timed after warmup with no collector started yet, before the pass's own window: the plain
+    # reference step time without a process of its own (hybrid.orchestrate). Only where the script uses
+    # CUDA (a CPU-only run has no GPU timeline to weigh it against) unless plain_on_cpu.
+    plain_steps: int = 0
+    plain_on_cpu: bool = False
 
     def __post_init__(self) -> None:
-        self.out_dir = Path(self.out_dir)
+        # Absolute now: a script that changes its working directory (os.chdir) must not move the outputs.
+        self.out_dir = Path(self.out_dir).absolute()
         if self.pass_name not in PASSES:
             raise UsageError(f"unknown pass {self.pass_name!r}", f"use one of {', '.join(PASSES)}")
-        if self.warmup_steps < 0 or self.measured_steps < 1:
+        if self.warmup_steps < 0 or self.measured_steps < 1 or self.plain_steps < 0:
             raise UsageError(
-                f"bad step counts: warmup {self.warmup_steps}, measured {self.measured_steps}",
-                "use warmup >= 0 and at least one measured step",
+                f"bad step counts: warmup {self.warmup_steps}, measured {self.measured_steps}, "
+                f"plain {self.plain_steps}",
+                "use warmup >= 0, plain >= 0 and at least one measured step",
             )
 
 
@@ -187,6 +194,10 @@ class StepSession:
         self.unprofiled_steps = 0
         self.unprofiled_ns: int | None = None
         self._unprofiled_start_ns: int | None = None
+        # The plain window (SessionConfig.plain_steps): host time since its start at each step's end.
+        self.plain_end_ns: list[int] = []
+        self.plain_started = False
+        self._plain_start_ns = 0
         self._last_progress_ns = 0
         self.trace_path: Path | None = None
         self.cut_short_step: int | None = None  # index of the measured step the script's end cut short
@@ -200,7 +211,7 @@ class StepSession:
         self._finder: Any = None
         self._patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) to restore
         self._optimizer_built = False
-        self._state = "idle"  # idle -> warmup -> measuring -> done
+        self._state = "idle"  # idle -> warmup -> plain (optional) -> measuring -> done
         self._pid = os.getpid()
         self._window_start_ns = 0
         self._optimizer_hook: Any = None
@@ -319,6 +330,10 @@ class StepSession:
                     "measured steps; step time is the mean of those, without a final device synchronize"
                 )
             self._stop_collection()
+        elif self._state == "plain":
+            self.warnings.append(
+                f"the script ended after {len(self.plain_end_ns)} of {self.config.plain_steps} steps of the "
+                "plain window (no collector), before the measured steps")
         elif self._state == "warmup":
             self._step_ranges.pop()
             if self.steps_seen:
@@ -392,11 +407,14 @@ class StepSession:
             if self._warmup_done():
                 self.warmup_dropped = self.steps_seen
                 self._step_ranges.pop()
-                self._start_window()
+                self._end_warmup()
             elif self.steps_seen == 1:
                 # The first step carries setup and first-call costs: the unprofiled reference starts after it.
                 self._synchronize()
                 self._unprofiled_start_ns = time.perf_counter_ns()
+            return
+        if self._state == "plain":
+            self._plain_step()
             return
         last = len(self.step_end_ns) + 1 == self.config.measured_steps
         if last:
@@ -467,14 +485,37 @@ class StepSession:
 
     # -- measured window -------------------------------------------------------------------------
 
+    def _end_warmup(self) -> None:
+        """Warmup is over: the plain window first where one is asked for, else the pass's own window."""
+        cuda_used = self._synchronize()
+        if self._unprofiled_start_ns is not None:
+            self.unprofiled_ns = time.perf_counter_ns() - self._unprofiled_start_ns
+            self.unprofiled_steps = self.steps_seen - 1
+        if self.config.plain_steps and (cuda_used or self.config.plain_on_cpu):
+            # Before the collector starts, not after it stops: torch.profiler's CUPTI subscription can
+            # outlive profiler.stop() (without cuptiFinalize, training ran 10-20% slower after profiling:
+            # pytorch/pytorch#146604), while before start() no collector is loaded at all.
+            self.plain_started = True
+            self._state = "plain"
+            self._plain_start_ns = time.perf_counter_ns()
+            return
+        self._start_window()
+
+    def _plain_step(self) -> None:
+        last = len(self.plain_end_ns) + 1 == self.config.plain_steps
+        if last:
+            self._synchronize()  # the window covers its last step's device work, as the measured one does
+        self.plain_end_ns.append(time.perf_counter_ns() - self._plain_start_ns)
+        self._progress(f"plain window step {len(self.plain_end_ns)}/{self.config.plain_steps} (no collector)",
+                       force=last)
+        if last:
+            self._start_window()
+
     def _start_window(self) -> None:
         import torch
 
         # Synchronize at the window's edges only: a per-step sync would change what is measured.
         cuda_used = self._synchronize()
-        if self._unprofiled_start_ns is not None:
-            self.unprofiled_ns = time.perf_counter_ns() - self._unprofiled_start_ns
-            self.unprofiled_steps = self.steps_seen - 1
         if cuda_used:
             torch.cuda.reset_peak_memory_stats()
         self._start_collection()
@@ -615,6 +656,8 @@ class StepSession:
             "unprofiled_steps": self.unprofiled_steps,
             "unprofiled_step_time_ms": (self.unprofiled_ns / self.unprofiled_steps / 1e6
                                         if self.unprofiled_steps and self.unprofiled_ns else None),
+            "plain_window": self._plain_window(),
+            "compile_cache": _compile_cache_counts(),
             "cuda_available": torch.cuda.is_available(),
             "device_name": device_name,
             "peak_memory_bytes": peak_memory,  # since the window started (reset there)
@@ -627,6 +670,40 @@ class StepSession:
             "nvtx_domains": self._step_ranges.uses_domain if config.pass_name in NVTX_PASSES else None,
             "warnings": self.warnings,
         }
+
+    def _plain_window(self) -> dict | None:
+        """The plain window's record (inject.json plain_window): None where none was started; a window
+        the script's end cut short keeps its complete steps but no step time (no device sync closed it)."""
+        if not self.plain_started:
+            return None
+        steps = len(self.plain_end_ns)
+        complete = steps == self.config.plain_steps
+        return {"requested_steps": self.config.plain_steps, "measured_steps": steps, "complete": complete,
+                "step_end_ns": self.plain_end_ns,
+                "window_ns": self.plain_end_ns[-1] if complete else None,
+                "step_time_ms": self.plain_end_ns[-1] / steps / 1e6 if complete else None}
+
+
+# torch._dynamo's counters of the compile caches that let a later pass of the same run skip compiling
+# (hybrid.orchestrate points every pass at one run-private cache).
+COMPILE_CACHE_COUNTERS = {
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
+}
+
+
+def _compile_cache_counts() -> dict[str, float] | None:
+    """Hits and misses of the FX graph and AOTAutograd caches in this process; None when dynamo never ran."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")
+    if dynamo_utils is None:
+        return None
+    counts: dict[str, float] = {name: int(dynamo_utils.counters.get(group, {}).get(name, 0))
+                                for group, names in COMPILE_CACHE_COUNTERS.items() for name in names}
+    if not any(counts.values()):
+        return None
+    # Seconds dynamo spent compiling frames, cache loads included (its own timer).
+    counts["compile_s"] = round(sum(dynamo_utils.compilation_time_metrics.get("_compile.compile_inner", [])), 3)
+    return counts
 
 
 def _graph_breaks() -> list[dict]:

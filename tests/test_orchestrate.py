@@ -43,7 +43,16 @@ class FakeProcess:
         out = Path(inner[inner.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
         inject = json.loads((H200_RUN / pass_name / "inject.json").read_text()) if pass_name != "plain" else {}
-        inject.update(outcome="step_limit", exit_code=0, cuda_available=True, measured_steps=3, steps_seen=5)
+        measured = int(inner[inner.index("--steps") + 1])
+        inject.update(outcome="step_limit", exit_code=0, cuda_available=True, measured_steps=measured,
+                      steps_seen=4 + measured, warmup_dropped=4)
+        if "--plain-steps" in inner:
+            # The real injector times these steps before torch.profiler starts (tests/test_cost_windows.py).
+            plain = int(inner[inner.index("--plain-steps") + 1])
+            inject["plain_window"] = {"requested_steps": plain, "measured_steps": plain, "complete": True,
+                                      "step_end_ns": [2_000_000 * (i + 1) for i in range(plain)],
+                                      "window_ns": 2_000_000 * plain, "step_time_ms": 2.0}
+            inject["steps_seen"] += plain
         (out / "inject.json").write_text(json.dumps(inject))
         if pass_name == "nsys":
             shutil.copy(H200_RUN / "nsys" / "profile.sqlite", out / "profile.sqlite")
@@ -81,16 +90,15 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     out = tmp_path / "run"
     Orchestrator(Target([str(script), "--lr", "0.1"]), RunOptions(out_dir=out, mode="hybrid", warmup=2, steps=3,
                                                                     nvtx_modules=True)).run()
-    torch_argv, plain_argv, nsys_argv, ncu_argv = patched.calls
+    torch_argv, nsys_argv, ncu_argv = patched.calls
 
-    def inject(pass_name: str, steps: int, modules: bool) -> list[str]:
+    def inject(pass_name: str, steps: int, modules: bool, warmup: int = 2, more: tuple[str, ...] = ()) -> list[str]:
         return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out / pass_name),
-                "--warmup", "2", "--steps", str(steps), *(["--nvtx-modules"] if modules else []),
+                "--warmup", str(warmup), *more, "--steps", str(steps), *(["--nvtx-modules"] if modules else []),
                 "--", str(script), "--lr", "0.1"]
 
-    assert torch_argv == inject("torch", 3, False)
-    # The torch pass was cheap: a short plain pass follows it, the reference for collector overhead.
-    assert plain_argv == inject("plain", 3, False)
+    # The plain reference is a window of the torch pass's process, timed before torch.profiler starts.
+    assert torch_argv == inject("torch", 3, False)[:-4] + ["--plain-steps", "10", "--", str(script), "--lr", "0.1"]
     # Python sampling (--callsites python, the default): the report is exported apart, with its payloads.
     assert nsys_argv == [
         str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
@@ -107,9 +115,14 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     rest = ncu_argv[len(prefix) + 1:]
     assert rest == ["--kernel-name-base", "function", "--kernel-name", ncu.kernel_name_filter(selected),
                     "--profile-from-start", "off",
-                    "--filter-mode", "per-launch-config", "--launch-count", "1", *inject("ncu", 1, True)]
+                    "--filter-mode", "per-launch-config", "--launch-count", "1",
+                    # The warmup the nsys pass dropped, exactly: ncu does not wait for steps to settle again.
+                    *inject("ncu", 1, True, warmup=4, more=("--fixed-warmup",))]
     run = json.loads((out / "run.json").read_text())
-    assert [p["name"] for p in run["passes"]] == ["torch", "plain", "nsys", "ncu"]
+    assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch"),
+                                                                  ("nsys", None), ("ncu", None)]
+    assert run["passes"][1]["step_time_ms"] == 2.0 and run["passes"][1]["wall_s"] == 0.02
+    assert run["ncu_plan"] is None or run["ncu_plan"]["run"]  # --mode hybrid runs every pass
     assert (out / "nsys" / "command.txt").read_text().startswith(str(NSYS))
 
 
@@ -119,7 +132,7 @@ def test_missing_nsys_falls_back_in_auto_and_fails_in_nsys_mode(patched, monkeyp
     script.write_text("pass\n")
     auto = Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "auto", mode="auto", steps=3))
     auto.run()
-    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "plain"]  # no Nsight pass ran
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch"]  # no Nsight pass ran
     assert any("nsys) was not found" in reason for reason in auto.mode_reasons)
     with pytest.raises(ProfilerError) as failed:
         Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
@@ -127,20 +140,43 @@ def test_missing_nsys_falls_back_in_auto_and_fails_in_nsys_mode(patched, monkeyp
     assert failed.value.exit_code == 4
 
 
-def test_plain_pass_runs_first_with_baseline_and_not_after_an_expensive_torch_pass(patched, monkeypatch, tmp_path):
+def test_plain_reference_is_a_window_of_the_torch_pass_or_a_pass_of_its_own(patched, monkeypatch, tmp_path):
     monkeypatch.setattr(nsys, "find_nsys", lambda: None)
     script = tmp_path / "train.py"
     script.write_text("pass\n")
 
     runs = iter(range(100))  # a fresh run directory each time: hybrid never reuses one
 
-    def passes(**options) -> list[str]:
+    def passes(**options) -> list[tuple[str, str, str | None]]:
         patched.calls = []
         Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / f"run{next(runs)}", steps=30,
                                                        **options)).run()
-        return [(c[c.index("--pass") + 1], c[c.index("--steps") + 1]) for c in patched.calls]
+        return [(c[c.index("--pass") + 1], c[c.index("--steps") + 1],
+                 c[c.index("--plain-steps") + 1] if "--plain-steps" in c else None) for c in patched.calls]
 
-    assert passes(baseline=True) == [("plain", "30"), ("torch", "30")]
-    assert passes() == [("torch", "30"), ("plain", str(orchestrate.SHORT_PLAIN_STEPS))]
+    # --baseline: a plain pass of its own over every step, and no window in the torch pass.
+    assert passes(baseline=True) == [("plain", "30", None), ("torch", "30", None)]
+    assert passes() == [("torch", "30", str(orchestrate.SHORT_PLAIN_STEPS))]
+    # A torch pass without its window (the injector ran none): a short plain pass, if the torch pass was cheap.
+    monkeypatch.setattr(Orchestrator, "plain_window_steps", 0)
+    assert passes() == [("torch", "30", None), ("plain", str(orchestrate.SHORT_PLAIN_STEPS), None)]
     monkeypatch.setattr(orchestrate, "CHEAP_PLAIN_PASS_S", -1.0)
-    assert passes(mode="auto") == [("torch", "30")]
+    assert passes(mode="auto") == [("torch", "30", None)]
+
+
+def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, tmp_path):
+    # simple_cnn b64 on the H200 is launch-bound: the analysis of its torch and nsys passes bounds what
+    # faster kernels save below the primary finding, so --mode auto leaves ncu out and says why.
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    out = tmp_path / "run"
+    orchestrator = Orchestrator(Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3))
+    orchestrator.run()
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "nsys"]
+    run = json.loads((out / "run.json").read_text())
+    ncu_pass = next(p for p in run["passes"] if p["name"] == "ncu")
+    assert ncu_pass["status"] == "skipped" and ncu_pass["wall_s"] == 0.0
+    assert not run["ncu_plan"]["run"] and "counters cannot change the primary" in run["ncu_plan"]["reason"]
+    assert ncu_pass["contributed"] == run["ncu_plan"]["reason"]
+    assert any(r.startswith("ncu pass skipped: faster kernels could save at most") and r.endswith(
+        "--mode hybrid runs it") for r in run["mode_reasons"])

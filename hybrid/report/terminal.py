@@ -372,9 +372,12 @@ def _views(results: dict, location: str | None) -> list[Text]:
 
 def _pass_part(item: dict) -> str:
     part = str(item.get("name"))
+    if item.get("process"):
+        part += f" in the {item['process']} process"  # a window of another pass's process (the plain window)
     if item.get("status") != "ok":
         part += f" {item.get('status')}"
-    details = [format_value(item["wall_s"], "s")] if item.get("wall_s") is not None else []
+    details = [format_value(item["wall_s"], "s")] if item.get("wall_s") is not None and item.get(
+        "status") != "skipped" else []
     step = item.get("step_time_ms")
     if item.get("name") == "ncu" and step is not None:
         # ncu serializes and replays each profiled kernel: its step time says what the pass cost, not how

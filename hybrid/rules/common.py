@@ -16,6 +16,10 @@ def counters_advice(ctx: Context) -> list[Suggestion]:
     """How to get hardware counters, from how this run's ncu pass went: rerunning with --mode hybrid is
     advice only for a run whose ncu pass did not run."""
     status = ctx.pass_status.get("ncu")
+    if status == "skipped":
+        return [Suggestion("Rerun with `--mode hybrid` to measure them anyway",
+                           "this run skipped the ncu pass: faster kernels could not save as much as its primary "
+                           "finding (results.json passes: ncu)")]
     if status == "ok":
         return [Suggestion("Profile these kernels with ncu: raise --ncu-kernels, or read the rank ncu ran on "
                            "(`hybrid report RUN_DIR --rank K`)",

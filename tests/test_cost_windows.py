@@ -1,0 +1,154 @@
+"""What a diagnosis costs (issue 21), on the CPU with real subprocesses: the plain reference is a window
+of the torch pass's process, timed before torch.profiler starts; a script too short for that window gets
+its torch pass again without it; every pass of a run shares one compile cache, so a torch.compile'd
+script compiles once; and the ncu pass runs only where counters can change the diagnosis (decided on
+committed H200 captures without their counters)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid.ncu_pass import plan_ncu
+from hybrid.nsys_pass import load_nsys_export
+from hybrid.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
+from hybrid.pipeline import analyze_run_dir
+from hybrid.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+class CpuPlainWindow(Orchestrator):
+    """The orchestrator as it runs on a GPU workload: the plain window is timed on the CPU too (the
+    injector's --plain-on-cpu), which hybrid otherwise leaves out where there is no GPU timeline."""
+
+    def inject_flags(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
+        flags = super().inject_flags(pass_name, steps=steps, whole_run=whole_run)
+        return ["--plain-on-cpu", *flags] if "--plain-steps" in flags else flags
+
+
+def _trace_names(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return [event.get("name", "") for event in json.load(handle)["traceEvents"]]
+
+
+def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
+    out = tmp_path / "torch"
+    done = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "torch", "--out", str(out),
+                           "--warmup", "2", "--steps", "4", "--plain-steps", "3", "--plain-on-cpu", "--",
+                           str(SCRIPTS / "steady_steps.py"), "60"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    inject = json.loads((out / "inject.json").read_text())
+    window = inject["plain_window"]
+    assert window["complete"] and window["measured_steps"] == 3 and len(window["step_end_ns"]) == 3
+    # Steps sleep 50 ms: the window's mean is that or a little more on a loaded box, never less.
+    assert 45 <= window["step_time_ms"] <= 500
+    assert inject["measured_steps"] == 4
+    assert inject["steps_seen"] == inject["warmup_dropped"] + 3 + 4
+    # The profiler saw the measured steps only: one matmul a step, none of the plain window's three.
+    names = _trace_names(out / "trace.json")
+    assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [f"ProfilerStep#{i}" for i in range(4)]
+    assert names.count("aten::mm") == 4
+    assert "torch plain window step 3/3 (no collector)" in done.stdout
+
+
+def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
+    out = tmp_path / "run"
+    orchestrator = CpuPlainWindow(Target([str(SCRIPTS / "steady_steps.py"), "60"]),
+                                  RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
+    orchestrator.run()
+    run = json.loads((out / "run.json").read_text())
+    assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch")]
+    plain = run["passes"][1]
+    window = json.loads((out / "torch" / "inject.json").read_text())["plain_window"]
+    assert plain["step_time_ms"] == window["step_time_ms"] and plain["wall_s"] == round(window["window_ns"] / 1e9, 3)
+    assert "without a collector" in plain["contributed"]
+    assert not (out / "plain").exists()  # no process of its own
+    results = analyze_run_dir(out)
+    rows = {row["name"]: row for row in results["passes"]}
+    assert rows["plain"]["process"] == "torch"
+    # The reference the collector's overhead is measured against: the torch pass's own plain steps.
+    expected = 100.0 * (rows["torch"]["step_time_ms"] / rows["plain"]["step_time_ms"] - 1.0)
+    assert rows["torch"]["overhead_pct"] == pytest.approx(expected, abs=0.1)
+
+
+def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_without_it(tmp_path):
+    # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes up
+    # short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).
+    out = tmp_path / "run"
+    orchestrator = CpuPlainWindow(Target([str(SCRIPTS / "steady_steps.py"), "14"]),
+                                  RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
+    orchestrator.run()
+    run = json.loads((out / "run.json").read_text())
+    assert [p["name"] for p in run["passes"]] == ["torch"]  # the second torch pass replaced the first
+    assert "--plain-steps" not in run["passes"][0]["command"]
+    inject = json.loads((out / "torch" / "inject.json").read_text())
+    warmup = run["fixed_warmup"]["warmup"]
+    assert warmup >= 10 and inject["plain_window"] is None
+    assert inject["measured_steps"] == min(4, 14 - warmup) and inject["warmup_dropped"] == warmup
+    assert "too few for the plain window" in run["fixed_warmup"]["reason"]
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor on the CPU needs a C++ compiler")
+def test_every_pass_of_a_run_shares_one_compile_cache(tmp_path, monkeypatch):
+    for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+                     "TORCHINDUCTOR_AUTOGRAD_CACHE"):
+        monkeypatch.delenv(variable, raising=False)
+    out = tmp_path / "run"
+    # --baseline: a plain pass of its own, then the torch pass: two processes compiling the same model.
+    Orchestrator(Target([str(SCRIPTS / "compiled_steps.py"), "30"]),
+                 RunOptions(out_dir=out, mode="torch", warmup=2, steps=3, baseline=True)).run()
+    run = json.loads((out / "run.json").read_text())
+    caches = {p["name"]: p["compile_cache"] for p in run["passes"]}
+    assert caches["plain"]["fxgraph_cache_miss"] >= 1 and caches["plain"]["fxgraph_cache_hit"] == 0
+    assert caches["torch"]["fxgraph_cache_hit"] >= 1 and caches["torch"]["fxgraph_cache_miss"] == 0
+    # Loading what the first pass compiled costs a fraction of compiling it (35 s vs 4.6 s for a small MLP).
+    assert caches["torch"]["compile_s"] < caches["plain"]["compile_s"]
+    assert not (out / COMPILE_CACHE_DIR).exists()  # run-private, removed when the passes end
+
+
+def test_a_compile_cache_the_user_chose_is_left_as_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    env = Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "run"))._env()
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "run" / COMPILE_CACHE_DIR / "triton")
+    assert env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
+
+
+def _plan_without_counters(capture: str, tmp_path: Path):
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / capture, run)
+    shutil.rmtree(run / "ncu")
+    for old in run.glob("results*.json"):
+        old.unlink()
+    return plan_ncu(analyze_run_dir(run), load_nsys_export(RunDir(run).nsys_export()), forced=False)
+
+
+@pytest.mark.parametrize(("capture", "runs", "why"), [
+    # Host-bound: the GPU waits for launches, so no kernel speed-up can save what launch.bound does.
+    ("runs/h200-resnet50-default", False, "less than the primary finding launch.bound"),
+    ("planted/sync_item_per_microstep/run", False, "less than the primary finding cpu.preprocessing"),
+    # The timeline's roofline finding is an estimate the counters measure (they make it memory.uncoalesced).
+    ("planted/mem_random_gather/run", True, "counters measure what roofline.low_efficiency estimates"),
+    # FP32 GEMMs take the step: faster kernels could save more than the primary finding.
+    ("planted/tc_fp32_no_tf32/run", True, "at least the primary finding tensor.fp32_gemm"),
+])
+def test_ncu_runs_only_where_counters_can_change_the_primary(capture, runs, why, tmp_path):
+    plan = _plan_without_counters(capture, tmp_path)
+    assert plan.run is runs
+    assert why in plan.reason
+    if not runs:
+        assert "counters cannot change the primary" in plan.reason and plan.headroom_ms is not None
