@@ -6,7 +6,8 @@ benchmarks/results/cost.json row with each pass's wall time from the run's run.j
 decided and the diagnosis' answers (primary, severities, savings). `collect` gathers the rows of unpacked
 job folders into cost.json and checks each against its goal.
 
-  python benchmarks/cost_bench.py measure --name resnet50 --out $RUN --plain "python3 -m hybrid.models resnet50 ..." \\
+  python benchmarks/cost_bench.py measure --name resnet50 --out $RUN \\
+      --plain "python3 -m hybrid.models resnet50 ..." \\
       --diagnose "python3 -m hybrid diagnose --model resnet50 --out $RUN/run --quiet"
   python benchmarks/cost_bench.py collect JOB_DIR... > benchmarks/results/cost.json
 
@@ -46,7 +47,8 @@ def _answers(run_dir: Path) -> dict:
     return {"mode": results.get("mode"),
             "primary": primary.get("id") if isinstance(primary, dict) else primary,
             "findings": [{"id": f.get("id"), "severity": f.get("severity"),
-                          "time_lost_ms": f.get("time_lost_ms"), "time_lost_baseline_ms": f.get("time_lost_baseline_ms")}
+                          "time_lost_ms": f.get("time_lost_ms"),
+                          "time_lost_baseline_ms": f.get("time_lost_baseline_ms")}
                          for f in diagnosis.get("bottlenecks") or [] if not f.get("not_measured")]}
 
 
@@ -62,8 +64,9 @@ def measure(args: argparse.Namespace) -> int:
         "workload": args.name, "gpu": args.gpu, "compiled": args.compiled, "plain_s": plain_s,
         "diagnose_s": diagnose_s, "passes": passes, "goal": args.goal,
         "plain_rc": plain_rc, "diagnose_rc": diagnose_rc,
-        "pass_detail": [{k: p.get(k) for k in ("name", "status", "wall_s", "process", "step_time_ms", "compile_cache",
-                                              "contributed")} for p in run_json.get("passes") or []],
+        "pass_detail": [{k: p.get(k) for k in ("name", "status", "wall_s", "process", "step_time_ms",
+                                              "compile_cache", "contributed")}
+                        for p in run_json.get("passes") or []],
         "collection_s": run_json.get("collection_s"), "ncu_plan": run_json.get("ncu_plan"),
         "plain_command": args.plain, "diagnose_command": args.diagnose, "answers": _answers(run_dir),
     }
@@ -98,7 +101,7 @@ def main() -> int:
     run.add_argument("--name", required=True)
     run.add_argument("--out", required=True, help="job folder; the diagnosis must write its run to OUT/run")
     run.add_argument("--plain", required=True, help="the workload's own command")
-    run.add_argument("--diagnose", required=True, help="the diagnosis command (hybrid diagnose/run --out OUT/run)")
+    run.add_argument("--diagnose", required=True, help="the diagnosis (hybrid diagnose/run --out OUT/run)")
     run.add_argument("--gpu", default="NVIDIA H200")
     run.add_argument("--compiled", action="store_true", help="the workload calls torch.compile")
     run.add_argument("--goal", default="any", choices=("any", "make-diagnose-defaults"))

@@ -193,7 +193,6 @@ def _fail_on(results: dict, fail_on: Severity | None) -> None:
 def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: bool, quiet: bool,
                         include_paths: bool, fail_on: Severity | None, model: str | None = None) -> None:
     from hybrid.orchestrate import Orchestrator
-    from hybrid.pipeline import analyze_run_dir
     from hybrid.progress import progress_view
 
     orchestrator = Orchestrator(target, options)
@@ -210,7 +209,7 @@ def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: 
             _stderr(f"terminated: {stop}: the workload's process group was sent {stop.name} and stopped; "
                     f"partial run kept in {orchestrator.run_dir.path}")
             raise typer.Exit(stop.exit_code) from None
-    results = analyze_run_dir(orchestrator.run_dir.path)
+    results = orchestrator.results()
     _emit(results, run_dir=orchestrator.run_dir.path, as_json=as_json, html=html, verbose=verbose,
           include_paths=include_paths, fail_on=fail_on)
 

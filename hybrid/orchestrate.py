@@ -214,6 +214,8 @@ class Orchestrator:
         # The warmup the nsys pass dropped once its step times settled: the ncu pass drops exactly as many
         # instead of waiting for steps that ncu's launch interception slows to settle again.
         self._ncu_warmup: int | None = None
+        # The torch and nsys profiles (and load notes) the ncu plan analyzed, for results() to reuse.
+        self._loaded: tuple[Profile | None, Profile, list[str]] | None = None
         self._child: subprocess.Popen | None = None
 
     # -- planning ---------------------------------------------------------------------------------
@@ -488,7 +490,8 @@ class Orchestrator:
                   "(the torch pass was run a second time to measure them)")
         self.mode_reasons.append(reason)
         self.run_dir.update_run_json(fixed_warmup={"warmup": self.fixed_warmup, "reason": reason})
-        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps, whole_run=False),
+        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps,
+                                                              whole_run=False),
                                    note=f"again, measuring the script's last {measured} steps")
 
     def _record_plain_window(self, torch_result: PassResult) -> None:
@@ -614,39 +617,61 @@ class Orchestrator:
             chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
         return len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]))
 
-    def _ncu_plan(self, profile: Profile) -> NcuPlan:
-        """Whether counters can change this run's diagnosis: decided on the analysis of what the torch and
-        nsys passes measured (about 2 s for resnet50 on 2 loaded cores), in --mode auto only."""
+    def _ncu_plan(self, profile: Profile, analysis: dict | None, candidates: list[str]) -> NcuPlan:
+        """Whether counters can change this run's diagnosis, and on which kernels (--mode auto only)."""
         from hybrid.ncu_pass import NcuPlan, plan_ncu
-        from hybrid.pipeline import analyze_run_dir
 
-        if self.options.mode == "hybrid":
-            return NcuPlan(True, "--mode hybrid runs every pass")
+        if analysis is None:
+            return NcuPlan(True, "the run could not be analyzed before the ncu pass")
+        try:
+            return plan_ncu(analysis, profile, candidates, forced=False)
+        except Exception as error:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
+            return NcuPlan(True, f"the plan failed ({type(error).__name__}: {error})")
+
+    def _analyze_before_ncu(self) -> tuple[Profile, dict | None]:
+        """The nsys profile, and the analysis of the torch and nsys passes the ncu plan rests on (about 2 s
+        for resnet50 on 2 loaded cores). The profiles loaded for it are kept: the run's final analysis reuses
+        them when no counters come after them (results())."""
+        from copy import deepcopy
+
+        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.pipeline import analyze_artifacts, load_run_dir
+
         self.progress("ncu", "start", "deciding whether counters can change the diagnosis")
         try:
-            analysis = analyze_run_dir(self.run_dir.path)
-            plan = plan_ncu(analysis, profile, forced=False)
-        except Exception as error:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
-            plan = NcuPlan(True, f"the run could not be analyzed before it ({type(error).__name__}: {error})")
-        self.progress("ncu", "end", "counters can change the diagnosis: ncu runs" if plan.run
-                      else "skipped: counters cannot change the primary finding")
-        return plan
+            notes: list[str] = []
+            run, torch_profile, nsys_profile, _ = load_run_dir(self.run_dir.path, notes=notes)
+            if nsys_profile is None:
+                raise ProfilerError("the nsys export has no kernels", "")
+            analysis = analyze_artifacts(run, deepcopy(torch_profile), deepcopy(nsys_profile), None,
+                                         notes=list(notes))
+        except Exception:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
+            return load_nsys_export(self.run_dir.nsys_export()), None
+        self._loaded = (torch_profile, deepcopy(nsys_profile), notes)
+        return nsys_profile, analysis
+
+    def results(self) -> dict:
+        """The run's analysis (results.json); it reuses the profiles loaded for the ncu plan where no counters
+        came after them (resnet50 b32 on 2 loaded cores: 2.5 s of loading saved)."""
+        from hybrid.pipeline import analyze_artifacts, analyze_run_dir
+
+        loaded, self._loaded = self._loaded, None
+        if loaded is None or any(p.name == "ncu" and p.status != "skipped" for p in self.passes):
+            return analyze_run_dir(self.run_dir.path)
+        torch_profile, nsys_profile, notes = loaded
+        return analyze_artifacts(RunDir.open(self.run_dir.path), torch_profile, nsys_profile, None,
+                                 notes=notes)
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.ncu_pass import select_kernels
         from hybrid.nsys_pass import load_nsys_export
         from nsight import ncu, ncu_metrics
 
-        profile = load_nsys_export(self.run_dir.nsys_export())
-        plan = self._ncu_plan(profile) if not stepless else None
-        if plan is not None:
-            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason,
-                                                   "headroom_ms": plan.headroom_ms})
-            if not plan.run:
-                self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
-                self._record(PassResult(name="ncu", status="skipped", contributed=plan.reason,
-                                        message="counters cannot change the primary"))
-                return
+        planned = self.options.mode != "hybrid" and not stepless
+        if planned:
+            profile, analysis = self._analyze_before_ncu()
+        else:
+            profile, analysis = load_nsys_export(self.run_dir.nsys_export()), None
         kernel_names = select_kernels(profile.kernels, coverage=self.options.ncu_coverage,
                                       cap=self.options.ncu_kernels)
         if not kernel_names:
@@ -655,6 +680,21 @@ class Orchestrator:
                                                         "check that the workload launches CUDA kernels in its "
                                                         "measured steps, in the process hybrid started"))
             return
+        if planned:
+            plan = self._ncu_plan(profile, analysis, kernel_names)
+            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason, "kernels": plan.kernel_names,
+                                                   "headroom_ms": plan.headroom_ms})
+            self.progress("ncu", "end", "counters can change the diagnosis: ncu runs" if plan.run
+                          else "skipped: counters cannot change the primary finding")
+            if not plan.run:
+                self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
+                self._record(PassResult(name="ncu", status="skipped", contributed=plan.reason,
+                                        message="counters cannot change the primary"))
+                return
+            if plan.kernel_names:
+                self.mode_reasons.append(f"ncu pass on {len(plan.kernel_names)} of {len(kernel_names)} "
+                                         f"selected kernels: {plan.reason}")
+                kernel_names = plan.kernel_names
         self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
         nsys_dropped = (self.run_dir.read_inject("nsys") or {}).get("warmup_dropped")
         if isinstance(nsys_dropped, int) and nsys_dropped >= self.options.warmup and not stepless:

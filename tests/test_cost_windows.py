@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.ncu_pass import plan_ncu
+from hybrid.ncu_pass import KernelHeadroom, plan_ncu, select_kernels
 from hybrid.nsys_pass import load_nsys_export
 from hybrid.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
 from hybrid.pipeline import analyze_run_dir
@@ -57,7 +57,8 @@ def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
     assert inject["steps_seen"] == inject["warmup_dropped"] + 3 + 4
     # The profiler saw the measured steps only: one matmul a step, none of the plain window's three.
     names = _trace_names(out / "trace.json")
-    assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [f"ProfilerStep#{i}" for i in range(4)]
+    steps = sorted(n for n in names if n.startswith("ProfilerStep#"))
+    assert steps == [f"ProfilerStep#{i}" for i in range(4)]
     assert names.count("aten::mm") == 4
     assert "torch plain window step 3/3 (no collector)" in done.stdout
 
@@ -71,7 +72,8 @@ def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
     assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch")]
     plain = run["passes"][1]
     window = json.loads((out / "torch" / "inject.json").read_text())["plain_window"]
-    assert plain["step_time_ms"] == window["step_time_ms"] and plain["wall_s"] == round(window["window_ns"] / 1e9, 3)
+    assert plain["step_time_ms"] == window["step_time_ms"]
+    assert plain["wall_s"] == round(window["window_ns"] / 1e9, 3)
     assert "without a collector" in plain["contributed"]
     assert not (out / "plain").exists()  # no process of its own
     results = analyze_run_dir(out)
@@ -83,8 +85,8 @@ def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
 
 
 def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_without_it(tmp_path):
-    # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes up
-    # short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).
+    # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes
+    # up short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).
     out = tmp_path / "run"
     orchestrator = CpuPlainWindow(Target([str(SCRIPTS / "steady_steps.py"), "14"]),
                                   RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
@@ -99,7 +101,8 @@ def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_witho
     assert "too few for the plain window" in run["fixed_warmup"]["reason"]
 
 
-@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor on the CPU needs a C++ compiler")
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")),
+                    reason="inductor on the CPU needs a C++ compiler")
 def test_every_pass_of_a_run_shares_one_compile_cache(tmp_path, monkeypatch):
     for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
                      "TORCHINDUCTOR_AUTOGRAD_CACHE"):
@@ -134,7 +137,8 @@ def _plan_without_counters(capture: str, tmp_path: Path):
     shutil.rmtree(run / "ncu")
     for old in run.glob("results*.json"):
         old.unlink()
-    return plan_ncu(analyze_run_dir(run), load_nsys_export(RunDir(run).nsys_export()), forced=False)
+    profile = load_nsys_export(RunDir(run).nsys_export())
+    return plan_ncu(analyze_run_dir(run), profile, select_kernels(profile.kernels), forced=False)
 
 
 @pytest.mark.parametrize(("capture", "runs", "why"), [
@@ -152,3 +156,22 @@ def test_ncu_runs_only_where_counters_can_change_the_primary(capture, runs, why,
     assert why in plan.reason
     if not runs:
         assert "counters cannot change the primary" in plan.reason and plan.headroom_ms is not None
+
+
+def test_ncu_profiles_only_the_kernels_whose_counters_can_change_the_primary(tmp_path):
+    # tc_fp32_no_tf32: one FP32 GEMM takes most of the step. Faster kernels could outsave the primary finding,
+    # so ncu runs, but on that GEMM alone: every other kernel at zero time would still save less.
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "planted/tc_fp32_no_tf32/run", run)
+    shutil.rmtree(run / "ncu")
+    profile = load_nsys_export(RunDir(run).nsys_export())
+    candidates = select_kernels(profile.kernels)
+    analysis = analyze_run_dir(run)
+    plan = plan_ncu(analysis, profile, candidates, forced=False)
+    assert plan.run and plan.kernel_names == candidates[:1] and len(candidates) > 1
+    primary_ms = analysis["diagnosis"]["primary_bottleneck"]["time_lost_ms"]
+    headroom = KernelHeadroom(profile)
+    assert headroom.saved_ms(keep=plan.kernel_names) < primary_ms <= headroom.saved_ms()
+    assert f"ncu profiles the 1 largest kernels, as the others at zero time would save " \
+           f"{headroom.saved_ms(keep=plan.kernel_names):.2f} ms" in plan.reason
+    assert plan_ncu(analysis, profile, candidates, forced=True).kernel_names is None  # --mode hybrid: all

@@ -122,7 +122,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch"),
                                                                   ("nsys", None), ("ncu", None)]
     assert run["passes"][1]["step_time_ms"] == 2.0 and run["passes"][1]["wall_s"] == 0.02
-    assert run["ncu_plan"] is None or run["ncu_plan"]["run"]  # --mode hybrid runs every pass
+    assert "ncu_plan" not in run  # --mode hybrid runs every pass: no plan
     assert (out / "nsys" / "command.txt").read_text().startswith(str(NSYS))
 
 
@@ -180,3 +180,11 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     assert ncu_pass["contributed"] == run["ncu_plan"]["reason"]
     assert any(r.startswith("ncu pass skipped: faster kernels could save at most") and r.endswith(
         "--mode hybrid runs it") for r in run["mode_reasons"])
+    # The final analysis reuses the profiles the plan loaded: the same document as re-reading the directory.
+    from hybrid.pipeline import analyze_run_dir
+
+    reused, reread = orchestrator.results(), analyze_run_dir(out)
+    assert reused["diagnosis"]["primary_bottleneck"] == reread["diagnosis"]["primary_bottleneck"]
+    assert reused["diagnosis"]["bottlenecks"] == reread["diagnosis"]["bottlenecks"]
+    assert reused["passes"] == reread["passes"] and reused["warnings"] == reread["warnings"]
+    assert [p["status"] for p in reused["passes"] if p["name"] == "ncu"] == ["skipped"]
