@@ -79,15 +79,16 @@ def merge_runs(segments: pd.DataFrame) -> pd.DataFrame:
     """Adjacent segments of one step with the same state, cause and event joined into one."""
     if segments.empty:
         return segments
-    seg = segments.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    same = np.zeros(len(seg), bool)
-    if len(seg) > 1:
-        same[1:] = seg["start_ns"].to_numpy()[1:] == seg["end_ns"].to_numpy()[:-1]
+    # Compared as integer codes in time order; only the first segment of each run is taken from the frame.
+    order = np.argsort(segments["start_ns"].to_numpy(), kind="stable")
+    same = np.zeros(len(order), bool)
+    if len(order) > 1:
+        same[1:] = segments["start_ns"].to_numpy()[order][1:] == segments["end_ns"].to_numpy()[order][:-1]
         for column in ("step", "state", "cause", "ref_frame", "ref_row"):
-            values = seg[column]
-            codes = values.cat.codes.to_numpy() if isinstance(values.dtype, pd.CategoricalDtype) \
-                else pd.factorize(values, use_na_sentinel=False)[0]
+            values = segments[column]
+            codes = (values.cat.codes.to_numpy() if isinstance(values.dtype, pd.CategoricalDtype)
+                     else pd.factorize(values, use_na_sentinel=False)[0])[order]
             same[1:] &= codes[1:] == codes[:-1]
     first = np.flatnonzero(~same)
-    ends = seg["end_ns"].to_numpy()[np.r_[first[1:] - 1, len(seg) - 1]]
-    return seg.iloc[first].reset_index(drop=True).assign(end_ns=ends)
+    ends = segments["end_ns"].to_numpy()[order][np.r_[first[1:] - 1, len(order) - 1]]
+    return segments.iloc[order[first]].reset_index(drop=True).assign(end_ns=ends)

@@ -95,21 +95,24 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
     """The busy cause of each row of profile.kernels (positional): communication for collectives, the
     first shortfall that holds for compute kernels, else kernel_no_shortfall (counters read) or
     kernel_unprofiled (none)."""
-    kernels = counters_per_kernel(profile)
+    ncu = profile.extras.get("ncu") or {}
+    # Without counters there is nothing to join (a copy of a million-row frame saved).
+    kernels = counters_per_kernel(profile) if ncu else profile.kernels.reset_index(drop=True)
     n = len(kernels)
     causes = np.full(n, "kernel_unprofiled", dtype=object)
     if n == 0:
         return causes
-    measured = kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool)
+    measured = kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool) if ncu \
+        else np.zeros(n, bool)
 
     def counter(col: str) -> np.ndarray:
         if col not in kernels:
             return np.full(n, np.nan)
         return np.where(measured, kernels[col].to_numpy(float), np.nan)
 
-    rows = pd.Series((profile.extras.get("ncu") or {}).get("kernel_counter_rows", [-1] * n))
-    achieved = counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks).reindex(rows.where(rows >= 0)).to_numpy(float) \
-        if len(rows) == n else np.full(n, np.nan)
+    rows = pd.Series(ncu.get("kernel_counter_rows", []))
+    achieved = counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks).reindex(
+        rows.where(rows >= 0)).to_numpy(float) if len(rows) == n else np.full(n, np.nan)
     achieved = np.where(measured, achieved, np.nan)
     precision = kernel_precisions(profile, kernels, peaks)
     blocks = (kernels["grid_x"] * kernels["grid_y"] * kernels["grid_z"]).to_numpy(np.int64)
