@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from hybrid.hardware import peaks_for
+from hybrid.plausible import drop_implausible_counters
 from hybrid.profile import COUNTER_COLUMNS, Profile, conform, is_communication
 from hybrid.provenance import MEASURED_NCU
 from nsight.ncu import function_base_name, kernel_signature
@@ -254,7 +256,7 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
     metrics.
     """
     parsed = counters if isinstance(counters, NcuCounters) else NcuCounters(frame=counters)
-    frame = conform(parsed.frame, COUNTER_COLUMNS)
+    frame, implausible = drop_implausible_counters(conform(parsed.frame, COUNTER_COLUMNS), peaks_for(profile.device))
     kernels = profile.kernels.reset_index(drop=True)
     rows, levels = _match(kernels, frame) if len(kernels) and len(frame) else (
         [-1] * len(kernels), [MATCH_NONE] * len(kernels))
@@ -272,7 +274,7 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
     missed = durations[in_steps & (level == MATCH_NONE)].groupby(kernels["name"], observed=True).sum()
     missed = missed.sort_values(ascending=False, kind="stable").head(NOT_PROFILED_LISTED)
 
-    warnings = list(profile.warnings)
+    warnings = list(profile.warnings) + implausible
     if total_ns > 0 and covered_pct < LOW_COVERAGE_PCT:
         warnings.append(f"ncu counters cover only {covered_pct:.1f}% of the measured GPU time; "
                         "kernel-level conclusions rest on the profiled kernels (results.json: metrics ncu_*)")

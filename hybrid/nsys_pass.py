@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid import periodicity, settle
+from hybrid.plausible import implausible_rows
 from hybrid.errors import InputError
 from hybrid.files import read_regular_text
 from hybrid.profile import (
@@ -674,6 +675,45 @@ def _analysis_window(export: NsysExport) -> dict | None:
     return {"t0": t0, "t1": t1, "export_kernels": total, "capture_start_ns": first_start}
 
 
+# Without the session's own start and stop (trimmed exports lack ANALYSIS_DETAILS), a record is placed
+# against the host calls' span: it may not start or end more than that span (and a minute) outside it.
+LIMIT_PAD_NS = 60_000_000_000
+
+
+def _capture_limits(export: NsysExport, raw: dict[str, Columns | None]) -> tuple[int, int] | None:
+    """When the capture ran: the session's start and stop, else the host calls' span padded (its extreme
+    call at either end left out, in case that one is the corrupt record); None when nothing tells."""
+    session = export.frame("session")
+    if session is not None and not session.empty and session.notna().all(axis=None):
+        return int(session["start_ns"].iloc[0]), int(session["stop_ns"].iloc[0])
+    calls = raw.get("runtime_calls")
+    if calls is None or len(calls["start_ns"]) < 3:
+        return None
+    starts = np.sort(calls["start_ns"])
+    lo, hi = int(starts[1]), int(starts[-2])
+    pad = (hi - lo) + LIMIT_PAD_NS
+    return lo - pad, hi + pad
+
+
+def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | None, warnings: list[str]) -> None:
+    """Drop the records that cannot be measurements (hybrid.plausible.implausible_rows), naming them."""
+    for name, label in (("runtime_calls", "CUDA API calls"), ("kernels", "kernels"), ("memcpys", "copies"),
+                        ("memsets", "memsets")):
+        columns = raw.get(name)
+        if columns is None or not len(columns["start_ns"]):
+            continue
+        bad = implausible_rows(columns["start_ns"], columns["end_ns"], limits, columns.get("bytes"))
+        if not bad.any():
+            continue
+        first = int(np.flatnonzero(bad)[0])
+        example = f"start {columns['start_ns'][first]}, end {columns['end_ns'][first]}" + (
+            f", {columns['bytes'][first]} bytes" if "bytes" in columns else "")
+        where = f"; the capture ran from {limits[0]} to {limits[1]} ns" if limits else ""
+        warnings.append(f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}{where}): "
+                        "corrupt records in the export, not measurements")
+        raw[name] = _take(columns, np.flatnonzero(~bad))
+
+
 def _window_bounds(window: dict | None) -> tuple[dict, dict, dict]:
     """The :t0/:t1 of the host calls, the device activity and the NVTX ranges read for `window`: host
     calls and ranges from a margin before it (the launches of its first kernels) to a margin after it (the
@@ -725,6 +765,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         # Biggest first: the two workers read kernels and runtime calls side by side.
         raw = export.columns_many({"kernels": device, "runtime_calls": host, "memcpys": device,
                                    "memsets": device, "sync_targets": device})
+        _drop_implausible(raw, _capture_limits(export, raw), warnings)
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _nvtx_ranges(export, ranges)
         raw_kernels = raw.pop("kernels")
