@@ -124,6 +124,13 @@ def make_large_export(kernels: int, out: Path, kernels_per_step: int, template: 
 
 
 def _finish(db: sqlite3.Connection, facts: dict) -> dict:
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'ANALYSIS_DETAILS'").fetchone():
+        # The session now lasts until the last replica's work ends (hybrid drops records outside it).
+        last = max(db.execute(f"SELECT max(end) FROM {table}").fetchone()[0] or 0
+                   for table in (RUNTIME, *DEVICE_TABLES)
+                   if db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone())
+        db.execute("UPDATE ANALYSIS_DETAILS SET stopTime = max(stopTime, ?), "
+                   "duration = max(stopTime, ?) - startTime", (last, last))
     db.commit()
     total = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     db.execute("VACUUM")

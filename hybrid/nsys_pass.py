@@ -695,7 +695,8 @@ def _capture_limits(export: NsysExport, raw: dict[str, Columns | None]) -> tuple
     return lo - pad, hi + pad
 
 
-def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | None, warnings: list[str]) -> None:
+def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | None,
+                      warnings: list[str]) -> None:
     """Drop the records that cannot be measurements (hybrid.plausible.implausible_rows), naming them."""
     for name, label in (("runtime_calls", "CUDA API calls"), ("kernels", "kernels"), ("memcpys", "copies"),
                         ("memsets", "memsets")):
@@ -709,8 +710,8 @@ def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | 
         example = f"start {columns['start_ns'][first]}, end {columns['end_ns'][first]}" + (
             f", {columns['bytes'][first]} bytes" if "bytes" in columns else "")
         where = f"; the capture ran from {limits[0]} to {limits[1]} ns" if limits else ""
-        warnings.append(f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}{where}): "
-                        "corrupt records in the export, not measurements")
+        warnings.append(f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}"
+                        f"{where}): corrupt records in the export, not measurements")
         raw[name] = _take(columns, np.flatnonzero(~bad))
 
 

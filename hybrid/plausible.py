@@ -16,8 +16,8 @@ import pandas as pd
 from hybrid.hardware import Peaks
 
 TOLERANCE = 1.1
-PERCENT_COLUMNS = ("l1_hit_pct", "l2_hit_pct", "tensor_pipe_pct", "sm_throughput_pct", "memory_throughput_pct",
-                   "achieved_occupancy_pct", "theoretical_occupancy_pct")
+PERCENT_COLUMNS = ("l1_hit_pct", "l2_hit_pct", "tensor_pipe_pct", "sm_throughput_pct",
+                   "memory_throughput_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct")
 # Counts that cannot be negative or infinite.
 COUNT_COLUMNS = ("duration_ns", "dram_read_bytes", "dram_write_bytes", "l2_bytes", "fp64_flops", "fp32_flops",
                  "fp16_flops", "tensor_flops", "global_load_sectors_per_request", "sm_clock_hz")
@@ -27,7 +27,8 @@ EXAMPLES = 3
 
 
 def _examples(names: pd.Series, texts: list[str]) -> str:
-    shown = [f"{str(name)[:60]!r} ({text})" for name, text in zip(names[:EXAMPLES], texts[:EXAMPLES], strict=False)]
+    shown = [f"{str(name)[:60]!r} ({text})"
+             for name, text in zip(names[:EXAMPLES], texts[:EXAMPLES], strict=False)]
     more = len(names) - EXAMPLES
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
@@ -83,8 +84,8 @@ def drop_implausible_counters(counters: pd.DataFrame, peaks: Peaks) -> tuple[pd.
                 out.loc[flops, "tensor_flops_by_precision"] = None
     if not found:
         return counters, []
-    return out, [f"implausible ncu counter values dropped (a device cannot produce them; not shown as measured): "
-                 + " | ".join(found)]
+    return out, ["implausible ncu counter values dropped (a device cannot produce them; not shown as "
+                 "measured): " + " | ".join(found)]
 
 
 def implausible_rows(start_ns: np.ndarray, end_ns: np.ndarray, bounds: tuple[int, int] | None,

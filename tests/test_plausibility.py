@@ -40,7 +40,8 @@ def run_counters():
 
 
 def test_committed_captures_are_plausible():
-    for export in [PROBE, *sorted(FIXTURES.glob("bare/*.sqlite")), *sorted(FIXTURES.glob("runs/*/nsys/*.sqlite"))]:
+    exports = [PROBE, *sorted(FIXTURES.glob("bare/*.sqlite")), *sorted(FIXTURES.glob("runs/*/nsys/*.sqlite"))]
+    for export in exports:
         warnings = load_nsys_export(export).warnings
         assert not any("impossible times or sizes" in w for w in warnings), export
     h200 = peaks_for(load_nsys_export(PROBE).device)  # every committed capture ran on the H200
@@ -99,7 +100,8 @@ def test_implausible_counters_are_dropped_and_named(run_profile, run_counters, r
     peaks = peaks_for(run_profile.device)
     if how == "rate":  # `amount` times the device's peak over the kernel's duration
         seconds = run_counters.frame.loc[row, "duration_ns"] / 1e9
-        peak = peaks.dram if column.startswith("dram") else max(v for v in map(peaks.flops, peaks.flops_per_s) if v)
+        fastest = max(v for v in map(peaks.flops, peaks.flops_per_s) if v)
+        peak = peaks.dram if column.startswith("dram") else fastest
         value = amount * peak * seconds
     else:
         value = amount
