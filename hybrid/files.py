@@ -96,10 +96,12 @@ def _keep_existing(target: Path, real: str) -> None:
                       "name another file for the output, or move that one away")
 
 
-def write_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = False) -> Path:
+def write_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = False,
+               cache: bool = False) -> Path:
     """Write `data` to `path` atomically. The temporary file is created exclusively (O_EXCL, O_NOFOLLOW)
     with mode 0666 less the umask, as open() gives; `durable` also fsyncs it before the rename. A file
-    already there that this run did not make is kept as a numbered copy first (see the module).
+    already there that this run did not make is kept as a numbered copy first (see the module), except
+    with `cache`: a file hybrid keeps for itself under ~/.cache, replaced as it is updated.
     Raises OutputError naming the path and the cause (no space, permission, not a directory, an input)."""
     target = Path(os.path.abspath(path))
     check_output(target)
@@ -110,6 +112,8 @@ def write_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = Fa
     except OSError as error:
         raise output_error(target, error) from error
     real = _real(target)
+    if cache:
+        _WRITTEN.add(real)
     _keep_existing(target, real)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)

@@ -4,12 +4,18 @@ words that tell it apart, and its launch configuration (grid, block) as the nsys
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from hybrid.cli import _received
+from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report import short_name
 from hybrid.report.compare import compare_results, render_compare
@@ -98,3 +104,29 @@ def test_identical_names_keep_one_label_and_alike_names_get_numbers():
     twins = ["void f<" + "a" * 80 + ", x>(int)", "void f<" + "a" * 80 + ", x>(long)"]
     labels = distinct_labels(twins, 30)
     assert len(set(labels)) == 2 and all(len(label) <= 40 for label in labels)
+
+
+HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**40), st.floats(allow_nan=True),
+                    st.text(max_size=6),
+                    st.lists(st.one_of(st.integers(-3, 2**33), st.text(max_size=2)), max_size=4))
+
+
+@settings(max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 40, derandomize=True,
+          deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.integers(0, 9),
+                                  st.sampled_from(["grid", "block", "launch_configs", "name"]), HOSTILE),
+                        min_size=1, max_size=6))
+def test_hostile_launch_fields_in_a_received_document_render_or_are_refused(resnet, changes):
+    """Any value in the new launch fields or the names of a received results.json: the terminal report and
+    the comparison render it, or (as the CLI reads a received file) it is exit 2, never a traceback."""
+    document = copy.deepcopy(resnet)
+    for index, field, value in changes:
+        document["top_kernels"][index % len(document["top_kernels"])][field] = value
+        document["roofline"]["kernels"][index % len(document["roofline"]["kernels"])][field] = value
+    try:
+        with _received(Path("results.json")):
+            render_terminal(document, verbose=True, color=False)
+            render_compare(compare_results(resnet, document))
+    except HybridError as error:
+        assert error.exit_code == EXIT_USAGE

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid.files import write_file
+
 CALIBRATION_FILE = "calibration.json"
 CACHE_NAME = "calibration.json"
 # Each timing is the median of this many runs after WARMUP_RUNS, of a loop long enough (at least
@@ -65,11 +67,10 @@ def read_cache(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def _write_json(path: Path, data: dict, *, cache: bool = False) -> None:
+    # hybrid.files: never through a link planted at a fixed temporary name in a received run directory,
+    # and an earlier calibration.json kept as calibration.N.json; the cache is hybrid's own to replace.
+    write_file(path, json.dumps(data, indent=1, sort_keys=True) + "\n", cache=cache)
 
 
 # -- shapes from the torch pass ---------------------------------------------------------------------
@@ -238,7 +239,7 @@ def calibrate(shapes: list[tuple[Shape, float]], device: str = "cuda", cache: Pa
         rows.append({**asdict(shape), "key": shape.key, "share": share, "us": dict(timings)})
     if "pinned_copy_bytes_per_s" not in known:
         known["pinned_copy_bytes_per_s"] = pinned_copy_bytes_per_s(torch, device)
-    _write_json(cache, stored)
+    _write_json(cache, stored, cache=True)
     return {"device": key, "shapes": rows, "pinned_copy_bytes_per_s": known["pinned_copy_bytes_per_s"]}
 
 

@@ -56,8 +56,13 @@ def _change(before: object, after: object, *, percent: bool = False) -> dict:
     return change
 
 
+# No measured step lasts 11.6 days: a larger figure is damage, and would overflow the test's sums of squares.
+MAX_STEP_MS = 1e9
+
+
 def _positive(value: object) -> bool:
-    return _number(value) is not None and float(value) > 0
+    """A duration a measurement can give: a finite number of ms above 0 and under MAX_STEP_MS."""
+    return _number(value) is not None and 0 < float(value) < MAX_STEP_MS
 
 
 def timing_problems(results: dict) -> list[str]:
@@ -68,9 +73,10 @@ def timing_problems(results: dict) -> list[str]:
     problems = []
     for key in ("step_time_ms", "baseline_step_time_ms"):
         if timing.get(key) is not None and not _positive(timing[key]):
-            problems.append(f"timing.{key} is {timing[key]!r}: a step time is a positive number of ms")
+            problems.append(f"timing.{key} is {timing[key]!r}: a step time is a positive number of ms "
+                            f"under {MAX_STEP_MS:.0e}")
     std = timing.get("step_time_std_ms")
-    if std is not None and (_number(std) is None or float(std) < 0):
+    if std is not None and (_number(std) is None or not 0 <= float(std) < MAX_STEP_MS):
         problems.append(f"timing.step_time_std_ms is {std!r}: a spread is a number of ms, 0 or more")
     count = workload.get("steps_measured")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
