@@ -39,6 +39,7 @@ class _View:
 
     def __call__(self, name: str, event: str, detail: str) -> None:
         title = PASS_TITLES.get(name, name)
+        detail = escape_controls(detail)  # collector output and paths: shown, never acted on by the terminal
         if event == "total":
             self.totals[name] = detail
         elif event == "start":
@@ -49,7 +50,7 @@ class _View:
                 self.status = self.console.status(f"{title}: {escape(self.detail)}")
                 self.status.start()
             else:
-                self.console.print(f"hybrid: {title}: {self.detail}", highlight=False)
+                self.console.print(f"hybrid: {title}: {escape(self.detail)}", highlight=False)
         elif event == "line" and (kernel := profiled_kernel(detail)) is not None:
             self.replayed += 1
             if self.status is None:

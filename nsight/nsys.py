@@ -213,6 +213,10 @@ def export_command(nsys: Path, out_base: Path, *, include_blobs: bool) -> list[s
             "-o", f"{out_base}.sqlite", f"{out_base}.nsys-rep"]
 
 
+# A stuck `nsys export` must not hold `hybrid run` forever; a 1 GB report exports in minutes, not 30.
+EXPORT_TIMEOUT_S = 1800
+
+
 def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
                   timeout_s: float | None = None) -> str:
     """Export the pass's report with its NVTX payloads (the Python samples); when this nsys cannot
@@ -223,7 +227,7 @@ def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
         argv = export_command(nsys, out_base, include_blobs=include_blobs)
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  errors="replace", timeout=timeout_s, check=False)
+                                  errors="replace", timeout=timeout_s or EXPORT_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             logs.append(f"$ {' '.join(argv)}\n{exc}\n")
             continue
