@@ -5,7 +5,7 @@ or silently lose data). Knows nothing about analysis: it leaves a run directory 
 Order: plain (only with --baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
 steps at all, and times the plain reference steps in its own process before torch.profiler starts (the
 plain window: no process of its own to start, build and warm up); the nsys pass tells which kernels are
-worth ncu's replay cost, and whether counters could change the ranking at all (hybrid.ncu_pass.plan_ncu).
+worth ncu's replay cost, and whether counters could change the ranking at all (hybrid.ncu_plan).
 Every pass reads and writes one run-private compile cache, so a torch.compile'd script compiles from
 scratch once per run. The script is never run
 again behind the user's back (it may have side effects): when the torch pass finds no step, the nsys
@@ -39,7 +39,7 @@ from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
-    from hybrid.ncu_pass import NcuPlan
+    from hybrid.ncu_plan import NcuPlan
     from hybrid.profile import Profile
 
 MODES = ("auto", "hybrid", "nsys", "torch")
@@ -619,7 +619,7 @@ class Orchestrator:
 
     def _ncu_plan(self, profile: Profile, analysis: dict | None, candidates: list[str]) -> NcuPlan:
         """Whether counters can change this run's diagnosis, and on which kernels (--mode auto only)."""
-        from hybrid.ncu_pass import NcuPlan, plan_ncu
+        from hybrid.ncu_plan import NcuPlan, plan_ncu
 
         if analysis is None:
             return NcuPlan(True, "the run could not be analyzed before the ncu pass")
@@ -682,8 +682,8 @@ class Orchestrator:
             return
         if planned:
             plan = self._ncu_plan(profile, analysis, kernel_names)
-            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason, "kernels": plan.kernel_names,
-                                                   "headroom_ms": plan.headroom_ms})
+            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason,
+                                                   "kernels": plan.kernel_names, "headroom_ms": plan.headroom_ms})
             self.progress("ncu", "end", "counters can change the diagnosis: ncu runs" if plan.run
                           else "skipped: counters cannot change the primary finding")
             if not plan.run:

