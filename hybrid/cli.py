@@ -181,8 +181,16 @@ def _fail_on(results: dict, fail_on: Severity | None) -> None:
     from hybrid.rules.base import SEVERITY_RANK
 
     threshold = SEVERITY_RANK[fail_on.value]
-    tripped = [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or []
-               if SEVERITY_RANK.get(f.get("severity"), -1) >= threshold and not f.get("not_measured")]
+    findings = (results.get("diagnosis") or {}).get("bottlenecks") or []
+    # A received document's figures decide this gate too: a severity it does not know ("critical") would let
+    # a finding pass unseen (a not_measured of another type is dropped on load: the finding counts).
+    unreadable = [f for f in findings if f.get("severity") not in SEVERITY_RANK]
+    if unreadable:
+        shown = "; ".join(f"{f.get('id')}: severity {f.get('severity')!r}" for f in escape_strings(unreadable[:3]))
+        raise UsageError(f"--fail-on cannot weigh {len(unreadable)} finding(s) of this document ({shown})",
+                         f"severities are {', '.join(SEVERITY_RANK)}; re-create the results.json with "
+                         "`hybrid report RUN_DIR`")
+    tripped = [f for f in findings if SEVERITY_RANK[f["severity"]] >= threshold and not f.get("not_measured")]
     if tripped:
         for finding in escape_strings(tripped):
             _stderr(f"--fail-on {fail_on.value}: [{finding.get('severity')}] {finding.get('id')}: "

@@ -28,8 +28,8 @@ RESULTS = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
 
 def hybrid(*args: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, NO_COLOR="1"), timeout=120)
+    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
+                          check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, NO_COLOR="1"), timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def exports(tmp_path_factory) -> dict[str, Path]:
     """results.json of four bare nsys exports (no hybrid involved in the capture: no program recorded)."""
     folder = tmp_path_factory.mktemp("bare")
     out = {}
-    for name in ("main_while_gather", "nested_gemm_loops", "dataloader_eval_loop", "torchvision_resnet_infer"):
+    names = ("main_while_gather", "nested_gemm_loops", "dataloader_eval_loop", "torchvision_resnet_infer")
+    for name in names:
         out[name] = folder / f"{name}.json"
         out[name].write_text(json.dumps(analyze_export(BARE / f"{name}.sqlite"), default=str))
     return out
@@ -115,8 +116,8 @@ HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**12), st.float
                     st.lists(st.integers(-5, 5), max_size=4))
 
 
-@settings(max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 60, derandomize=True, deadline=None,
-          database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 60, derandomize=True,
+          deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(st.tuples(st.sampled_from(["step_time_ms", "step_time_std_ms", "step_times_ms",
                                                    "baseline_step_time_ms", "baseline_step_times_ms",
                                                    "steps_measured", "steps_excluded"]), HOSTILE),
@@ -137,3 +138,18 @@ def test_hostile_step_figures_never_pass_the_gate_unseen(changes, side):
                                             and step["a"] > 0 and step["b"] > 0)
     for figure in (step["a"], step["b"]):
         assert figure is None or (math.isfinite(figure) and figure > 0)
+
+
+@pytest.mark.parametrize(("field", "value"), [("severity", "critical"), ("severity", None)])
+def test_fail_on_refuses_a_finding_it_cannot_weigh(tmp_path, field, value):
+    """A lower-case or missing severity let a CRITICAL finding pass --fail-on unseen. (A not_measured that
+    is not true/false is dropped on load, with a warning: the finding then counts as measured.)"""
+    document = json.loads(RESULTS.read_text())
+    document["diagnosis"]["bottlenecks"][0][field] = value
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    done = hybrid("report", str(path), "--fail-on", "LOW")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "--fail-on cannot weigh 1 finding(s)" in done.stderr
+    assert document["diagnosis"]["bottlenecks"][0]["id"] in done.stderr
+    assert hybrid("report", str(path)).returncode == 0  # without the gate, it is shown as it is

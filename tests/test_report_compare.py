@@ -65,7 +65,7 @@ def test_two_captures_of_one_workload_read_unchanged_and_nothing_is_called_resol
 
 def test_a_finding_resting_on_data_the_other_run_lacks_is_not_checked_rather_than_resolved(resnet_runs):
     # Session 2's analysis of a 15-step resnet50 capture (the README's example then) has cpu.heavy_ops, which
-    # rests on torch operator timings; the 50-step run kept no operators, so it cannot say the finding is gone.
+    # rests on torch operator timings; the 50-step run kept no operators: it cannot say the finding is gone.
     example = json.loads(OLD_ANALYSIS.read_text())
     assert "cpu.heavy_ops" in {f["id"] for f in example["diagnosis"]["bottlenecks"]}
     diff = compare_results(example, resnet_runs[1])
@@ -159,13 +159,15 @@ def test_the_review_case_of_a_26_percent_slowdown_over_50_steps_is_a_regression(
 
 def test_an_estimate_above_the_threshold_inside_the_noise_is_inconclusive():
     # The planted cpu_numpy_augment run varies 20.8% from step to step (CV) over 20 steps.
-    noisy = json.loads((ROOT / "tests" / "fixtures" / "results" / "h200_planted_cpu_numpy_augment.json").read_text())
+    noisy = json.loads((ROOT / "tests" / "fixtures" / "results" / "h200_planted_cpu_numpy_augment.json")
+                       .read_text())
     after = copy.deepcopy(noisy)
     after["timing"]["step_time_ms"] *= 1.05
     diff = compare_results(noisy, after)
     assert diff["step_time_ms"]["verdict"] == "no significant change"
     decided = gate(diff, 1.0)
-    assert decided["outcome"] == "inconclusive" and "within what the steps' noise can make" in decided["reason"]
+    assert decided["outcome"] == "inconclusive"
+    assert "within what the steps' noise can make" in decided["reason"]
     assert gate(diff, 6.0)["outcome"] == "pass"
 
 
@@ -188,7 +190,8 @@ def test_a_candidate_without_a_step_time_is_inconclusive(resnet_runs):
 def test_compare_uses_the_plain_pass_steps_where_both_runs_have_them():
     """resnet50 at fp32, then at PyTorch's default precision (TF32 convolutions): -29% by the profiled
     (nsys) steps, -46% by the plain steps both runs recorded, which no collector slowed."""
-    fp32, default = analyze_run_dir(RUNS / "h200-resnet50-50steps"), analyze_run_dir(RUNS / "h200-resnet50-default")
+    fp32, default = (analyze_run_dir(RUNS / name)
+                     for name in ("h200-resnet50-50steps", "h200-resnet50-default"))
     step = compare_results(fp32, default)["step_time_ms"]
     profiled = 100 * (default["timing"]["step_time_ms"] / fp32["timing"]["step_time_ms"] - 1)
     assert step["basis"] == "plain" and step["verdict"] == "faster"
@@ -200,7 +203,8 @@ def test_compare_uses_the_plain_pass_steps_where_both_runs_have_them():
 def test_kernels_outside_a_runs_stored_top_list_are_not_stored_rather_than_gone_or_new():
     """The review saw "n/a -> 796 µs" for bn_fw_tr_1C11_kernel_NCHW: it ran in the fp32 run, below its
     stored top 10. Its step timeline says so; a kernel in neither the list nor a complete timeline is gone."""
-    fp32, default = analyze_run_dir(RUNS / "h200-resnet50-50steps"), analyze_run_dir(RUNS / "h200-resnet50-default")
+    fp32, default = (analyze_run_dir(RUNS / name)
+                     for name in ("h200-resnet50-50steps", "h200-resnet50-default"))
     diff = compare_results(fp32, default)
     rows = {row["name"]: row for row in diff["top_kernels"]}
     below = next(row for name, row in rows.items() if "bn_fw_tr_1C11_kernel_NCHW" in name)
@@ -218,7 +222,8 @@ def test_the_html_page_carries_the_same_comparison(resnet_runs):
     assert "no significant change (95% CI" in page
     assert "Content-Security-Policy" in page and "<script" not in page
     example = json.loads(OLD_ANALYSIS.read_text())
-    page = render_compare_html(compare_results(example, resnet_runs[1]), ("session 2", "runs/h200-resnet50-50steps"))
+    page = render_compare_html(compare_results(example, resnet_runs[1]),
+                               ("session 2", "runs/h200-resnet50-50steps"))
     assert "Not checked in B" in page
 
 
