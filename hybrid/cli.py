@@ -523,7 +523,7 @@ def _received(*sources: Path):
     The findings were already cleaned on load (hybrid.schema.typed_findings); this catches the rest."""
     try:
         yield
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as error:
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError) as error:
         named = " or ".join(str(source) for source in sources)
         raise UsageError(f"{named} holds a value of a type results.json never has ({type(error).__name__}: "
                          f"{str(error)[:120]})", "re-create it with `hybrid report RUN_DIR` from the run's artifacts",
@@ -539,7 +539,7 @@ def _load_results(path: Path) -> dict:
     reads(target)
     fix = "re-create it with `hybrid report RUN_DIR`"
     try:
-        document = json.loads(read_regular_text(target))
+        document = json.loads(read_regular_text(target), parse_int=_json_int)
     except FileNotFoundError:
         raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
     except IsADirectoryError:
@@ -557,6 +557,12 @@ def _load_results(path: Path) -> dict:
     if problems and isinstance(document.get("warnings"), list):
         document["warnings"] += problems
     return document
+
+
+def _json_int(text: str) -> int | float:
+    """A JSON integer; one beyond a float's range (10**400) reads as inf, which every reader already treats
+    as no measurement, instead of an int no figure can be computed with (OverflowError in float())."""
+    return int(text) if len(text.lstrip("-")) <= 308 else float(text)
 
 
 def _complete(document: dict, target: Path) -> dict:

@@ -153,3 +153,17 @@ def test_fail_on_refuses_a_finding_it_cannot_weigh(tmp_path, field, value):
     assert "--fail-on cannot weigh 1 finding(s)" in done.stderr
     assert document["diagnosis"]["bottlenecks"][0]["id"] in done.stderr
     assert hybrid("report", str(path)).returncode == 0  # without the gate, it is shown as it is
+
+
+@pytest.mark.parametrize("literal", ["1" + "0" * 400, "-" + "9" * 5000, "1e999", "NaN", "-Infinity"])
+def test_numbers_beyond_a_float_in_a_received_document_are_no_measurement(tmp_path, literal):
+    """JSON allows integers of any length (10**400 made float() raise OverflowError: a traceback) and Python
+    reads NaN and Infinity: the report shows such a step time as n/a, compare refuses it naming the field."""
+    text = RESULTS.read_text()
+    stated = json.dumps(json.loads(text)["timing"]["step_time_ms"])
+    path = tmp_path / "results.json"
+    path.write_text(text.replace(f'"step_time_ms": {stated}', f'"step_time_ms": {literal}', 1))
+    shown = hybrid("report", str(path), "--verbose")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    refused = hybrid("compare", str(RESULTS), str(path), "--fail-on-regression", "5")
+    assert refused.returncode == EXIT_USAGE and "timing.step_time_ms is" in refused.stderr, refused.stderr
