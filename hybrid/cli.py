@@ -1,7 +1,8 @@
 """The command line. Commands only parse options and call into the package; a HybridError becomes
-its exit code here and nowhere else (DESIGN.md: 0 done, 1 finding at/above --fail-on, 2 usage or
-unreadable input, 3 workload failed, 4 profiler failed, 130 interrupted, 128 + N stopped by SIGTERM
-or SIGHUP)."""
+its exit code here and nowhere else (DESIGN.md: 0 done, 1 finding at/above --fail-on or a regression
+past --fail-on-regression, 2 usage or unreadable input, 3 workload failed, 4 profiler failed, 5 the
+regression gate cannot decide, 70 an internal error, 130 interrupted, 128 + N stopped by SIGTERM or
+SIGHUP)."""
 
 from __future__ import annotations
 
