@@ -1,15 +1,16 @@
 """Point each finding at the user's code: the lines of the script that the host ran, or sat blocked
 in, during the time the finding is made of.
 
-A finding owns segments of the measured steps' timeline (the ledger's idle time of its causes, syncs
-or copies; see _SEGMENTS). Each segment has a weight (the time it contributes) and an owner interval,
-the host time that explains it: the segment itself, except for host work after a sync drained the
-queue (the ledger's host_after_sync), which the sync explains. The Python samples of the host thread
+A finding is made of the ledger segments of the causes it drew on (Finding.claimed): where the host
+explains them, its idle time and copies. Each segment has a weight (the time the finding claimed of it)
+and an owner interval, the host time that explains it: the segment itself, except for a segment that
+names a sync (the host blocked in it, or worked after it drained the queue), which the sync explains.
+The Python samples of the host thread
 during the owner interval split the segment's weight between the lines they show (each sample's first
 frame in the user's files), so a line's share is the share of the finding's time spent there. Samples
 come from the nsys pass's Python sampling; operators the torch pass recorded with Python stacks
-(Profile.op_callsites) place the op-based findings. A torch.compile graph break is placed at the line
-dynamo recorded for it.
+(Profile.op_callsites) place the findings whose rule names operators (Rule.callsite_ops). A finding
+that draws on compiled regions split by graph breaks is placed at the lines dynamo recorded for them.
 
 A stage of the diagnosis (hybrid.pipeline.stages): it reads the Profile and the rules' findings, and
 sets each one's `callsites`.
@@ -28,23 +29,17 @@ import pandas as pd
 from hybrid.diagnosis import Analyzed, Diagnosis
 from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
-from hybrid.metrics import CREATE_OPS, MOVE_OPS, steady_steps
+from hybrid.ledger.causes import IDLE, STATE
+from hybrid.metrics import steady_steps
 from hybrid.profile import Profile
-from hybrid.rules.base import Finding
+from hybrid.rules.base import CopyFilter, Finding
+from hybrid.rules.registry import RULE_BY_ID
 from nsight.python_frames import is_user_file
 
 NO_SAMPLES_NOTE = "no callsites: the capture has no Python samples"
 NO_STACKS_NOTE = "no callsites: the export left out the stacks of its Python samples"
 TOP_CALLSITES = 3
 
-# Operators whose calls place a finding when the torch pass recorded their stacks: those its
-# evidence names ("ops", "creating ops"), else the host-side ops the finding is about.
-SCALAR_READ_OPS = {"aten::item", "aten::_local_scalar_dense"}
-FINDING_OPS = {
-    "cpu.heavy_ops": set(),
-    "cpu.late_migration": CREATE_OPS,
-    "cpu.transfers": MOVE_OPS | SCALAR_READ_OPS,
-}
 # Dynamo writes a graph break's user frame as traceback text: File "train.py", line 42, in forward
 TRACEBACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\S+))?')
 
@@ -67,66 +62,36 @@ def _inside(frame: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> pd.Dat
 Segments = tuple[np.ndarray, np.ndarray, np.ndarray]  # owner start, owner end, weight (ns)
 
 
-def _intervals(frame: pd.DataFrame) -> Segments:
-    a = frame["start_ns"].to_numpy(np.int64)
-    b = frame["end_ns"].to_numpy(np.int64)
-    return a, b, b - a
-
-
-_LEDGERS: dict[int, tuple[Profile, Ledger]] = {}  # the ledger of each profile, while one analysis is placed
-
-
-def _ledger(profile: Profile) -> Ledger:
-    held = _LEDGERS.get(id(profile))
-    if held is None or held[0] is not profile:
-        held = _LEDGERS[id(profile)] = (profile, build_ledger(profile, peaks_for(profile.device)))
-    return held[1]
-
-
-def _gap_segments(profile: Profile, *causes: str) -> Segments:
-    """The ledger's idle segments of `causes`; host work after a sync (its ref names the sync) is owned
-    by that sync's host interval."""
-    segments = _ledger(profile).segments
-    segments = segments[segments["cause"].isin(causes)]
-    a = segments["start_ns"].to_numpy(np.int64)
-    weight = segments["end_ns"].to_numpy(np.int64) - a
-    owner_a, owner_b = a.copy(), segments["end_ns"].to_numpy(np.int64).copy()
-    after_sync = (segments["cause"].eq("host_after_sync") & segments["ref_frame"].eq("syncs")).to_numpy(bool)
-    if after_sync.any():
-        rows = segments["ref_row"].to_numpy(np.int64)[after_sync]
+def _claimed_segments(finding: Finding, ledger: Ledger, profile: Profile, copies: CopyFilter | None) -> Segments:
+    """The ledger segments of the causes the finding drew on, where the host explains them (idle time and
+    copies, not kernel time), each weighted by its duration: the engine draws a share of a cause, not
+    chosen segments of it, so every segment of the cause is the finding's in part. (Weighting them by
+    that share moved the top line of sync_item_per_microstep's host-work finding off its planted sync,
+    whose host work after the sync the sync finding drew first.) A segment that names a sync (host
+    blocked in it, or host work after it drained the queue) is owned by that sync's host interval; copies
+    are narrowed to those the finding is about (pageable or pinned, by direction)."""
+    causes = [cause for cause, ms in finding.claimed.items() if ms > 0 and (STATE[cause] == IDLE or cause == "copy")]
+    segments = ledger.segments[ledger.segments["cause"].isin(causes)]
+    frame, row = segments["ref_frame"].astype(object), segments["ref_row"].to_numpy(np.int64)
+    if copies is not None:
+        memcpys = profile.memcpys.reset_index(drop=True)
+        is_copy = (frame == "memcpys").to_numpy(bool)
+        keep = ~is_copy
+        rows = row[is_copy]
+        kinds = memcpys["kind"].astype(str).to_numpy(object)[rows]
+        pinned = memcpys["host_pinned"].to_numpy(object)[rows]
+        keep[is_copy] = np.isin(kinds, copies.kinds) & (
+            True if copies.pinned is None else np.array([p is copies.pinned for p in pinned], bool))
+        segments, frame, row = segments[keep], frame[keep], row[keep]
+    a, b = segments["start_ns"].to_numpy(np.int64), segments["end_ns"].to_numpy(np.int64)
+    weight = b - a
+    owner_a, owner_b = a.copy(), b.copy()
+    in_sync = (frame == "syncs").to_numpy(bool)
+    if in_sync.any():
         syncs = profile.syncs.reset_index(drop=True)
-        owner_a[after_sync] = syncs["start_ns"].to_numpy(np.int64)[rows]
-        owner_b[after_sync] = syncs["end_ns"].to_numpy(np.int64)[rows]
+        owner_a[in_sync] = syncs["start_ns"].to_numpy(np.int64)[row[in_sync]]
+        owner_b[in_sync] = syncs["end_ns"].to_numpy(np.int64)[row[in_sync]]
     return owner_a, owner_b, weight
-
-
-def _copies(profile: Profile, pinned: bool | None = None, kinds: tuple[str, ...] = ("HtoD", "DtoH")) -> Segments:
-    copies = profile.memcpys
-    copies = copies[copies["kind"].astype(str).isin(kinds)]
-    if pinned is not None:
-        copies = copies[copies["host_pinned"].map(lambda p: p is pinned).astype(bool)]
-    return _intervals(copies)
-
-
-def _concat(*parts: Segments) -> Segments:
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
-
-
-# finding id -> the segments it is made of. Ids not listed (device-side findings: kernels, roofline,
-# occupancy, tensor cores) have no host callsite.
-_SEGMENTS = {
-    "sync.per_step": lambda p: _intervals(p.syncs),
-    "comm.host_sync": lambda p: _intervals(p.syncs),
-    "cpu.preprocessing": lambda p: _gap_segments(p, "host_after_sync", "host_other"),
-    "cpu.heavy_ops": lambda p: _gap_segments(p, "cpu_heavy_op"),
-    "data.loader_stall": lambda p: _gap_segments(p, "dataloader_fetch"),
-    "launch.bound": lambda p: _gap_segments(p, "launch_gap"),
-    "launch.dispatch": lambda p: _gap_segments(p, "launch_gap", "host_other"),
-    "copy.pageable": lambda p: _copies(p, pinned=False, kinds=("HtoD", "DtoH", "HtoH")),
-    "copy.not_overlapped": lambda p: _copies(p, pinned=True),
-    "cpu.transfers": lambda p: _concat(_copies(p), _intervals(p.syncs[p.syncs["kind"].astype(str) == "memcpy"])),
-    "cpu.late_migration": lambda p: _copies(p, kinds=("HtoD",)),
-}
 
 
 class _Samples:
@@ -307,15 +272,18 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique(),
                 *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
     paths = _Paths(script, recorded, module=module)
-    _LEDGERS.clear()
+    # The samples lie on the sampled profile's clock: its own ledger places them (the torch pass's, when
+    # only it was sampled).
+    ledger = analyzed.ledger if sampled is analyzed.profile else None
+    if ledger is None and not samples.frames.empty:
+        ledger = build_ledger(sampled, peaks_for(sampled.device))
     for finding in diagnosis.findings:
-        if finding.id == "compile.graph_breaks":
+        if "compiled_region_break" in finding.pool:
             finding.callsites = _graph_break_callsites(profiles[0], paths)
         else:
-            finding.callsites = _for_finding(finding, sampled, stacked, samples, paths)
+            finding.callsites = _for_finding(finding, sampled, ledger, stacked, samples, paths)
         if finding.callsites:
             _drop_locating_advice(finding)
-    _LEDGERS.clear()
     if sampled.samples.empty and stacked.op_callsites.empty:
         diagnosis.limitations.append(_missing_note(profiles))
 
@@ -349,17 +317,16 @@ def _evidence_ops(finding: Finding) -> set[str]:
             for name in item.value.split(",") if "::" in name}
 
 
-def _for_finding(finding: Finding, profile: Profile, stacked: Profile, samples: _Samples,
+def _for_finding(finding: Finding, profile: Profile, ledger: Ledger | None, stacked: Profile, samples: _Samples,
                  paths: _Paths) -> list[dict]:
-    finding_id = finding.id
-    if finding_id in FINDING_OPS:
-        placed = _op_callsites(stacked, _evidence_ops(finding) or FINDING_OPS[finding_id], paths)
+    rule = RULE_BY_ID.get(finding.id)
+    if rule is not None and rule.callsite_ops is not None:
+        placed = _op_callsites(stacked, _evidence_ops(finding) or set(rule.callsite_ops), paths)
         if placed:
             return placed
-    segments = _SEGMENTS.get(finding_id)
-    if segments is None or samples.frames.empty:
+    if ledger is None or samples.frames.empty or not finding.claimed:
         return []
-    owners = segments(profile)
+    owners = _claimed_segments(finding, ledger, profile, rule.copies if rule is not None else None)
     window = _steady_window(profile)
     inside = _inside(pd.DataFrame({"start_ns": owners[0], "end_ns": owners[1], "w": owners[2]}), *window)
     weights, total = samples.weights((inside["start_ns"].to_numpy(np.int64), inside["end_ns"].to_numpy(np.int64),

@@ -53,6 +53,7 @@ def missing_keys(results: dict) -> list[str]:
 FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "title": (str,), "category": (str,), "severity": (str,), "explanation": (str,),
     "evidence": (list,), "suggestions": (list,), "advice": (list,), "callsites": (list,), "alternative_to": (list,),
+    "claimed": (dict,),
     "time_lost_ms": NUMBER, "time_lost_pct": NUMBER, "time_lost_baseline_ms": NUMBER,
     "time_lost_baseline_pct": NUMBER, "weighed_lost_ms": NUMBER, "not_measured": (bool,),
     "time_lost_method": (str,),

@@ -12,9 +12,6 @@ from pathlib import Path
 import pytest
 
 from hybrid.analyze import _rule_peaks
-from hybrid.hardware import peaks_for
-from hybrid.ledger import build_ledger
-from hybrid.metrics import compute_metrics, frame_source
 from hybrid.pipeline import load_run_dir, merged_profile
 from hybrid.roofline import roofline
 from hybrid.rules import engine
@@ -28,12 +25,12 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 @cache
 def _context(capture: str) -> Context:
+    from hybrid.analyze import analyze
+
     profile, _ = merged_profile(*load_run_dir(FIXTURES / capture))
-    peaks = peaks_for(profile.device)
-    ledger = build_ledger(profile, peaks)
-    # As hybrid.analyze builds them: the ledger's idle partition is the idle_<cause>_ms metrics.
-    metrics = {**compute_metrics(profile, peaks), **ledger.idle_metrics(frame_source(profile, "kernels"))}
-    return Context(metrics=metrics, pools=ledger.ms_per_step(), roofline=roofline(profile, peaks),
+    analyzed = analyze(profile).analyzed  # the metrics with the ledger's idle causes, as the rules see them
+    peaks, metrics = analyzed.peaks, analyzed.metrics
+    return Context(metrics=metrics, pools=analyzed.ledger.ms_per_step(), roofline=roofline(profile, peaks),
                    peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
                    op_names=frozenset(profile.ops["name"].astype(str)))
 

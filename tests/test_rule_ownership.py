@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.analyze import _rule_peaks
-from hybrid.hardware import peaks_for
-from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import LABELS
-from hybrid.metrics import compute_metrics
 from hybrid.pipeline import analyze_run_dir, load_run_dir, merged_profile
 from hybrid.roofline import roofline
 from hybrid.rules import engine, kernel_launch
@@ -125,9 +122,12 @@ def test_every_pool_a_rule_reads_is_a_ledger_cause():
 @pytest.fixture(scope="module")
 def simple_cnn_context() -> Context:
     # Built as analyze builds it, so the rules see the injector's facts (peak memory, batch) and the ledger.
+    from hybrid.analyze import analyze
+
     profile, _ = merged_profile(*load_run_dir(RUNS / "h200-simple_cnn"))
-    peaks = peaks_for(profile.device)
-    return Context(metrics=compute_metrics(profile, peaks), pools=build_ledger(profile, peaks).ms_per_step(),
+    analyzed = analyze(profile).analyzed
+    peaks = analyzed.peaks
+    return Context(metrics=analyzed.metrics, pools=analyzed.ledger.ms_per_step(),
                    roofline=roofline(profile, peaks), peaks=_rule_peaks(peaks), has_counters=True)
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 
 from hybrid.report import short_name, source_label
-from hybrid.report.units import format_value
+from hybrid.report.units import format_value, is_number
 
 WIDTH, LANE_HEIGHT, LABEL_WIDTH, AXIS_HEIGHT, RIGHT_MARGIN = 1000, 22, 130, 24, 30
 MIN_SEGMENT_WIDTH = 0.6  # SVG units: a 2 µs kernel in a 40 ms step still shows
@@ -20,15 +20,20 @@ FADED_OPACITY, HIGHLIGHT_OPACITY = 0.25, 0.95
 IDLE_LANE = "GPU idle"
 HOVER_NAME_WIDTH = 90
 
-# What the primary finding is about, by finding id first, then by category: a kind of event, the GEMM
-# or elementwise kernels, the kernels ncu profiled, or the GPU's idle gaps.
-SEGMENTS_BY_ID = {"cpu.transfers": "memcpy", "cpu.late_migration": "memcpy", "copy.pageable": "memcpy",
-                  "compile.fusible_elementwise": "elementwise", "launch.bound": "launch"}
+# What the primary finding is about: the events of the ledger cause it claimed most time from
+# (`claimed`, results.json's ledger causes), else, for a finding that draws on no cause (fusible
+# elementwise chains, step jitter) or a file written before findings said, its category: a kind of event,
+# the GEMM or elementwise kernels, the kernels ncu profiled, or the GPU's idle gaps.
+SEGMENTS_BY_CAUSE = {"sync_wait": "sync", "blocking_copy": "sync", "launch_gap": "launch", "copy": "memcpy",
+                     "fp32_gemm": "gemm", "misaligned_gemm": "gemm", "tensor_pipe_idle": "gemm",
+                     "small_grid": "profiled", "uncoalesced": "profiled", "low_occupancy": "profiled",
+                     "below_roofline": "profiled", "kernel_no_shortfall": "profiled", "kernel_unprofiled": "profiled",
+                     "memset": "memset", "communication": "communication"}
 SEGMENTS_BY_CATEGORY = {"SYNCHRONIZATION": "sync", "KERNEL_LAUNCH": "launch", "TENSOR_CORE": "gemm",
-                        "CPU_RESIDENCY": "idle", "DATA_PIPELINE": "idle", "COMPILER_GRAPH": "idle",
+                        "CPU_RESIDENCY": "idle", "DATA_PIPELINE": "idle", "COMPILER_GRAPH": "elementwise",
                         "ROOFLINE": "profiled", "OCCUPANCY": "profiled", "MEMORY_HIERARCHY": "profiled",
                         "COMMUNICATION": "communication"}
-SEGMENT_WORDS = {"memcpy": "the copies", "elementwise": "the elementwise kernels", "launch": "the launch calls",
+SEGMENT_WORDS = {"memcpy": "the copies", "memset": "the memsets", "elementwise": "the elementwise kernels", "launch": "the launch calls",
                  "sync": "the synchronizations", "gemm": "the GEMM and convolution kernels",
                  "idle": "the GPU's idle gaps", "profiled": "the kernels ncu profiled",
                  "communication": "the NCCL kernels"}
@@ -53,7 +58,13 @@ def highlighted_segments(primary: dict | None) -> str | None:
     """Which segments the primary finding is about (a key of SEGMENT_WORDS), or None."""
     if not primary:
         return None
-    return SEGMENTS_BY_ID.get(str(primary.get("id"))) or SEGMENTS_BY_CATEGORY.get(str(primary.get("category")))
+    claimed = primary.get("claimed")
+    drawn = {str(cause): ms for cause, ms in claimed.items() if is_number(ms) and ms > 0} \
+        if isinstance(claimed, dict) else {}
+    if drawn:
+        # Idle causes not listed (host work, a DataLoader fetch, compiled regions) are the GPU's idle gaps.
+        return SEGMENTS_BY_CAUSE.get(max(drawn, key=drawn.__getitem__), "idle")
+    return SEGMENTS_BY_CATEGORY.get(str(primary.get("category")))
 
 
 def idle_gaps(timeline: dict) -> list[tuple[float, float]]:
@@ -78,7 +89,7 @@ def _selector(timeline: dict, results: dict, segments: str | None) -> Callable[[
 
     def selected(event: list) -> bool:
         kind, name = event[1], event[4]
-        if segments in ("memcpy", "launch", "sync"):
+        if segments in ("memcpy", "memset", "launch", "sync"):
             return kind == segments
         if kind != "kernel":
             return False

@@ -64,6 +64,9 @@ class Finding:
     # The rule's floor: below this share of the step the problem is no finding (checked again once
     # the replay has its figure, hybrid.diagnosis.grade).
     floor_pct: float = 0.0
+    # The time per step it drew from each cause of its pool (hybrid.rules.engine): the ledger segments of
+    # those causes are what the finding is made of (an alternative draws none).
+    claimed: dict[str, float] = field(default_factory=dict)
     # Set by the stages after the rules (hybrid.diagnosis); a figure a stage did not set stays out of
     # results.json. The user's lines that spent the time (hybrid.callsites):
     callsites: list[dict] | None = None
@@ -213,6 +216,15 @@ class FixInputs:
 
 
 @dataclass(frozen=True)
+class CopyFilter:
+    """The copies of the shared `copy` pool a finding is about: their directions, and pinned or pageable
+    host memory (None: either)."""
+
+    kinds: tuple[str, ...] = ("HtoD", "DtoH")
+    pinned: bool | None = None
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     category: str
@@ -232,3 +244,8 @@ class Rule:
     # A metric holding the time of what the finding is about (its own kernels' time): its saving, closed
     # form or replayed, is never larger (a fusion of 112 µs of kernels cannot save 1.37 ms).
     bound: str | None = None
+    # Where the user's code behind a finding is found (hybrid.callsites): the copies of the shared copy pool
+    # it is about, and the operators whose recorded stacks place it before its ledger segments do (empty:
+    # the operators its evidence names).
+    copies: CopyFilter | None = None
+    callsite_ops: frozenset[str] | None = None

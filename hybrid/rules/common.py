@@ -10,6 +10,8 @@ from hybrid.rules.base import Context, Fix, FixInputs, NoFix
 # streaming kernels ~85-90% of DRAM bandwidth); estimates of what a fix recovers aim at that ceiling.
 PRACTICAL_ROOFLINE_PCT = 80.0
 NS_PER_MS = 1e6
+# Operators that read a device value back to the host, waiting for it.
+SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
 
 def counters_advice(ctx: Context) -> list[Suggestion]:

@@ -3,9 +3,11 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 
 from __future__ import annotations
 
+from hybrid.metrics import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion, fused_optimizer, loader_workers, use_compile, use_cuda_graphs
-from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.common import SCALAR_READ_OPS
 
 MIN_LOST_PCT = 1.0
 # torch.profiler's names for the framework's own per-op work on the host: backward nodes run by the
@@ -226,11 +228,13 @@ def late_migration_report(ctx: Context, lost_ms: float) -> Report:
 # removes its copy (late migration) before batching the rest (transfers); data_pipeline's pinning and
 # overlap findings read what these leave.
 LATE_MIGRATION = Rule("cpu.late_migration", "CPU_RESIDENCY", ("created_on_cpu_then_moved", "step_time_ms"),
-                      late_migration_model, late_migration_report, optional=("htod_ms", "htod_count"), pool=("copy",))
+                      late_migration_model, late_migration_report, optional=("htod_ms", "htod_count"), pool=("copy",),
+                      copies=CopyFilter(kinds=("HtoD",)), callsite_ops=frozenset(CREATE_OPS))
 TRANSFERS = Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", "exposed_copy_ms", "step_time_ms"),
-                 transfers_model, transfers_report, pool=("copy",), floor_pct=MIN_LOST_PCT)
+                 transfers_model, transfers_report, pool=("copy",), floor_pct=MIN_LOST_PCT, copies=CopyFilter(),
+                 callsite_ops=frozenset(MOVE_OPS) | frozenset(SCALAR_READ_OPS))
 HEAVY_OPS = Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "cpu_heavy_ops_ms", "step_time_ms"),
-                 heavy_model, heavy_report, pool=("cpu_heavy_op",), floor_pct=MIN_LOST_PCT)
+                 heavy_model, heavy_report, pool=("cpu_heavy_op",), floor_pct=MIN_LOST_PCT, callsite_ops=frozenset())
 PREPROCESSING = Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_other_ms", "step_time_ms"),
                      preprocessing_model, preprocessing_report, pool=HOST_WORK_POOL, floor_pct=HOST_GAP_MIN_PCT,
                      fix=preprocessing_fix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion, loader_workers
-from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import NS_PER_MS
 
 # Below 1% of the step a copy problem is not worth a finding.
@@ -187,10 +187,10 @@ RULES = [
     # The copy pool after cpu.late_migration and cpu.transfers took theirs.
     Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), pageable_model, pageable_report,
          optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",),
-         floor_pct=MIN_LOST_PCT, fix=pageable_fix),
+         floor_pct=MIN_LOST_PCT, fix=pageable_fix, copies=CopyFilter(kinds=("HtoD", "DtoH", "HtoH"), pinned=False)),
     Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), exposed_copies_model,
          exposed_copies_report, optional=("exposed_pageable_copy_ms", "kernel_time_ms"), pool=("copy",),
-         floor_pct=MIN_LOST_PCT),
+         floor_pct=MIN_LOST_PCT, copies=CopyFilter(pinned=True)),
     # Step-to-step variance is not a share of one step's window: it reads no ledger pool.
     Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"), jitter_model,
          jitter_report, floor_pct=MIN_LOST_PCT),

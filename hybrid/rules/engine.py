@@ -100,7 +100,7 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
         if rule.alternative:
             alternatives.append((rule, finding))
         else:
-            _draw(left, rule.pool, lost)
+            finding.claimed = _draw(left, rule.pool, lost)
             for cause in rule.pool:
                 drawn_by.setdefault(cause, []).append(rule.id)
         findings.append(finding)
@@ -115,8 +115,12 @@ def evaluate(rule: Rule, ctx: Context) -> Finding | None:
     return found[0] if found else None
 
 
-def _draw(left: dict[str, float], pool: tuple[str, ...], ms: float) -> None:
+def _draw(left: dict[str, float], pool: tuple[str, ...], ms: float) -> dict[str, float]:
+    """Take `ms` per step from the pool's causes in order; what was taken from each."""
+    taken = {}
     for cause in pool:
         take = min(ms, max(0.0, left.get(cause, 0.0)))
         left[cause] = left.get(cause, 0.0) - take
         ms -= take
+        taken[cause] = take
+    return taken

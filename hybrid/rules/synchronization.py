@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, Report, Rule
+from hybrid.rules.common import SCALAR_READ_OPS
 
 # Below 1% of the step a sync stall is not worth restructuring the loop for.
 MIN_LOST_PCT = 1.0
@@ -23,7 +24,6 @@ def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: floa
 
 # Ops whose result shape depends on the data: they copy a count to the host and wait for it.
 DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave")
-SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 
 
 def sync_advice(ctx: Context) -> list[Suggestion]:
