@@ -131,17 +131,16 @@ def test_a_gzip_bomb_as_the_torch_trace_is_refused_with_bounded_memory(tmp_path)
     assert int(max_rss_kib) < 1.5 * 2**20, f"peak RSS {int(max_rss_kib) / 2**10:.0f} MiB"
 
 
-@pytest.mark.parametrize(("fifo", "code", "said"), [
-    ("run.json", 2, "not a regular file"),
-    ("torch/inject.json", 0, ""),
-    ("calibration.json", 0, ""),
-    ("nsys/inject.json", 0, ""),
+@pytest.mark.parametrize(("fifos", "code", "said"), [
+    (["run.json"], 2, "not a regular file"),
+    (["torch/inject.json", "calibration.json", "nsys/inject.json"], 0, ""),  # left out: the rest is analyzed
 ])
-def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifo, code, said):
+def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifos, code, said):
     run = tmp_path / "run"
     shutil.copytree(H200_RUN, run)
-    (run / fifo).unlink(missing_ok=True)
-    os.mkfifo(run / fifo)
+    for fifo in fifos:
+        (run / fifo).unlink(missing_ok=True)
+        os.mkfifo(run / fifo)
     done = hybrid("report", str(run), "--json", timeout=90)
     assert done.returncode == code, done.stderr.decode()
     assert said.encode() in done.stderr and b"Traceback" not in done.stderr
