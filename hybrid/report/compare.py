@@ -138,6 +138,9 @@ def step_change(a: dict, b: dict) -> dict:
     if basis == "profiled" and all(_positive(t.get("baseline_step_time_ms")) for t in (timing_a, timing_b)):
         # Both ran a plain pass, but a document from before the samples were kept has only its mean.
         change["plain"] = _change(timing_a["baseline_step_time_ms"], timing_b["baseline_step_time_ms"])
+    if basis == "plain" and valid_a and valid_b:
+        # What the collector's own steps say, beside: the difference is its overhead changing.
+        change["profiled"] = _change(timing_a.get("step_time_ms"), timing_b.get("step_time_ms"))
     return change
 
 
@@ -392,6 +395,8 @@ def _step_line(diff: dict) -> str:
     if step.get("plain"):
         line += (f"; plain pass {_delta(step['plain'], 'ms')} (no per-step samples stored: an older "
                  "document, so the test uses the profiled steps)")
+    if step.get("profiled") and step["profiled"]["delta"] is not None:
+        line += f"; profiled steps {_delta(step['profiled'], 'ms')}, which the collector slows"
     return line
 
 
