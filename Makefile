@@ -35,7 +35,8 @@ test-gpu: setup
 	$(BIN)/python -m pytest -q -m gpu
 
 lint: setup
-	$(BIN)/ruff check hybrid nsight tests benchmarks
+	$(BIN)/ruff check hybrid nsight tests benchmarks tools
+	$(BIN)/python tools/mypy_ratchet.py
 
 clean:
 	rm -rf build dist *.egg-info hybrid-runs .pytest_cache

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("hybrid", "nsight")
 
@@ -98,3 +100,61 @@ def test_no_rule_family_imports_another():
     assert len(families) >= 10
     for family in sorted(families):
         assert not (_imports(family, MODULES[family]) & families), family
+
+
+# The layers of the intended structure (BRIEF.md: artifacts -> Profile -> ledger -> rules -> Diagnosis
+# stages -> results -> renderers), as the arrows that must never exist. A rule that does not hold yet is
+# xfail(strict): it fails the suite the day it starts to hold, so that its mark comes off.
+LOADERS_AND_INJECTOR = {"hybrid.nsys_pass", "hybrid.torch_pass", "hybrid.ncu_pass", "hybrid.job",
+                        "hybrid.inject", "hybrid.stepping", "hybrid.loop_trace", "hybrid.module_calls",
+                        "hybrid.rank_inject", "hybrid.torch_stacks", "hybrid.settle", "hybrid.orchestrate"}
+ANALYSIS = {"hybrid.analyze", "hybrid.diagnosis", "hybrid.metrics", "hybrid.roofline", "hybrid.callsites",
+            "hybrid.pipeline", "hybrid.timeline"}
+ANALYSIS_PACKAGES = ("hybrid.ledger", "hybrid.rules", "hybrid.replay")
+
+
+def _arrows(sources, forbidden) -> list[tuple[str, str]]:
+    """(importer, imported) for every import from a module in `sources` of a module `forbidden` accepts."""
+    return [(name, target) for name in sorted(sources) for target in sorted(_imports(name, MODULES[name]))
+            if forbidden(target)]
+
+
+def _in_analysis(name: str) -> bool:
+    return name in ANALYSIS or name.startswith(ANALYSIS_PACKAGES)
+
+
+def test_the_layer_finder_names_a_forbidden_arrow():
+    assert ("hybrid.pipeline", "hybrid.diagnosis") in _arrows({"hybrid.pipeline"}, _in_analysis)
+
+
+@pytest.mark.xfail(strict=True, reason="nsight/ imports hybrid.errors, files, tool_probe and profile: it "
+                   "needs its own errors and plain frames (issue 25, item 4)")
+def test_nsight_never_imports_hybrid():
+    assert _arrows({n for n in MODULES if n.startswith("nsight")}, lambda t: t.startswith("hybrid")) == []
+
+
+def test_renderers_never_import_the_analysis():
+    """A received results.json renders like a fresh one: renderers read the document, never the analysis."""
+    assert _arrows({n for n in MODULES if n.startswith("hybrid.report")}, _in_analysis) == []
+
+
+@pytest.mark.xfail(strict=True, reason="metrics and ledger.shortfall import ncu_pass's match levels and "
+                   "counters, replay.calibrate runs a torch pass: they belong in the loading stage "
+                   "(issue 25, items 3-5)")
+def test_analysis_never_imports_the_loaders_or_the_injector():
+    assert _arrows({n for n in MODULES if _in_analysis(n) and n != "hybrid.pipeline"},
+                   lambda t: t in LOADERS_AND_INJECTOR) == []
+
+
+def test_every_rule_id_is_written_in_exactly_one_module():
+    """A finding's identity has one home, its rule's module: no other module keys anything by its id."""
+    from hybrid.rules import communication
+    from hybrid.rules.registry import RULES
+
+    ids = {rule.id for rule in (*RULES, *communication.RULES)}
+    ids |= {rule.counters.id for rule in (*RULES, *communication.RULES) if rule.counters is not None}
+    assert len(ids) >= 25
+    sources = {name: path.read_text() for name, path in MODULES.items() if name.startswith("hybrid")}
+    homes = {rule_id: [name for name, text in sources.items()
+                       if f'"{rule_id}"' in text or f"'{rule_id}'" in text] for rule_id in sorted(ids)}
+    assert {rule_id: names for rule_id, names in homes.items() if len(names) != 1} == {}

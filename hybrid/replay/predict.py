@@ -107,11 +107,11 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     timing["replay_step_time_ms"] = base.step_time_ms
     diagnosis.limitations.extend(f"Replay: {note}." for note in graph.notes if "replayed" in note)
     step_ms = timing.get("step_time_ms") or base.step_time_ms
-    plain_graph, plain_base_ms, host_scale = None, None, None
+    plain: tuple[ReplayGraph, float, float] | None = None  # the graph fitted to the plain step, its step, scale
     if baseline_step_ms:
         host_scale, plain_base_ms = fit_host_scale(graph, baseline_step_ms)
         if abs(plain_base_ms / baseline_step_ms - 1) <= FIT_TOLERANCE:
-            plain_graph = host_scaled(graph, host_scale)
+            plain = host_scaled(graph, host_scale), plain_base_ms, host_scale
             timing["replay_host_scale"] = host_scale
             timing["replay_baseline_step_time_ms"] = plain_base_ms
         else:
@@ -124,8 +124,9 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
                 f"time reaches {plain_base_ms:.2f} ms): the collector slowed device work too; replayed savings "
                 "are carried to the plain step as the same share of the step.")
     torch_step = analyzed.metrics.get("torch_pass_step_time_ms")
-    measured_torch = torch_step is not None and torch_step.value
-    torch_to_nsys = base.step_time_ms / torch_step.value if measured_torch else 1.0
+    torch_step_ms = torch_step.value if torch_step is not None else None
+    torch_to_nsys = base.step_time_ms / float(torch_step_ms) if isinstance(torch_step_ms, (int, float)) \
+        and torch_step_ms else 1.0
     run_inputs = run_fix_inputs(analyzed, graph, torch_to_nsys)
     chosen: list[tuple[Finding, Fix]] = []
     # The largest closed forms first: replay_all applies the fixes in this order.
@@ -144,7 +145,8 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         finding.time_lost_ms = min(max(0.0, base.step_time_ms - fixed_ms),
                                    bound if bound is not None else float("inf"))
         finding.time_lost_pct = 100.0 * finding.time_lost_ms / step_ms if step_ms else 0.0
-        if plain_graph is not None:
+        if plain is not None:
+            plain_graph, plain_base_ms, host_scale = plain
             plain_fixed = replay_step(apply(plain_graph, _scaled_fix(fix, host_scale))).step_time_ms
             plain_bound = float("inf") if bound is None else bound * plain_base_ms / base.step_time_ms
             finding.time_lost_baseline_ms = min(max(0.0, plain_base_ms - plain_fixed), plain_bound)

@@ -38,7 +38,7 @@ class Evidence:
 
 @dataclass
 class Finding:
-    id: str  # stable rule id, e.g. "sync.per_step"
+    id: str  # the stable id of the rule that made it (Rule.id), e.g. sync.per_step
     title: str
     category: str
     severity: str
