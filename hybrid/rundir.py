@@ -170,17 +170,26 @@ class RunDir:
         path = self.path / name / "inject.json"
         return path.exists() and self.read_inject(name) is None
 
+    def _regular(self, path: Path) -> bool:
+        """`path` is a regular file; something else there (a FIFO, a device: a received directory may hold
+        anything) is never read, and named in `problems`."""
+        if path.is_file():
+            return True
+        if path.exists() or path.is_symlink():
+            self._note([f"{path} is not a regular file (a FIFO, device, socket or dangling link): left out"])
+        return False
+
     def torch_trace(self) -> Path | None:
         for name in ("trace.json", "trace.json.gz"):  # archived runs keep the trace gzipped
             path = self.path / "torch" / name
-            if path.is_file():
+            if self._regular(path):
                 return path
         return None
 
     def nsys_export(self) -> Path | None:
         path = self.path / "nsys" / "profile.sqlite"
-        return path if path.is_file() else None
+        return path if self._regular(path) else None
 
     def ncu_csv(self) -> Path | None:
         path = self.path / "ncu" / "counters.csv"
-        return path if path.is_file() and path.stat().st_size > 0 else None
+        return path if self._regular(path) and path.stat().st_size > 0 else None

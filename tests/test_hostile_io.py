@@ -134,6 +134,7 @@ def test_a_gzip_bomb_as_the_torch_trace_is_refused_with_bounded_memory(tmp_path)
 @pytest.mark.parametrize(("fifos", "code", "said"), [
     (["run.json"], 2, "not a regular file"),
     (["torch/inject.json", "calibration.json", "nsys/inject.json"], 0, ""),  # left out: the rest is analyzed
+    (["torch/trace.json.gz", "ncu/counters.csv"], 0, ""),  # named in the warnings
 ])
 def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifos, code, said):
     run = tmp_path / "run"
@@ -144,6 +145,10 @@ def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifos, 
     done = hybrid("report", str(run), "--json", timeout=90)
     assert done.returncode == code, done.stderr.decode()
     assert said.encode() in done.stderr and b"Traceback" not in done.stderr
+    if "torch/trace.json.gz" in fifos:
+        warnings = json.loads(done.stdout)["warnings"]
+        for fifo in fifos:
+            assert any(fifo in w and "not a regular file" in w for w in warnings), (fifo, warnings)
 
 
 def test_fifos_given_to_report_and_compare_are_refused_without_blocking(tmp_path):
