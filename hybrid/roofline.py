@@ -6,8 +6,12 @@ the ridge (ceiling / bandwidth). A counter point's compute ceiling comes from it
 (hybrid.precision.compute_ceiling: the rate at which its FLOPs on each pipe, tensor bf16/fp16/tf32/fp8/fp64
 and scalar fp32/fp64/fp16, finish with every pipe at its peak); an op point's from its op's precision (an
 fp32 matmul or convolution that ran TF32 kernels, by the run's configuration or the kernel names, meets
-the TF32 roof). The step's ceiling is the points' ceilings weighted by their time. A point above its own
-ceiling contradicts the peaks or the counters: it is left out of the points and listed in `above_ceiling`.
+the TF32 roof). The step's precision mix is its FLOPs by precision (each point's FLOPs times the launches
+per step it stands for), and its ceiling what the hardware reaches on that mix: its FLOPs over the time its
+kernels need one after another, each at its own ceiling (`ceiling_method` says so in words). Shares of
+kernel time called resnet50's step "fp32 88%, tf32 12%" where most of its FLOPs are TF32. A point above
+its own ceiling contradicts the peaks or the counters: it is left out of the points and listed in
+`above_ceiling`.
 Without FLOPs (nsys only, no ncu, no torch ops) there is nothing to place and the block says so instead of
 inventing points.
 
@@ -270,10 +274,38 @@ def _split_above_ceiling(placed: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]
     return placed[~above], records
 
 
-def _mix_pct(placed: pd.DataFrame) -> dict[str, float]:
+def _time_pct(placed: pd.DataFrame) -> dict[str, float]:
     """Share of the placed kernel time per point precision."""
     time = placed["step_time_ns"].groupby(placed["precision"]).sum()
     return {str(p): round(float(100 * t / time.sum()), 2) for p, t in time.sort_values(ascending=False).items()}
+
+
+def _step_flops(placed: pd.DataFrame) -> dict[str, float]:
+    """FLOPs per step by precision: each point's FLOPs times the launches per step it stands for."""
+    mix: dict[str, float] = {}
+    for by_precision, per_step in zip(placed["flops_by_precision"], placed["per_step"], strict=True):
+        for precision, flops in dict(by_precision).items():
+            mix[precision] = mix.get(precision, 0.0) + float(flops) * float(per_step)
+    return {p: f for p, f in sorted(mix.items(), key=lambda item: -item[1]) if f > 0}
+
+
+def _step_ceiling(placed: pd.DataFrame, flops: dict[str, float], peaks: Peaks) -> tuple[float, str]:
+    """(ceiling FLOP/s, how it was computed) of the step: its FLOPs over the time its kernels need one after
+    another, each at its own ceiling (within a kernel the pipes run side by side, hybrid.precision.
+    compute_ceiling; across kernels on a stream they queue), so a step of 94.5% TF32 FLOPs gets a
+    ceiling near the TF32 peak however long its FP32 kernels ran."""
+    work = (placed["flops"] * placed["per_step"]).to_numpy(float)
+    ceiling = placed["ceiling"].to_numpy(float)
+    usable = (work > 0) & np.isfinite(ceiling) & (ceiling > 0)
+    if not usable.any():
+        return peaks.flops(DEFAULT_PRECISION) or np.nan, "no FLOPs counted: the FP32 peak"
+    total = sum(flops.values())
+    shares = ", ".join(f"{p} {100 * f / total:.1f}%" for p, f in flops.items())
+    left_out = int((work > 0).sum() - usable.sum())
+    return float(work[usable].sum() / (work[usable] / ceiling[usable]).sum()), (
+        f"the step's FLOPs ({shares}) over the time its kernels need one after another, each at its own "
+        f"ceiling (its FLOP mix with every pipe at the {peaks.model or 'GPU'}'s peak)"
+        + (f"; {left_out} point(s) without a known peak left out" if left_out else ""))
 
 
 def _point(r, extra: dict) -> dict:
@@ -338,9 +370,9 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     if placed.empty:
         return {**empty, "reason": "every point lies above its compute ceiling", "above_ceiling": above}
     time = placed["step_time_ns"]
-    dominant = time.groupby(placed["precision"]).sum().idxmax()
-    known = placed["ceiling"].notna()
-    ceiling = float((placed.loc[known, "ceiling"] * time[known]).sum() / time[known].sum()) if known.any() else np.nan
+    step_flops = _step_flops(placed)
+    dominant = next(iter(step_flops), None) or time.groupby(placed["precision"]).sum().idxmax()
+    ceiling, ceiling_method = _step_ceiling(placed, step_flops, peaks)
     ridge = ceiling / peaks.dram
     per_step = placed["per_step"]
     flops, nbytes = (placed["flops"] * per_step).sum(), (placed["bytes"] * per_step).sum()
@@ -359,8 +391,11 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "l2_arithmetic_intensity": _finite(flops / l2_total) if pd.notna(l2_total) and l2_total else None,
         "ridge_point": _finite(ridge),
         "precision": dominant,
-        "precision_mix_pct": _mix_pct(placed),
+        # By FLOPs; the kernel time of each precision is precision_time_pct.
+        "precision_mix_pct": {p: round(100 * f / sum(step_flops.values()), 2) for p, f in step_flops.items()},
+        "precision_time_pct": _time_pct(placed),
         "ceiling_flops_per_s": _finite(ceiling),
+        "ceiling_method": ceiling_method,
         "achieved_pct_of_attainable": achieved,
         "flops_per_s": _finite(flops / (rate_ns / 1e9)),
         "bytes_per_s": _finite(nbytes / (rate_ns / 1e9)),

@@ -25,10 +25,14 @@ def test_fp16_gemm_from_torch_ops_is_compute_bound_near_the_tensor_peak():
     # 3 calls of ~178 us: 137 GFLOP each, ~770 TFLOP/s, i.e. ~78% of the 989 TFLOP/s dense fp16 peak
     assert 70 < mm["achieved_pct_of_attainable"] < 85
     assert mm["ceiling_flops_per_s"] == peaks.flops("fp16") and mm["precision_source"] == "op dtype"
-    # The step's ceiling: its points' ceilings weighted by their time (the mm calls and the other ops).
-    points = roof["kernels"]
-    weighted = sum(p["ceiling_flops_per_s"] * p["time_ms"] for p in points) / sum(p["time_ms"] for p in points)
-    assert roof["ceiling_flops_per_s"] == pytest.approx(weighted)
+    # The step's ceiling: its FLOPs over the time its points need one after another, each at its own
+    # ceiling; only the mm calls hold FLOPs, so that is the fp16 peak however long the other ops ran.
+    points = [p for p in roof["kernels"] if sum(p["flops_by_precision"].values()) > 0]
+    need_s = sum(sum(p["flops_by_precision"].values()) / p["ceiling_flops_per_s"] for p in points)
+    assert roof["ceiling_flops_per_s"] == pytest.approx(
+        sum(sum(p["flops_by_precision"].values()) for p in points) / need_s)
+    assert roof["ceiling_flops_per_s"] == pytest.approx(peaks.flops("fp16"))
+    assert roof["precision_mix_pct"] == {"fp16": 100.0} and "one after another" in roof["ceiling_method"]
     assert roof["ridge_point"] == pytest.approx(roof["ceiling_flops_per_s"] / peaks.dram)
     assert roof["bound"] == "compute" and roof["source"] == ESTIMATED
 
@@ -144,3 +148,26 @@ def test_no_layer_points_without_counters_and_the_block_says_why():
     nsys_only = load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite")
     roof = roofline(nsys_only, peaks_for(nsys_only.device))
     assert roof["layers"] == [] and roof["layers_reason"]
+
+
+RESNET50_DEFAULT = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50-default"
+
+
+def test_precision_mix_is_by_flops_and_the_ceiling_what_the_mix_reaches(analyzed_copy):
+    """resnet50 at torch's defaults (TF32 convolutions, FP32 elsewhere): by kernel time the step looked
+    "fp32 88%, tf32 12%"; by FLOPs it is mostly TF32, and its ceiling is near the TF32 peak, not an
+    average of ceilings weighted by how long the FP32 kernels ran."""
+    results = analyzed_copy(RESNET50_DEFAULT)
+    roof = results["roofline"]
+    peaks = results["device"]["peaks"]["flops_per_s"]
+    mix, by_time = roof["precision_mix_pct"], roof["precision_time_pct"]
+    assert by_time["fp32"] > 80 and mix["tf32"] > 90 and roof["precision"] == "tf32"
+    assert sum(mix.values()) == pytest.approx(100, abs=0.05)
+    tf32, fp32 = peaks["tf32"]["value"], peaks["fp32"]["value"]
+    # Sequential kernels at their own ceilings: between the two peaks, and pulled towards TF32 by its FLOPs.
+    assert fp32 < roof["ceiling_flops_per_s"] <= tf32
+    share = mix["tf32"] / 100
+    assert roof["ceiling_flops_per_s"] >= 1 / (share / tf32 + (1 - share) / fp32) * 0.9
+    assert roof["ridge_point"] == pytest.approx(roof["ceiling_flops_per_s"] / results["device"]["peaks"]
+                                                ["dram_bytes_per_s"]["value"])
+    assert roof["ceiling_method"].startswith("the step's FLOPs (tf32 ")

@@ -96,7 +96,7 @@ def roofline_vs_peaks(results: dict) -> dict:
     """Where the step's roofline point sits against the roofs: achieved FLOP/s as % of the step's compute
     ceiling (its points' FLOP mix, hybrid.roofline; the peak of the roofline's precision in documents
     without one) and achieved DRAM B/s as % of the DRAM peak, each with the peak it used. `compute_label`
-    names the ceiling: one precision, or the mix by share of time; `bound_label` the precision the
+    names the ceiling: one precision, or the mix by share of FLOPs; `bound_label` the precision the
     bound is of ('mixed precision' where several were placed)."""
     roof = results.get("roofline") or {}
     precision = roof.get("precision")
