@@ -211,6 +211,7 @@ class Orchestrator:
         # drops exactly this many steps and measures the script's last ones.
         self.fixed_warmup: int | None = None
         self._plain_steps = 0  # the plain window the next torch pass runs (--plain-steps)
+        self._ran_once = False  # the workload failed when run again: no further pass runs it
         # The warmup the nsys pass dropped once its step times settled: the ncu pass drops exactly as many
         # instead of waiting for steps that ncu's launch interception slows to settle again.
         self._ncu_warmup: int | None = None
@@ -442,7 +443,8 @@ class Orchestrator:
                 and torch_result.wall_s <= CHEAP_PLAIN_PASS_S):
             self._run_and_check("plain", self.inject_argv("plain", steps=min(opts.steps, SHORT_PLAIN_STEPS),
                                                           whole_run=False),
-                                note="the torch pass ran without its plain window: a short plain pass")
+                                note="the torch pass ran without its plain window: a short plain pass",
+                                later=True)
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
                 self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
@@ -451,7 +453,7 @@ class Orchestrator:
         if stepless and not opts.whole_run:
             self._no_step_found(inject, can_capture=want_nsys)
             want_ncu = False
-        if want_nsys:
+        if want_nsys and not self._ran_once:
             self._nsys_pass(tools, stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
@@ -558,10 +560,14 @@ class Orchestrator:
                                 kept=str(self.run_dir.path))
         self.mode_reasons.append(f"{cause}: falling back ({fix})")
 
-    def _run_and_check(self, name: str, argv: list[str], note: str = "") -> PassResult:
+    def _run_and_check(self, name: str, argv: list[str], note: str = "", *,
+                       later: bool = False) -> PassResult:
         result = self._run_child(name, argv, note)
         self._record(result)
         failure = self._workload_failure(result)
+        if failure is not None and later:
+            self._failed_when_run_again(result, failure)
+            return result
         if failure is not None:
             raise failure
         if result.status != "ok":
@@ -570,6 +576,30 @@ class Orchestrator:
                                 "read the log; rerun with --mode torch to narrow it down",
                                 kept=str(self.run_dir.path))
         return result
+
+    def _failed_when_run_again(self, result: PassResult, failure: WorkloadError) -> None:
+        """The workload failed in a pass after the torch pass had measured its steps: a script that cannot
+        run more than once (it consumes its input, or refuses to overwrite what it wrote) fails there. The
+        run keeps the windows its first process gave (torch and plain) and says which passes it could not
+        run; with nothing measured yet, or under an explicit --mode, the failure stands (exit 3)."""
+        torch_inject = next((p.inject for p in self.passes if p.name == "torch"), None) or {}
+        if not torch_inject.get("measured_steps") or self.options.mode in ("hybrid", "nsys"):
+            raise failure
+        order = ["plain", "nsys", "ncu"]
+        skipped = [name for name in order[order.index(result.name) + 1:]
+                   if not any(p.name == name for p in self.passes)]
+        lines = [line.strip() for line in failure.cause.splitlines() if line.strip()]
+        why = lines[0].rstrip(":") + (f": {lines[-1]}" if len(lines) > 1 else "")
+        result.status = "failed"
+        result.message = "the workload failed when run again"
+        result.contributed = f"nothing: {why}"
+        self._ran_once = True
+        self.mode_reasons.append(
+            f"{why}, after the torch pass had measured: a script that cannot run more than once (it consumes "
+            "its input, or refuses to overwrite its outputs) gets the windows of its first process, "
+            f"torch.profiler and the plain steps before it; not run: {', '.join([result.name, *skipped])}; see "
+            f"{self.run_dir.pass_dir(result.name) / 'console.log'}")
+        self._record(result)
 
     def _collector_failed(self, name: str, error: ProfilerError) -> None:
         result = next((p for p in self.passes if p.name == name), PassResult(name=name, status="failed"))
@@ -598,7 +628,8 @@ class Orchestrator:
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:
-            raise failure
+            self._failed_when_run_again(result, failure)
+            return
         try:
             log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
             if sampling.separate_export and Path(f"{out_base}.nsys-rep").is_file():
@@ -715,7 +746,8 @@ class Orchestrator:
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:
-            raise failure
+            self._failed_when_run_again(result, failure)
+            return
         try:
             console = (ncu_dir / "console.log").read_text(errors="replace")
             if ncu.finish_pass(Path(tools["ncu"]), ncu_dir / ncu.REPORT_NAME, ncu_dir / "counters.csv",

@@ -16,7 +16,7 @@ from typing import ClassVar
 import pytest
 
 from hybrid import orchestrate
-from hybrid.errors import ProfilerError
+from hybrid.errors import ProfilerError, WorkloadError
 from hybrid.orchestrate import Orchestrator, RunOptions, Target
 from nsight import ncu, nsys
 
@@ -188,3 +188,40 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     assert reused["diagnosis"]["bottlenecks"] == reread["diagnosis"]["bottlenecks"]
     assert reused["passes"] == reread["passes"] and reused["warnings"] == reread["warnings"]
     assert [p["status"] for p in reused["passes"] if p["name"] == "ncu"] == ["skipped"]
+
+
+class FailsWhenRunAgain(FakeProcess):
+    """A script that cannot run twice (it consumed its input): the torch pass measures, the nsys pass
+    raises, as the real injector records it (outcome exception, exit status 1)."""
+
+    def __init__(self, argv, **kwargs) -> None:
+        super().__init__(argv, **kwargs)
+        inner = argv[argv.index("hybrid.inject"):]
+        self.pass_name = inner[inner.index("--pass") + 1]
+        if self.pass_name == "nsys":
+            out = Path(inner[inner.index("--out") + 1])
+            inject = json.loads((out / "inject.json").read_text())
+            inject.update(outcome="exception", exit_code=1, measured_steps=0,
+                          traceback="FileExistsError: out/predictions.csv exists: remove it first")
+            (out / "inject.json").write_text(json.dumps(inject))
+
+    def wait(self) -> int:
+        return 1 if self.pass_name == "nsys" else 0
+
+
+def test_a_script_that_cannot_run_twice_keeps_the_windows_of_its_first_process(patched, monkeypatch, tmp_path):
+    monkeypatch.setattr(orchestrate.subprocess, "Popen", FailsWhenRunAgain)
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    out = tmp_path / "run"
+    Orchestrator(Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3)).run()
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "nsys"]  # ncu never ran it again
+    run = json.loads((out / "run.json").read_text())
+    assert [(p["name"], p["status"]) for p in run["passes"]] == [("torch", "ok"), ("plain", "ok"), ("nsys", "failed")]
+    reason = next(r for r in run["mode_reasons"] if "cannot run more than once" in r)
+    assert reason.startswith("the workload failed in the nsys pass (exit status 1): FileExistsError: "
+                             "out/predictions.csv exists: remove it first, after the torch pass had measured")
+    assert "not run: nsys, ncu" in reason and run["passes"][2]["message"] == "the workload failed when run again"
+    # An explicit mode fails instead: --mode nsys needs the nsys pass (exit 3, the workload's failure).
+    with pytest.raises(WorkloadError):
+        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
