@@ -130,3 +130,12 @@ def test_hostile_launch_fields_in_a_received_document_render_or_are_refused(resn
             render_compare(compare_results(resnet, document))
     except HybridError as error:
         assert error.exit_code == EXIT_USAGE
+
+
+def test_the_html_page_shows_each_kernels_launch_escaped(resnet):
+    from hybrid.report.html_report import render_html
+
+    page = render_html(resnet)
+    top = resnet["top_kernels"][0]
+    assert "<th>&lt;&lt;&lt;grid, block&gt;&gt;&gt;</th>" in page
+    assert launch_text(top).replace("<", "&lt;").replace(">", "&gt;") in page

@@ -22,6 +22,7 @@ from hybrid.report import (
 )
 from hybrid.report.compare import compare_lines
 from hybrid.report.html_timeline import timeline_css, timeline_svg
+from hybrid.report.kernel_labels import launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_controls, escape_strings
 from hybrid.report.units import format_change_pct, noun
@@ -440,11 +441,15 @@ def _kernels(results: dict, w: _Writer) -> str:
     kernels = results.get("top_kernels") or []
     if not kernels:
         return "<h2>Top kernels</h2><p class=\"muted\">No kernel timeline in this mode.</p>"
-    rows = [[f"<code>{w.text(k.get('name'))}</code>", w.value(k.get("calls_per_step")),
-             w.value(k.get("total_ms_per_step"), "ms"), w.value(k.get("mean_us"), "us"), w.value(k.get("share_pct"), "%"),
-             w.source(k.get("source"))] for k in kernels]
-    return _table("Top kernels (per step)", [("kernel", False), ("calls", True), ("total", True), ("mean", True),
-                                             ("share of kernel time", True), ("source", False)], rows)
+    launches = [launch_text(k) for k in kernels]
+    launch = any(launches)  # the configuration that took the most time, as CUDA writes a launch
+    rows = [[f"<code>{w.text(k.get('name'))}</code>", *([f"<code>{w.text(text)}</code>"] if launch else []),
+             w.value(k.get("calls_per_step")), w.value(k.get("total_ms_per_step"), "ms"),
+             w.value(k.get("mean_us"), "us"), w.value(k.get("share_pct"), "%"), w.source(k.get("source"))]
+            for k, text in zip(kernels, launches, strict=True)]
+    headers = [("kernel", False), *([("&lt;&lt;&lt;grid, block&gt;&gt;&gt;", False)] if launch else []),
+               ("calls", True), ("total", True), ("mean", True), ("share of kernel time", True), ("source", False)]
+    return _table("Top kernels (per step)", headers, rows)
 
 
 def _ranks(results: dict, w: _Writer) -> str:
