@@ -98,7 +98,7 @@ def handles_errors(command: Callable) -> Callable:
             raise typer.Exit(stop.exit_code) from None
         except typer.Exit:
             raise
-        except Exception:  # a defect in hybrid: its own exit code, never --fail-on's 1
+        except Exception:  # noqa: BLE001 - a defect in hybrid: its own exit code, never --fail-on's 1
             import traceback
 
             _stderr(traceback.format_exc().rstrip())
