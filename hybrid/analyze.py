@@ -18,7 +18,7 @@ from hybrid.roofline import roofline
 from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import Context, Finding
-from hybrid.rules.registry import GPU_CATEGORIES, RULES
+from hybrid.rules.registry import GPU_CATEGORIES, RULE_BY_ID, RULES
 from hybrid.timeline import step_timeline
 
 
@@ -39,7 +39,8 @@ def _rule_peaks(peaks: Peaks) -> dict:
 
 
 def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
-    return engine.run([rule for rule in RULES if gpu or rule.category not in GPU_CATEGORIES], ctx)
+    return engine.run([rule for rule in RULES
+                       if gpu or rule.host_side or rule.category not in GPU_CATEGORIES], ctx)
 
 
 # Families whose findings are about a GPU: its kernels, copies and idle time, or work left on the host that
@@ -48,8 +49,10 @@ NEEDS_GPU = (*GPU_CATEGORIES, "CPU_RESIDENCY", "COMMUNICATION")
 
 
 def applicable(findings: list[Finding], gpu: bool) -> list[Finding]:
-    """The findings that can hold for this run: on a run without a GPU, none about a GPU."""
-    return findings if gpu else [f for f in findings if f.category not in NEEDS_GPU]
+    """The findings that can hold for this run: on a run without a GPU, none about a GPU (the host-side
+    rules' findings are about the host)."""
+    host_side = {rule.id for rule in RULE_BY_ID.values() if rule.host_side}
+    return findings if gpu else [f for f in findings if f.category not in NEEDS_GPU or f.id in host_side]
 
 
 def _timing(metrics: dict[str, Metric]) -> dict:
@@ -78,7 +81,7 @@ def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roo
     out = []
     if not gpu:
         out.append("No CUDA GPU was used: GPU analysis (kernels, copies, syncs, roofline) was not possible; "
-                   "only host-side timing is reported.")
+                   "only host-side timing and host-side findings (the DataLoader) are reported.")
     if profile.steps.empty:
         out.append("No measured steps were found: mark steps with hybrid.mark_step() or pass --step-range.")
     if gpu and profile.counters.empty:

@@ -47,7 +47,8 @@ MODES = ("auto", "hybrid", "nsys", "torch")
 # +120%). Without --baseline it is a window of the torch pass's process: SHORT_PLAIN_STEPS steps after warmup,
 # before torch.profiler starts. Where that window could not run (the script was too short for it and the
 # torch pass ran again without it), a plain pass of its own runs when the torch pass took at most
-# CHEAP_PLAIN_PASS_S. CPU-only runs have no GPU timeline to weigh, so they skip both.
+# CHEAP_PLAIN_PASS_S. On CPU-only runs the window runs too (--plain-on-cpu): the torch pass is their only
+# timeline, and its slowdown is reported as on a GPU (a num_workers=0 loader's Python items: +39%).
 CHEAP_PLAIN_PASS_S = 60.0
 # Steps the plain window (or the short plain pass) measures: enough for a mean step time, its only output.
 SHORT_PLAIN_STEPS = 10
@@ -265,7 +266,7 @@ class Orchestrator:
         if self.options.torch_stacks and pass_name == "torch":
             flags.append("--python-stacks")
         if self._plain_steps and pass_name == "torch":
-            flags += ["--plain-steps", str(self._plain_steps)]
+            flags += ["--plain-steps", str(self._plain_steps), "--plain-on-cpu"]
         if whole_run:
             flags.append("--whole-run")
         if self.target.is_module:

@@ -254,8 +254,9 @@ def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
     return out
 
 
-def loader_workers(config: RunConfig, *, condition: str) -> list[Suggestion]:
-    """More DataLoader workers (persistent, prefetching, pinned), in the framework's words, for what is off."""
+def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> list[Suggestion]:
+    """More DataLoader workers (persistent, prefetching, and pinned unless `pin` is False: a CPU-only run
+    copies nothing to a device), in the framework's words, for what is off."""
     loaders = config.data_loaders
     if config.framework == "transformers":
         wanted = {"dataloader_num_workers": "4", "dataloader_persistent_workers": "True",
@@ -263,7 +264,7 @@ def loader_workers(config: RunConfig, *, condition: str) -> list[Suggestion]:
         current = {"dataloader_num_workers": config.hf("dataloader_num_workers"),
                    "dataloader_persistent_workers": config.hf("dataloader_persistent_workers"),
                    "dataloader_pin_memory": config.hf("dataloader_pin_memory")}
-        missing = [k for k, v in current.items() if not v]
+        missing = [k for k, v in current.items() if not v and (pin or k != "dataloader_pin_memory")]
         if not missing:
             return []
         args = ", ".join(f"{k}={wanted[k]}" for k in missing)
@@ -272,8 +273,9 @@ def loader_workers(config: RunConfig, *, condition: str) -> list[Suggestion]:
     if loaders is not None and not loaders:
         how = "the script uses no DataLoader" if config.recorded else "no batch was fetched from a DataLoader in the " \
             "measured steps (torch trace)"
+        pinned = ", pin_memory=True" if pin else ""
         return [Suggestion("Build the batches in a torch.utils.data.DataLoader(dataset, num_workers=N, "
-                           "persistent_workers=True, pin_memory=True), so worker processes prepare them ahead",
+                           f"persistent_workers=True{pinned}), so worker processes prepare them ahead",
                            f"{condition}; {how}")]
     loader = (loaders or [{}])[0]
     missing = []
@@ -281,7 +283,7 @@ def loader_workers(config: RunConfig, *, condition: str) -> list[Suggestion]:
         missing.append("num_workers=N>0")
     if loader.get("num_workers") and not loader.get("persistent_workers"):
         missing.append("persistent_workers=True")
-    if not loader.get("pin_memory"):
+    if pin and not loader.get("pin_memory"):
         missing.append("pin_memory=True")
     if not missing:
         return []

@@ -249,3 +249,5 @@ class Rule:
     # the operators its evidence names).
     copies: CopyFilter | None = None
     callsite_ops: frozenset[str] | None = None
+    # Holds without a GPU: it reads only the torch pass's host timeline, so it runs on CPU-only runs too.
+    host_side: bool = False

@@ -80,6 +80,42 @@ def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
                f"the batch fetch the torch pass measured: {significant(fetch)} ms per step")
 
 
+def loader_in_step_model(inp: Inputs) -> float | None:
+    """Without a device timeline (a CPU-only run) the whole fetch is on the step's critical path: the torch
+    pass's time inside DataLoader.__next__ is what workers that build batches ahead would take off it."""
+    if inp["gpu_busy_ms"] is not None:
+        return None  # a GPU run: data.loader_stall weighs the fetch by the device idle time in it
+    return max(0.0, inp["data_loader_ms"])
+
+
+def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
+    step = ctx.value("step_time_ms", 0.0)
+    condition = (f"{lost_ms:.3g} of {step:.3g} ms a step is spent fetching batches from the DataLoader, "
+                 "in the training process")
+    single = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
+    advice = loader_workers(ctx.config, condition=condition + (" (num_workers=0)" if single else ""),
+                            pin=False)
+    if not single:
+        advice.append(Suggestion("Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
+                                 "persistent_workers=True",
+                                 condition + " from worker processes that fall behind"))
+    advice.append(Suggestion("Make per-item work cheaper (vectorized transforms instead of Python loops over "
+                             "pixels or tokens, or store preprocessed data); iterate the loader alone to see "
+                             "the batches per second it delivers", condition))
+    return Report(
+        title="The step waits for the DataLoader",
+        pairs=[("host time fetching a batch", "data_loader_ms"), ("step time", "step_time_ms"),
+               ("DataLoader iterator", "data_loader_iterator")],
+        explanation=("Each step first builds its batch (reading, decoding, augmenting and collating "
+                     "every item) in the training process, then computes: the two never overlap. "
+                     "DataLoader workers build the next batches in other processes while this one "
+                     "computes; on a CPU-only machine they share its cores, so the saving needs cores the "
+                     "step does not use. Time lost: the torch "
+                     "pass's time inside DataLoader.__next__ (torch.profiler's `enumerate(DataLoader)#..."
+                     "__next__` range) per step."),
+        suggestions=advice)
+
+
 def pageable_advice(ctx: Context) -> list[Suggestion]:
     condition = (f"{ctx.value('pageable_copies_per_step', 0.0):.0f} host<->device copies a step from pageable memory "
                  f"({ctx.value('pageable_copy_ms', 0.0):.3g} ms)")
@@ -184,6 +220,9 @@ RULES = [
     Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), loader_stall_model,
          loader_stall_report, pool=("dataloader_fetch",), floor_pct=LOADER_STALL_MIN_PCT,
          fix=loader_stall_fix),
+    # A run without a device timeline: the fetch itself is the step's wait (host-side rules run on the CPU).
+    Rule("data.loader_in_step", "DATA_PIPELINE", ("data_loader_ms", "step_time_ms"), loader_in_step_model,
+         loader_in_step_report, optional=("gpu_busy_ms",), floor_pct=LOADER_STALL_MIN_PCT, host_side=True),
     # The copy pool after cpu.late_migration and cpu.transfers took theirs.
     Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), pageable_model, pageable_report,
          optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",),
