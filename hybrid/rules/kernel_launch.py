@@ -22,7 +22,7 @@ HOST_GAPS = ("launch_gap", "host_after_sync", "host_other", "cpu_heavy_op")
 # its loop has far more long gaps than launch gaps (numpy augment 12.8 vs 0.0, .item() per micro-step 5.4
 # vs 2.2, graph break 3.6 vs 1.8), and keeps them for cpu.preprocessing.
 DISPATCH_POOL = ("launch_gap", "host_other")
-# The findings that own the host gaps, by the pools they draw (launch.bound takes the dispatch gaps,
+# The findings that own the host gaps, by the pools they draw (launch.dispatch takes the dispatch gaps,
 # cpu.preprocessing the host work, cpu.heavy_ops the CPU-heavy operators): a larger batch is a lever of
 # its own only when it saves more than the largest of them.
 HOST_GAP_OWNERS = (("launch_gap", "host_other"), ("host_after_sync", "host_other"), ("cpu_heavy_op",))
