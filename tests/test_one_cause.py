@@ -72,6 +72,21 @@ def test_no_two_findings_claim_the_same_time(analyzed):
     assert not over
 
 
+def test_each_ledger_cause_is_claimed_at_most_once(analyzed):
+    """What the engine recorded each finding drew (`claimed`, cause -> ms a step): across the findings that are
+    not alternatives, no cause gives out more than the ledger measured for it."""
+    over = []
+    for name, results in analyzed.items():
+        held = (results.get("ledger") or {}).get("ms_per_step") or {}
+        drawn: dict[str, float] = {}
+        for f in _kept(results):
+            if not f.get("alternative_to"):
+                for cause, ms in (f.get("claimed") or {}).items():
+                    drawn[cause] = drawn.get(cause, 0.0) + ms
+        over += [(name, cause, ms) for cause, ms in drawn.items() if ms > held.get(cause, 0.0) * (1 + 1e-6) + 1e-9]
+    assert not over
+
+
 def test_eager_dispatch_is_one_finding(analyzed):
     """Host-bound eager training: the launch gaps and the longer dispatch gaps (backward, optimizer step) are
     one finding; the larger batch is a note on it with its figure, not a ranked finding of its own."""
