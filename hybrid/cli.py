@@ -599,7 +599,7 @@ def compare(
         None, "--fail-on-regression", metavar="PCT",
         help="exit 1 when B's mean step time is slower than A's at 95% confidence (Welch's t on the steps) "
              "and by an estimated more than PCT percent; exit 5 when the data cannot decide (above PCT but "
-             "within the noise, or a run without a step time)"),
+             "within the noise, an interval too wide to rule out twice PCT, or a run without a step time)"),
     allow_different: bool = typer.Option(
         False, "--allow-different", help="compare runs of different programs, models, batch sizes or devices "
         "(or exports that do not record their program and share little kernel time), which is refused "

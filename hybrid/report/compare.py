@@ -129,6 +129,8 @@ def step_change(a: dict, b: dict) -> dict:
     steps = plain if basis == "plain" else [_steps(a, "profiled"), _steps(b, "profiled")]
     change["basis"] = basis
     change["test"] = step_test.welch(*steps) if all(steps) and change["delta"] is not None else None
+    # The same steps on both sides (a document against itself): no noise can hide anything.
+    change["identical"] = all(steps) and steps[0] == steps[1]
     if change["delta"] is None:
         change["verdict"] = "unknown"
     elif change["test"] is None:
@@ -351,6 +353,8 @@ def gate(diff: dict, pct: float) -> dict:
                     "reason": f"the {name} has no valid step time (no measured steps, a figure that is not a "
                               "positive number, or not a results.json document)"}
     test = step["test"]
+    if step["delta"] == 0 and step.get("identical"):
+        return {"outcome": "pass", "reason": "identical steps in both runs"}
     if test is None:
         if step["delta"] == 0:
             return {"outcome": "pass", "reason": "identical step times"}
@@ -362,13 +366,29 @@ def gate(diff: dict, pct: float) -> dict:
                f"{_test_text(test)}")
     if outcome == "regressed":
         reason = f"{figures}; slower beyond the noise and above the {pct:g}% threshold"
-    elif outcome == "inconclusive":
+    elif outcome == "inconclusive" and test["delta_pct"] > pct:
         needed = test["steps_to_decide"]
         reason = (f"{figures}; above the {pct:g}% threshold but within what the steps' noise can make"
                   + (f": about {needed} steps per run would tell a change this size" if needed else ""))
+    elif outcome == "inconclusive":
+        resolution = step_test.resolution_pct(pct)
+        needed = _steps_for(diff, resolution)
+        reason = (f"{figures}; at or under the {pct:g}% threshold, but the interval is wider than "
+                  f"+-{resolution:g}%: a regression that size could hide in the steps' noise"
+                  + (f"; about {needed} steps per run would resolve it" if needed else ""))
     else:
         reason = f"{figures}; at or under the {pct:g}% threshold"
     return {"outcome": outcome, "reason": reason}
+
+
+def _steps_for(diff: dict, half_width_pct: float) -> int | None:
+    """Steps per run for the interval to shrink to +-half_width_pct, from the spreads the test used."""
+    test = diff["step_time_ms"]["test"]
+    low, high = test["ci_pct"]
+    if high <= low:
+        return None
+    # The half-width falls as 1/sqrt(steps): scale the larger run's count.
+    return math.ceil(max(test["steps"]) * ((high - low) / 2 / half_width_pct) ** 2)
 
 
 def _delta(change: dict, unit: str) -> str:
