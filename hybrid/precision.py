@@ -17,6 +17,7 @@ precision.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -112,6 +113,7 @@ def kernel_label(name: str) -> str:
     return base
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure in the name: each distinct name is classified once, not per reader
 def kernel_kind(name: str) -> str:
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(name):
@@ -119,6 +121,7 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def name_precision(name: str, kind: str | None = None) -> str | None:
     """The precision a kernel's name states, or None when it states none (a Triton kernel, an integer one)."""
     kind = kind or kernel_kind(name)
