@@ -12,11 +12,12 @@ import pandas as pd
 from hybrid.hardware import Peaks
 from hybrid.ledger import idle
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, LABELS, STATE
-from hybrid.ledger.partition import Layer, cut, merge_runs, own
+from hybrid.ledger.partition import Layer, Pieces, cut, merge_runs, own
 from hybrid.ledger.shortfall import kernel_causes
 from hybrid.metrics import NS_PER_MS, steady_steps
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
+from nsight.intervals import NO_RANGE
 
 # ref_frame and ref_row: the event behind the segment, row ref_row of Profile.<ref_frame> (NaN and -1 for
 # none); state, cause and ref_frame are categoricals.
@@ -34,7 +35,8 @@ class Ledger:
 
     def ms_per_step(self) -> dict[str, float]:
         """Time per cause per steady step, every cause listed (0 where none), busy causes first."""
-        ns = (self.segments["end_ns"] - self.segments["start_ns"]).groupby(self.segments["cause"], observed=True).sum()
+        segments = self.segments
+        ns = (segments["end_ns"] - segments["start_ns"]).groupby(segments["cause"], observed=True).sum()
         n = max(self.step_count, 1)
         return {cause: float(ns.get(cause, 0)) / n / NS_PER_MS for cause in BUSY_ORDER + IDLE_ORDER}
 
@@ -87,17 +89,20 @@ def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
     return layers
 
 
-def _gaps(idle_pieces: pd.DataFrame) -> pd.DataFrame:
+def _gaps(idle: Pieces) -> pd.DataFrame:
     """Maximal runs of adjacent idle pieces within one step."""
-    if idle_pieces.empty:
+    if not len(idle.start):
         return pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype="int64")
-    p = idle_pieces.sort_values("start_ns", kind="stable")
-    a, b, step = (p[c].to_numpy(np.int64) for c in ("start_ns", "end_ns", "step"))
-    new = np.ones(len(p), bool)
-    new[1:] = (a[1:] != b[:-1]) | (step[1:] != step[:-1])
-    run = np.cumsum(new)
-    return pd.DataFrame({"step": step[new], "start_ns": a[new],
-                         "end_ns": pd.Series(b).groupby(run).max().to_numpy(np.int64)})
+    new = np.ones(len(idle.start), bool)
+    new[1:] = (idle.start[1:] != idle.end[:-1]) | (idle.step[1:] != idle.step[:-1])
+    first = np.flatnonzero(new)
+    return pd.DataFrame({"step": idle.step[first], "start_ns": idle.start[first],
+                         "end_ns": idle.end[np.r_[first[1:] - 1, len(new) - 1]]})
+
+
+CAUSES = [*BUSY_ORDER, *IDLE_ORDER]
+REF_FRAMES = ["kernels", "launches", "memcpys", "memsets", "ops", "syncs"]
+STATES = (BUSY, IDLE)
 
 
 def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
@@ -111,22 +116,21 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
                    idle.dataloader_layer(profile, ops, windows)]
     heavy = idle.cpu_heavy_layer(profile, ops, windows)
     pieces = cut(windows, [*device, *host_layers, heavy])
-    owned = own(pieces, device, default=None)
-    busy = owned["cause"].notna().to_numpy()
-    busy_pieces = owned[busy].assign(state=pd.Categorical([BUSY] * int(busy.sum()), categories=STATES))
-    idle_pieces = pieces[~busy]
+    own(pieces, device, CAUSES, REF_FRAMES)
+    idle_mask = pieces.cause == NO_RANGE
+    idle_pieces = pieces.subset(idle_mask)
     layers = [*host_layers, *idle.gap_layers(profile, _gaps(idle_pieces)), heavy]
-    idle_owned = own(idle_pieces, layers, default="host_other")
-    idle_owned = idle_owned.assign(state=pd.Categorical([IDLE] * len(idle_owned), categories=STATES))
-    segments = pd.concat([_recoded(busy_pieces), _recoded(idle_owned)], ignore_index=True)
-    return Ledger(merge_runs(segments)[list(SEGMENT_COLUMNS)], steps)
-
-
-STATES = (BUSY, IDLE)
-REF_FRAMES = ("kernels", "launches", "memcpys", "memsets", "ops", "syncs")
-
-
-def _recoded(pieces: pd.DataFrame) -> pd.DataFrame:
-    """Busy and idle pieces on the same categories, so that joining them keeps the categoricals."""
-    return pieces.assign(cause=pieces["cause"].cat.set_categories(BUSY_ORDER + IDLE_ORDER),
-                         ref_frame=pieces["ref_frame"].cat.set_categories(REF_FRAMES))
+    own(idle_pieces, layers, CAUSES, REF_FRAMES, "host_other")
+    # Written back in place: the pieces stay in time order (no concatenation, no sort).
+    for name in ("cause", "frame", "row"):
+        getattr(pieces, name)[idle_mask] = getattr(idle_pieces, name)
+    merged = merge_runs(pieces)
+    state = np.where(merged.cause < len(BUSY_ORDER), 0, 1)
+    segments = pd.DataFrame({
+        "step": merged.step, "start_ns": merged.start, "end_ns": merged.end,
+        "state": pd.Categorical.from_codes(state, categories=STATES),
+        "cause": pd.Categorical.from_codes(merged.cause, categories=CAUSES),
+        "ref_frame": pd.Categorical.from_codes(merged.frame, categories=REF_FRAMES),
+        "ref_row": merged.row,
+    })
+    return Ledger(segments, steps)
