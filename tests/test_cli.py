@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from hybrid.orchestrate import SHORT_PLAIN_STEPS
-
 from hybrid.schema import missing_keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,8 +51,8 @@ def test_run_writes_a_valid_results_document(script_run):
     # The script was stopped after warmup + measured steps, and saw its own argv.
     recorded = json.loads(record.read_text())
     assert recorded["argv"][1:] == ["--iters", "40", "--record", str(record)]
-    # warmup + the plain window (the reference for the torch pass's slowdown, on CPU-only runs too) + 4 measured
-    # steps: the stop is raised from the last optimizer.step(), before the script counts that iteration.
+    # warmup + the plain window (the reference for the torch pass's slowdown, on CPU-only runs too) + 4
+    # measured steps: the stop is raised from the last optimizer.step(), before the script counts it.
     plain = next(p for p in results["passes"] if p["name"] == "plain")
     assert plain["process"] == "torch" and plain["step_time_ms"] > 0
     assert recorded["iters_done"] == warmup + SHORT_PLAIN_STEPS + 4 - 1

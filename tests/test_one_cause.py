@@ -12,8 +12,8 @@ import pytest
 from hybrid.rules.base import SEVERITY_RANK
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RUN_DIRS = sorted([*FIXTURES.glob("planted/*/run"), *(p.parent for p in (FIXTURES / "runs").glob("**/run.json")),
-                   *FIXTURES.glob("precision/*/run")])
+RUN_DIRS = sorted([*FIXTURES.glob("planted/*/run"), *FIXTURES.glob("precision/*/run"),
+                   *(p.parent for p in (FIXTURES / "runs").glob("**/run.json"))])
 EXPORTS = sorted(FIXTURES.glob("bare/*.sqlite"))
 
 
@@ -73,8 +73,8 @@ def test_no_two_findings_claim_the_same_time(analyzed):
 
 
 def test_each_ledger_cause_is_claimed_at_most_once(analyzed):
-    """What the engine recorded each finding drew (`claimed`, cause -> ms a step): across the findings that are
-    not alternatives, no cause gives out more than the ledger measured for it."""
+    """What the engine recorded each finding drew (`claimed`, cause -> ms a step): across the findings that
+    are not alternatives, no cause gives out more than the ledger measured for it."""
     over = []
     for name, results in analyzed.items():
         held = (results.get("ledger") or {}).get("ms_per_step") or {}
@@ -83,35 +83,37 @@ def test_each_ledger_cause_is_claimed_at_most_once(analyzed):
             if not f.get("alternative_to"):
                 for cause, ms in (f.get("claimed") or {}).items():
                     drawn[cause] = drawn.get(cause, 0.0) + ms
-        over += [(name, cause, ms) for cause, ms in drawn.items() if ms > held.get(cause, 0.0) * (1 + 1e-6) + 1e-9]
+        over += [(name, cause, ms) for cause, ms in drawn.items()
+                 if ms > held.get(cause, 0.0) * (1 + 1e-6) + 1e-9]
     assert not over
 
 
 def test_eager_dispatch_is_one_finding(analyzed):
     """Host-bound eager training: the launch gaps and the longer dispatch gaps (backward, optimizer step) are
     one finding; the larger batch is a note on it with its figure, not a ranked finding of its own."""
-    for name in ("precision/resnet50_default/run", "precision/vit_train_bf16/run", "runs/h200-hf-trainer-bf16",
-                 "runs/h200-simple_cnn"):
+    for name in ("precision/resnet50_default/run", "precision/vit_train_bf16/run",
+                 "runs/h200-hf-trainer-bf16", "runs/h200-simple_cnn"):
         results = analyzed[name]
         ids = [f["id"] for f in _kept(results)]
         assert results["diagnosis"]["primary_bottleneck"]["id"] == "launch.dispatch", name
-        assert "cpu.preprocessing" not in ids and "launch.bound" not in ids and "batch.headroom" not in ids, name
+        assert not {"cpu.preprocessing", "launch.bound", "batch.headroom"} & set(ids), name
         dispatch = next(f for f in _kept(results) if f["id"] == "launch.dispatch")
         held = results["ledger"]["ms_per_step"]
         assert dispatch["time_lost_model_ms" if "time_lost_model_ms" in dispatch else "time_lost_ms"] \
             <= held["launch_gap"] + held["host_other"] + 1e-9
         note = [e for e in dispatch["evidence"] if e["label"].startswith("a doubled batch would save")]
         assert len(note) == 1 and note[0]["value"] > 0 and note[0]["source"] == "estimated", name
-        assert any("batch size" in a["text"] and "peak memory is" in a["condition"] for a in dispatch["advice"])
+        assert any("batch size" in a["text"] and "peak memory is" in a["condition"]
+                   for a in dispatch["advice"])
 
 
 def test_the_scripts_own_host_work_stays_its_own_finding(analyzed):
-    """Where the longer host gaps outweigh the launch gaps (numpy augmentation, .item() per micro-step, a graph
-    break) they are the script's host work: the planted primaries keep their finding."""
+    """Where the longer host gaps outweigh the launch gaps (numpy augmentation, .item() per micro-step, a
+    graph break) they are the script's host work: the planted primaries keep their finding."""
     primary = {name: analyzed[f"planted/{name}/run"]["diagnosis"]["primary_bottleneck"]["id"]
                for name in ("cpu_numpy_augment", "sync_item_per_microstep", "graph_breaks")}
-    assert primary == {"cpu_numpy_augment": "cpu.preprocessing", "sync_item_per_microstep": "cpu.preprocessing",
-                       "graph_breaks": "compile.graph_breaks"}
+    assert primary == {"cpu_numpy_augment": "cpu.preprocessing",
+                       "sync_item_per_microstep": "cpu.preprocessing", "graph_breaks": "compile.graph_breaks"}
 
 
 def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
@@ -127,9 +129,9 @@ def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
 
 
 def test_gemm_advice_is_about_gemms(analyzed):
-    """The healthy bf16 conv net's kernels furthest below the roofline are batch-norm and max-pool kernels: they
-    get the memory-bound advice, never "Grow GEMM sizes", and the unmeasured 80%-of-roofline premise keeps the
-    control at MODERATE."""
+    """The healthy bf16 conv net's kernels furthest below the roofline are batch-norm and max-pool kernels:
+    they get the memory-bound advice, never "Grow GEMM sizes", and the unmeasured 80%-of-roofline premise
+    keeps the control at MODERATE."""
     results = analyzed["planted/healthy_pipelined_input/run"]
     roofline = next(f for f in _kept(results) if f["id"] == "roofline.low_efficiency")
     assert SEVERITY_RANK[roofline["severity"]] <= SEVERITY_RANK["MODERATE"]

@@ -23,8 +23,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = FIXTURES / "runs"
 PLANTED = FIXTURES / "planted"
 # Findings whose time lost is GPU idle time inside the step (batch.headroom is an alternative remedy for it).
-IDLE_FINDINGS = {"launch.bound", "launch.dispatch", "compile.graph_breaks", "sync.per_step", "cpu.preprocessing", "data.loader_stall",
-                 "cpu.heavy_ops"}
+IDLE_FINDINGS = {"launch.bound", "launch.dispatch", "compile.graph_breaks", "sync.per_step", "cpu.preprocessing",
+                 "data.loader_stall", "cpu.heavy_ops"}
 
 
 @cache
@@ -54,7 +54,8 @@ def test_simple_cnn_dispatch_gaps_are_one_finding_which_names_the_host_heavy_ops
     doc = run(RUNS / "h200-simple_cnn")
     found = findings(doc)
     pools = doc["ledger"]["ms_per_step"]
-    assert "launch.dispatch" in found and not {"launch.bound", "cpu.preprocessing", "batch.headroom"} & set(found)
+    assert "launch.dispatch" in found
+    assert not {"launch.bound", "cpu.preprocessing", "batch.headroom"} & set(found)
     assert _model_ms(found["launch.dispatch"]) == pytest.approx(pools["launch_gap"] + pools["host_other"])
     # CPU-heavy ops claim only the idle time inside their own calls, not the launch gaps between them.
     assert _model_ms(found["cpu.heavy_ops"]) <= pools["cpu_heavy_op"] + 1e-9
@@ -144,11 +145,12 @@ def test_an_estimate_on_an_unmeasured_premise_says_so_and_stays_below_severe(sim
     assert (premise.label, premise.value, premise.source) == ("time lost assumes", "the batch can double", "estimated")
 
 
-def test_batch_headroom_is_ranked_only_when_it_saves_more_than_the_findings_that_own_the_gaps(simple_cnn_context):
+def test_batch_headroom_is_ranked_only_where_it_saves_more_than_the_gaps_owners(simple_cnn_context):
     ctx = simple_cnn_context
     assert batch_headroom_lost_ms(3.0) == pytest.approx(1.5)
     assert batch_headroom_lost_ms(-1.0) == 0.0
-    # simple_cnn uses 0.1% of the H200's memory, but half its host gaps is less than the dispatch finding claims.
+    # simple_cnn uses 0.1% of the H200's memory, but half its host gaps is less than the dispatch finding
+    # claims.
     assert ctx.value("peak_memory_pct") < kernel_launch.BATCH_HEADROOM_PEAK_PCT
     found = {f.id: f for f in engine.run(RULES, ctx)}
     gaps = sum(ctx.pools[c] for c in kernel_launch.HOST_GAPS)

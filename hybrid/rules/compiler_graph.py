@@ -48,9 +48,9 @@ def fusion_report(ctx: Context, lost_ms: float) -> Report:
                ("time in chains", "fusible_chain_ms"), ("estimated saving", "fusible_saving_ms"),
                ("distinct kernels per step", "distinct_kernels_per_step")],
         explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
-                     "whole tensor from DRAM; fused, the data is read once and written once. The saving is "
-                     "bounded by the chains' own kernel time: the launches and dispatch gaps between them are "
-                     "launch overhead, the launch findings' time."),
+                     "whole tensor from DRAM; fused, the data is read once and written once. The saving "
+                     "is bounded by the chains' own kernel time: the launches and dispatch gaps between them "
+                     "are launch overhead, the launch findings' time."),
         suggestions=fusion_advice(ctx))
 
 

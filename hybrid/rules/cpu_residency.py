@@ -13,8 +13,8 @@ MIN_LOST_PCT = 1.0
 # torch.profiler's names for the framework's own per-op work on the host: backward nodes run by the
 # autograd engine, the optimizer's step and zero_grad (torch.optim's record_function ranges) and gradient
 # clipping.
-FRAMEWORK_DISPATCH_PREFIXES = ("autograd::engine::evaluate_function", "Optimizer.step#", "Optimizer.zero_grad#",
-                               "torch.nn.utils.clip_grad")
+FRAMEWORK_DISPATCH_PREFIXES = ("autograd::engine::evaluate_function", "Optimizer.step#",
+                               "Optimizer.zero_grad#", "torch.nn.utils.clip_grad")
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
 # means tensors go back and forth between host and device.
 EXCESSIVE_COPIES_PER_STEP = 10
@@ -77,11 +77,12 @@ def dispatch_advice(ctx: Context, condition: str, ops: tuple[str, ...]) -> list[
     if ctx.config.cuda_graphs:
         out.append(Suggestion(
             "Capture what the CUDA graphs leave out: compile the whole step function (forward, backward, "
-            "optimizer.step and gradient clipping), or capture it with torch.cuda.graph and an optimizer built "
-            "with capturable=True; TORCH_LOGS=graph_breaks,cudagraphs names the regions cudagraphs skipped",
+            "optimizer.step and gradient clipping), or capture it with torch.cuda.graph and an optimizer "
+            "built with capturable=True; TORCH_LOGS=graph_breaks,cudagraphs names the regions cudagraphs "
+            "skipped",
             f"{condition}; CUDA graphs are already on", ops))
-    out += fused_optimizer(ctx.config, condition=condition + "; an unfused optimizer step runs per-parameter ops "
-                                                             "on the host")
+    out += fused_optimizer(ctx.config, condition=condition + "; an unfused optimizer step runs "
+                                                             "per-parameter ops on the host")
     if any("clip_grad" in op for op in ops):
         out.append(Suggestion("torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), or the fused "
                               "optimizer's own clipping where the framework has one",
@@ -109,7 +110,8 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
         # The host time is the framework's own per-op work (autograd's backward nodes, the optimizer step),
         # not the script's code: capturing the step removes it.
         out = dispatch_advice(ctx, f"{condition}; it is the framework's own dispatch ({len(dispatch_ops)} "
-                                   "CPU-only operators of autograd, the optimizer or gradient clipping)", dispatch_ops)
+                                   "CPU-only operators of autograd, the optimizer or gradient clipping)",
+                              dispatch_ops)
         if out:
             return out
     out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
@@ -119,16 +121,18 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     if htod >= 1 and made_on_host:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
             f" (created by {created})" if created else "")
-        out.append(Suggestion("Move that per-batch work (numpy or Python preprocessing, augmentation) to the GPU as "
-                              "batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)", feed))
-        out += loader_workers(ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU")
+        out.append(Suggestion("Move that per-batch work (numpy or Python preprocessing, augmentation) to the "
+                              "GPU as batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)", feed))
+        out += loader_workers(ctx.config,
+                              condition=feed + "; worker processes can prepare batches ahead of the GPU")
     elif fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
-        out += loader_workers(ctx.config, condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching batches "
-                                                    "from the DataLoader in the training process")
+        out += loader_workers(ctx.config, condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching "
+                                                    "batches from the DataLoader in the training process")
     if not any(not s.locates_code for s in out):
-        out.append(Suggestion("Take that host work off the step's critical path: do what does not change per step "
-                              "once before the loop, and queue the step's GPU work before the host work it does not "
-                              "depend on (logging, metrics, bookkeeping), so the GPU computes while the host works",
+        out.append(Suggestion("Take that host work off the step's critical path: do what does not change per "
+                              "step once before the loop, and queue the step's GPU work before the host work it "
+                              "does not depend on (logging, metrics, bookkeeping), so the GPU computes while the "
+                              "host works",
                               condition, cpu_ops))
     return out
 

@@ -30,8 +30,8 @@ def roofline_lost_ms(kernel_ms: float, achieved_pct: float) -> float:
 def _low_points(roof: dict, bound: str) -> tuple[str, ...]:
     """The largest placed points (kernels or ops) below half of the practical roofline that are `bound`
     ("compute" or "memory") on their own, by time."""
-    low = [k for k in roof.get("kernels") or [] if (k.get("achieved_pct_of_attainable") or 0) < LOW_EFFICIENCY_PCT
-           and k.get("bound") == bound]
+    low = [k for k in roof.get("kernels") or []
+           if (k.get("achieved_pct_of_attainable") or 0) < LOW_EFFICIENCY_PCT and k.get("bound") == bound]
     return tuple(kernel_label(str(k["name"])) for k in sorted(low, key=lambda k: -(k.get("time_ms") or 0))[:3])
 
 
@@ -100,8 +100,8 @@ def report(ctx: Context, lost_ms: float) -> Report:
         title=f"Kernels run far below this GPU's {roof['bound']} roofline",
         pairs=[("kernel time per step", "kernel_time_ms")], extra=extra,
         # The fix is no transformation the replay can measure: it replays this closed form.
-        assumes=f"a fix brings these kernels to ~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline, as tuned library "
-                "kernels reach (not measured for these kernels)",
+        assumes=f"a fix brings these kernels to ~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline, as tuned "
+                "library kernels reach (not measured for these kernels)",
         explanation=(f"The step is GPU-bound and its kernels, weighted by time, reach {achieved:.0f}% of what the "
                      f"roofline allows at their arithmetic intensity; tuned kernels reach ~{PRACTICAL_ROOFLINE_PCT:.0f}%."
                      + (" FLOPs and bytes are estimated from operator shapes (no hardware counters)."
