@@ -542,7 +542,11 @@ def _load_results(path: Path) -> dict:
     try:
         document = json.loads(read_regular_text(target), parse_int=_json_int)
     except FileNotFoundError:
-        raise UsageError(f"{target} not found", "pass a run directory holding results.json, or the file itself") from None
+        if path.is_dir() and (path / "run.json").is_file():  # a run directory never analyzed (or re-analyzed)
+            raise UsageError(f"{target} not found: {path} holds a run that was not analyzed",
+                             f"analyze it first with `hybrid report {path}`, then compare") from None
+        raise UsageError(f"{target} not found",
+                         "pass a run directory holding results.json, or the file itself") from None
     except IsADirectoryError:
         raise UsageError(f"{target} is a directory", "pass a run directory holding results.json") from None
     except OSError as error:

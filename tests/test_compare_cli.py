@@ -167,3 +167,12 @@ def test_numbers_beyond_a_float_in_a_received_document_are_no_measurement(tmp_pa
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     refused = hybrid("compare", str(RESULTS), str(path), "--fail-on-regression", "5")
     assert refused.returncode == EXIT_USAGE and "timing.step_time_ms is" in refused.stderr, refused.stderr
+
+
+def test_a_run_directory_never_analyzed_says_how_to_compare_it(tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn", run)
+    done = hybrid("compare", str(run), str(RESULTS))
+    assert done.returncode == EXIT_USAGE and f"analyze it first with `hybrid report {run}`" in done.stderr
