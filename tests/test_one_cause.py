@@ -123,6 +123,10 @@ def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
         for f in _kept(results):
             if f["id"] == "compile.fusible_elementwise":
                 assert f["time_lost_ms"] <= results["metrics"]["fusible_chain_ms"]["value"] + 1e-9, name
+    # The gelu chain's uncoalesced kernel is the memory finding's; the fusion draws on the rest of the chain.
+    gelu = {f["id"]: f for f in _kept(analyzed["planted/roofline_unfused_gelu/run"])}
+    fusion, loads = gelu["compile.fusible_elementwise"], gelu["memory.uncoalesced"]
+    assert not fusion["claimed"].get("uncoalesced") and loads["claimed"] == {"uncoalesced": loads["time_lost_ms"]}
     gpt2 = analyzed["bare/hf_generate_gpt2.sqlite"]
     fusion = next(f for f in _kept(gpt2) if f["id"] == "compile.fusible_elementwise")
     assert fusion["time_lost_ms"] < 0.12 and fusion["severity"] == "LOW"
@@ -142,3 +146,13 @@ def test_gemm_advice_is_about_gemms(analyzed):
         else:
             assert "gemm" not in names.lower() and "fprop" not in names
     assert any("batch_norm" in " ".join(a["applies_to"]) for a in roofline["advice"])
+
+
+def test_a_fusion_primary_lights_its_elementwise_kernels(analyzed):
+    """The fusion draws on generic kernel causes (kernel_unprofiled on the bare elementwise loop); the HTML
+    timeline still lights the elementwise kernels it is about."""
+    from hybrid.report.html_timeline import highlighted_segments
+
+    primary = analyzed["bare/raw_elementwise_loop.sqlite"]["diagnosis"]["primary_bottleneck"]
+    assert primary["id"] == "compile.fusible_elementwise" and primary["claimed"]
+    assert highlighted_segments(primary) == "elementwise"

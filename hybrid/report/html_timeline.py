@@ -63,7 +63,9 @@ def highlighted_segments(primary: dict | None) -> str | None:
         if isinstance(claimed, dict) else {}
     if drawn:
         # Idle causes not listed (host work, a DataLoader fetch, compiled regions) are the GPU's idle gaps.
-        return SEGMENTS_BY_CAUSE.get(max(drawn, key=drawn.__getitem__), "idle")
+        kind = SEGMENTS_BY_CAUSE.get(max(drawn, key=drawn.__getitem__), "idle")
+        # A fusion draws on the generic kernel causes; what it is about is its elementwise chains.
+        return "elementwise" if kind == "profiled" and primary.get("category") == "COMPILER_GRAPH" else kind
     return SEGMENTS_BY_CATEGORY.get(str(primary.get("category")))
 
 
