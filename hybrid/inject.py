@@ -28,12 +28,19 @@ from types import FrameType, TracebackType
 
 from hybrid import run_config
 from hybrid.errors import EXIT_USAGE, HybridError
-from hybrid.stepping import EXCEPTION, PASSES, SessionConfig, StepSession, outcome_of
+from hybrid.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig, StepSession, outcome_of
 
 # The pid of the `hybrid run` that started this pass (hybrid.orchestrate sets it), and how often the
 # script checks that it still runs.
 HYBRID_PID_ENV = "HYBRID_PID"
 PARENT_POLL_S = 1.0
+# Set by hybrid.orchestrate beside PYTHONSAFEPATH=1, which keeps the working directory off sys.path while this
+# injector imports (a json.py there would otherwise replace the standard library's for hybrid); both are taken
+# out of the environment before the script runs, so the processes it starts see the variables it was given.
+SAFE_PATH_ENV = "HYBRID_SAFE_PATH"
+# How long the script's own non-daemon threads get to end after hybrid stopped it at the step limit: nothing
+# told them to stop, and a producer thread looping forever would keep the pass (and hybrid) waiting forever.
+LINGER_S = 10.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -145,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     options, command = _split_argv(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(options)
+    # Absolute before the script runs: one that changes its working directory must not move the outputs.
+    args.out = args.out.absolute()
     if not command:
         parser.error("no target: put the script (or, with --module, the module) after `--`")
     target, target_args = command[0], command[1:]
@@ -171,15 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     _stop_like_ctrl_c()
     _watch_hybrid(args.out)
     sys.argv = [target, *target_args]
-    if not args.module:
+    first_path = os.getcwd() if args.module else os.path.dirname(os.path.abspath(target))
+    if os.environ.pop(SAFE_PATH_ENV, None) is not None:
+        # PYTHONSAFEPATH left the working directory out: add what `python script.py` / `python -m` puts first.
+        os.environ.pop("PYTHONSAFEPATH", None)
+        sys.path.insert(0, first_path)
+    elif not args.module:
         # As `python script.py` does: the script's directory replaces this injector's path entry.
-        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        sys.path[0] = first_path
     try:
         _run_target(target, args.module)
         ended: BaseException | None = None
     except BaseException as exc:  # noqa: BLE001 - every ending is recorded, then reported as Python would
         ended = exc
     outcome, exit_code, traceback_text = outcome_of(ended)
+    global _stopped_at_limit
+    _stopped_at_limit = outcome == STEP_LIMIT
     if outcome == EXCEPTION:
         traceback_text = "".join(traceback.format_exception(type(ended), ended, _user_frames(ended.__traceback__)))
     # The record first: printing can fail (a closed pipe) and must not cost what was measured.
@@ -192,5 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     return exit_code
 
 
+_stopped_at_limit = False
+
+
+def _exit_past_lingering_threads(code: int) -> None:
+    """After hybrid stopped the script at the step limit, give its non-daemon threads LINGER_S to end, then
+    end the process anyway (what was measured is written by then), saying so on stderr."""
+    deadline = time.monotonic() + LINGER_S
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if left:
+        with contextlib.suppress(OSError):
+            print(f"hybrid: the script's thread(s) {', '.join(left)} still ran {LINGER_S:.0f} s after its "
+                  "measured steps were written; ending the process", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if _stopped_at_limit:
+        _exit_past_lingering_threads(status)
+    sys.exit(status)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from hybrid import __version__, settle
 from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
 from hybrid.files import output_error
-from hybrid.inject import HYBRID_PID_ENV
+from hybrid.inject import HYBRID_PID_ENV, SAFE_PATH_ENV
 from hybrid.rundir import RunDir
 from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
@@ -284,6 +284,10 @@ class Orchestrator:
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        if "PYTHONSAFEPATH" not in env:
+            # The working directory stays off sys.path while the injector imports (a json.py there shadowed the
+            # standard library's); the injector takes both out again before the script runs (hybrid.inject).
+            env["PYTHONSAFEPATH"] = env[SAFE_PATH_ENV] = "1"
         # The workload ends itself if this process disappears without stopping it (hybrid.inject).
         env[HYBRID_PID_ENV] = str(os.getpid())
         env.update(self.options.extra_env)
