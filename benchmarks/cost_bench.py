@@ -10,6 +10,7 @@ job folders into cost.json and checks each against its goal.
       --plain "python3 -m hybrid.models resnet50 ..." \\
       --diagnose "python3 -m hybrid diagnose --model resnet50 --out $RUN/run --quiet"
   python benchmarks/cost_bench.py collect JOB_DIR... > benchmarks/results/cost.json
+  python benchmarks/cost_bench.py collect --into benchmarks/results/cost.json JOB_DIR...   # re-measured rows
 
 Goals: `make diagnose MODEL=resnet50` (its defaults) within 2 x plain + 30 s; any workload within
 3 x plain + 60 s.
@@ -81,16 +82,24 @@ def goal_s(row: dict) -> float:
 
 
 def collect(args: argparse.Namespace) -> int:
+    """The rows of the job folders; with --into, written into that cost.json in place of its rows of the same
+    workload marked "valid": false (a measurement a known fault spoiled), the others kept."""
     rows = []
     for folder in args.dirs:
         path = Path(folder) / "row.json"
         if path.is_file():
             row = json.loads(path.read_text())
             row["goal_s"] = round(goal_s(row), 2)
-            row["meets_goal"] = row["diagnose_rc"] == 0 and row["diagnose_s"] <= row["goal_s"]
+            row["goal_met"] = row["diagnose_rc"] == 0 and row["diagnose_s"] <= row["goal_s"]
             rows.append(row)
-    json.dump(rows, sys.stdout, indent=1)
-    print()
+    if args.into is None:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return 0
+    fresh = {row["workload"] for row in rows}
+    kept = [row for row in json.loads(args.into.read_text())
+            if row.get("valid", True) or row["workload"] not in fresh]
+    args.into.write_text(json.dumps(kept + rows, indent=1) + "\n")
     return 0
 
 
@@ -108,6 +117,7 @@ def main() -> int:
     run.add_argument("--timeout-s", type=float, default=400)
     gather = commands.add_parser("collect")
     gather.add_argument("dirs", nargs="+")
+    gather.add_argument("--into", type=Path, help="a cost.json whose invalid rows these replace")
     args = parser.parse_args()
     return measure(args) if args.command == "measure" else collect(args)
 
