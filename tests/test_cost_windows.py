@@ -27,15 +27,6 @@ SCRIPTS = ROOT / "tests" / "scripts"
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-class CpuPlainWindow(Orchestrator):
-    """The orchestrator as it runs on a GPU workload: the plain window is timed on the CPU too (the
-    injector's --plain-on-cpu), which hybrid otherwise leaves out where there is no GPU timeline."""
-
-    def inject_flags(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
-        flags = super().inject_flags(pass_name, steps=steps, whole_run=whole_run)
-        return ["--plain-on-cpu", *flags] if "--plain-steps" in flags else flags
-
-
 def _trace_names(path: Path) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
@@ -66,7 +57,7 @@ def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
 
 def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
     out = tmp_path / "run"
-    orchestrator = CpuPlainWindow(Target([str(SCRIPTS / "steady_steps.py"), "60"]),
+    orchestrator = Orchestrator(Target([str(SCRIPTS / "steady_steps.py"), "60"]),
                                   RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
     orchestrator.run()
     run = json.loads((out / "run.json").read_text())
@@ -89,7 +80,7 @@ def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_witho
     # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes
     # up short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).
     out = tmp_path / "run"
-    orchestrator = CpuPlainWindow(Target([str(SCRIPTS / "steady_steps.py"), "14"]),
+    orchestrator = Orchestrator(Target([str(SCRIPTS / "steady_steps.py"), "14"]),
                                   RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
     orchestrator.run()
     run = json.loads((out / "run.json").read_text())
