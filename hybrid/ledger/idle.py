@@ -30,8 +30,8 @@ def sync_layers(profile: Profile) -> list[Layer]:
     out = []
     for cause, mask in (("sync_wait", ~memcpy), ("blocking_copy", memcpy)):
         part = syncs[mask]
-        out.append(Layer.of(cause, "syncs", part["start_ns"], part["end_ns"].to_numpy(np.int64) + LAUNCH_GAP_MAX_NS,
-                            part.index))
+        relaunch_end = part["end_ns"].to_numpy(np.int64) + LAUNCH_GAP_MAX_NS
+        out.append(Layer.of(cause, "syncs", part["start_ns"], relaunch_end, part.index))
     return out
 
 
@@ -66,7 +66,8 @@ def cpu_heavy_ops(ops: pd.DataFrame) -> pd.DataFrame:
     top = ops[ops["top_level"]]
     if top.empty:
         return top
-    top = top.assign(device_total_ns=_op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"])
+    top = top.assign(device_total_ns=_op_subtree_device_ns(ops).loc[top.index],
+                     cpu_ns=top["end_ns"] - top["start_ns"])
     by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
     heavy = by_name.index[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]
     return top[top["name"].isin(heavy)]
