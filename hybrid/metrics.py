@@ -131,6 +131,11 @@ def _per_step(total: float, n_steps: int) -> float:
     return float(total) / n_steps if n_steps else 0.0
 
 
+def _distinct(names: pd.Series) -> pd.Series:
+    """The distinct names as text, found before any text is made (a million launches, a few hundred names)."""
+    return pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)
+
+
 def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
     """hybrid.precision.classify_kernels for these kernel names, measured from the profile's counter rows
     (named as the timeline names the kernels they matched by launch or configuration) where ncu ran.
@@ -141,10 +146,11 @@ def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> p
     inputs = (profile.kernels, profile.counters)
     held = profile.derived.get("kernel_classes")
     if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)) or held[1] != peaks:
-        every = pd.concat([profile.kernels["name"], *([counters["name"]] if counters is not None else [])])
+        counter_names = [counters["name"]] if counters is not None else []
+        every = pd.concat([_distinct(profile.kernels["name"]), *counter_names])
         held = profile.derived["kernel_classes"] = (inputs, peaks, classify_kernels(every, counters, peaks))
     classes = held[2]
-    if not pd.Index(pd.unique(names.astype(str))).isin(classes.index).all():
+    if not pd.Index(_distinct(names)).isin(classes.index).all():
         return classify_kernels(names, counters, peaks)  # names from elsewhere (a renamed counter frame)
     return classes.copy()
 
