@@ -127,11 +127,12 @@ def analyze(profile: Profile) -> Analysis:
                   op_names=frozenset(profile.ops["name"].astype(str)))
     findings = applicable(run_rules(ctx, gpu), gpu)
     device = profile.device
+    timing = {**_timing(metrics), "step_times_ms": _step_samples_ms(profile)}
     document = {
         "device": {"name": device.name, "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
                    "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
                    "peaks": peaks.to_dict(), "source": device.source},
-        "timing": {**_timing(metrics), "step_times_ms": _step_samples_ms(profile)},
+        "timing": timing,
         # Where each step went on the device; with no GPU there is no device time to partition.
         "ledger": ledger.to_dict() if ledger else None,
         "metrics": {name: m.to_dict() for name, m in metrics.items()},
@@ -144,7 +145,7 @@ def analyze(profile: Profile) -> Analysis:
         # What the run had switched on, as the injector recorded it (None for captures without it).
         "config": profile.extras.get("config"),
     }
-    diagnosis = Diagnosis(findings, timing=document["timing"],
+    diagnosis = Diagnosis(findings, timing=timing,
                           limitations=_limitations(profile, peaks, metrics, roof, gpu))
     diagnosis.to_results(document)
     analyzed = Analyzed(profile=profile, metrics=metrics, peaks=peaks, ledger=ledger)

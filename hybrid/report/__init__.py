@@ -27,10 +27,12 @@ def weighed_lost_ms(finding: dict, timing: dict) -> float:
     """The time the finding's fix saves per step, on the step the diagnosis weighed it at; in a results.json
     written before findings carried that figure, read as the diagnosis weighed it then."""
     value = finding.get("weighed_lost_ms")
-    if is_number(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if timing.get("weighed_at_plain_step") and is_number(finding.get("time_lost_baseline_ms")):
-        return float(finding["time_lost_baseline_ms"])
+    baseline = finding.get("time_lost_baseline_ms")
+    if timing.get("weighed_at_plain_step") and isinstance(baseline, (int, float)) \
+            and not isinstance(baseline, bool):
+        return float(baseline)
     return float(finding.get("time_lost_ms") or 0.0)
 
 
