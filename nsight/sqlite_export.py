@@ -198,11 +198,12 @@ class NsysExport:
             return np.array(values, dtype=np.int64)
         except (ValueError, OverflowError):
             at, bad = next(((i, v) for i, v in enumerate(values) if not _is_int(v)), (0, text[:40]))
-            raise self._damaged(name, f"record {at} of {', '.join(load_query(name).requires)} has a "
-                                      f"non-numeric {column} {bad[:40]!r}") from None
+            raise self._damaged(name, f"record {at} has a non-numeric {column} {bad[:40]!r}") from None
 
     def _damaged(self, name: str, what: str) -> InputError:
-        return InputError(f"{self.path} is damaged: sql/{name}.sql: {what}",
+        # The export's own tables, not only our query's file: they are what the user can look at in sqlite3.
+        tables = ", ".join(load_query(name).requires)
+        return InputError(f"{self.path} is damaged: {tables} (read by sql/{name}.sql): {what}",
                           "export it again from the .nsys-rep (nsys export --type sqlite)")
 
     def columns_many(self, queries: dict[str, dict | None]) -> dict[str, dict[str, np.ndarray] | None]:
