@@ -15,7 +15,7 @@ import pytest
 from hybrid.distributed import JobOrchestrator, parse_torchrun_argv, run_job
 from hybrid.errors import UsageError, WorkloadError
 from hybrid.job import collective_kind, find_rank_dirs, uncovered_ns, union
-from hybrid.orchestrate import RunOptions, Target
+from hybrid.orchestrate import SHORT_PLAIN_STEPS, RunOptions, Target
 from hybrid.pipeline import analyze_job, rank_path
 from hybrid.rules.communication import hideable_comm_ms, unhideable_comm_ms
 from hybrid.schema import missing_keys
@@ -109,8 +109,11 @@ def test_manual_allreduce_is_exposed(manual_job):
 
 
 def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
+    # Iteration 14: after 2 warmup steps, the torch pass's 10-step plain window (timed before torch.profiler
+    # starts) and 2 profiled steps, so the ranks have something profiled to keep.
+    crash_at = 2 + SHORT_PLAIN_STEPS + 2
     with pytest.raises(WorkloadError) as raised:
-        run_job([SCRIPT, "--crash-rank", "1", "--crash-at", "4"], _options(tmp_path / "run"), 2, None)
+        run_job([SCRIPT, "--crash-rank", "1", "--crash-at", str(crash_at)], _options(tmp_path / "run"), 2, None)
     error = raised.value
     assert error.exit_code == 3
     assert "rank 1 failed first" in error.cause and "planted failure on rank 1" in error.cause
