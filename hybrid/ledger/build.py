@@ -125,7 +125,8 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
     for name in ("cause", "frame", "row"):
         getattr(pieces, name)[idle_mask] = getattr(idle_pieces, name)
     merged = merge_runs(pieces)
-    state = np.where(merged.cause < len(BUSY_ORDER), 0, 1)
+    del pieces, idle_pieces  # millions of rows no longer needed while the segment frame is built
+    state = (merged.cause >= len(BUSY_ORDER)).astype(np.int8)
     segments = pd.DataFrame({
         "step": merged.step, "start_ns": merged.start, "end_ns": merged.end,
         "state": pd.Categorical.from_codes(state, categories=STATES),

@@ -63,9 +63,10 @@ def cut(windows: pd.DataFrame, layers: list[Layer]) -> Pieces:
     inside = idx != NO_RANGE
     inside[inside] = a[inside] < we[idx[inside]]
     count = int(inside.sum())
-    unowned = np.full(count, NO_RANGE, dtype=np.int64)
-    return Pieces(windows["step"].to_numpy(np.int64)[idx[inside]], a[inside], b[inside], unowned,
-                  unowned.copy(), unowned.copy())
+    # Causes and frames are a few dozen codes: one byte each (4.4M pieces of the probe: 60 MiB saved).
+    return Pieces(windows["step"].to_numpy(np.int64)[idx[inside]], a[inside], b[inside],
+                  np.full(count, NO_RANGE, dtype=np.int8), np.full(count, NO_RANGE, dtype=np.int8),
+                  np.full(count, NO_RANGE, dtype=np.int64))
 
 
 def own(pieces: Pieces, layers: list[Layer], causes: list[str], frames: list[str],
