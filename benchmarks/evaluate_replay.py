@@ -152,8 +152,8 @@ def render(rows: list[dict], command: str, precision: list[dict] | None = None) 
         lines += ["", "## resnet50 b32: fp32 -> TF32 and -> bf16 autocast", "",
                   ("The fp32 capture replayed with every fp32 GEMM/convolution kernel shortened by the speedup "
                   "measured on the GPU for the capture's top shapes (bf16 autocast also halves the bytes of "
-                  "elementwise kernels, which the replay leaves as they are); realized = plain fp32 - plain run "
-                  "of the other precision, in the same GPU call."), "",
+                  "elementwise kernels, which the replay leaves as they are); realized = plain fp32 - "
+                  "plain run of the other precision, in the same GPU call."), "",
                   ("| fix | measured speedup | plain fp32 ms (replay fitted) | plain fixed ms | predicted ms "
                   "| realized ms | within ±20% |"), "|---|---|---|---|---|---|---|"]
         for r in precision:

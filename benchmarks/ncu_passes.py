@@ -1,7 +1,8 @@
 """What ncu's replay passes cost, per group of hybrid's metrics, and for the ncu pass on resnet50 b32
 with the metric set and without the groups that cost the most. Runs on a GPU machine with ncu:
 
-    python benchmarks/ncu_passes.py RESULTS.md --work DIR [--selected benchmarks/results/resnet50_b32_selected_kernels.json]
+    python benchmarks/ncu_passes.py RESULTS.md --work DIR
+        [--selected benchmarks/results/resnet50_b32_selected_kernels.json]
 
 Part 1 profiles two small elementwise kernels once per metric group and reads how many replay passes
 each group needs (`profiler__replayer_passes`). Part 2 runs the ncu pass exactly as `hybrid run` does
@@ -97,13 +98,15 @@ def main() -> int:
         parser.error(f"ncu not found: put it on PATH or set {ncu.NCU_ENV}")
     args.work.mkdir(parents=True, exist_ok=True)
     lines = ["# ncu replay passes per metric group, and the ncu pass on resnet50 b32", "",
-             f"ncu {ncu.ncu_version(found)}; command: `python benchmarks/ncu_passes.py {args.out} --work {args.work}`", "",
+             (f"ncu {ncu.ncu_version(found)}; command: "
+              f"`python benchmarks/ncu_passes.py {args.out} --work {args.work}`"), "",
              "| metric group | metrics | replay passes |", "|---|---|---|"]
     lines += [f"| {name} | {count} | {passes} |" for name, count, passes in group_passes(found, args.work)]
     lines += ["", "| resnet50 b32 ncu pass | metrics | launches | passes/launch | wall (s) | profiled window (s) |",
               "|---|---|---|---|---|---|"]
     selected = json.loads(args.selected.read_text())
-    lines += [f"| {r['variant']} | {r['metrics']} | {r['launches']} | {r['passes']} | {r['wall_s']} | {r['window_s']} |"
+    lines += [f"| {r['variant']} | {r['metrics']} | {r['launches']} | {r['passes']} | {r['wall_s']} "
+              f"| {r['window_s']} |"
               for r in resnet50_costs(found, args.work, selected)]
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())

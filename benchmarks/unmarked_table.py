@@ -4,8 +4,8 @@
 
 For each `steps_<workload>` folder: the script's own per-step time in a plain run (its ITER_MS line), the
 step time of hybrid's plain pass (steps found without edits, no collector: the comparable figure) and of
-its nsys pass (the timeline the findings come from, collector overhead included), how they were found, the wall
-time of the plain run and of the hybrid run, and the primary finding; beside it, the primary that
+its nsys pass (the timeline the findings come from, collector overhead included), how they were found, the
+wall time of the plain run and of the hybrid run, and the primary finding; beside it, the primary that
 `hybrid report` gives on the bare export of the same workload (tests/fixtures/bare/<workload>.sqlite, or
 --bare-dir/<workload>.sqlite). Prints a markdown table.
 """
@@ -45,7 +45,8 @@ def row(job: Path, bare_dir: Path) -> dict:
     return {
         "workload": name, "script_ms": script_ms, "hybrid_ms": step_ms, "plain_pass_ms": plain_ms,
         "diff_pct": round(100 * (plain_ms / script_ms - 1), 1) if plain_ms and script_ms else None,
-        "step": f"{workload.get('step_unit')} ({workload.get('step_source')}, {workload.get('step_confidence')})",
+        "step": (f"{workload.get('step_unit')} ({workload.get('step_source')}, "
+                 f"{workload.get('step_confidence')})"),
         "warmup": workload.get("warmup_steps"),
         "plain_s": float(wall.group(1)) if wall else None, "hybrid_s": float(wall.group(2)) if wall else None,
         "primary": _primary(results) if results else "no results", "bare_primary": bare_primary,
@@ -60,8 +61,8 @@ def main() -> None:
     jobs = sorted((job for call in args.call_dirs for job in call.glob("steps_*")), key=lambda job: job.name)
     rows = [row(job, args.bare_dir) for job in jobs if job.name not in ("steps_tracer_cost", "steps_functions_trace")]
     print("| workload | script ms/step | hybrid plain pass ms/step | diff | nsys pass ms/step | step (source, "
-          "confidence) | warmup dropped | plain wall s | hybrid wall s | x plain | primary (hybrid run --mode nsys) "
-          "| primary (bare export) |")
+          "confidence) | warmup dropped | plain wall s | hybrid wall s | x plain "
+          "| primary (hybrid run --mode nsys) | primary (bare export) |")
     print("| --- " * 12 + "|")
     for r in rows:
         ratio = round(r["hybrid_s"] / r["plain_s"], 1) if r["plain_s"] and r["hybrid_s"] else None

@@ -329,8 +329,8 @@ def diagnose(
     steps: int | None = typer.Option(None, "--steps", help="measured steps (default 20; fewer on the CPU)"),
     warmup: int | None = typer.Option(None, "--warmup", help="steps run before measuring (default 5)"),
     precision: Precision = typer.Option(Precision.default, "--precision", help=(
-        "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); fp32: TF32 off everywhere; "
-        "tf32: TF32 on; bf16-amp / fp16-amp: autocast")),
+        "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); "
+        "fp32: TF32 off everywhere; tf32: TF32 on; bf16-amp / fp16-amp: autocast")),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
@@ -370,7 +370,8 @@ def diagnose(
                     f"({', '.join(f'{k}={v}' for k, v in shrunk.items())})")
     steps = steps or 20
     warmup = warmup if warmup is not None else 5
-    # Room for the warmup to grow until step times settle; the injector stops the loop after the measured steps.
+    # Room for the warmup to grow until step times settle; the injector stops the loop after the
+    # measured steps.
     from hybrid.orchestrate import SHORT_PLAIN_STEPS
     from hybrid.settle import MAX_EXTRA_WARMUP
 
@@ -571,7 +572,8 @@ def _json_int(text: str) -> int | float:
 
 
 def _complete(document: dict, target: Path) -> dict:
-    """A results document that has the contract's keys (hybrid.schema), else bad input naming what is missing."""
+    """A results document that has the contract's keys (hybrid.schema), else bad input naming what is
+    missing."""
     from hybrid.schema import missing_keys
 
     try:

@@ -147,8 +147,8 @@ def render_doctor(facts: dict) -> str:
         f"torch       {show(facts.get('torch'))}  (CUDA build {show(facts.get('torch_cuda'))})",
         f"GPU         {facts.get('gpu', 'none visible')}"
         + (f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""),
-        *(f"{tool:<12}{show(facts[tool])}  {facts[tool + '_version'] or facts.get(tool + '_error') or ''}"
-          .rstrip() for tool in ("nsys", "ncu")),
+        *((f"{tool:<12}{show(facts[tool])}  "
+           f"{facts[tool + '_version'] or facts.get(tool + '_error') or ''}").rstrip() for tool in ("nsys", "ncu")),
         f"counters    {_permitted(facts['counters_permitted'])}  ({facts['counters_detail']})",
         f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
     ]

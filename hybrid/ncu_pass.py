@@ -5,9 +5,10 @@ counters ncu measured back to every kernel instance in the Profile.
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
 so kernels are matched on the signature both names reduce to (nsight.ncu.kernel_signature: template
 arguments kept, so two instantiations of one template launched alike are told apart) plus launch
-configuration (grid, block), and, within one step, on launch order: the k-th launch of a (name, grid, block) in a step gets the k-th
-profiled launch of it. ncu profiles one measured step, so this pairs instances exactly wherever the
-steps launch the same sequence, which a training or inference loop does.
+configuration (grid, block), and, within one step, on launch order: the k-th launch of a
+(name, grid, block) in a step gets the k-th profiled launch of it. ncu profiles one measured step,
+so this pairs instances exactly wherever the steps launch the same sequence, which a training or
+inference loop does.
 """
 
 from __future__ import annotations

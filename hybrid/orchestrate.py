@@ -285,8 +285,9 @@ class Orchestrator:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         if "PYTHONSAFEPATH" not in env:
-            # The working directory stays off sys.path while the injector imports (a json.py there shadowed the
-            # standard library's); the injector takes both out again before the script runs (hybrid.inject).
+            # The working directory stays off sys.path while the injector imports (a json.py there
+            # shadowed the standard library's); the injector takes both out again before the script runs
+            # (hybrid.inject).
             env["PYTHONSAFEPATH"] = env[SAFE_PATH_ENV] = "1"
         # The workload ends itself if this process disappears without stopping it (hybrid.inject).
         env[HYBRID_PID_ENV] = str(os.getpid())
@@ -393,9 +394,9 @@ class Orchestrator:
             # os._exit(0) (or exec). Running it again would repeat its side effects for nothing.
             log = self.run_dir.path / result.name / "console.log"
             return WorkloadError(
-                f"the workload's process ended (exit status 0) without hybrid's record of the {result.name} pass "
-                "(inject.json): the script called os._exit(), which skips the code that saves the "
-                "measurements; nothing was measured, and the script is not run again",
+                "the workload's process ended (exit status 0) without hybrid's record of the "
+                f"{result.name} pass (inject.json): the script called os._exit(), which skips the code "
+                "that saves the measurements; nothing was measured, and the script is not run again",
                 f"end the script normally (return, or sys.exit()) and see {log} for its output",
                 kept=str(self.run_dir.path))
         if outcome == "exception" or (outcome == "completed" and inject.get("exit_code") not in (0, None)):
@@ -510,8 +511,8 @@ class Orchestrator:
         self._record(PassResult(
             name="plain", status="ok", wall_s=round(window["window_ns"] / 1e9, 3), process="torch",
             command=torch_result.command, inject={**window, "pass": "plain"},
-            contributed=f"the reference step time: {window['measured_steps']} steps without a collector, in "
-                        "the torch pass's process before torch.profiler started"))
+            contributed=(f"the reference step time: {window['measured_steps']} steps without a collector, "
+                         "in the torch pass's process before torch.profiler started")))
 
     def _no_step_found(self, inject: dict, can_capture: bool) -> None:
         """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the
@@ -525,8 +526,10 @@ class Orchestrator:
                      f"{self.options.steps} measured steps)")
             fix = "lower --warmup and --steps, or let the script run more iterations"
         else:
-            cause = "no step was found in the torch pass (no optimizer step, no mark, no repeated module call, "                     "no loop of the script whose iterations did work)"
-            fix = "mark steps with hybrid.mark_step(), or pass --whole-run to profile the whole script as one range"
+            cause = ("no step was found in the torch pass (no optimizer step, no mark, no repeated module call, "
+                     "no loop of the script whose iterations did work)")
+            fix = ("mark steps with hybrid.mark_step(), or pass --whole-run to profile the whole script "
+                   "as one range")
         if can_capture:
             self.mode_reasons.append(f"{cause}; the script was not re-run for it: the nsys pass captured the whole "
                                      "run and its steps were found in the timeline; the ncu pass was skipped "
@@ -602,8 +605,8 @@ class Orchestrator:
         self.mode_reasons.append(
             f"{why}, after the torch pass had measured: a script that cannot run more than once (it consumes "
             "its input, or refuses to overwrite its outputs) gets the windows of its first process, "
-            f"torch.profiler and the plain steps before it; not run: {', '.join([result.name, *skipped])}; see "
-            f"{self.run_dir.pass_dir(result.name) / 'console.log'}")
+            f"torch.profiler and the plain steps before it; not run: {', '.join([result.name, *skipped])}"
+            f"; see {self.run_dir.pass_dir(result.name) / 'console.log'}")
         self._record(result)
 
     def _collector_failed(self, name: str, error: ProfilerError) -> None:

@@ -76,8 +76,9 @@ _MATMUL_PRECISION = tuple((p, re.compile(rx, re.IGNORECASE)) for p, rx in (
 # graph_unfused_small_ops and healthy_bf16_gemm; it is not TF32). Codes no capture has shown stay unread.
 _NVJET = re.compile(r"nvjet_sm\d+_([a-z])[a-z]{2}_", re.IGNORECASE)
 _NVJET_TYPES = {"h": "fp16", "t": "bf16"}
-# cuDNN's generated kernels (its fused SDPA among them) say `f16` for any 16-bit type: ncu measured bf16 tensor
-# FLOPs in cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16 kernels of a bf16 autocast ViT.
+# cuDNN's generated kernels (its fused SDPA among them) say `f16` for any 16-bit type: ncu measured bf16
+# tensor FLOPs in cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16 kernels of a bf16 autocast
+# ViT.
 _CUDNN_GENERATED_16BIT = re.compile(r"cudnn_generated.*_f16_", re.IGNORECASE)
 # PyTorch's memory-efficient attention (CUTLASS fmha) runs float inputs on TF32 tensor cores from sm80 on,
 # whatever allow_tf32 says: ncu measured TF32 tensor FLOPs in fmha_cutlassB_f32_..._sm80 of a GPT-2 run with
@@ -134,9 +135,10 @@ def name_precision(name: str, kind: str | None = None) -> str | None:
         if nvjet:
             return _NVJET_TYPES.get(nvjet.group(1).lower())
         return next((p for p, rx in _MATMUL_PRECISION if rx.search(name)), None)
-    # PyTorch's elementwise kernels name their element type in the functor lambda's parameters; the enclosing
-    # function's own parameters can hold other types (batch_norm_update_stats_and_invert(..., double momentum)).
-    # A reduction's lambda takes its accumulator type instead: its ReduceOp<T> names the data.
+    # PyTorch's elementwise kernels name their element type in the functor lambda's parameters; the
+    # enclosing function's own parameters can hold other types
+    # (batch_norm_update_stats_and_invert(..., double momentum)). A reduction's lambda takes its
+    # accumulator type instead: its ReduceOp<T> names the data.
     for params in _LAMBDA_PARAMS.findall(name) if kind in ("elementwise", "copy", "normalization") else ():
         typed = _ELEMENT_TYPE.search(params)
         if typed:
@@ -181,7 +183,8 @@ def pipe_precision(pipe: str) -> str:
 
 
 def dominant_pipe(by_pipe: Mapping[str, float], peaks: Peaks | None) -> str | None:
-    """The pipe that needs the most time at its peak for its FLOPs (the most FLOPs where a peak is unknown)."""
+    """The pipe that needs the most time at its peak for its FLOPs (the most FLOPs where a peak is
+    unknown)."""
     if not by_pipe:
         return None
 

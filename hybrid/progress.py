@@ -59,10 +59,11 @@ class _View:
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
             # The total counts launch configurations in the nsys pass's step; ncu can tell a few more apart.
             of = f" of ~{total}" if total and self.replayed <= int(total) else ""
-            self.status.update(f"{title}: replayed {self.replayed}{of} launches, last {escape(escape_controls(kernel[:60]))}  "
-                               f"[{elapsed:.0f} s]")
+            self.status.update(f"{title}: replayed {self.replayed}{of} launches, "
+                               f"last {escape(escape_controls(kernel[:60]))}  [{elapsed:.0f} s]")
         elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):
-            # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of a pass.
+            # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of
+            # a pass.
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
             self.status.update(f"{title}: {escape(escape_controls(detail.strip()[:80]))}  [{elapsed:.0f} s]")
         elif event == "step" and self.status is not None:

@@ -1,6 +1,7 @@
 """The per-rank program of a multi-process job: torchrun starts one of these per rank.
 
-    python -m hybrid.rank_inject --run-dir RUN --pass P [--wrap-json FILE] -- INJECT_OPTIONS -- TARGET [ARGS...]
+    python -m hybrid.rank_inject --run-dir RUN --pass P [--wrap-json FILE]
+        -- INJECT_OPTIONS -- TARGET [ARGS...]
 
 It reads the rank torchrun gave it (RANK, else LOCAL_RANK) and runs the injector with
 `--out RUN/rank-XX/P`, so every rank leaves its own inject.json and trace. With --wrap-json, the

@@ -339,9 +339,9 @@ class StepSession:
             if self.steps_seen:
                 unit = f" of {self.step_unit}" if self.step_unit else ""
                 self.warnings.append(
-                    f"the script ended during warmup after {self.steps_seen} steps{unit}; nothing was measured "
-                    f"(it needs at least {self.config.warmup_steps} warmup + {self.config.measured_steps} "
-                    "measured steps): lower --warmup and --steps"
+                    f"the script ended during warmup after {self.steps_seen} steps{unit}; nothing was "
+                    f"measured (it needs at least {self.config.warmup_steps} warmup + "
+                    f"{self.config.measured_steps} measured steps): lower --warmup and --steps"
                 )
         if self.steps_seen == 0:
             self.warnings.append(HOW_TO_MARK if self.config.whole_run

@@ -259,7 +259,8 @@ def check_export(out_base: Path, returncode: int, log: str, log_path: Path | Non
     sqlite_path = Path(f"{out_base}.sqlite")
     if not sqlite_path.is_file():
         raise ProfilerError(
-            f"nsys exited with status {returncode} and wrote no {sqlite_path.name}; its output ends:\n{_tail(log)}",
+            f"nsys exited with status {returncode} and wrote no {sqlite_path.name}; its output ends:\n"
+            f"{_tail(log)}",
             _fix_for(log) or "read the nsys log above; rerun the same command by hand to reproduce it",
             kept=str(log_path) if log_path is not None else None,
         )

@@ -143,7 +143,7 @@ def test_an_epoch_around_the_steps_is_not_the_step():
     assert results["timing"]["step_time_ms"] == pytest.approx(expected, rel=0.10)
 
 
-# -- a `hybrid run --mode nsys` of the unmarked HF generate() script on the H200 (GPU call B), offline ---------
+# -- a `hybrid run --mode nsys` of the unmarked HF generate() script on the H200 (GPU call B), offline -------
 
 HF_RUN = Path(__file__).parent / "fixtures" / "unmarked_runs" / "hf_generate_gpt2" / "run"
 

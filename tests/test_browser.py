@@ -40,7 +40,8 @@ POINT_PAINT = {"measured": tuple(round(0.7 * c + 0.3 * 255) for c in (0xCF, 0x22
 
 
 def plant_range_name(export: Path, old: str, new: str) -> None:
-    """Rename an NVTX range in an nsys export: names are registered strings (NVTX_EVENTS.textId -> StringIds)."""
+    """Rename an NVTX range in an nsys export: names are registered strings
+    (NVTX_EVENTS.textId -> StringIds)."""
     with sqlite3.connect(export) as db:
         renamed = db.execute("UPDATE StringIds SET value = ? WHERE value = ?", (new, old)).rowcount
         used = db.execute("SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId WHERE s.value = ?",
@@ -94,7 +95,8 @@ class Chromium:
              "--remote-debugging-pipe", f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
             # The protocol fixes the fd numbers and pass_fds cannot renumber, so the child moves them;
             # the test process runs no threads that preexec_fn could deadlock with.
-            preexec_fn=wire_pipes, close_fds=False,  # noqa: PLW1509
+            preexec_fn=wire_pipes,  # noqa: PLW1509
+            close_fds=False,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_browser)
         os.close(from_browser)
@@ -213,7 +215,8 @@ def _render(run_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory) -> Path:
-    """The H200 simple_cnn run with one module range renamed to the payload, rendered by `hybrid report --html`."""
+    """The H200 simple_cnn run with one module range renamed to the payload, rendered by
+    `hybrid report --html`."""
     run_dir = tmp_path_factory.mktemp("xss") / "run"
     shutil.copytree(SOURCE_RUN, run_dir)
     plant_range_name(run_dir / "nsys" / "profile.sqlite", PLANTED_LAYER, PAYLOAD)

@@ -137,7 +137,8 @@ def _plan_without_counters(capture: str, tmp_path: Path):
     # Host-bound: the GPU waits for launches, so no kernel speed-up can save what launch.bound does.
     ("runs/h200-resnet50-default", False, "less than the primary finding launch."),
     ("planted/sync_item_per_microstep/run", False, "less than the primary finding cpu.preprocessing"),
-    # The timeline's roofline finding is an estimate the counters measure (they make it memory.uncoalesced).
+    # The timeline's roofline finding is an estimate the counters measure (they make it
+    # memory.uncoalesced).
     ("planted/mem_random_gather/run", True, "counters measure what roofline.low_efficiency estimates"),
     # FP32 GEMMs take the step: faster kernels could save more than the primary finding.
     ("planted/tc_fp32_no_tf32/run", True, "at least the primary finding tensor.fp32_gemm"),

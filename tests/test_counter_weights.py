@@ -65,7 +65,8 @@ def test_gemm_tensor_pipe_is_over_gemm_kernels_only(profile, metrics, launches):
     assert len(gemm) and len(gemm) < len(launches)
     expected = float(np.average(gemm["tensor_pipe_pct"].clip(upper=100), weights=gemm["ns"]))
     assert metrics["ncu_gemm_tensor_pipe_pct"].value == pytest.approx(expected, rel=1e-9)
-    # resnet50 with TF32 off: every profiled GEMM/conv measured FP32 (no tensor FLOPs), so no figure for others.
+    # resnet50 with TF32 off: every profiled GEMM/conv measured FP32 (no tensor FLOPs), so no figure for
+    # others.
     assert set(classes.loc[is_gemm, "precision"]) == {"fp32"}
     assert set(classes.loc[is_gemm, "precision_source"]) == {"measured:ncu"}
     assert "ncu_non_fp32_gemm_tensor_pipe_pct" not in metrics

@@ -1,5 +1,5 @@
-"""Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script (tests/scripts/ddp_train.py)
-through hybrid.distributed.run_job, analyzed by hybrid.pipeline.analyze_job."""
+"""Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script
+(tests/scripts/ddp_train.py) through hybrid.distributed.run_job, analyzed by hybrid.pipeline.analyze_job."""
 
 from __future__ import annotations
 
@@ -171,7 +171,8 @@ def test_exposed_time_is_communication_not_covered_by_compute():
 
 
 def test_overlap_estimates():
-    # 10 ms exposed of which 4 ms waiting for a peer; 2 ms already overlapped, 5 ms compute left to hide under.
+    # 10 ms exposed of which 4 ms waiting for a peer; 2 ms already overlapped, 5 ms compute left to hide
+    # under.
     assert hideable_comm_ms(10.0, 4.0, 12.0, 7.0) == 5.0
     assert hideable_comm_ms(10.0, 4.0, 12.0, 30.0) == 6.0
     assert unhideable_comm_ms(12.0, 4.0, 5.0) == 3.0

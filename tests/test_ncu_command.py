@@ -117,7 +117,8 @@ def test_nsys_and_ncu_names_reduce_to_one_signature_per_instantiation():
     assert ncu.kernel_signature(
         "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, "
         "std::array<char *, (unsigned long)3>>(int, T2, T3)") == ncu.kernel_signature(
-        "void at::vectorized_elementwise_kernel<4, at::CUDAFunctor_add<float>, std::array<char *, 3>>(int, T2, T3)")
+        "void at::vectorized_elementwise_kernel<4, at::CUDAFunctor_add<float>, "
+        "std::array<char *, 3>>(int, T2, T3)")
     assert ncu.kernel_signature("void f<(bool)1>(int)") != ncu.kernel_signature("void f<0>(int)")
 
 

@@ -158,7 +158,8 @@ def test_plain_reference_is_a_window_of_the_torch_pass_or_a_pass_of_its_own(patc
     # --baseline: a plain pass of its own over every step, and no window in the torch pass.
     assert passes(baseline=True) == [("plain", "30", None), ("torch", "30", None)]
     assert passes() == [("torch", "30", str(orchestrate.SHORT_PLAIN_STEPS))]
-    # A torch pass without its window (the injector ran none): a short plain pass, if the torch pass was cheap.
+    # A torch pass without its window (the injector ran none): a short plain pass, if the torch pass was
+    # cheap.
     monkeypatch.setattr(Orchestrator, "plain_window_steps", 0)
     assert passes() == [("torch", "30", None), ("plain", str(orchestrate.SHORT_PLAIN_STEPS), None)]
     monkeypatch.setattr(orchestrate, "CHEAP_PLAIN_PASS_S", -1.0)

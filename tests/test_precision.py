@@ -50,18 +50,21 @@ def _reviewed() -> dict[str, tuple[str, str | None]]:
 
 @cache
 def fixture_kernel_names() -> frozenset[str]:
-    """Every kernel name in the committed captures: nsys exports, ncu CSVs, torch traces, results documents."""
+    """Every kernel name in the committed captures: nsys exports, ncu CSVs, torch traces, results
+    documents."""
     names: set[str] = set()
     for export in FIXTURES.rglob("*.sqlite"):
         with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as conn:
             names |= {row[0] for row in conn.execute(
-                "SELECT value FROM StringIds WHERE id IN (SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
+                "SELECT value FROM StringIds WHERE id IN "
+                "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
     for export in FIXTURES.rglob("*.sqlite.gz"):
         # Read the string table the same way from a decompressed copy in memory.
         conn = sqlite3.connect(":memory:")
         conn.deserialize(gzip.decompress(export.read_bytes()))
         names |= {row[0] for row in conn.execute(
-            "SELECT value FROM StringIds WHERE id IN (SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
+            "SELECT value FROM StringIds WHERE id IN "
+            "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
         conn.close()
     for counters in FIXTURES.rglob("counters.csv"):
         lines = [line for line in counters.read_text().splitlines() if not line.startswith("==")]
@@ -86,9 +89,10 @@ def test_every_kernel_name_in_the_fixtures_has_its_reviewed_class():
 
 
 @pytest.mark.parametrize(("name", "kind", "precision"), [
-    # The issue's resnet50 with TF32 on: cuDNN batch norm matched "cudnn" and "float" and was an FP32 GEMM.
-    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>(cudnnTensorStruct, float const*)",
-     "normalization", "fp32"),
+    # The issue's resnet50 with TF32 on: cuDNN batch norm matched "cudnn" and "float" and was an FP32
+    # GEMM.
+    (("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>"
+      "(cudnnTensorStruct, float const*)"), "normalization", "fp32"),
     ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "normalization", "fp32"),
     (("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_"
      "segment_k_off_kernel__5x_cudnn"), "conv", "tf32"),
@@ -98,14 +102,14 @@ def test_every_kernel_name_in_the_fixtures_has_its_reviewed_class():
     ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nn_align1>(T1::Params)", "gemm", "fp32"),
     ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "gemm", "bf16"),
     ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm", "fp16"),
-    ("void at::native::<unnamed>::softmax_warp_forward<float, float, float, (int)7, (bool)1, (bool)0>(T2 *, int)",
-     "softmax", "fp32"),
+    (("void at::native::<unnamed>::softmax_warp_forward<float, float, float, "
+      "(int)7, (bool)1, (bool)0>(T2 *, int)"), "softmax", "fp32"),
     ("void at::native::<unnamed>::max_pool_forward_nhwc<c10::BFloat16, int>(const T1 *, int)", "pooling", "bf16"),
-    ("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::MeanOps<float>>>(T3)",
-     "reduction", "fp32"),
+    (("void at::native::reduce_kernel<(int)512, (int)1, "
+      "at::native::ReduceOp<float, at::native::MeanOps<float>>>(T3)"), "reduction", "fp32"),
     ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>(float*)", "reduction", "fp32"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, T2, T3)",
-     "elementwise", "fp32"),
+    (("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+      "(int, T2, T3)"), "elementwise", "fp32"),
     ("triton_poi_fused_add_0", "elementwise", None),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", None),
 ])
@@ -198,8 +202,9 @@ def test_resnet50_with_tf32_on_has_no_fp32_gemm_finding():
 
 
 def test_vit_in_bf16_autocast_is_placed_under_its_bf16_mix():
-    """timm ViT-S/16, bf16 autocast: was "228% of 67 TFLOP/s fp32"; ncu measured bf16 tensor work in its GEMMs
-    and its attention (cuDNN's `..._f16_...` SDPA kernels), so the step's ceiling is the mix's, far above fp32."""
+    """timm ViT-S/16, bf16 autocast: was "228% of 67 TFLOP/s fp32"; ncu measured bf16 tensor work in its
+    GEMMs and its attention (cuDNN's `..._f16_...` SDPA kernels), so the step's ceiling is the mix's, far
+    above fp32."""
     doc = _analyzed("vit_train_bf16")
     roof, peaks = doc["roofline"], doc["device"]["peaks"]["flops_per_s"]
     assert roof["precision_mix_pct"]["bf16"] > 20

@@ -175,8 +175,9 @@ def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
 
 
 def test_resnet50_tf32_and_bf16_predictions_from_the_gpus_own_speedups():
-    # Calibration and plain passes measured on the H200 in one call (tests/fixtures/runs/h200-resnet50-precision/
-    # job.log): the fp32 capture, replayed with the measured conv speedups, against plain TF32 and bf16 runs.
+    # Calibration and plain passes measured on the H200 in one call
+    # (tests/fixtures/runs/h200-resnet50-precision/job.log): the fp32 capture, replayed with the measured
+    # conv speedups, against plain TF32 and bf16 runs.
     import importlib.util
 
     root = Path(__file__).resolve().parents[1]

@@ -87,8 +87,8 @@ def test_kernel_and_layer_tables_show_the_real_columns(results):
         assert html.escape(kernel["name"]) in page
         assert html.escape(format_value(kernel["total_ms_per_step"], "ms")) in page
     for layer in results["layers"]:
-        assert f"<code>{html.escape(layer['name'])}</code></td><td class=\"num\">{format_value(layer['gpu_ms'], 'ms')}" \
-            in page
+        assert (f"<code>{html.escape(layer['name'])}</code></td>"
+                f"<td class=\"num\">{format_value(layer['gpu_ms'], 'ms')}") in page
         assert html.escape(format_value(layer["share_of_step_pct"], "%")) in page
     ncu = next((p for p in results["passes"] if p["name"] == "ncu"), None)
     if ncu:

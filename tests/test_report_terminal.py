@@ -20,7 +20,8 @@ EXPORT = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.s
 def _kernel_names() -> list[str]:
     with sqlite3.connect(f"file:{EXPORT}?mode=ro", uri=True) as db:
         return [row[0] for row in db.execute(
-            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName")]
+            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.demangledName")]
 
 
 def test_long_template_names_keep_the_identifying_part():

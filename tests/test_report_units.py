@@ -72,7 +72,8 @@ def test_significant_keeps_three_digits():
 
 
 def test_a_copy_of_a_few_bytes_has_no_bandwidth():
-    # sync_item_per_microstep on the H200: 16 B a step back to the host (.item()), 10.7 GB/s of index copies in.
+    # sync_item_per_microstep on the H200: 16 B a step back to the host (.item()), 10.7 GB/s of index
+    # copies in.
     metrics = analyze_run_dir(FIXTURES / "planted" / "sync_item_per_microstep" / "run")["metrics"]
     assert metrics["dtoh_bytes"]["value"] < 1024 and "dtoh_bytes_per_s" not in metrics
     assert metrics["htod_bytes_per_s"]["value"] > 1e9

@@ -166,8 +166,9 @@ def test_loops_are_found_from_bytecode():
 
 
 def test_comprehensions_are_not_loops_on_any_python(tmp_path):
-    """On 3.12+ comprehensions are inlined into the enclosing code, on 3.10/3.11 they are code objects of their
-    own: either way only the `for`/`while` statements are loops, also where a comprehension shares their line."""
+    """On 3.12+ comprehensions are inlined into the enclosing code, on 3.10/3.11 they are code objects of
+    their own: either way only the `for`/`while` statements are loops, also where a comprehension shares
+    their line."""
     source = ("xs = [a * 2 for a in range(3)]\n"
               "ys = {a: b for a in range(2)\n"
               "      for b in range(2)}\n"

@@ -150,8 +150,8 @@ def test_gzipped_trace_loads_the_same(tmp_path, probe):
     (b'{"schemaVersion": 1}', "no `traceEvents`"),
     (b"[1, 2, 3]", "no `traceEvents`"),
     # A Chrome trace from another tool (XLA/TensorBoard style)
-    (b'{"traceEvents": [{"ph": "X", "cat": "XLA Ops", "name": "fusion.1", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
-     "not one from torch.profiler"),
+    ((b'{"traceEvents": [{"ph": "X", "cat": "XLA Ops", "name": "fusion.1", '
+      b'"pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'), "not one from torch.profiler"),
 ])
 def test_bad_input_names_file_cause_and_fix(tmp_path, content, cause):
     path = tmp_path / "trace.json"

@@ -410,7 +410,8 @@ def _step_line(diff: dict) -> str:
     else:
         verdict = f"{step['verdict']} ({_test_text(step['test'], with_change=False)})"
     where = "plain pass, no collector" if step["basis"] == "plain" else \
-        f"{source_label(str(sources['a'] or 'unknown'))} / {source_label(str(sources['b'] or 'unknown'))}"
+        f"{source_label(str(sources['a'] or 'unknown'))} / " \
+        f"{source_label(str(sources['b'] or 'unknown'))}"
     line = f"Step time ({basis}): {_delta(step, 'ms')}  {verdict}  [{where}]"
     if step.get("plain"):
         line += (f"; plain pass {_delta(step['plain'], 'ms')} (no per-step samples stored: an older "
@@ -449,7 +450,8 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
     lines += [("item", _step_line(diff)), ("item", f"GPU utilization: {_delta(diff['gpu_util_pct'], '%')}")]
     roof_a, roof_b = diff["roofline"]["a"], diff["roofline"]["b"]
     lines.append(("item", (f"Roofline: {roof_a['bound'] or 'not placed'}-bound, AI "
-                  f"{format_value(roof_a['arithmetic_intensity'], 'FLOP/B')} -> {roof_b['bound'] or 'not placed'}"
+                  f"{format_value(roof_a['arithmetic_intensity'], 'FLOP/B')} -> "
+                  f"{roof_b['bound'] or 'not placed'}"
                   f"-bound, AI {format_value(roof_b['arithmetic_intensity'], 'FLOP/B')}; of attainable "
                   f"{_delta(diff['roofline']['achieved_pct_of_attainable'], '%')}")))
     findings = diff["findings"]
@@ -475,5 +477,6 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
 
 
 def render_compare(diff: dict) -> str:
-    """Plain-text comparison; every name from the programs is escaped and shortened like the terminal report."""
+    """Plain-text comparison; every name from the programs is escaped and shortened like the terminal
+    report."""
     return "\n".join(text for _kind, text in compare_lines(diff)) + "\n"

@@ -43,15 +43,18 @@ CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])(?:/|[A-Za-z]:\\)(?:[^\s/\\\"'<>]+[/\\])+([^\s/\\\"'<>]*)")
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#1d232a;padding:0 1em}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;\
+max-width:1100px;color:#1d232a;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
-table{border-collapse:collapse;width:100%;margin:.5em 0}th,td{border-bottom:1px solid #eaeef2;padding:.3em .5em;
+table{border-collapse:collapse;width:100%;margin:.5em 0}\
+th,td{border-bottom:1px solid #eaeef2;padding:.3em .5em;
 text-align:left;vertical-align:top}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.text{overflow-wrap:anywhere}
 code{font:12px ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
 .card{border:1px solid #d0d7de;border-left:6px solid #8c959f;border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .card.CRITICAL{border-left-color:#cf222e}.card.SEVERE{border-left-color:#e16f24}.card.MODERATE{border-left-color:#d4a72c}
-.badge{font-weight:700;padding:0 .4em;border-radius:4px;background:#eaeef2}.CRITICAL .badge{background:#cf222e;color:#fff}
+.badge{font-weight:700;padding:0 .4em;border-radius:4px;background:#eaeef2}\
+.CRITICAL .badge{background:#cf222e;color:#fff}
 .SEVERE .badge{background:#e16f24;color:#fff}.MODERATE .badge{background:#d4a72c}
 .src{font-size:.85em;color:#0550ae;white-space:nowrap}.src.estimated,.src.spec{color:#8250df}
 .muted{color:#57606a}.summary td:first-child{font-weight:600;width:16em}
@@ -106,7 +109,8 @@ def _summary(results: dict, w: _Writer) -> str:
                      f"utilization) {w.source(timing.get('source'))}")),
         ("GPU idle", (f"{w.value(timing.get('gpu_idle_ms'), 'ms')}" + (f" ({idle})" if idle else "")
                       + f" {w.source(timing.get('source'))}")),
-        ("Device", (f"{w.text(device['name'])}, {w.value(device.get('sm_count'))} SMs {w.source(device.get('source'))}"
+        ("Device", (f"{w.text(device['name'])}, {w.value(device.get('sm_count'))} SMs "
+                    f"{w.source(device.get('source'))}"
                     if device.get("name") else "no GPU: GPU analysis was not possible")),
         ("Mode", (f"{w.text(results.get('mode'))}: {w.value(workload.get('steps_measured'))} "
                  f"{noun('steps', workload.get('steps_measured'))} measured after "
@@ -164,11 +168,13 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
              "<title>Roofline: achieved FLOP/s against arithmetic intensity (log-log)</title>"]
     for exponent in range(round(math.log10(x_low)), round(math.log10(x_high)) + 1):
         x = px(10 ** exponent)
-        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN_TOP}" x2="{x:.1f}" y2="{MARGIN_TOP + inner_h}" stroke="#eaeef2"/>'
+        parts.append(f'<line x1="{x:.1f}" y1="{MARGIN_TOP}" x2="{x:.1f}" y2="{MARGIN_TOP + inner_h}" '
+                     'stroke="#eaeef2"/>'
                      f'<text x="{x:.1f}" y="{MARGIN_TOP + inner_h + 14}" text-anchor="middle">1e{exponent}</text>')
     for exponent in range(round(math.log10(y_low)), round(math.log10(y_high)) + 1):
         y = py(10 ** exponent)
-        parts.append(f'<line x1="{MARGIN_LEFT}" y1="{y:.1f}" x2="{MARGIN_LEFT + inner_w}" y2="{y:.1f}" stroke="#eaeef2"/>'
+        parts.append(f'<line x1="{MARGIN_LEFT}" y1="{y:.1f}" x2="{MARGIN_LEFT + inner_w}" y2="{y:.1f}" '
+                     'stroke="#eaeef2"/>'
                      f'<text x="{MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">1e{exponent}</text>')
     parts.append(f'<text x="{MARGIN_LEFT + inner_w / 2}" y="{PLOT_HEIGHT - 12}" text-anchor="middle">'
                  f'arithmetic intensity (FLOP/byte of DRAM traffic)</text>'
@@ -182,7 +188,8 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
     parts.append(f'<line x1="{dram_x1:.1f}" y1="{dram_y1:.1f}" x2="{dram_x2:.1f}" y2="{dram_y2:.1f}" '
                  f'stroke="#0550ae" stroke-width="2"><title>DRAM roof: {w.value(bandwidth, "B/s")} '
                  f'[{w.text(source_label(str(dram.get("source", ""))))}]</title></line>'
-                 f'<text transform="translate({dram_x1 + 8:.1f} {dram_y1 - 5 + 8 * math.tan(math.radians(slope_deg)):.1f}) '
+                 f'<text transform="translate({dram_x1 + 8:.1f} '
+                 f'{dram_y1 - 5 + 8 * math.tan(math.radians(slope_deg)):.1f}) '
                  f'rotate({slope_deg:.1f})" class="dram">DRAM {w.value(bandwidth, "B/s")}</text>')
     l2 = peak(results, "l2_bytes_per_s")
     if l2 is not None:
@@ -209,7 +216,8 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
                      f'<text x="{MARGIN_LEFT + inner_w + 4}" y="{label_y:.1f}">{w.text(names)} '
                      f'{w.value(peak_flops, "FLOP/s")}</text>'
                      f'<circle cx="{ridge_x:.1f}" cy="{roof_y:.1f}" r="3" fill="#57606a"><title>ridge point '
-                     f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} [{w.text(sources)}]</title></circle>')
+                     f'{w.text(names)}: {w.value(peak_flops / bandwidth, "FLOP/B")} '
+                     f'[{w.text(sources)}]</title></circle>')
     longest = max((k.get("time_ms") or 0.0 for k in placed), default=0.0) or 1.0
     for kernel in sorted(points, key=lambda k: -(k.get("time_ms") or 0.0)):
         parts.append(_kernel_point(kernel, px(kernel["ai"]), py(kernel["flops_per_s"]), longest,
@@ -230,7 +238,8 @@ def _roofline_svg(results: dict, w: _Writer) -> str:
 def _l2_roof(l2_bandwidth: float, source: str, x1: float, px, py, x_low: float, top_peak: float, slope_deg: float,
              w: _Writer) -> str:
     """The L2 roof, parallel to the DRAM one: the bound on a point whose data came from L2, read against
-    its L2 intensity (FLOPs per L2 byte, in the hover text), not against the DRAM intensity it is plotted at."""
+    its L2 intensity (FLOPs per L2 byte, in the hover text), not against the DRAM intensity it is
+    plotted at."""
     y1, x2, y2 = py(x_low * l2_bandwidth), px(top_peak / l2_bandwidth), py(top_peak)
     return (f'<line class="l2-roof" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#1a7f37" '
             f'stroke-width="1.5" stroke-dasharray="6 3"><title>L2 roof: {w.value(l2_bandwidth, "B/s")} '
@@ -244,16 +253,20 @@ def _layer_point(layer: dict, x: float, y: float, longest: float, w: _Writer) ->
     size = 1.2 * (POINT_RADIUS_MIN + (POINT_RADIUS_MAX - POINT_RADIUS_MIN) * math.sqrt(share))
     source = str(layer.get("source", ""))
     seconds = (layer.get("time_ms") or 0.0) / 1e3
-    # Rates are over ncu's durations of the layer's profiled launches; time_ms is their timeline time per step.
+    # Rates are over ncu's durations of the layer's profiled launches; time_ms is their timeline time
+    # per step.
     flops = layer["flops_per_s"] * seconds
     dram_bytes = layer["bytes_per_s"] * seconds if _finite_positive(layer.get("bytes_per_s")) else None
     precision = f" {w.text(layer['precision'])}" if layer.get("precision") else ""
     tooltip = (f"<title>{w.text(layer.get('name'))}&#10;AI {w.value(layer.get('ai'), 'FLOP/B')} (L2 "
-               f"{w.value(layer.get('l2_ai'), 'FLOP/B')})&#10;{w.value(layer.get('flops_per_s'), 'FLOP/s')}{precision}"
-               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at {w.value(layer.get('bytes_per_s'), 'B/s')}"
+               f"{w.value(layer.get('l2_ai'), 'FLOP/B')})&#10;"
+               f"{w.value(layer.get('flops_per_s'), 'FLOP/s')}{precision}"
+               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at "
+               f"{w.value(layer.get('bytes_per_s'), 'B/s')}"
                f"&#10;time {w.value(layer.get('time_ms'), 'ms')}, {w.value(layer.get('kernels_per_step'))} kernels, "
                f"{w.value(layer.get('covered_pct'), '%')} of the layer's kernel time profiled"
-               f"&#10;{w.text(layer.get('bound'))}-bound, {w.value(layer.get('achieved_pct_of_attainable'), '%')} of "
+               f"&#10;{w.text(layer.get('bound'))}-bound, "
+               f"{w.value(layer.get('achieved_pct_of_attainable'), '%')} of "
                f"attainable&#10;[{w.text(source_label(source))}]</title>")
     measured = source.startswith("measured:")
     fill = 'fill="#0a7ea4" fill-opacity="0.6"' if measured else 'fill="none"'
@@ -270,21 +283,26 @@ def _kernel_point(kernel: dict, x: float, y: float, longest: float, step_ms: flo
     source = str(kernel.get("source", ""))
     precision = f" {w.text(kernel['precision'])}" if kernel.get("precision") else ""
     seconds = (kernel.get("time_ms") or 0.0) / 1e3
-    # The point's own totals, rate times its time (for ncu points, the replayed launch; for torch ops, a step).
+    # The point's own totals, rate times its time (for ncu points, the replayed launch; for torch ops,
+    # a step).
     flops = kernel["flops_per_s"] * seconds
     dram_bytes = kernel["bytes_per_s"] * seconds if _finite_positive(kernel.get("bytes_per_s")) else None
     tooltip = (f"<title>{w.text(kernel.get('name'))}&#10;AI {w.value(kernel.get('ai'), 'FLOP/B')} (L2 "
-               f"{w.value(kernel.get('l2_ai'), 'FLOP/B')})&#10;{w.value(kernel.get('flops_per_s'), 'FLOP/s')}{precision}"
-               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at {w.value(kernel.get('bytes_per_s'), 'B/s')}"
+               f"{w.value(kernel.get('l2_ai'), 'FLOP/B')})&#10;"
+               f"{w.value(kernel.get('flops_per_s'), 'FLOP/s')}{precision}"
+               f", {w.value(flops, 'FLOP')}&#10;DRAM {w.value(dram_bytes, 'B')} at "
+               f"{w.value(kernel.get('bytes_per_s'), 'B/s')}"
                f"&#10;time {w.value(kernel.get('time_ms'), 'ms')} per step, {w.value(share, '%')} of the step"
-               f"&#10;{w.text(kernel.get('bound'))}-bound, {w.value(kernel.get('achieved_pct_of_attainable'), '%')} of "
+               f"&#10;{w.text(kernel.get('bound'))}-bound, "
+               f"{w.value(kernel.get('achieved_pct_of_attainable'), '%')} of "
                f"attainable&#10;[{w.text(source_label(source))}]</title>")
     if source.startswith("measured:"):  # measured: filled circle
         return (f'<circle class="kernel measured" cx="{x:.1f}" cy="{y:.1f}" r="{radius:.1f}" fill="#cf222e" '
                 f'fill-opacity="0.7">{tooltip}</circle>')
     # estimated: hollow diamond, so it never reads as a measurement
     d = radius * 1.3
-    return (f'<polygon class="kernel estimated" points="{x:.1f},{y - d:.1f} {x + d:.1f},{y:.1f} {x:.1f},{y + d:.1f} '
+    return (f'<polygon class="kernel estimated" points="{x:.1f},{y - d:.1f} {x + d:.1f},{y:.1f} '
+            f'{x:.1f},{y + d:.1f} '
             f'{x - d:.1f},{y:.1f}" fill="none" stroke="#8250df" stroke-width="2">{tooltip}</polygon>')
 
 
@@ -300,13 +318,16 @@ def _legend(x: float, y: float, points: list[dict], layers: list[dict], aggregat
     if any(measured):
         marks.append((f'<circle cx="{x}" cy="0" r="5" fill="#cf222e" fill-opacity="0.7"/>', "kernel, measured (ncu)"))
     if points and not all(measured):
-        diamond = f'<polygon points="{x},-6 {x + 6},0 {x},6 {x - 6},0" fill="none" stroke="#8250df" stroke-width="2"/>'
+        diamond = (f'<polygon points="{x},-6 {x + 6},0 {x},6 {x - 6},0" fill="none" '
+                   'stroke="#8250df" stroke-width="2"/>')
         marks.append((diamond, f"{what}, estimated"))
     if layers:
-        triangle = f'<polygon points="{x},-6 {x + 6},5 {x - 6},5" fill="#0a7ea4" fill-opacity="0.6" stroke="#0a7ea4"/>'
+        triangle = (f'<polygon points="{x},-6 {x + 6},5 {x - 6},5" fill="#0a7ea4" fill-opacity="0.6" '
+                    'stroke="#0a7ea4"/>')
         marks.append((triangle, "layer (module range), measured (ncu)"))
     if l2:
-        dashed = f'<line x1="{x - 7}" y1="0" x2="{x + 7}" y2="0" stroke="#1a7f37" stroke-width="1.5" stroke-dasharray="6 3"/>'
+        dashed = (f'<line x1="{x - 7}" y1="0" x2="{x + 7}" y2="0" stroke="#1a7f37" stroke-width="1.5" '
+                  'stroke-dasharray="6 3"/>')
         marks.append((dashed, "L2 roof (against L2 intensity)"))
     if aggregate:
         marks.append((f'<rect x="{x - 5}" y="-5" width="10" height="10" fill="#1d232a"/>', f"all {what}s together"))
@@ -347,7 +368,8 @@ def _roofline(results: dict, w: _Writer) -> str:
     if coverage is not None:
         basis += f", {w.value(coverage, '%')} of the step's kernel time"
     if unplotted:
-        basis += f"; {unplotted} {noun('kernels', unplotted)} without FLOPs {'is' if unplotted == 1 else 'are'} not plotted"
+        basis += (f"; {unplotted} {noun('kernels', unplotted)} without FLOPs "
+                  f"{'is' if unplotted == 1 else 'are'} not plotted")
     mixed = position["bound_label"] != precision
     compute = _rate_vs_peak(roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
                             f"the {position['compute_label']} ceiling" if mixed else f"{precision or 'compute'} peak", w)
@@ -356,7 +378,8 @@ def _roofline(results: dict, w: _Writer) -> str:
              f"({w.text(position['bound_label'] or 'precision unknown')}) · "
              f"arithmetic intensity {w.value(roof.get('arithmetic_intensity'), 'FLOP/B')} (L2 "
              f"{w.value(roof.get('l2_arithmetic_intensity'), 'FLOP/B')}) · ridge point "
-             f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · {w.value(roof.get('achieved_pct_of_attainable'), '%')} "
+             f"{w.value(roof.get('ridge_point'), 'FLOP/B')} · "
+             f"{w.value(roof.get('achieved_pct_of_attainable'), '%')} "
              f"of attainable {w.source(roof.get('source'))}</p><p>Compute {compute} · DRAM {dram}</p>"
              f'<p class="muted">{basis}.</p>')
     layers_note = ""
@@ -376,7 +399,8 @@ def _lost(finding: dict, timing: dict, w: _Writer) -> str:
     weighed at the plain step; '10.2 ms/step (33.7%) [estimated] · 5.17 ms at the plain step' otherwise."""
     plain_ms = finding.get("time_lost_baseline_ms")
     if timing.get("weighed_at_plain_step") and plain_ms is not None:
-        return (f'{w.value(plain_ms, "ms")}/step at the plain step ({w.value(finding.get("time_lost_baseline_pct"), "%")})'
+        return (f'{w.value(plain_ms, "ms")}/step at the plain step '
+                f'({w.value(finding.get("time_lost_baseline_pct"), "%")})'
                 f' {w.source("estimated")} · {w.value(finding.get("time_lost_ms"), "ms")} profiled')
     return (f'{w.value(finding.get("time_lost_ms"), "ms")}/step ({w.value(finding.get("time_lost_pct"), "%")}) '
             f'{w.source("estimated")}' + (f' · {w.value(plain_ms, "ms")} at the plain step' if plain_ms is not None else ""))
@@ -453,7 +477,8 @@ def _kernels(results: dict, w: _Writer) -> str:
 
 
 def _ranks(results: dict, w: _Writer) -> str:
-    """Multi-process runs: every rank side by side, the straggler marked, before the representative rank's detail."""
+    """Multi-process runs: every rank side by side, the straggler marked, before the representative
+    rank's detail."""
     job = results.get("job")
     if not job:
         return ""
@@ -467,7 +492,8 @@ def _ranks(results: dict, w: _Writer) -> str:
                      w.value(row.get("comm_ms"), "ms"), w.value(row.get("exposed_comm_ms"), "ms"),
                      w.value(row.get("overlap_pct"), "%"), w.value(row.get("wait_ms"), "ms"),
                      w.text((primary.get("title") if isinstance(primary, dict) else primary) or "none")])
-    title = (f"Ranks side by side ({w.text(job.get('world_size'))} ranks, {w.text(job.get('backend') or 'backend unknown')};"
+    title = (f"Ranks side by side ({w.text(job.get('world_size'))} ranks, "
+             f"{w.text(job.get('backend') or 'backend unknown')};"
              f" per step, {w.source(job.get('comm_source'))})")
     return _table(title, [("rank", False), ("step", True), ("compute", True), ("communication", True),
                           ("exposed", True), ("overlap", True), ("waiting for peers", True),
@@ -502,8 +528,12 @@ def _metrics(results: dict, w: _Writer) -> str:
     metrics = results.get("metrics") or {}
     if not metrics:
         return ""
-    rows = "".join(f"<tr><td><code>{w.text(name)}</code></td><td class=\"num\">"
-                   f"{w.text(m.get('value')) if isinstance(m.get('value'), str) else w.value(m.get('value'), m.get('unit', ''))}"
+
+    def shown(m: dict) -> str:  # a text value as it is, a number with its unit
+        value = m.get("value")
+        return w.text(value) if isinstance(value, str) else w.value(value, m.get("unit", ""))
+
+    rows = "".join(f"<tr><td><code>{w.text(name)}</code></td><td class=\"num\">{shown(m)}"
                    f"</td><td>{w.source(m.get('source'))}</td></tr>" for name, m in metrics.items())
     return f"<h2>Metrics</h2><details><summary>{len(metrics)} metrics</summary><table>{rows}</table></details>"
 
@@ -550,7 +580,8 @@ def _provenance(results: dict, w: _Writer) -> str:
                       for name, version in (results.get("tools") or {}).items())
     passes = [[w.text(p.get("name")), w.text(p.get("status")), w.value(p.get("wall_s"), "s"), *_pass_step(p, w),
                w.text(p.get("message"))] for p in results.get("passes") or []]
-    return (f"<h2>Provenance</h2><table class=\"summary\"><tr><td>Command</td><td><code>{w.text(command_text)}</code>"
+    return (f"<h2>Provenance</h2><table class=\"summary\"><tr><td>Command</td>"
+            f"<td><code>{w.text(command_text)}</code>"
             f"</td></tr><tr><td>Mode</td><td>{w.text(results.get('mode'))}</td></tr><tr><td>Step source</td><td>"
             f"{w.text(workload.get('step_source'))}</td></tr><tr><td>Tools</td><td>{tools}</td></tr><tr><td>"
             f"Schema version</td><td>{w.text(results.get('schema_version'))}</td></tr></table>"
@@ -607,7 +638,8 @@ def render_compare_html(diff: dict, labels: tuple[str, str] = ("A", "B"), *, inc
             kernels.append(f'<tr><td><code>{w.text(name)}</code></td><td class="num">{w.text(change)}</td></tr>')
         elif kind == "note":
             notes.append(f'<p class="muted">{w.text(text)}</p>')
-    body = (f"<p>A (baseline): <code>{w.text(labels[0])}</code><br>B (candidate): <code>{w.text(labels[1])}</code></p>"
+    body = (f"<p>A (baseline): <code>{w.text(labels[0])}</code><br>"
+            f"B (candidate): <code>{w.text(labels[1])}</code></p>"
             + "".join(warnings) + f'<table class="summary">{"".join(summary)}</table>'
             + (f'<h2>Findings</h2><table class="summary">{"".join(findings)}</table>' if findings else "")
             + (f"<h2>Top kernels (time per step, A -> B)</h2><table>{''.join(kernels)}</table>" if kernels else "")

@@ -79,7 +79,8 @@ def _coverage(results: dict, warnings: list[str]) -> list[Note]:
 
 
 def not_measured(results: dict) -> list[dict]:
-    """Findings that stand for data this run lacks ("not measured in this run"): limitations, not bottlenecks."""
+    """Findings that stand for data this run lacks ("not measured in this run"): limitations, not
+    bottlenecks."""
     return [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if f.get("not_measured")]
 
 

@@ -87,7 +87,8 @@ def _job(results: dict) -> list[Text]:
     comm = (f"communication {value('comm_ms', 'ms')}/step, exposed {value('exposed_comm_ms', 'ms')}, "
             f"overlap {value('overlap_pct', '%')}")
     if straggler.get("rank") is not None:
-        comm = (f"straggler rank {straggler['rank']} (others wait {format_value(straggler.get('lateness_ms'), 'ms')}"
+        comm = (f"straggler rank {straggler['rank']} (others wait "
+                f"{format_value(straggler.get('lateness_ms'), 'ms')}"
                 f"/step) · " + comm)
     lines.append(Text(f"  {comm}  [{source_label(str(job.get('comm_source') or ''))}]"))
     lines.append(Text(f"  below: rank {job.get('representative_rank')}'s own report (--rank K for another)",
@@ -145,7 +146,8 @@ def _step(results: dict) -> Text:
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
     line = line + _tag(timing.get("source"))
     if timing.get("weighed_at_plain_step"):
-        line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% over the plain pass "
+        line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% "
+                    "over the plain pass "
                     f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
                     "step (the first column)", style="yellow")
     return line
@@ -264,12 +266,14 @@ def _figure(finding: dict, key: str, timing: dict) -> object:
 
 
 def _below_floor(results: dict) -> list[Text]:
-    """'2 findings dropped: their fix saves under their floor once replayed (memory.uncoalesced 1.96 µs, ...)'."""
+    """'2 findings dropped: their fix saves under their floor once replayed (memory.uncoalesced
+    1.96 µs, ...)'."""
     below = (results.get("diagnosis") or {}).get("below_floor") or []
     if not below:
         return []
     names = ", ".join(f"{b.get('id')} {format_value(b.get('weighed_lost_ms'), 'ms')}" for b in below)
-    return [Text(f"{len(below)} {noun('findings', len(below))} left out: the time a fix would save is under the rule's "
+    return [Text(f"{len(below)} {noun('findings', len(below))} left out: "
+                 "the time a fix would save is under the rule's "
                  f"floor ({names}); results.json: diagnosis.below_floor", style="dim")]
 
 

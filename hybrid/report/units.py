@@ -53,7 +53,8 @@ def format_scaled(value: float, unit: str) -> str:
     rounded = float(f"{value:.{SIGNIFICANT_DIGITS}g}")  # 999,999 B reads "1 MB", not "1,000 KB"
     for scale, prefix in _DECIMAL_PREFIXES:
         if abs(rounded) >= scale:
-            return f"{significant(rounded / scale)} {'K' if prefix == 'k' and unit.startswith('B') else prefix}{unit}"
+            symbol = "K" if prefix == "k" and unit.startswith("B") else prefix
+            return f"{significant(rounded / scale)} {symbol}{unit}"
     return f"{format_count(value) if unit == 'B' else significant(value)} {unit}"
 
 

@@ -56,7 +56,8 @@ def html_block(results: dict) -> str:
         body.append(f"<tr><td>{html.escape(row['state'])}</td><td>{html.escape(row['label'])}</td>"
                     f"<td style=\"width:45%\">{bar}</td><td class=\"num\">{html.escape(format_value(row['ms'], 'ms'))}"
                     f"</td><td class=\"num\">{format_pct(row['pct_of_step'])}%</td></tr>")
-    return (f"<h2>Where the step went</h2><p class=\"muted\">The mean steady step of {html.escape(format_value(step, 'ms'))}"
+    return (f"<h2>Where the step went</h2><p class=\"muted\">The mean steady step of "
+            f"{html.escape(format_value(step, 'ms'))}"
             ", cut into causes (each nanosecond once): busy time by each kernel's first shortfall, idle time by "
             "what the host was doing.</p><table><tr><th>state</th><th>cause</th><th></th><th>ms/step</th>"
             f"<th>of step</th></tr>{''.join(body)}</table>")
