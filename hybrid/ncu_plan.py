@@ -74,7 +74,10 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
         return NcuPlan(True, "--mode hybrid runs every pass")
     diagnosis = analysis.get("diagnosis") or {}
     findings = [f for f in diagnosis.get("bottlenecks") or [] if not f.get("not_measured")]
-    estimated = [f["id"] for f in findings if COUNTER_POOLS & set(f.get("pool") or [])]
+    # A finding rests on counters when its pool starts with a cause only counters can tell (the roofline's
+    # below_roofline, uncoalesced loads); the fusion finding draws on those causes only after its own
+    # measured chains (kernel_no_shortfall first), and counters would not change what nsys measured of them.
+    estimated = [f["id"] for f in findings if (f.get("pool") or [None])[0] in COUNTER_POOLS]
     if estimated:
         return NcuPlan(True, f"counters measure what {', '.join(estimated)} estimates")
     primary = diagnosis.get("primary_bottleneck")
