@@ -94,8 +94,8 @@ def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roo
         out.append(f"Roofline not placed: {roof['reason']}.")
     excluded = metrics.get("steps_excluded")
     if excluded is not None and excluded.value:
-        out.append(f"{excluded.value} outlier step(s) (over 3x the median, slowest: {metrics['slowest_step'].value}) "
-                   "are excluded from per-step averages.")
+        out.append(f"{excluded.value} outlier step(s) (over 3x the median, slowest: "
+                   f"{metrics['slowest_step'].value}) are excluded from per-step averages.")
     if gpu and profile.ops.empty:
         out.append("No torch operator data: CPU-residency checks (CPU-heavy ops, tensors created on the CPU), "
                    "matmul shapes and FLOP estimates need the torch pass.")

@@ -130,7 +130,8 @@ class JobOrchestrator(Orchestrator):
         injects = self.run_dir.rank_injects(result.name)
         failed = {r: i for r, i in injects.items()
                   if i and (i.get("outcome") == "exception" or i.get("exit_code") not in (0, None))}
-        # A rank torchrun stopped after another failed reports "interrupted"; the one that raised is the cause.
+        # A rank torchrun stopped after another failed reports "interrupted"; the one that raised is the
+        # cause.
         raised = {r: i for r, i in failed.items() if i.get("outcome") == "exception"}
         silent = [r for r, i in injects.items() if i is None] if result.returncode not in (0, None) else []
         if not failed and not silent:

@@ -93,10 +93,11 @@ API_CALL_COLUMNS = {
 ANNOTATION_PREFIX = "annotation: "
 
 # Collectives: NCCL kernels (ncclDevKernel_*, ncclKernel_*) and the torch ops or ranges around them
-# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce, and torch.distributed's record_param_comms range). The job analysis measures them as
-# communication; left among the compute kernels, an NCCL kernel (a few blocks, spinning while it
-# waits for its peers) would read as a small-grid, zero-FLOP kernel far below the roofline, and ncu
-# must never replay one (it waits for peers that are not replayed with it).
+# (nccl:all_reduce, c10d::allreduce_, gloo:all_reduce, and torch.distributed's record_param_comms
+# range). The job analysis measures them as communication; left among the compute kernels, an NCCL
+# kernel (a few blocks, spinning while it waits for its peers) would read as a small-grid, zero-FLOP
+# kernel far below the roofline, and ncu must never replay one (it waits for peers that are not
+# replayed with it).
 COMMUNICATION_PREFIXES = ("nccl", "c10d::", "gloo:", "record_param_comms")
 
 
@@ -244,8 +245,8 @@ class Profile:
     # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
     extras: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # Frames derived from the ones above once, for every reader (hybrid.metrics: step windows, steady steps,
-    # kernel classes).
+    # Frames derived from the ones above once, for every reader (hybrid.metrics: step windows, steady
+    # steps, kernel classes).
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def validate(self) -> None:

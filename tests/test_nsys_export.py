@@ -278,7 +278,8 @@ def test_the_export_is_opened_read_only(tmp_path):
 
 
 def test_importing_the_loader_does_not_import_torch():
-    code = "import sys, hybrid.nsys_pass, nsight.nsys, nsight.sqlite_export; print('torch' in sys.modules)"
+    code = ("import sys, hybrid.nsys_pass, nsight.nsys, nsight.sqlite_export; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

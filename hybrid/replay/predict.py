@@ -120,9 +120,9 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             # carried over as the same share of the step, as for the closed forms.
             timing["replay_host_scale"] = None
             diagnosis.limitations.append(
-                f"The replay could not be fitted to the plain step time ({baseline_step_ms:.2f} ms; scaling host "
-                f"time reaches {plain_base_ms:.2f} ms): the collector slowed device work too; replayed savings "
-                "are carried to the plain step as the same share of the step.")
+                f"The replay could not be fitted to the plain step time ({baseline_step_ms:.2f} ms; "
+                f"scaling host time reaches {plain_base_ms:.2f} ms): the collector slowed device work "
+                "too; replayed savings are carried to the plain step as the same share of the step.")
     torch_step = analyzed.metrics.get("torch_pass_step_time_ms")
     torch_step_ms = torch_step.value if torch_step is not None else None
     torch_to_nsys = base.step_time_ms / float(torch_step_ms) if isinstance(torch_step_ms, (int, float)) \

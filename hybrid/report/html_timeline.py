@@ -124,8 +124,8 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
     def x_of(us: float) -> float:
         return LABEL_WIDTH + us / duration * inner
 
-    parts = [(f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="timeline" style="width:100%;height:auto">')]
+    parts = [(f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+             f'role="img" aria-label="timeline" style="width:100%;height:auto">')]
     for tick_us in ticks(duration):
         x = x_of(tick_us)
         parts.append(f'<line x1="{x:.1f}" y1="{AXIS_HEIGHT - 4}" x2="{x:.1f}" y2="{height}" stroke="#eaeef2"/>'
@@ -143,7 +143,8 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
     for lane, kind, start, dur, name, lit in drawn:
         y = AXIS_HEIGHT + lane * LANE_HEIGHT + 3
         # Colour and opacity come from the page's CSS classes (timeline_css): a step has up to 2,000 segments.
-        parts.append(f'<rect class="tl-{kind}{" lit" if lit or segments is None else ""}" x="{x_of(start):.1f}" y="{y}" '
+        parts.append(f'<rect class="tl-{kind}{" lit" if lit or segments is None else ""}" '
+                     f'x="{x_of(start):.1f}" y="{y}" '
                      f'width="{max(MIN_SEGMENT_WIDTH, dur / duration * inner):.1f}" height="{LANE_HEIGHT - 6}">'
                      f'<title>{text(name)}&#10;{kind}, {text(format_value(dur, "us"))} at '
                      f'{text(format_value(start, "us"))}</title></rect>')
@@ -162,4 +163,5 @@ def timeline_svg(results: dict, text: Callable[[object], str]) -> str:
         caption += f"{kept} of the step's {total} events are drawn (device work and syncs first, longest first). "
     legend = " ".join(f'<span style="color:{colour}">&#9632;</span> {kind}' for kind, colour in COLOURS.items())
     return (f'<h2>One step</h2><p class="muted">{caption}Hover a segment for its name and duration '
-            f'[{text(source_label(str(timeline.get("source") or "")))}].</p>{"".join(parts)}<p class="muted">{legend}</p>')
+            f'[{text(source_label(str(timeline.get("source") or "")))}].</p>'
+            f'{"".join(parts)}<p class="muted">{legend}</p>')

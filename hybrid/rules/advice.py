@@ -110,7 +110,8 @@ class RunConfig:
 
     @property
     def data_loaders(self) -> list[dict] | None:
-        """The DataLoaders alive at the window's end; [] also when the torch trace shows no batch fetched from one."""
+        """The DataLoaders alive at the window's end; [] also when the torch trace shows no batch
+        fetched from one."""
         loaders = self._get("data_loaders")
         if loaders is None:
             return [] if self.observed.get("data_loader_iterated") is False else None

@@ -118,8 +118,8 @@ class JobFacts:
 
 @dataclass
 class Context:
-    """Everything the rules of one analysis may read: metric name -> Metric (hybrid/metrics.py, or the job's
-    metrics), the ledger's time per cause per step, the roofline block and plain peaks."""
+    """Everything the rules of one analysis may read: metric name -> Metric (hybrid/metrics.py, or
+    the job's metrics), the ledger's time per cause per step, the roofline block and plain peaks."""
 
     metrics: dict[str, Metric]
     pools: Mapping[str, float] = field(default_factory=dict)

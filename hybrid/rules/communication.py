@@ -58,8 +58,8 @@ def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
 
 
 def comm_bound_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
-    condition = (f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against {ctx.value('compute_ms', 0.0):.3g} "
-                 "ms of compute")
+    condition = (f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against "
+                 f"{ctx.value('compute_ms', 0.0):.3g} ms of compute")
     out = [Suggestion("Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()); use "
                       "fewer ranks for a model this small; check the interconnect (NCCL_DEBUG=INFO shows whether "
                       "NVLink/IB or a socket fallback is used)", condition)]

@@ -30,8 +30,9 @@ def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
 
 
 def fusion_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of {ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} "
-                 f"back-to-back elementwise kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)")
+    condition = (f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of "
+                 f"{ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} back-to-back elementwise "
+                 f"kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)")
     out = use_compile(ctx.config, why="fuse the elementwise chains", condition=condition)
     if ctx.config.compiled:
         out.append(Suggestion("Look for the chains outside the compiled regions (the optimizer step, the loss, "
@@ -108,7 +109,8 @@ RULES = [
                                                            "step_time_ms"),
          fusion_model, fusion_report, pool=FUSION_POOL, floor_pct=MIN_LOST_PCT, fix=fusion_fix,
          bound="fusible_chain_ms"),
-    # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before launch.bound's.
+    # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before
+    # launch.bound's.
     Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), graph_breaks_model,
          graph_breaks_report, optional=("compiled_region_idle_ms",),
          pool=("compiled_region_break", "launch_gap"), fix=graph_breaks_fix),

@@ -69,10 +69,11 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     if ctx.config.cuda_graphs:
         out.append(Suggestion(
-            "Find the dispatch left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs names the "
-            "graph breaks and the regions cudagraphs skipped; the optimizer step and gradient clipping run "
-            "eager unless the step function itself is compiled (or captured with torch.cuda.graph and an "
-            "optimizer built with capturable=True)", f"{condition}; CUDA graphs are already on", ops,
+            "Find the dispatch left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs "
+            "names the graph breaks and the regions cudagraphs skipped; the optimizer step and "
+            "gradient clipping run eager unless the step function itself is compiled (or captured "
+            "with torch.cuda.graph and an optimizer built with capturable=True)",
+            f"{condition}; CUDA graphs are already on", ops,
             locates_code=True))
     out += use_compile(ctx.config, why="fuse the small ops into fewer kernels", condition=condition,
                        applies_to=ops)
@@ -81,12 +82,14 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     peak = ctx.value("peak_memory_pct")
     if peak is not None and peak < BATCH_HEADROOM_PEAK_PCT:
         out.append(Suggestion(
-            ("TrainingArguments(per_device_train_batch_size=2x) so each kernel does more work per launch"
+            ("TrainingArguments(per_device_train_batch_size=2x) so each kernel does more work "
+             "per launch"
              if ctx.config.framework == "transformers" else
-             "Increase the batch size so each kernel does more work per launch (scale the learning rate "
-             "accordingly)"),
-            f"{condition}; peak memory is {peak:.0f}% of the GPU's, so a doubled batch fits and would save "
-            f"{batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)):.3g} ms a step per sample (estimated)"))
+             "Increase the batch size so each kernel does more work per launch (scale the "
+             "learning rate accordingly)"),
+            f"{condition}; peak memory is {peak:.0f}% of the GPU's, so a doubled batch fits and "
+            f"would save {batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)):.3g} ms a step per sample "
+            "(estimated)"))
     return out
 
 
@@ -162,8 +165,8 @@ def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
         suggestions=[Suggestion(
             ("TrainingArguments(per_device_train_batch_size=2x) and re-measure"
              if ctx.config.framework == "transformers"
-             else "Double the batch size (scale the learning rate accordingly) and re-measure; if the batch "
-                  "is fixed, keep the effective batch with gradient accumulation"),
+             else "Double the batch size (scale the learning rate accordingly) and re-measure; "
+                  "if the batch is fixed, keep the effective batch with gradient accumulation"),
             f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
             f"{_host_gaps_ms(ctx.pools):.3g} ms a step on fixed host costs")])
 

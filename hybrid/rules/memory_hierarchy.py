@@ -24,7 +24,8 @@ def uncoalesced_lost_ms(memory_bound_ms: float, sectors_per_request: float) -> f
 
 
 def coalescing_advice(ctx: Context, sectors_per_request: float) -> list[Suggestion]:
-    condition = f"global loads fetch {sectors_per_request:.1f} sectors a request ({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)"
+    condition = (f"global loads fetch {sectors_per_request:.1f} sectors a request "
+                 f"({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)")
     out = [Suggestion("Make tensors contiguous in the dimension kernels read (.contiguous()); avoid permute/transpose "
                       "feeding elementwise ops", condition)]
     if ctx.value("conv_kernel_ms", 0.0) > 0 and ctx.config.channels_last is not True:
@@ -54,7 +55,8 @@ def report(ctx: Context, lost_ms: float) -> Report:
                  "per request)"),
         pairs=[("sectors per load request", "ncu_sectors_per_request"), ("L1 hit rate", "ncu_l1_hit_pct"),
                ("L2 hit rate", "ncu_l2_hit_pct"), ("kernel time covered by ncu", "ncu_coverage_pct")],
-        explanation="Warps fetch many more 32-byte sectors per load than needed: strided or transposed access.",
+        explanation=("Warps fetch many more 32-byte sectors per load than needed: strided or transposed "
+                     "access."),
         suggestions=coalescing_advice(ctx, spr))
 
 

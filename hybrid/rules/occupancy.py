@@ -50,7 +50,8 @@ def small_grid_report(ctx: Context, lost_ms: float) -> Report:
         pairs=[("kernel time on small grids", "small_grid_time_pct"), ("SMs those grids can fill",
                                                                         "small_grid_sm_fill_pct"),
                ("small-grid kernels per step", "small_grid_kernels_per_step")],
-        explanation="A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's whole run.",
+        explanation=("A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's "
+                     "whole run."),
         suggestions=small_grid_advice(ctx))
 
 
@@ -68,7 +69,8 @@ def achieved_report(ctx: Context, lost_ms: float) -> Report:
         pairs=[("achieved occupancy", "ncu_achieved_occupancy_pct"), ("SM throughput", "ncu_sm_throughput_pct"),
                ("memory throughput", "ncu_memory_throughput_pct"), ("kernel time covered by ncu",
                                                                     "ncu_coverage_pct")],
-        explanation="Few warps are resident per SM and neither the SM nor memory pipes are busy: latency is not hidden.",
+        explanation=("Few warps are resident per SM and neither the SM nor memory pipes are busy: "
+                     "latency is not hidden."),
         suggestions=[Suggestion("Check the limiter in ncu's Occupancy section (registers, shared memory, block size); for "
                                 "custom kernels: fewer registers per thread (__launch_bounds__), larger blocks",
                                 f"achieved occupancy {ctx.value('ncu_achieved_occupancy_pct', 0.0):.0f}% with neither SM "

@@ -15,8 +15,9 @@ GPU_BOUND_KERNEL_PCT = 50.0
 MIN_LOST_PCT = 5.0
 # The kernels the specific causes (FP32 or misaligned GEMMs, small grids, uncoalesced loads, low
 # occupancy, an idle tensor pipe) leave: those the counters place far below the roofline, and, without
-# counters, those whose shortfall only the estimate from operator shapes sees (tc_fp16_unaligned: the narrow-alignment GEMMs
-# were the low points; occ_few_row_softmax: a grid of a few blocks was the whole shortfall).
+# counters, those whose shortfall only the estimate from operator shapes sees (tc_fp16_unaligned:
+# the narrow-alignment GEMMs were the low points; occ_few_row_softmax: a grid of a few blocks was the
+# whole shortfall).
 POOL = ("below_roofline", "kernel_unprofiled")
 
 
@@ -42,7 +43,8 @@ def roofline_advice(ctx: Context, roof: dict, achieved: float) -> list[Suggestio
     larger GEMMs. GEMM advice is about GEMMs: a compute-bound step whose low points are batch-norm and
     pooling kernels gets the memory advice for those."""
     config = ctx.config
-    condition = f"the kernels reach {achieved:.0f}% of the roofline at their arithmetic intensity ({roof['bound']}-bound)"
+    condition = (f"the kernels reach {achieved:.0f}% of the roofline at their arithmetic intensity "
+                 f"({roof['bound']}-bound)")
     memory_targets, compute_targets = _low_points(roof, "memory"), _low_points(roof, "compute")
     placed = bool(roof.get("kernels"))
     out: list[Suggestion] = []
@@ -103,7 +105,8 @@ def report(ctx: Context, lost_ms: float) -> Report:
         assumes=f"a fix brings these kernels to ~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline, as tuned "
                 "library kernels reach (not measured for these kernels)",
         explanation=(f"The step is GPU-bound and its kernels, weighted by time, reach {achieved:.0f}% of what the "
-                     f"roofline allows at their arithmetic intensity; tuned kernels reach ~{PRACTICAL_ROOFLINE_PCT:.0f}%."
+                     f"roofline allows at their arithmetic intensity; tuned kernels reach "
+                     f"~{PRACTICAL_ROOFLINE_PCT:.0f}%."
                      + (" FLOPs and bytes are estimated from operator shapes (no hardware counters)."
                         if src == "estimated" else "")),
         suggestions=advice)

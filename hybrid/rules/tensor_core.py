@@ -68,25 +68,28 @@ def fp32_gemm_advice(ctx: Context) -> list[Suggestion]:
     fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
     matmul_ms, conv_ms = ctx.value("gemm_fp32_matmul_ms", 0.0), ctx.value("gemm_fp32_conv_ms", 0.0)
     measured = ctx.value("gemm_fp32_measured_pct")
-    how = (f"ncu measured FP32 math and no tensor-core work for {measured:.0f}% of that time, kernel names say FP32 "
-           "for the rest" if measured else "their kernel names say FP32; ncu did not profile them")
+    how = (f"ncu measured FP32 math and no tensor-core work for {measured:.0f}% of that time, "
+           "kernel names say FP32 for the rest"
+           if measured else "their kernel names say FP32; ncu did not profile them")
     condition = f"{fp32_ms:.3g} ms a step of FP32 GEMM/convolution kernels ({how})"
     out = enable_tf32(config, matmul=matmul_ms > 0, conv=conv_ms > 0, condition=condition, applies_to=targets)
     on = [family for family, flag, ms in (("matmul", config.tf32_matmul, matmul_ms), ("cuDNN conv", config.tf32_conv,
                                                                                     conv_ms)) if flag and ms > 0]
     if on:
         out.append(Suggestion(
-            "Find why these kernels stayed FP32 although TF32 is allowed: fp32 GEMVs and batched shapes cuBLAS has no "
-            "TF32 kernel for, convolutions cuDNN ran with a non-tensor algorithm (try torch.backends.cudnn."
-            "benchmark=True), or TF32 turned off again later in the script",
+            "Find why these kernels stayed FP32 although TF32 is allowed: fp32 GEMVs and batched "
+            "shapes cuBLAS has no TF32 kernel for, convolutions cuDNN ran with a non-tensor algorithm "
+            "(try torch.backends.cudnn.benchmark=True), or TF32 turned off again later in the script",
             f"{condition}; TF32 is on for {' and '.join(on)} in this run"
             + ("" if ctx.config.recorded else " (TF32 kernels of that family ran in the same steps)"), targets))
     out += use_autocast(config, condition=condition, applies_to=targets)
     if config.autocast_dtypes:
         out.append(Suggestion(
-            "Move these matmuls/convolutions inside the autocast region, or check they are ops autocast casts "
-            "(torch.mm/conv/linear are; custom kernels and torch.bmm under some dtypes are not)",
-            f"{condition}; autocast({', '.join(config.autocast_dtypes)}) regions ran, yet these stayed FP32",
+            "Move these matmuls/convolutions inside the autocast region, or check they are ops "
+            "autocast casts (torch.mm/conv/linear are; custom kernels and torch.bmm under some dtypes "
+            "are not)",
+            f"{condition}; autocast({', '.join(config.autocast_dtypes)}) regions ran, "
+            "yet these stayed FP32",
             targets))
     return out
 
@@ -159,9 +162,10 @@ def pipe_report(ctx: Context, lost_ms: float) -> Report:
         pairs=[("tensor pipe busy in the profiled non-FP32 GEMMs", "ncu_non_fp32_gemm_tensor_pipe_pct"),
                ("GEMM time per step", "gemm_time_ms"), ("kernel time covered by ncu", "ncu_coverage_pct")],
         extra=[Evidence("16-bit GEMM time with an idle tensor pipe", gemm, "ms", ctx.metrics["gemm_time_ms"].source)],
-        explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy a small fraction "
-                    "of their time: small or skinny matrices that cannot fill the tiles, or layouts that force "
-                    "narrow kernels. FP32 and misaligned GEMMs are left to their own findings.",
+        explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy "
+                    "a small fraction of their time: small or skinny matrices that cannot fill the "
+                    "tiles, or layouts that force narrow kernels. FP32 and misaligned GEMMs are left "
+                    "to their own findings.",
         suggestions=[Suggestion("Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles; batch "
                                 "many small matmuls into one (torch.bmm, grouped GEMMs)",
                                 f"{gemm:.3g} ms a step of non-FP32 GEMMs with the tensor pipe {pipe:.0f}% busy")]
