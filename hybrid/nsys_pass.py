@@ -723,6 +723,17 @@ def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | 
         raw[name] = _take(columns, np.flatnonzero(~bad))
 
 
+def _drop_backwards_ranges(nvtx: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """NVTX ranges that end before they start are corrupt records, not steps or layers: dropped, named."""
+    backwards = (nvtx["end_ns"] < nvtx["start_ns"]).to_numpy(bool)
+    if not backwards.any():
+        return nvtx
+    example = str(nvtx["text"][backwards].iloc[0])[:60]
+    warnings.append(f"{int(backwards.sum())} NVTX range(s) that end before they start dropped (e.g. "
+                    f"{example!r}): corrupt records in the export, not measurements")
+    return nvtx[~backwards]
+
+
 def _window_bounds(window: dict | None) -> tuple[dict, dict, dict]:
     """The :t0/:t1 of the host calls, the device activity and the NVTX ranges read for `window`: host
     calls and ranges from a margin before it (the launches of its first kernels) to a margin after it (the
@@ -776,7 +787,7 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
                                    "memsets": device, "sync_targets": device})
         _drop_implausible(raw, _capture_limits(export, raw), warnings)
         runtime = _Runtime(export, raw.pop("runtime_calls"))
-        nvtx = _nvtx_ranges(export, ranges)
+        nvtx = _drop_backwards_ranges(_nvtx_ranges(export, ranges), warnings)
         raw_kernels = raw.pop("kernels")
         steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings,
                             runtime, raw_kernels, windowed=window is not None)

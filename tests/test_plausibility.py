@@ -83,6 +83,20 @@ def test_corrupt_device_records_are_dropped_and_named(tmp_path, probe_util_pct, 
     assert results["timing"]["gpu_util_pct"] <= probe_util_pct + 1e-6
 
 
+@FUZZ
+@given(step=st.integers(1, 4))
+def test_an_nvtx_step_range_that_ends_before_it_starts_is_dropped_and_named(tmp_path, step):
+    export = tmp_path / "backwards.sqlite"
+    shutil.copyfile(PROBE, export)
+    with sqlite3.connect(export) as db:
+        db.execute("UPDATE NVTX_EVENTS SET end = start - 1 WHERE textId = "
+                   "(SELECT id FROM StringIds WHERE value = ?)", (f"step{step}",))
+    profile = load_nsys_export(export, step_range="step")
+    assert f"step{step}" not in set(profile.steps["name"])
+    assert (profile.steps["end_ns"] >= profile.steps["start_ns"]).all() and len(profile.steps) == 4
+    assert any(w.startswith("1 NVTX range(s) that end before they start dropped") for w in profile.warnings)
+
+
 def _corrupted(counters, row: int, column: str, value) -> object:
     frame = counters.frame.copy()
     frame.loc[row, column] = value
