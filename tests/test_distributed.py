@@ -19,6 +19,7 @@ from hybrid.orchestrate import SHORT_PLAIN_STEPS, RunOptions, Target
 from hybrid.pipeline import analyze_job, rank_path
 from hybrid.rules.communication import hideable_comm_ms, unhideable_comm_ms
 from hybrid.schema import missing_keys
+from hybrid.torch_pass import load_torch_trace
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_train.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -72,8 +73,12 @@ def test_ddp_job_end_to_end(ddp_job):
     for rank in ("0", "1"):
         per_rank = job["per_rank"][rank]
         assert per_rank["steps"] == 4 and per_rank["collectives_per_step"] == 1
-        assert 0 < per_rank["comm_ms"] < per_rank["step_time_ms"]
-        assert 0 < per_rank["compute_ms"] < per_rank["step_time_ms"]
+        # Means per step against the rank's longest step: its step_time_ms is the steady steps' figure, and on a
+        # loaded 2-core box one step's all-reduce wait (15.5 ms against a 10.2 ms steady step) lifts the mean.
+        steps = load_torch_trace(rank_path(run_dir, int(rank)) / "torch" / "trace.json").steps
+        longest = float((steps["end_ns"] - steps["start_ns"]).max()) / 1e6
+        assert 0 < per_rank["comm_ms"] <= longest
+        assert 0 < per_rank["compute_ms"] <= longest
         assert per_rank["exposed_comm_ms"] <= per_rank["comm_ms"]
     assert set(results["ranks"]) == {"0", "1"}
     with pytest.raises(UsageError):
