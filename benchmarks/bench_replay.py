@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.replay.graph import build_graph
 from hybrid.replay.simulate import replay_step
 

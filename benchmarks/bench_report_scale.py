@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from make_large_export import make_large_export  # noqa: E402
 
-LOAD_ONLY = "import sys; from hybrid.nsys_pass import load_nsys_export; load_nsys_export(sys.argv[1])"
+LOAD_ONLY = "import sys; from hybrid.load.nsys_export import load_nsys_export; load_nsys_export(sys.argv[1])"
 
 
 def measure(argv: list[str], stdout) -> dict:

@@ -29,7 +29,7 @@ TORCH_LEVELS = {"torch": [], "torch-stacks": ["--python-stacks"]}
 def _pass(nsys_path: Path, help_text: str, script: str, level: str, out: Path, warmup: int, steps: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     pass_name = "torch" if level in TORCH_LEVELS else "nsys"
-    inner = [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out), "--warmup", str(warmup),
+    inner = [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out), "--warmup", str(warmup),
              "--steps", str(steps), *TORCH_LEVELS.get(level, []), "--", script]
     flags: list[str] = list(TORCH_LEVELS.get(level, []))
     missing: list[str] = []

@@ -8,12 +8,12 @@ set -u
 model=$1
 out=$2
 args=(--module -- hybrid.models "$model" --steps 80 --device cuda)
-python3 -m hybrid.inject --pass plain --out "$out/separate" --warmup 5 --steps 20 "${args[@]}" > "$out/separate.log" 2>&1
-python3 -m hybrid.inject --pass torch --out "$out/torch_window" --warmup 5 --steps 20 --plain-steps 20 "${args[@]}" \
+python3 -m hybrid.inject.script --pass plain --out "$out/separate" --warmup 5 --steps 20 "${args[@]}" > "$out/separate.log" 2>&1
+python3 -m hybrid.inject.script --pass torch --out "$out/torch_window" --warmup 5 --steps 20 --plain-steps 20 "${args[@]}" \
   > "$out/torch_window.log" 2>&1
 nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --capture-range=cudaProfilerApi --capture-range-end=stop \
   --export none -f true -o "$out/nsys_window/profile" \
-  python3 -m hybrid.inject --pass nsys --out "$out/nsys_window" --warmup 5 --steps 20 --plain-steps 20 "${args[@]}" \
+  python3 -m hybrid.inject.script --pass nsys --out "$out/nsys_window" --warmup 5 --steps 20 --plain-steps 20 "${args[@]}" \
   > "$out/nsys_window.log" 2>&1
 python3 - "$out" <<'PY'
 import json, sys

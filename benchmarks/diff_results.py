@@ -56,7 +56,7 @@ def canonical(results: dict) -> str:
 
 
 def analyze(capture: Path) -> tuple[str, str]:
-    from hybrid.job import is_job_dir
+    from hybrid.analysis.job_metrics import is_job_dir
     from hybrid.pipeline import analyze_run_dir
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -44,8 +44,8 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
 def analyze_modes(run_path: Path, baseline_step_ms: float | None = None) -> dict[str, dict]:
     """results.json documents for every mode the run dir's artifacts allow, loading each once;
     `baseline_step_ms` is the script's plain step time (a plain pass captured beside the run)."""
-    from hybrid.nsys_pass import load_nsys_export
-    from hybrid.torch_pass import load_torch_trace
+    from hybrid.load.nsys_export import load_nsys_export
+    from hybrid.load.torch_trace import load_torch_trace
 
     run = RunDir.open(run_path)
     trace, export, csv = run.torch_trace(), run.nsys_export(), run.ncu_csv()

@@ -47,8 +47,8 @@ def _calibration(capture: Path) -> dict | None:
 
 
 def evaluate(capture: Path, entry: dict) -> dict:
-    from hybrid.nsys_pass import load_nsys_export
-    from hybrid.torch_pass import load_torch_trace
+    from hybrid.load.nsys_export import load_nsys_export
+    from hybrid.load.torch_trace import load_torch_trace
 
     saving = realized_saving(capture)
     plain = saving["script_step_ms"] if saving["script_step_source"] == "plain pass" else None
@@ -87,7 +87,7 @@ def evaluate(capture: Path, entry: dict) -> dict:
 def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
     """resnet50 fp32 -> TF32 and -> bf16 autocast: the fp32 capture replayed with the GEMM/conv
     speedups measured on the GPU, fitted to the plain fp32 step, against the plain runs of each."""
-    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.load.nsys_export import load_nsys_export
     from hybrid.replay.choose import calibrated_speedup
     from hybrid.replay.graph import build_graph
     from hybrid.replay.predict import fit_host_scale

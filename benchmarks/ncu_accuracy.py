@@ -132,7 +132,7 @@ def within(measured: float, expected: float, tolerance: float) -> bool:
 
 
 def roofline_bound(flops: float, dram_bytes: float, precision: str, gpu: str) -> tuple[float, float, str]:
-    """(arithmetic intensity, ridge point, bound) by hybrid's roofline rule (hybrid/roofline.py: memory-
+    """(arithmetic intensity, ridge point, bound) by hybrid's roofline rule (hybrid/analysis/roofline.py: memory-
     bound left of the ridge, peak FLOP/s of the precision over DRAM bandwidth), from the measured FLOPs
     and DRAM bytes and the datasheet peaks of `gpu`."""
     spec = match_spec(gpu)

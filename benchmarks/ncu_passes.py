@@ -51,7 +51,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
                                   if x not in {n for ops in m.SCALAR_FLOP_OPS.values() for n in ops}),
 }
 
-RESNET50 = ["-m", "hybrid.inject", "--pass", "ncu", "--warmup", "5", "--steps", "1", "--module", "--",
+RESNET50 = ["-m", "hybrid.inject.script", "--pass", "ncu", "--warmup", "5", "--steps", "1", "--module", "--",
             "hybrid.models", "resnet50", "--steps", "15", "--precision", "fp32", "--device", "cuda",
             "--batch-size", "32"]
 

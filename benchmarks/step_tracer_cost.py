@@ -25,9 +25,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hybrid import step_finder
-from hybrid.loop_trace import TRACER_NAME
-from hybrid.step_finder import StepFinder
+from hybrid.inject import step_finder
+from hybrid.inject.loop_trace import TRACER_NAME
+from hybrid.inject.step_finder import StepFinder
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from hybrid.nsys_pass import OSRT_BLOCKING_MIN_NS
+from hybrid.load.nsys_export import OSRT_BLOCKING_MIN_NS
 
 WANTED_API = ("cudaLaunch%", "cuLaunch%", "cudaGraphLaunch%", "cuGraphLaunch%", "cudaMemcpy%", "cuMemcpy%",
               "cudaMemset%", "cuMemset%", "%Synchronize%")

@@ -10,10 +10,10 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "step": "hybrid.stepping",
-    "mark_step": "hybrid.stepping",
-    "set_batch_size": "hybrid.stepping",
-    "name_modules": "hybrid.stepping",
+    "step": "hybrid.inject.stepping",
+    "mark_step": "hybrid.inject.stepping",
+    "set_batch_size": "hybrid.inject.stepping",
+    "name_modules": "hybrid.inject.stepping",
     "profile_model": "hybrid.api",
 }
 

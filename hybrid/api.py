@@ -49,9 +49,9 @@ def profile_model(
     """
     import torch
 
+    from hybrid.inject.stepping import SessionConfig, StepSession
     from hybrid.pipeline import analyze_run_dir
     from hybrid.rundir import RunDir
-    from hybrid.stepping import SessionConfig, StepSession
 
     if steps <= 0:
         raise UsageError(f"steps must be at least 1 (got {steps})", "pass steps=50, for example")

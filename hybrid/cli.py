@@ -1,5 +1,5 @@
 """The command line. Commands only parse options and call into the package; a HybridError becomes
-its exit code here and nowhere else (DESIGN.md: 0 done, 1 finding at/above --fail-on or a regression
+its exit code here and nowhere else (docs/DESIGN.md: 0 done, 1 finding at/above --fail-on or a regression
 past --fail-on-regression, 2 usage or unreadable input, 3 workload failed, 4 profiler failed, 5 the
 regression gate cannot decide, 70 an internal error, 130 interrupted, 128 + N stopped by SIGTERM or
 SIGHUP)."""
@@ -82,7 +82,7 @@ def _stderr(text: str) -> None:
 def handles_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from hybrid.signals import install_stop_handlers
+        from hybrid.collect.signals import install_stop_handlers
 
         install_stop_handlers()
         try:
@@ -201,8 +201,8 @@ def _fail_on(results: dict, fail_on: Severity | None) -> None:
 
 def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: bool, quiet: bool,
                         include_paths: bool, fail_on: Severity | None, model: str | None = None) -> None:
-    from hybrid.orchestrate import Orchestrator
-    from hybrid.progress import progress_view
+    from hybrid.collect.orchestrate import Orchestrator
+    from hybrid.collect.progress import progress_view
 
     orchestrator = Orchestrator(target, options)
     if model:
@@ -236,9 +236,9 @@ def _torchrun_argv(argv: list[str]) -> list[str] | None:
 def _profile_job(argv: list[str], launcher: list[str] | None, nproc: int | None, options, *, rank: int | None,
                  as_json: bool, html: bool, verbose: bool, quiet: bool, include_paths: bool,
                  fail_on: Severity | None) -> None:
-    from hybrid.distributed import run_job
+    from hybrid.collect.progress import progress_view
+    from hybrid.collect.torchrun import run_job
     from hybrid.pipeline import analyze_job, analyze_run_dir, rank_path
-    from hybrid.progress import progress_view
 
     with progress_view(quiet=quiet or as_json) as progress:
         run_dir = run_job(None if launcher is not None else argv, options, nproc, launcher, progress)
@@ -303,7 +303,7 @@ def run(
     """Profile a script: `hybrid run train.py --lr 0.1`. Steps are found without edits: marks, the optimizer
     step, repeated top-level module calls, or the script's own loop (start-up is never a step).
     Multi-process jobs: `hybrid run --nproc-per-node 2 train.py`, or `hybrid run -- torchrun ... train.py`."""
-    from hybrid.orchestrate import RunOptions, Target
+    from hybrid.collect.orchestrate import RunOptions, Target
 
     argv = [script, *(args or [])]
     launcher = _torchrun_argv(argv)
@@ -350,8 +350,8 @@ def diagnose(
     for flag, value, example in (("--steps", steps, 20), ("--batch-size", batch_size, 32)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example")
+    from hybrid.collect.orchestrate import RunOptions, Target
     from hybrid.models import MODEL_NAMES, cpu_defaults
-    from hybrid.orchestrate import RunOptions, Target
 
     if model not in MODEL_NAMES:
         raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")
@@ -372,8 +372,8 @@ def diagnose(
     warmup = warmup if warmup is not None else 5
     # Room for the warmup to grow until step times settle; the injector stops the loop after the
     # measured steps.
-    from hybrid.orchestrate import SHORT_PLAIN_STEPS
-    from hybrid.settle import MAX_EXTRA_WARMUP
+    from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
+    from hybrid.load.settle import MAX_EXTRA_WARMUP
 
     # ... and for the plain window the torch pass times before its collector starts.
     model_args = [model, "--steps", str(steps + warmup + MAX_EXTRA_WARMUP + SHORT_PLAIN_STEPS + 5),
@@ -430,7 +430,7 @@ def report(
                           location=str(path.parent))
         return
     if path.is_dir():
-        from hybrid.job import is_job_dir
+        from hybrid.analysis.job_metrics import is_job_dir
 
         run_dir: Path | None = path
         if is_job_dir(path):

@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybrid.collect.tool_probe import PROBE_TIMEOUT_ENV, probe_timeout_s, run_bounded
 from hybrid.errors import ProfilerError
-from hybrid.tool_probe import PROBE_TIMEOUT_ENV, probe_timeout_s, run_bounded
 
 # A CUDA kernel small enough to profile in seconds, to learn whether counters are permitted.
 _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); print(float((x * 2).sum()))"

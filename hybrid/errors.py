@@ -1,4 +1,4 @@
-"""One error type for the whole package; the CLI turns it into an exit code (DESIGN.md)."""
+"""One error type for the whole package; the CLI turns it into an exit code (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from hybrid.errors import HybridError, UsageError
-from hybrid.stepping import name_modules, set_batch_size
+from hybrid.inject.stepping import name_modules, set_batch_size
 
 MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
 PRECISIONS = ("default", "fp32", "tf32", "bf16-amp", "fp16-amp")

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hybrid import __version__
-from hybrid.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.errors import InputError, OutputError, UsageError
-from hybrid.job import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.profile import STEP_COLUMNS, Profile
 from hybrid.rules.base import Finding
 from hybrid.rundir import RunDir
@@ -39,7 +39,7 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
         return torch_profile
     if torch_profile is None:
         return nsys_profile
-    from hybrid.metrics import OPS_CLOCK_STEP_NS, steady_steps, step_windows
+    from hybrid.analysis.metrics import OPS_CLOCK_STEP_NS, steady_steps, step_windows
 
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile
@@ -61,7 +61,7 @@ def _attach_ncu(profile: Profile, csv_path: Path) -> Profile:
     """The profile with the CSV's counters attached. Raises InputError when the CSV cannot be read,
     or when its kernels are none of the profile's (counters of another workload, which would show as
     `measured (ncu)` over nothing)."""
-    from hybrid.ncu_pass import attach_counters
+    from hybrid.load.ncu_match import attach_counters
     from nsight.ncu_csv import parse_ncu_csv
 
     counters = parse_ncu_csv(csv_path)
@@ -156,8 +156,8 @@ def stages() -> tuple[Stage, ...]:
     """What is done to the findings after the rules, in order: place them in the user's code, weigh them
     at the plain step, replay their fixes (which refines the plain-step figure), then grade and order them
     on the figures the report leads with."""
-    from hybrid.callsites import attach_callsites
-    from hybrid.diagnosis import grade, weigh_at_plain_step
+    from hybrid.analysis.callsites import attach_callsites
+    from hybrid.analysis.diagnosis import grade, weigh_at_plain_step
     from hybrid.replay.predict import replay_findings
 
     return (attach_callsites, weigh_at_plain_step, replay_findings, grade)
@@ -170,7 +170,7 @@ def diagnose(profile: Profile, *, baseline_step_ms: float | None = None, calibra
     script's path as the run was given it (callsites are shown relative to its folder), or a module's file
     below its package's folder (`script_is_module`); None for a foreign export. `stack_profiles`: other
     profiles of the run whose Python stacks may place the findings (the torch pass's, on its own clock)."""
-    from hybrid.analyze import analyze
+    from hybrid.analysis.analyze import analyze
 
     document, diagnosis, analyzed = analyze(profile)
     analyzed.stack_profiles = list(stack_profiles or [])
@@ -256,11 +256,11 @@ def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Pa
     damaged: list[InputError] = []
     torch_profile = nsys_profile = None
     if trace is not None:
-        from hybrid.torch_pass import load_torch_trace
+        from hybrid.load.torch_trace import load_torch_trace
 
         torch_profile = _load_intact("torch trace", lambda: load_torch_trace(trace), damaged)
     if export is not None:
-        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.load.nsys_export import load_nsys_export
 
         nsys_profile = _load_intact("nsys export", lambda: load_nsys_export(export, step_range=step_range), damaged)
     if torch_profile is None and nsys_profile is None:
@@ -421,7 +421,7 @@ def _script(run_json: dict) -> str | None:
 
 def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str | None = None) -> dict:
     """Analyze an nsys SQLite export made by the user's own `nsys profile` (and optionally an ncu CSV)."""
-    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.load.nsys_export import load_nsys_export
 
     profile = load_nsys_export(export, step_range=step_range)
     if not len(profile.kernels):

@@ -1,4 +1,4 @@
-"""The public results.json contract (DESIGN.md). Renderers, `profile_model` and users' CI read this
+"""The public results.json contract (docs/DESIGN.md). Renderers, `profile_model` and users' CI read this
 shape; additive changes keep the major version, anything else bumps it."""
 
 from __future__ import annotations

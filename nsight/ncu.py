@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybrid.collect.tool_probe import probe_timeout_s, run_bounded
 from hybrid.errors import ProfilerError
 from hybrid.files import write_file
-from hybrid.tool_probe import probe_timeout_s, run_bounded
 from nsight.locate import find_tool
 from nsight.ncu_metrics import METRICS
 
@@ -53,7 +53,7 @@ NCCL_PREFIX = "nccl"
 # ncu replays each profiled launch once per pass, saving and restoring the memory it writes, which
 # costs milliseconds per launch. A step of a large model can hold thousands of launches of the
 # selected kernels; this cap keeps the pass to minutes. Launches past it get counters from an
-# earlier profiled launch of the same kernel and launch configuration (hybrid/ncu_pass.py).
+# earlier profiled launch of the same kernel and launch configuration (hybrid/load/ncu_match.py).
 DEFAULT_MAX_LAUNCHES = 500
 
 LOG_TAIL_LINES = 20

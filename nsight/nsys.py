@@ -10,9 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybrid.collect.tool_probe import probe_timeout_s, run_bounded
 from hybrid.errors import ProfilerError
 from hybrid.files import write_file
-from hybrid.tool_probe import probe_timeout_s, run_bounded
 from nsight.locate import find_tool
 
 NSYS_ENV = "HYBRID_NSYS"

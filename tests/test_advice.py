@@ -1,5 +1,5 @@
 """Suggestions against run configurations, table-driven, on real H200 captures: each case runs one rule on a
-capture's measured context with a recorded `config` (as hybrid.run_config writes it) and checks what is and
+capture's measured context with a recorded `config` (as hybrid.inject.run_config writes it) and checks what is and
 is not suggested. A setting already on is never suggested; a framework's own switch replaces torch's."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analyze import _rule_peaks
+from hybrid.analysis.analyze import _rule_peaks
+from hybrid.analysis.roofline import roofline
 from hybrid.pipeline import load_run_dir, merged_profile
-from hybrid.roofline import roofline
 from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import Context
@@ -25,7 +25,7 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 @cache
 def _context(capture: str) -> Context:
-    from hybrid.analyze import analyze
+    from hybrid.analysis.analyze import analyze
 
     profile, _ = merged_profile(*load_run_dir(FIXTURES / capture))
     analyzed = analyze(profile).analyzed  # the metrics with the ledger's idle causes, as the rules see them

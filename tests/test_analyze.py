@@ -3,12 +3,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.analyze import analyze
-from hybrid.ncu_pass import attach_counters
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.analyze import analyze
+from hybrid.load.ncu_match import attach_counters
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.profile import STEP_COLUMNS, Profile, conform
 from hybrid.schema import missing_keys
-from hybrid.torch_pass import load_torch_trace
 from nsight.ncu_csv import read_ncu_csv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200-probe"

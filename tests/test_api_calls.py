@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RESNET = FIXTURES / "runs" / "h200-resnet50" / "nsys" / "profile.sqlite"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.metrics import step_windows
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.metrics import step_windows
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_export
 
 BARE = Path(__file__).parent / "fixtures" / "bare"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.pipeline import analyze_artifacts
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
 from hybrid.rundir import RunDir
-from hybrid.torch_pass import load_torch_trace
 
 RUN = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50-50steps"
 

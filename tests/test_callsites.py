@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.callsites import NO_SAMPLES_NOTE, NO_STACKS_NOTE
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.callsites import NO_SAMPLES_NOTE, NO_STACKS_NOTE
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_stacks import is_user_trace_file
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.pipeline import analyze_export, analyze_run_dir
-from hybrid.torch_pass import load_torch_trace
-from hybrid.torch_stacks import is_user_trace_file
 from nsight import nsys
 from nsight.python_frames import first_user_frame, is_user_file
 from nsight.python_samples import layout_matches, read_python_samples
@@ -75,7 +75,7 @@ def stacked_trace(tmp_path_factory) -> Path:
     """The torch pass with --python-stacks on a CPU loop (a real injector subprocess)."""
     out = tmp_path_factory.mktemp("torch")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "torch", "--python-stacks", "--out",
+    proc = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "torch", "--python-stacks", "--out",
                            str(out), "--warmup", "1", "--steps", "3", "--", str(OPS_SCRIPT)],
                           capture_output=True, text=True, env=env, timeout=180, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -159,9 +159,9 @@ def test_graph_breaks_carry_the_user_line_dynamo_recorded():
     import torch
     from torch._dynamo import utils as dynamo_utils
 
-    from hybrid.callsites import _graph_break_callsites, _Paths
+    from hybrid.analysis.callsites import _graph_break_callsites, _Paths
+    from hybrid.inject.stepping import _graph_breaks
     from hybrid.profile import Profile
-    from hybrid.stepping import _graph_breaks
 
     def step(x):
         y = x * 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.orchestrate import SHORT_PLAIN_STEPS
+from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
 from hybrid.schema import missing_keys
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.ncu_pass import select_kernels
-from hybrid.ncu_plan import KernelHeadroom, plan_ncu
-from hybrid.nsys_pass import load_nsys_export
-from hybrid.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
+from hybrid.collect.ncu_plan import KernelHeadroom, plan_ncu
+from hybrid.collect.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
+from hybrid.load.ncu_match import select_kernels
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
 from hybrid.rundir import RunDir
 
@@ -35,7 +35,7 @@ def _trace_names(path: Path) -> list[str]:
 
 def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
     out = tmp_path / "torch"
-    done = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "torch", "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "torch", "--out", str(out),
                            "--warmup", "2", "--steps", "4", "--plain-steps", "3", "--plain-on-cpu", "--",
                            str(SCRIPTS / "steady_steps.py"), "60"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)

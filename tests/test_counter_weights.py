@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hybrid.analysis.kernel_classes import MATMUL_KINDS
+from hybrid.analysis.metrics import compute_metrics, kernel_classes, steady_steps
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics, kernel_classes, steady_steps
-from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, attach_counters, counters_per_kernel
-from hybrid.nsys_pass import load_nsys_export
-from hybrid.precision import MATMUL_KINDS
+from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, attach_counters, counters_per_kernel
+from hybrid.load.nsys_export import load_nsys_export
 from nsight.ncu_csv import parse_ncu_csv
 
 RESNET50 = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"

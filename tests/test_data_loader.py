@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analyze import analyze
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.analyze import analyze
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.pipeline import merge
 from hybrid.profile import ANNOTATION_PREFIX
-from hybrid.torch_pass import load_torch_trace
 
 PLANTED = Path(__file__).parent / "fixtures" / "planted"
 LOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

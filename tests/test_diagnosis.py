@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analyze import analyze
-from hybrid.diagnosis import Diagnosis
+from hybrid.analysis.analyze import analyze
+from hybrid.analysis.diagnosis import Diagnosis
 from hybrid.pipeline import diagnose, load_run_dir, merged_profile, stages
 from hybrid.rules.base import STAGE_FIELDS, Finding
 from hybrid.schema import FINDING_TYPES

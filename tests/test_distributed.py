@@ -1,5 +1,5 @@
 """Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script
-(tests/scripts/ddp_train.py) through hybrid.distributed.run_job, analyzed by hybrid.pipeline.analyze_job."""
+(tests/scripts/ddp_train.py) through hybrid.collect.torchrun.run_job, analyzed by hybrid.pipeline.analyze_job."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.distributed import JobOrchestrator, parse_torchrun_argv, run_job
+from hybrid.analysis.job_metrics import collective_kind, find_rank_dirs, uncovered_ns, union
+from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS, RunOptions, Target
+from hybrid.collect.torchrun import JobOrchestrator, parse_torchrun_argv, run_job
 from hybrid.errors import UsageError, WorkloadError
-from hybrid.job import collective_kind, find_rank_dirs, uncovered_ns, union
-from hybrid.orchestrate import SHORT_PLAIN_STEPS, RunOptions, Target
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.pipeline import analyze_job, rank_path
 from hybrid.rules.communication import hideable_comm_ms, unhideable_comm_ms
 from hybrid.schema import missing_keys
-from hybrid.torch_pass import load_torch_trace
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_train.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def test_ddp_job_end_to_end(ddp_job):
         assert inject["outcome"] == "step_limit" and inject["measured_steps"] == 4
         assert (folder / "torch" / "trace.json").is_file()
     command = (run_dir / "torch" / "command.txt").read_text()
-    assert "torch.distributed.run --nproc-per-node 2" in command and "-m hybrid.rank_inject" in command
+    assert "torch.distributed.run --nproc-per-node 2" in command and "-m hybrid.inject.rank" in command
     assert missing_keys(results) == []
     job = results["job"]
     assert job["ranks"] == [0, 1] and job["backend"] == "gloo" and job["comm_source"] == "measured:torch"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hybrid import nsys_pass
-from hybrid.metrics import step_windows
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.metrics import step_windows
+from hybrid.load import nsys_export as nsys_pass
+from hybrid.load.nsys_export import load_nsys_export
 
 ROOT = Path(__file__).parents[1]
 LAUNCH_RUN = ROOT / "tests" / "fixtures" / "planted" / "launch_batch1_deep_mlp" / "run"

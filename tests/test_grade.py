@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.report import findings_by_impact, weighed_lost_ms
+from hybrid.report.common import findings_by_impact, weighed_lost_ms
 from hybrid.report.terminal import render_terminal
 from hybrid.rules.base import SEVERITY_RANK
 from hybrid.rules.engine import severity_for

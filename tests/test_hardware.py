@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.hardware import PRECISIONS, match_spec, peaks_for
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.profile import DeviceInfo
 from hybrid.provenance import ESTIMATED, MEASURED_NSYS, SPEC
 

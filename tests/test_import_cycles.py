@@ -105,11 +105,11 @@ def test_no_rule_family_imports_another():
 # The layers of the intended structure (BRIEF.md: artifacts -> Profile -> ledger -> rules -> Diagnosis
 # stages -> results -> renderers), as the arrows that must never exist. A rule that does not hold yet is
 # xfail(strict): it fails the suite the day it starts to hold, so that its mark comes off.
-LOADERS_AND_INJECTOR = {"hybrid.nsys_pass", "hybrid.torch_pass", "hybrid.ncu_pass", "hybrid.job",
-                        "hybrid.inject", "hybrid.stepping", "hybrid.loop_trace", "hybrid.module_calls",
-                        "hybrid.rank_inject", "hybrid.torch_stacks", "hybrid.settle", "hybrid.orchestrate"}
-ANALYSIS = {"hybrid.analyze", "hybrid.diagnosis", "hybrid.metrics", "hybrid.roofline", "hybrid.callsites",
-            "hybrid.pipeline", "hybrid.timeline"}
+LOADERS_AND_INJECTOR = {"hybrid.load.nsys_export", "hybrid.load.torch_trace", "hybrid.load.ncu_match", "hybrid.analysis.job_metrics",
+                        "hybrid.inject.script", "hybrid.inject.stepping", "hybrid.inject.loop_trace", "hybrid.inject.module_calls",
+                        "hybrid.inject.rank", "hybrid.load.torch_stacks", "hybrid.load.settle", "hybrid.collect.orchestrate"}
+ANALYSIS = {"hybrid.analysis.analyze", "hybrid.analysis.diagnosis", "hybrid.analysis.metrics", "hybrid.analysis.roofline", "hybrid.analysis.callsites",
+            "hybrid.pipeline", "hybrid.analysis.step_timeline"}
 ANALYSIS_PACKAGES = ("hybrid.ledger", "hybrid.rules", "hybrid.replay")
 
 
@@ -124,7 +124,7 @@ def _in_analysis(name: str) -> bool:
 
 
 def test_the_layer_finder_names_a_forbidden_arrow():
-    assert ("hybrid.pipeline", "hybrid.diagnosis") in _arrows({"hybrid.pipeline"}, _in_analysis)
+    assert ("hybrid.pipeline", "hybrid.analysis.diagnosis") in _arrows({"hybrid.pipeline"}, _in_analysis)
 
 
 @pytest.mark.xfail(strict=True, reason="nsight/ imports hybrid.errors, files, tool_probe and profile: it "

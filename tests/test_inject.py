@@ -1,4 +1,4 @@
-"""The injector end to end: real `python -m hybrid.inject` subprocesses on the small scripts in
+"""The injector end to end: real `python -m hybrid.inject.script` subprocesses on the small scripts in
 tests/scripts (CPU only here), plus the session's step counting in-process."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 import hybrid
 from hybrid.errors import UsageError
-from hybrid.stepping import (
+from hybrid.inject.stepping import (
     HOW_TO_MARK,
     INJECT_FILE,
     MODULE_NAME_ATTR,
@@ -27,7 +27,7 @@ from hybrid.stepping import (
     name_modules,
     outcome_of,
 )
-from hybrid.torch_pass import load_torch_trace
+from hybrid.load.torch_trace import load_torch_trace
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests" / "scripts"
@@ -43,7 +43,7 @@ def _env(*extra_paths: Path) -> dict[str, str]:
 
 def inject_argv(out: Path, pass_name: str, target: str, *args: str, warmup: int = 1, steps: int = 3,
                 flags: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out),
+    return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out),
             "--warmup", str(warmup), "--steps", str(steps), *flags, "--", target, *args]
 
 
@@ -230,7 +230,7 @@ def test_exception_exits_1_with_the_scripts_traceback(runs):
     inject, stderr = run.inject, run.proc.stderr
     assert run.proc.returncode == 1
     assert "ValueError: planted failure after two steps" in stderr
-    assert "runpy" not in stderr and "hybrid/inject.py" not in stderr  # starts in the user's code
+    assert "runpy" not in stderr and "hybrid/inject/script.py" not in stderr  # starts in the user's code
     assert inject["outcome"] == "exception" and inject["exit_code"] == 1
     assert "ValueError: planted failure" in inject["traceback"]
     assert (inject["steps_seen"], inject["measured_steps"]) == (2, 1)
@@ -272,7 +272,7 @@ def test_ctrl_c_exits_130_and_is_recorded(tmp_path):
 ])
 def test_usage_errors_exit_2(tmp_path, argv, message):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "hybrid.inject", *argv], check=False, cwd=tmp_path, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "hybrid.inject.script", *argv], check=False, cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 2
     assert message in proc.stderr
@@ -280,7 +280,7 @@ def test_usage_errors_exit_2(tmp_path, argv, message):
 
 
 def test_injector_imports_neither_pandas_nor_torch_at_import(tmp_path):
-    code = "import sys, hybrid.inject; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
+    code = "import sys, hybrid.inject.script; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=_env(), capture_output=True,
                           text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.stepping import INJECT_FILE, TRACE_FILE
-from hybrid.torch_pass import load_torch_trace
+from hybrid.inject.stepping import INJECT_FILE, TRACE_FILE
+from hybrid.load.torch_trace import load_torch_trace
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +26,7 @@ TIMEOUT_S = 300
 
 
 def _inject_argv(out: Path, pass_name: str, iterations: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out), "--warmup", str(WARMUP),
+    return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out), "--warmup", str(WARMUP),
             "--steps", str(STEPS), *flags, "--", str(SCRIPT), str(iterations), str(SIZE)]
 
 
@@ -87,7 +87,7 @@ def test_matmul_op_carries_its_gemm_time_and_flops(torch_run):
 
 
 def test_nsys_sees_the_step_and_module_ranges(tmp_path):
-    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.load.nsys_export import load_nsys_export
     from nsight import nsys
 
     nsys_path = nsys.find_nsys()

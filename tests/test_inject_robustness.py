@@ -9,15 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from hybrid.inject import LINGER_S
-from hybrid.orchestrate import Orchestrator, RunOptions, Target
+from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
+from hybrid.inject.script import LINGER_S
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def _inject(out: str, script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", out,
+    return subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", out,
                            "--warmup", "1", "--fixed-warmup", "--steps", "3", "--", str(script), *args],
                           capture_output=True, text=True, timeout=120, cwd=cwd, check=False,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hybrid.cli import _received
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.pipeline import analyze_run_dir
-from hybrid.report import short_name
+from hybrid.report.common import short_name
 from hybrid.report.compare import compare_results, render_compare
 from hybrid.report.kernel_labels import distinct_labels, launch_text
 from hybrid.report.terminal import KERNEL_NAME_WIDTH, render_terminal

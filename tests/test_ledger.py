@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hybrid.analysis.metrics import NS_PER_MS, compute_metrics, steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import SEGMENT_COLUMNS, Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, STATE
 from hybrid.ledger.clock import carry_to_analyzed_clock
-from hybrid.metrics import NS_PER_MS, compute_metrics, steady_steps
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.pipeline import analyze_run_dir, load_run_dir, merged_profile
 from hybrid.profile import Profile
-from hybrid.torch_pass import load_torch_trace
 
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = (REPO / "tests" / "fixtures", REPO / "examples")

@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hybrid.analysis.metrics import compute_metrics, top_kernels
 from hybrid.hardware import peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER
-from hybrid.metrics import compute_metrics, top_kernels
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.profile import KERNEL_COLUMNS, STEP_COLUMNS, DeviceInfo, Profile, conform
 from hybrid.provenance import ESTIMATED, MEASURED_NSYS, MEASURED_TORCH
-from hybrid.torch_pass import load_torch_trace
 from nsight.intervals import covered, interval_union
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200-probe"

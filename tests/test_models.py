@@ -12,7 +12,7 @@ import torch
 
 from hybrid import models
 from hybrid.errors import UsageError
-from hybrid.stepping import MODULE_NAME_ATTR
+from hybrid.inject.stepping import MODULE_NAME_ATTR
 
 REPO = Path(__file__).resolve().parents[1]
 

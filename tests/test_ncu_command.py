@@ -32,7 +32,7 @@ def test_build_ncu_command_exact_argv():
     names = ["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
              "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float>>(T3)"]
     argv = ncu.build_ncu_command(Path("/opt/ncu/ncu"), Path("/run/ncu/report.ncu-rep"),
-                                 ["python", "-m", "hybrid.inject", "--", "train.py"],
+                                 ["python", "-m", "hybrid.inject.script", "--", "train.py"],
                                  kernel_names=names, nvtx_step=0, launch_count=40)
     assert argv == [
         "/opt/ncu/ncu", "--export", "/run/ncu/report.ncu-rep", "--force-overwrite",
@@ -42,7 +42,7 @@ def test_build_ncu_command_exact_argv():
         "--kernel-name", "regex:^(?!nccl)(?:nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT|reduce_kernel)$",
         "--nvtx", "--nvtx-include", "hybrid@step 0/",
         "--launch-count", "40",
-        "python", "-m", "hybrid.inject", "--", "train.py",
+        "python", "-m", "hybrid.inject.script", "--", "train.py",
     ]
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, MATCH_NAME, attach_counters, select_kernels
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, MATCH_NAME, attach_counters, select_kernels
+from hybrid.load.nsys_export import load_nsys_export
 from nsight.ncu import function_base_name, kernel_signature
 from nsight.ncu_csv import parse_ncu_csv
 

@@ -1,6 +1,6 @@
 """Kernel selection from the probe's nsys export and matching the probe's ncu counters back to it.
 
-The kernels frame is read from the nsys SQLite with plain sqlite3 here (hybrid/nsys_pass.py, the real
+The kernels frame is read from the nsys SQLite with plain sqlite3 here (hybrid/load/nsys_export.py, the real
 loader, is another engineer's work in progress): kernels joined to their launch call on
 correlationId, assigned to the `stepN` push/pop range that encloses the launch.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.ncu_pass import (
+from hybrid.load.ncu_match import (
     MATCH_CONFIG,
     MATCH_LAUNCH,
     MATCH_NAME,
@@ -104,7 +104,7 @@ def test_select_kernels_never_picks_nccl(kernels):
 def test_select_kernels_on_the_loaders_categorical_names():
     """The nsys loader gives names as a categorical; with one kernel name (the healthy bf16 GEMM
     script on the H200) mapping it to bools gave a categorical, and `~` on it raised TypeError."""
-    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.load.nsys_export import load_nsys_export
 
     loaded = load_nsys_export(EXPORT, step_range="step").kernels
     gemm = loaded[loaded["name"].astype(str).str.startswith("nvjet_sm90")]

@@ -107,7 +107,7 @@ def test_real_nsys_pass_on_the_gpu(tmp_path):
         "torch.cuda.synchronize()\n")
     run = nsys.run_nsys(binary, tmp_path / "profile", [sys.executable, str(script)], capture_range=False,
                         log_path=tmp_path / "nsys.log", env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-    from hybrid.nsys_pass import load_nsys_export
+    from hybrid.load.nsys_export import load_nsys_export
 
     profile = load_nsys_export(run.sqlite_path)
     assert profile.step_source == "nvtx:hybrid" and len(profile.steps) == 3

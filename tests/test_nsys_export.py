@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.errors import InputError
-from hybrid.nsys_pass import explain_no_kernels, load_nsys_export
+from hybrid.load.nsys_export import explain_no_kernels, load_nsys_export
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,7 +278,7 @@ def test_the_export_is_opened_read_only(tmp_path):
 
 
 def test_importing_the_loader_does_not_import_torch():
-    code = ("import sys, hybrid.nsys_pass, nsight.nsys, nsight.sqlite_export; "
+    code = ("import sys, hybrid.load.nsys_export, nsight.nsys, nsight.sqlite_export; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

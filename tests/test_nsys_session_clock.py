@@ -9,7 +9,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 
 EXPORT = Path(__file__).resolve().parent / "fixtures" / "runs" / "h200-simple_cnn" / "nsys" / "profile.sqlite"
 

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import pytest
 
-from hybrid import orchestrate
+from hybrid.collect import orchestrate
+from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
 from hybrid.errors import ProfilerError, WorkloadError
-from hybrid.orchestrate import Orchestrator, RunOptions, Target
 from nsight import ncu, nsys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ class FakeProcess:
         FakeProcess.calls.append(list(argv))
         self.pid = 0
         self.stdout = io.StringIO("[hybrid] step 1/3\n")
-        inner = argv[argv.index("hybrid.inject"):]
+        inner = argv[argv.index("hybrid.inject.script"):]
         pass_name = inner[inner.index("--pass") + 1]
         out = Path(inner[inner.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     torch_argv, nsys_argv, ncu_argv = patched.calls
 
     def inject(pass_name: str, steps: int, modules: bool, warmup: int = 2, more: tuple[str, ...] = ()) -> list[str]:
-        return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out / pass_name),
+        return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out / pass_name),
                 "--warmup", str(warmup), *more, "--steps", str(steps), *(["--nvtx-modules"] if modules else []),
                 "--", str(script), "--lr", "0.1"]
 
@@ -198,7 +198,7 @@ class FailsWhenRunAgain(FakeProcess):
 
     def __init__(self, argv, **kwargs) -> None:
         super().__init__(argv, **kwargs)
-        inner = argv[argv.index("hybrid.inject"):]
+        inner = argv[argv.index("hybrid.inject.script"):]
         self.pass_name = inner[inner.index("--pass") + 1]
         if self.pass_name == "nsys":
             out = Path(inner[inner.index("--out") + 1])

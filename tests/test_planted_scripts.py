@@ -95,7 +95,7 @@ def test_script_runs_standalone_on_cpu(name: str) -> None:
 @pytest.mark.parametrize(("name", "step_source"), [("sync_item_per_microstep", "optimizer_hook"),
                                                    ("mem_random_gather", "mark_step")])
 def test_injector_counts_the_scripts_steps(tmp_path: Path, name: str, step_source: str) -> None:
-    proc = _run([sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path),
+    proc = _run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path),
                  "--warmup", "1", "--steps", "2", "--", str(PLANTED / f"{name}.py"), "--device", "cpu"])
     assert proc.returncode == 0, proc.stderr
     inject = json.loads((tmp_path / "inject.json").read_text())

@@ -1,5 +1,5 @@
 """Records and counters no device can produce are dropped and named, never used or shown as measured
-(hybrid.plausible): real H200 captures with one value made impossible, chosen by hypothesis, in the style
+(hybrid.load.plausible): real H200 captures with one value made impossible, chosen by hypothesis, in the style
 of test_fuzz_readers. Every committed capture's own values pass untouched."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hybrid.analysis.metrics import compute_metrics
 from hybrid.hardware import peaks_for
-from hybrid.metrics import compute_metrics
-from hybrid.ncu_pass import attach_counters
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.ncu_match import attach_counters
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.plausible import TOLERANCE, drop_implausible_counters
 from hybrid.pipeline import analyze_export
-from hybrid.plausible import TOLERANCE, drop_implausible_counters
 from nsight.ncu_csv import read_ncu_csv
 
 FIXTURES = Path(__file__).parent / "fixtures"

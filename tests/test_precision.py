@@ -1,4 +1,4 @@
-"""Kernel kinds and precisions (hybrid.precision) on every kernel name of the committed H200 captures, the
+"""Kernel kinds and precisions (hybrid.analysis.kernel_classes) on every kernel name of the committed H200 captures, the
 measured precision against the name, and compute ceilings from a FLOP mix."""
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.hardware import peaks_for
-from hybrid.ncu_pass import attach_counters
-from hybrid.nsys_pass import load_nsys_export
-from hybrid.precision import (
+from hybrid.analysis.kernel_classes import (
     FROM_NAME,
     MATMUL_KINDS,
     classify_kernels,
@@ -25,8 +22,11 @@ from hybrid.precision import (
     kernel_kind,
     name_precision,
 )
+from hybrid.analysis.roofline import CEILING_TOLERANCE, roofline
+from hybrid.hardware import peaks_for
+from hybrid.load.ncu_match import attach_counters
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.profile import DeviceInfo
-from hybrid.roofline import CEILING_TOLERANCE, roofline
 from nsight.ncu_csv import parse_ncu_csv
 
 REPO = Path(__file__).resolve().parent.parent

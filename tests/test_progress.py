@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from test_ncu_command import PROFILING_LINES
 
-from hybrid.progress import _View
+from hybrid.collect.progress import _View
 
 
 def _view(live: bool) -> tuple[_View, io.StringIO]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.profile import Profile
 from hybrid.replay.graph import ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
@@ -38,7 +38,7 @@ def test_baseline_replay_reproduces_each_measured_step(export):
 
 
 def test_measured_windows_match_the_metrics_step_windows():
-    from hybrid.metrics import step_windows
+    from hybrid.analysis.metrics import step_windows
 
     profile = load_nsys_export(FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite")
     graph = build_graph(profile)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.replay import calibrate as cal
 from hybrid.replay.choose import calibrated_speedup
 from hybrid.rundir import RunDir
-from hybrid.torch_pass import load_torch_trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]

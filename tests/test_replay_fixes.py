@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.replay.graph import build_graph
 from hybrid.replay.predict import fit_host_scale
 from hybrid.replay.simulate import replay_step
@@ -31,7 +31,7 @@ def _graph(name: str):
 
 def _rules_findings(name: str):
     """The rules' findings on a planted capture, before any stage, and what the analysis built."""
-    from hybrid.analyze import analyze
+    from hybrid.analysis.analyze import analyze
     from hybrid.pipeline import load_run_dir, merged_profile
 
     run, torch_profile, nsys_profile, csv = load_run_dir(PLANTED / name / "run")

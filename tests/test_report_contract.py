@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.provenance import source_label
-from hybrid.report import findings_by_impact, format_value
+from hybrid.report.common import findings_by_impact, format_value
 from hybrid.report.html_report import render_html
 from hybrid.report.json_report import results_to_json
 from hybrid.report.terminal import (

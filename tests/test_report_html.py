@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.report import format_value
+from hybrid.report.common import format_value
 from hybrid.report.html_report import render_html
 
 RESULT_FILES = sorted((Path(__file__).parent / "fixtures" / "results").glob("*.json"))

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.metrics import steady_steps
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.analysis.metrics import steady_steps
+from hybrid.analysis.step_timeline import MAX_EVENTS, representative_step
+from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
-from hybrid.timeline import MAX_EVENTS, representative_step
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.report import format_value, short_name
+from hybrid.report.common import format_value, short_name
 from hybrid.report.terminal import render_terminal
 
 EXPORT = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"

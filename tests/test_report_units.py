@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.pipeline import analyze_run_dir
-from hybrid.report import format_value
+from hybrid.report.common import format_value
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
 from hybrid.report.units import format_pp, significant

@@ -3,12 +3,12 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.analysis.roofline import roofline
 from hybrid.hardware import peaks_for
-from hybrid.ncu_pass import attach_counters
-from hybrid.nsys_pass import load_nsys_export
+from hybrid.load.ncu_match import attach_counters
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.provenance import ESTIMATED
-from hybrid.roofline import roofline
-from hybrid.torch_pass import load_torch_trace
 from nsight.ncu_csv import read_ncu_csv
 
 FIXTURES = Path(__file__).parent / "fixtures" / "h200-probe"
@@ -98,7 +98,7 @@ def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50
     # Independent aggregation: walk every kernel launch of the measured steps; a launch inside a module
     # range that ncu_pass matched to a profiled kernel (by launch or launch configuration) adds that
     # kernel's FLOPs and DRAM bytes once, and its timeline time.
-    from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
+    from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH
     from hybrid.rundir import RunDir
     from nsight.ncu_csv import parse_ncu_csv
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analyze import _rule_peaks
+from hybrid.analysis.analyze import _rule_peaks
+from hybrid.analysis.roofline import roofline
 from hybrid.ledger.causes import LABELS
 from hybrid.pipeline import analyze_run_dir, load_run_dir, merged_profile
-from hybrid.roofline import roofline
 from hybrid.rules import engine, kernel_launch
 from hybrid.rules import roofline as roofline_rule
 from hybrid.rules.base import SEVERITY_RANK, Context, Report
@@ -123,7 +123,7 @@ def test_every_pool_a_rule_reads_is_a_ledger_cause():
 @pytest.fixture(scope="module")
 def simple_cnn_context() -> Context:
     # Built as analyze builds it, so the rules see the injector's facts (peak memory, batch) and the ledger.
-    from hybrid.analyze import analyze
+    from hybrid.analysis.analyze import analyze
 
     profile, _ = merged_profile(*load_run_dir(RUNS / "h200-simple_cnn"))
     analyzed = analyze(profile).analyzed

@@ -1,4 +1,4 @@
-"""hybrid.run_config in real profiled processes: the injector records what tests/scripts/config_probe.py
+"""hybrid.inject.run_config in real profiled processes: the injector records what tests/scripts/config_probe.py
 switched on (and nothing it did not), and the script's result is the same with and without the observers."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _run(case: str, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     # --fixed-warmup: the probe runs exactly warmup + steps iterations, so it must stop at the step limit,
     # with its objects alive, whatever the box's load does to step times.
-    argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(out), "--warmup", "1",
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(out), "--warmup", "1",
             "--steps", "3", "--fixed-warmup", "--", str(PROBE), *CASES[case]]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
@@ -89,7 +89,7 @@ def test_the_observers_do_not_change_the_result(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     alone = subprocess.run([sys.executable, str(PROBE), *CASES["tuned"]], env=env, capture_output=True, text=True,
                            timeout=TIMEOUT_S, check=False)
-    injected = subprocess.run([sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path),
+    injected = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path),
                                "--warmup", "1", "--steps", "50", "--", str(PROBE), *CASES["tuned"]], env=env,
                               capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert alone.returncode == 0 and injected.returncode == 0, alone.stderr + injected.stderr
@@ -100,7 +100,7 @@ def test_the_observers_do_not_change_the_result(tmp_path):
 @pytest.mark.gpu
 def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "hybrid.inject", "--pass", "plain", "--out", str(tmp_path), "--warmup", "1",
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path), "--warmup", "1",
             "--steps", "3", "--", str(PROBE), "--device", "cuda", "--tf32", "--autocast", "bfloat16", "--optimizer",
             "adamw"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)

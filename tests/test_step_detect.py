@@ -1,4 +1,4 @@
-"""Steps of scripts with no marks and no optimizer, found while they run: real `python -m hybrid.inject`
+"""Steps of scripts with no marks and no optimizer, found while they run: real `python -m hybrid.inject.script`
 subprocesses (CPU) on the scripts in tests/scripts/unmarked, one per detector and per bad input."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.loop_trace import TRACER_NAME, LoopTracer, loops_of
-from hybrid.stepping import INJECT_FILE, TRACE_FILE
-from hybrid.torch_pass import load_torch_trace
+from hybrid.inject.loop_trace import TRACER_NAME, LoopTracer, loops_of
+from hybrid.inject.stepping import INJECT_FILE, TRACE_FILE
+from hybrid.load.torch_trace import load_torch_trace
 
 REPO = Path(__file__).resolve().parent.parent
 UNMARKED = REPO / "tests" / "scripts" / "unmarked"
@@ -51,7 +51,7 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     for name, (pass_name, script, args, warmup, steps) in SCENARIOS.items():
         out = tmp_path_factory.mktemp(name) / pass_name
         args = [str(out.parent / "record.json") if a == "RECORD" else a for a in args]
-        argv = [sys.executable, "-m", "hybrid.inject", "--pass", pass_name, "--out", str(out), "--warmup",
+        argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out), "--warmup",
                 str(warmup), "--steps", str(steps), "--", str(UNMARKED / script), *args]
         started[name] = (subprocess.Popen(argv, cwd=out.parent, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True), argv, out)

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from hybrid.errors import InputError
+from hybrid.inject.stepping import OP_FLOPS_FILE, TRACE_FILE, SessionConfig, StepSession
+from hybrid.load.torch_trace import load_torch_trace
 from hybrid.profile import FRAME_COLUMNS
 from hybrid.provenance import MEASURED_TORCH
-from hybrid.stepping import OP_FLOPS_FILE, TRACE_FILE, SessionConfig, StepSession
-from hybrid.torch_pass import load_torch_trace
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "torch_trace.json"
 MATMULS = 3

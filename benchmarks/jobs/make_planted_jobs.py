@@ -17,7 +17,7 @@ WARMUP, STEPS, PLAIN_STEPS = 3, 5, 10
 
 
 def plain(script: str, out: str) -> str:
-    return (f"python3 -m hybrid.inject --pass plain --out $RUN/{out} --warmup {WARMUP} --steps {PLAIN_STEPS} "
+    return (f"python3 -m hybrid.inject.script --pass plain --out $RUN/{out} --warmup {WARMUP} --steps {PLAIN_STEPS} "
             f"-- {PLANTED / script} > $RUN/{out}.log 2>&1")
 
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.ledger.clock import carry_to_analyzed_clock
-from hybrid.ledger.partition import Layer
-from hybrid.metrics import (
+from hybrid.analysis.metrics import (
     COMPILED_REGION_PREFIX,
     CPU_HEAVY_RATIO,
     DATA_LOADER_NEXT,
@@ -18,6 +16,8 @@ from hybrid.metrics import (
     _outermost,
     is_annotation,
 )
+from hybrid.ledger.clock import carry_to_analyzed_clock
+from hybrid.ledger.partition import Layer
 from hybrid.profile import Profile
 from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
 

@@ -14,13 +14,13 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel
+from hybrid.analysis.metrics import kernel_classes
+from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
-from hybrid.metrics import kernel_classes
-from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
-from hybrid.precision import MATMUL_KINDS, per_kernel
+from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
 from hybrid.profile import Profile, is_communication
-from hybrid.roofline import counter_row_achieved_pct
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
 # of every fetched sector (hopper-metrics.md).
@@ -49,7 +49,7 @@ def by_name(names: pd.Series, of_names: Callable[[pd.Series], np.ndarray]) -> np
 
 def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:
     """Precision of each GEMM, convolution or attention kernel (None for other kernels), from ncu's FLOP
-    counters where it profiled the kernel, else its name (hybrid.precision)."""
+    counters where it profiled the kernel, else its name (hybrid.analysis.kernel_classes)."""
     def of_names(names: pd.Series) -> np.ndarray:
         classes = kernel_classes(profile, names, peaks)
         matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)

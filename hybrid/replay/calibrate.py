@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from hybrid.errors import HybridError
+    from hybrid.load.torch_trace import load_torch_trace
     from hybrid.rundir import RunDir
-    from hybrid.torch_pass import load_torch_trace
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("error: CUDA is not available here\nfix: run the calibration on the GPU the run used, "

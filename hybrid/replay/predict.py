@@ -1,13 +1,13 @@
 """The replay as a stage of the diagnosis: after the rules ran, every finding whose rule has a fix gets the
 replay's saving as its time lost (`time_lost_method: "replay"`); the others keep the rule's closed form
-(`"model"`). Severity, order and the primary are the grade's (hybrid.diagnosis.grade), which runs next."""
+(`"model"`). Severity, order and the primary are the grade's (hybrid.analysis.diagnosis.grade), which runs next."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
 
-from hybrid.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.provenance import ESTIMATED
 from hybrid.replay.choose import calibrated_speedup, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph

@@ -13,7 +13,7 @@ from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
 from hybrid.rules.base import Fix
 
 # A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
-# (hybrid.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
+# (hybrid.analysis.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
 HOST_WORK_GAP_NS = 100_000
 
 
@@ -22,9 +22,9 @@ def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
 
 
 def _gemm_mask(graph: ReplayGraph, precisions: tuple[str, ...]) -> np.ndarray:
-    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.precision: cuDNN's
+    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.analysis.kernel_classes: cuDNN's
     fp32 convolution engines such as wgrad_alg0_engine and fft2d_* count as fp32 convolutions)."""
-    from hybrid.precision import matmul_precision
+    from hybrid.analysis.kernel_classes import matmul_precision
 
     names = pd.Series(graph.d_name, dtype="category")
     precision = matmul_precision(names).to_numpy(object)
@@ -149,7 +149,7 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """Back-to-back elementwise kernels on one stream in one step become one kernel (torch.compile):
     the chain keeps 1/n of its time and its other launches and their dispatch gaps go."""
-    from hybrid.precision import elementwise_mask
+    from hybrid.analysis.kernel_classes import elementwise_mask
 
     names = pd.Series(graph.d_name, dtype="category")
     elementwise = elementwise_mask(names) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 
-from hybrid.report import findings_by_impact, format_value, source_label, step_test
+from hybrid.report import step_test
+from hybrid.report.common import findings_by_impact, format_value, source_label
 from hybrid.report.kernel_labels import distinct_labels
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, format_pp, is_number
 
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
 KERNEL_LABEL_WIDTH = 72  # a kernel's name on a comparison line, before its figures
-# The analysis stores this many top kernels (hybrid.metrics.top_kernels): a shorter list is every kernel.
+# The analysis stores this many top kernels (hybrid.analysis.metrics.top_kernels): a shorter list is every kernel.
 TOP_KERNELS_STORED = 10
 # Exports made outside hybrid do not record their program: two are taken as the same program when at least
 # this share of each one's stored top-kernel time is in kernels the other also ran. Unrelated bare H200

@@ -10,7 +10,8 @@ import html
 import math
 import re
 
-from hybrid.report import (
+from hybrid.report import waterfall
+from hybrid.report.common import (
     compute_peaks,
     findings_by_impact,
     format_value,
@@ -18,7 +19,6 @@ from hybrid.report import (
     peak,
     roofline_vs_peaks,
     source_label,
-    waterfall,
 )
 from hybrid.report.compare import compare_lines
 from hybrid.report.html_timeline import timeline_css, timeline_svg

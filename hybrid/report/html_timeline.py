@@ -1,4 +1,4 @@
-"""The one-step timeline of the HTML report: results["timeline"] (hybrid.timeline) drawn as lanes, the host
+"""The one-step timeline of the HTML report: results["timeline"] (hybrid.analysis.step_timeline) drawn as lanes, the host
 threads on top (runtime calls: launches, synchronizations), then each stream's kernels, copies and
 memsets, then the GPU's idle gaps. The segments the primary finding is about are drawn in full colour,
 the rest faded, so the reader sees where in the step the time goes. Inline SVG with <title> hover text,
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from hybrid.report import short_name, source_label
+from hybrid.report.common import short_name, source_label
 from hybrid.report.units import format_value, is_number
 
 WIDTH, LANE_HEIGHT, LABEL_WIDTH, AXIS_HEIGHT, RIGHT_MARGIN = 1000, 22, 130, 24, 30

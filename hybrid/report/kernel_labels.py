@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from hybrid.report import short_name
+from hybrid.report.common import short_name
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 SUFFIX_WORDS = 2  # distinguishing words shown at most; the full name is in results.json and the HTML

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybrid.report import first_sentence
+from hybrid.report.common import first_sentence
 from hybrid.report.units import format_change_pct, format_pct, format_value, is_number
 
 COLLECTOR_SLOWDOWN_PCT = 10.0  # a collector that slows the step by more changes what its timings say
@@ -19,7 +19,7 @@ NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half t
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
 
-# Limitations (written by hybrid.analyze) whose subject makes every number above them read differently.
+# Limitations (written by hybrid.analysis.analyze) whose subject makes every number above them read differently.
 _READING_LIMITATIONS = ("No CUDA GPU was used", "No measured steps were found", "Unknown peaks")
 
 

@@ -21,7 +21,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from hybrid.report import (
+from hybrid.report import waterfall
+from hybrid.report.common import (
     findings_by_impact,
     first_sentence,
     format_value,
@@ -30,7 +31,6 @@ from hybrid.report import (
     short_name,
     short_source,
     source_label,
-    waterfall,
     weighed_lost_ms,
 )
 from hybrid.report.kernel_labels import distinct_labels, launch_text

@@ -1,4 +1,4 @@
-"""Suggestions conditioned on the run: what it had switched on (the injector's `config`, hybrid.run_config)
+"""Suggestions conditioned on the run: what it had switched on (the injector's `config`, hybrid.inject.run_config)
 and which framework drove it. A setting that is already on is never suggested; a framework's own switch
 is given when the framework is detected (Hugging Face `TrainingArguments`, Lightning `Trainer`); every
 suggestion carries the condition that made it apply, and the ops, kernels or layers it is about.

@@ -62,13 +62,13 @@ class Finding:
     # The suggestions as {text, condition, applies_to} (hybrid.rules.advice.Suggestion).
     advice: list[dict] = field(default_factory=list)
     # The rule's floor: below this share of the step the problem is no finding (checked again once
-    # the replay has its figure, hybrid.diagnosis.grade).
+    # the replay has its figure, hybrid.analysis.diagnosis.grade).
     floor_pct: float = 0.0
     # The time per step it drew from each cause of its pool (hybrid.rules.engine): the ledger segments of
     # those causes are what the finding is made of (an alternative draws none).
     claimed: dict[str, float] = field(default_factory=dict)
-    # Set by the stages after the rules (hybrid.diagnosis); a figure a stage did not set stays out of
-    # results.json. The user's lines that spent the time (hybrid.callsites):
+    # Set by the stages after the rules (hybrid.analysis.diagnosis); a figure a stage did not set stays out of
+    # results.json. The user's lines that spent the time (hybrid.analysis.callsites):
     callsites: list[dict] | None = None
     # The time lost as a share of the step without a collector, and its share of that step:
     time_lost_baseline_ms: float | None = None
@@ -118,7 +118,7 @@ class JobFacts:
 
 @dataclass
 class Context:
-    """Everything the rules of one analysis may read: metric name -> Metric (hybrid/metrics.py, or
+    """Everything the rules of one analysis may read: metric name -> Metric (hybrid/analysis/metrics.py, or
     the job's metrics), the ledger's time per cause per step, the roofline block and plain peaks."""
 
     metrics: dict[str, Metric]
@@ -244,7 +244,7 @@ class Rule:
     # A metric holding the time of what the finding is about (its own kernels' time): its saving, closed
     # form or replayed, is never larger (a fusion of 112 µs of kernels cannot save 1.37 ms).
     bound: str | None = None
-    # Where the user's code behind a finding is found (hybrid.callsites): the copies of the shared copy pool
+    # Where the user's code behind a finding is found (hybrid.analysis.callsites): the copies of the shared copy pool
     # it is about, and the operators whose recorded stacks place it before its ledger segments do (empty:
     # the operators its evidence names).
     copies: CopyFilter | None = None

@@ -1,4 +1,4 @@
-"""Communication between ranks of a multi-process job (hybrid.job computes the metrics): exposed
+"""Communication between ranks of a multi-process job (hybrid.analysis.job_metrics computes the metrics): exposed
 communication, a straggler rank, communication-bound steps, host-side collectives and barriers.
 
 These rules read job-level metrics (means over ranks, per step); `step_time_ms` is the job's step,

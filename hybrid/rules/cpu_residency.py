@@ -3,7 +3,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 
 from __future__ import annotations
 
-from hybrid.metrics import CREATE_OPS, MOVE_OPS
+from hybrid.analysis.metrics import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion, fused_optimizer, loader_workers, use_compile, use_cuda_graphs
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule

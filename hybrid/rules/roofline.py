@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hybrid.precision import kernel_label
+from hybrid.analysis.kernel_classes import kernel_label
 from hybrid.provenance import MEASURED_NCU
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Inputs, Report, Rule

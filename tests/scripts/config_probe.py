@@ -1,4 +1,4 @@
-"""A CPU training loop that switches on what hybrid.run_config records, each set by a flag, so a test can
+"""A CPU training loop that switches on what hybrid.inject.run_config records, each set by a flag, so a test can
 compare the recorded `config` with what the script did: --tf32, --autocast bf16, --compile MODE (the model is
 wrapped, never called compiled: no compiler needed), --optimizer sgd|adamw with --fused, --workers N with
 --pin-memory, --channels-last, --scaler; --device cuda on a GPU."""

@@ -6,7 +6,7 @@ CI), or sized for H200s over NCCL with --device cuda (one GPU per rank, cuda:LOC
   communication cannot overlap with any compute.
 --slow-rank R --sleep-ms MS: rank R sleeps MS after each optimizer step (a straggler).
 --crash-rank R --crash-at N: rank R raises at iteration N.
---record-env DIR: each rank records whether a collector wrapper (hybrid.rank_inject --wrap-json) ran it."""
+--record-env DIR: each rank records whether a collector wrapper (hybrid.inject.rank --wrap-json) ran it."""
 
 import argparse
 import json

@@ -8,7 +8,7 @@ import sys
 import torch
 from torch import nn
 
-from hybrid.stepping import MODULE_NAME_ATTR
+from hybrid.inject.stepping import MODULE_NAME_ATTR
 
 
 class Block(nn.Module):

@@ -6,7 +6,7 @@ Steps, in order of preference:
      the script ended mid-step is not a measured step)
   2. the user's ranges named `step_range` (exact text, else prefix)     -> "nvtx:<NAME>"
   3. a repeating NVTX range name (see _repeating_ranges)               -> "pattern"
-  4. periodicity of the launching thread's CUDA calls (hybrid.periodicity), start-up excluded and
+  4. periodicity of the launching thread's CUDA calls (hybrid.load.periodicity), start-up excluded and
      early steps dropped until their times settle                         -> "periodicity"
   5. the window from the first kernel launch to the end, as one step, with a warning
                                                                         -> "steady-window"
@@ -28,10 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid import periodicity, settle
-from hybrid.plausible import implausible_rows
 from hybrid.errors import InputError
 from hybrid.files import read_regular_text
+from hybrid.inject.stepping import INJECT_FILE
+from hybrid.load import periodicity, settle
+from hybrid.load.plausible import implausible_rows
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -47,7 +48,6 @@ from hybrid.profile import (
     conform,
 )
 from hybrid.provenance import MEASURED_NSYS
-from hybrid.stepping import INJECT_FILE
 from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
@@ -322,7 +322,7 @@ def _launch_sequence(runtime: _Runtime, raw_kernels: Columns | None) -> tuple[Co
 
 def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int],
                     windowed: bool = False) -> _Steps | None:
-    """Steps from the repeating CUDA call sequence of the launching thread (hybrid.periodicity):
+    """Steps from the repeating CUDA call sequence of the launching thread (hybrid.load.periodicity):
     start-up before the steady region is excluded, then early steps are dropped until they settle."""
     found = _launch_sequence(runtime, raw_kernels)
     if found is None:
@@ -705,7 +705,7 @@ def _capture_limits(export: NsysExport, raw: dict[str, Columns | None]) -> tuple
 
 def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | None,
                       warnings: list[str]) -> None:
-    """Drop the records that cannot be measurements (hybrid.plausible.implausible_rows), naming them."""
+    """Drop the records that cannot be measurements (hybrid.load.plausible.implausible_rows), naming them."""
     for name, label in (("runtime_calls", "CUDA API calls"), ("kernels", "kernels"), ("memcpys", "copies"),
                         ("memsets", "memsets")):
         columns = raw.get(name)

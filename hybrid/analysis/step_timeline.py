@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.metrics import frame_source, steady_steps
-from hybrid.precision import elementwise_mask, matmul_precision
+from hybrid.analysis.kernel_classes import elementwise_mask, matmul_precision
+from hybrid.analysis.metrics import frame_source, steady_steps
 from hybrid.profile import Profile
 
 MAX_EVENTS = 2000

@@ -6,7 +6,7 @@ module is chosen, `narrow(module)` replaces them by one post-hook on that module
 modules run without hooks again. Inside torch.compile's tracing the hooks do nothing (they would
 otherwise be traced into the graph).
 
-torch is imported by the caller (hybrid.stepping imports it before the user's code runs).
+torch is imported by the caller (hybrid.inject.stepping imports it before the user's code runs).
 """
 
 from __future__ import annotations

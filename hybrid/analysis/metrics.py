@@ -14,9 +14,15 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.kernel_classes import (
+    MATMUL_KINDS,
+    classify_kernels,
+    elementwise_mask,
+    kernel_label,
+    per_kernel,
+)
 from hybrid.hardware import Peaks
-from hybrid.ncu_pass import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.precision import MATMUL_KINDS, classify_kernels, elementwise_mask, kernel_label, per_kernel
+from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH
 from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
@@ -137,7 +143,7 @@ def _distinct(names: pd.Series) -> pd.Series:
 
 
 def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
-    """hybrid.precision.classify_kernels for these kernel names, measured from the profile's counter rows
+    """hybrid.analysis.kernel_classes.classify_kernels for these kernel names, measured from the profile's counter rows
     (named as the timeline names the kernels they matched by launch or configuration) where ncu ran.
     Every name of the profile's kernels and counter rows is classified once, on the first call (metrics,
     roofline and ledger asked 3 times per resnet50 analysis); the result is indexed by name, a superset of
@@ -321,7 +327,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     gemm = np.isin(kind, MATMUL_KINDS)
     out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
     if gemm.any():
-        # Where each GEMM's precision came from: ncu's FLOP counters, else its name (hybrid.precision).
+        # Where each GEMM's precision came from: ncu's FLOP counters, else its name (hybrid.analysis.kernel_classes).
         out["gemm_precision_measured_pct"] = Metric(100 * float(dur[gemm & measured].sum() / dur[gemm].sum()), "%",
                                                     MEASURED_NCU if (gemm & measured).any() else src)
     for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
@@ -660,7 +666,7 @@ def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | N
 
 def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
     """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
-    dilute it), and of those not FP32 (hybrid.precision: measured where ncu counted their FLOPs): FP32 GEMMs
+    dilute it), and of those not FP32 (hybrid.analysis.kernel_classes: measured where ncu counted their FLOPs): FP32 GEMMs
     cannot use the tensor pipe at all, which the FP32 finding already explains; the rest is what the
     idle-pipe finding judges."""
     names = c["name"].astype(str)

@@ -63,7 +63,7 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     where a finding rests on kernel time only counters explain (they would measure what it estimates) or
     the timeline found no bottleneck; where faster kernels could save as much as the primary finding (on
     the step the findings are weighed at: the plain step where a collector slowed the measured one,
-    hybrid.diagnosis), the fewest largest candidates that leave the other kernels unable to, even at zero
+    hybrid.analysis.diagnosis), the fewest largest candidates that leave the other kernels unable to, even at zero
     time; none otherwise. `forced` (--mode hybrid) runs it on every candidate.
 
     On the committed H200 captures without their counters, this skips 17 of 25 runs, whose primary,
@@ -112,7 +112,7 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
 
 
 def _weighed_lost_ms(finding: dict, timing: dict) -> float:
-    """What the finding's fix saves a step on the step the diagnosis weighed it at (hybrid.diagnosis)."""
+    """What the finding's fix saves a step on the step the diagnosis weighed it at (hybrid.analysis.diagnosis)."""
     value = finding.get("weighed_lost_ms")
     if isinstance(value, (int, float)):
         return float(value)

@@ -3,10 +3,10 @@ each step in that unit (`mark(source)`), so the session can open its collector a
 steps and stop the script after them.
 
 Two detectors watch from the start of the script:
-- top-level module calls (hybrid.module_calls): the same module called CONSECUTIVE_CALLS times at the
+- top-level module calls (hybrid.inject.module_calls): the same module called CONSECUTIVE_CALLS times at the
   top level with no back-edge of a user loop in between is the unit: one forward per step, e.g. one
   decode step of `generate()` (the report says how many per generate() call);
-- the script's own loops (hybrid.loop_trace): the outermost loop of the user's code whose iterations
+- the script's own loops (hybrid.inject.loop_trace): the outermost loop of the user's code whose iterations
   do tensor work is the unit. An iteration did tensor work when it made a top-level forward, a CUDA
   allocation, or bound a new tensor to a variable of the loop's frame (`a = (a @ w).tanh()`; this
   also works on a CPU). A loop nested in another is chosen when the outer loop completes no
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from hybrid.loop_trace import TRACER_NAME, USE_MONITORING, Loop, LoopTracer
-from hybrid.module_calls import TopLevelCalls, module_label
+from hybrid.inject.loop_trace import TRACER_NAME, USE_MONITORING, Loop, LoopTracer
+from hybrid.inject.module_calls import TopLevelCalls, module_label
 
 SOURCE_MODULE = "module_call"
 SOURCE_LOOP = "script_loop"
@@ -58,7 +58,7 @@ class StepFinder:
                  optimizer_pending: Callable[[], bool]) -> None:
         self._mark = mark
         self._user_root = os.path.realpath(user_root)
-        self._own_root = os.path.dirname(os.path.realpath(__file__))
+        self._own_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
         self._optimizer_pending = optimizer_pending
         self._user_files: dict[str, bool] = {}
         self._loops: dict[Loop, _LoopStats] = {}

@@ -1,6 +1,6 @@
 """The per-rank program of a multi-process job: torchrun starts one of these per rank.
 
-    python -m hybrid.rank_inject --run-dir RUN --pass P [--wrap-json FILE]
+    python -m hybrid.inject.rank --run-dir RUN --pass P [--wrap-json FILE]
         -- INJECT_OPTIONS -- TARGET [ARGS...]
 
 It reads the rank torchrun gave it (RANK, else LOCAL_RANK) and runs the injector with
@@ -11,7 +11,7 @@ holds {"ranks": "all" | [int, ...], "argv": [...]} where "{rank_dir}" in argv is
 A SIGTERM (how torchrun stops the surviving ranks when one fails) is turned into KeyboardInterrupt,
 so the injector still writes inject.json and the trace of the steps done so far.
 
-Standard library only (and hybrid.inject): it runs in every rank before the user's code.
+Standard library only (and hybrid.inject.script): it runs in every rank before the user's code.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def rank_dir(run_dir: Path, rank: int) -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hybrid.rank_inject")
+    parser = argparse.ArgumentParser(prog="python -m hybrid.inject.rank")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--pass", dest="pass_name", required=True)
     parser.add_argument("--wrap-json", type=Path, help="collector command for some ranks (see module doc)")
@@ -61,7 +61,7 @@ def _wrap_for(wrap_json: Path | None, rank: int, folder: Path) -> list[str]:
 
 
 def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
-    from hybrid.stepping import active_session
+    from hybrid.inject.stepping import active_session
 
     # Once only: a second signal must not cut the report short.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -74,8 +74,8 @@ def _raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
 
 
 def _run_injector(inject_argv: list[str]) -> int:
-    from hybrid.inject import main as inject_main
-    from hybrid.stepping import EXIT_INTERRUPTED, INTERRUPTED, active_session
+    from hybrid.inject.script import main as inject_main
+    from hybrid.inject.stepping import EXIT_INTERRUPTED, INTERRUPTED, active_session
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     collector = _wrap_for(args.wrap_json, rank, folder)
     if not collector:
         return _run_injector(inject_argv)
-    child = subprocess.Popen([*collector, sys.executable, "-m", "hybrid.inject", *inject_argv])
+    child = subprocess.Popen([*collector, sys.executable, "-m", "hybrid.inject.script", *inject_argv])
     # torchrun stops a failed job with SIGTERM: pass it on, so the collector can close its report.
     signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
     return child.wait()

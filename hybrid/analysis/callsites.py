@@ -26,11 +26,11 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
-from hybrid.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.metrics import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.ledger.causes import IDLE, STATE
-from hybrid.metrics import steady_steps
 from hybrid.profile import Profile
 from hybrid.rules.base import CopyFilter, Finding
 from hybrid.rules.registry import RULE_BY_ID

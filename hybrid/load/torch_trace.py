@@ -23,7 +23,9 @@ import pandas as pd
 
 from hybrid.errors import InputError
 from hybrid.files import gunzip_limited
+from hybrid.inject.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from hybrid.jsontypes import typed_fields
+from hybrid.load.torch_stacks import op_callsites, stack_samples
 from hybrid.profile import (
     ANNOTATION_PREFIX,
     KERNEL_COLUMNS,
@@ -38,8 +40,6 @@ from hybrid.profile import (
     conform,
 )
 from hybrid.provenance import MEASURED_TORCH
-from hybrid.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
-from hybrid.torch_stacks import op_callsites, stack_samples
 from nsight.intervals import NO_RANGE, covered, interval_union, nesting_parents, step_of
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no

@@ -1,5 +1,5 @@
 """The ncu pass's two jobs around the profiler run: choose which kernels are worth replaying (from the
-nsys timeline; hybrid.ncu_plan decides whether counters can change the diagnosis at all), and match the
+nsys timeline; hybrid.collect.ncu_plan decides whether counters can change the diagnosis at all), and match the
 counters ncu measured back to every kernel instance in the Profile.
 
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
@@ -18,7 +18,7 @@ import dataclasses
 import pandas as pd
 
 from hybrid.hardware import peaks_for
-from hybrid.plausible import drop_implausible_counters
+from hybrid.load.plausible import drop_implausible_counters
 from hybrid.profile import COUNTER_COLUMNS, Profile, conform, is_communication
 from hybrid.provenance import MEASURED_NCU
 from nsight.ncu import function_base_name, kernel_signature

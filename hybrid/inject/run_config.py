@@ -93,7 +93,7 @@ def _observed_compile(compile_fn: Callable) -> Callable:
 
 # ----------------------------------------------------------------------------- capture
 def capture() -> dict:
-    """The run's configuration as plain JSON values (see DESIGN.md, `config`)."""
+    """The run's configuration as plain JSON values (see docs/DESIGN.md, `config`)."""
     errors: list[str] = []
     out: dict[str, Any] = {"observers_installed": _installed}
     instances = _section(errors, "objects", _live_instances, {})

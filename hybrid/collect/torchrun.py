@@ -21,10 +21,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
+from hybrid.collect.orchestrate import Orchestrator, PassResult, Progress, RunOptions, Target
 from hybrid.errors import ProfilerError, UsageError, WorkloadError
-from hybrid.job import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
-from hybrid.orchestrate import Orchestrator, PassResult, Progress, RunOptions, Target
-from hybrid.rank_inject import RANK_DIR_PLACEHOLDER
+from hybrid.inject.rank import RANK_DIR_PLACEHOLDER
 from hybrid.rundir import RunDir
 
 # What a rank raises when a peer died first (gloo's closed socket, NCCL's aborted communicator): the
@@ -110,7 +110,7 @@ class JobOrchestrator(Orchestrator):
         return TORCHRUN + flags
 
     def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool, wrap: Path | None = None) -> list[str]:
-        argv = self.launcher_argv() + ["-m", "hybrid.rank_inject", "--run-dir", str(self.run_dir.path),
+        argv = self.launcher_argv() + ["-m", "hybrid.inject.rank", "--run-dir", str(self.run_dir.path),
                                        "--pass", pass_name]
         if wrap is not None:
             argv += ["--wrap-json", str(wrap)]
@@ -194,8 +194,8 @@ class JobOrchestrator(Orchestrator):
         return (ranks[0] if ranks else 0), "no straggler in the nsys pass: every rank runs the same kernels"
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
-        from hybrid.ncu_pass import select_kernels
-        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.load.ncu_match import select_kernels
+        from hybrid.load.nsys_export import load_nsys_export
         from nsight import ncu, ncu_metrics
 
         rank, reason = self.choose_ncu_rank()

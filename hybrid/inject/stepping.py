@@ -2,15 +2,15 @@
 
 A `StepSession` counts the user's training/inference steps, skips the warmup steps, opens the
 collector of its pass for exactly the measured steps, times that window, writes
-`OUT/inject.json`, and stops the script at the step limit. The injector (`hybrid.inject`) and the
+`OUT/inject.json`, and stops the script at the step limit. The injector (`hybrid.inject.script`) and the
 in-process API both drive it.
 
 Steps come from the strongest source that fires, without edits to the user's script:
   1. explicit marks: `hybrid.mark_step()` / `with hybrid.step():`, torch.profiler's `prof.step()`;
   2. a global optimizer step post-hook;
-  3. with `detect` on (the injector), hybrid.step_finder: repeated top-level module calls, else the
+  3. with `detect` on (the injector), hybrid.inject.step_finder: repeated top-level module calls, else the
      script's own outermost working loop.
-Warmup lasts at least `warmup_steps`, then until step times settle (hybrid.settle). Outside a session
+Warmup lasts at least `warmup_steps`, then until step times settle (hybrid.load.settle). Outside a session
 mark_step() and step() do nothing, so a script runs unchanged without hybrid.
 
 torch is imported lazily: `import hybrid` must stay cheap and must not touch CUDA.
@@ -31,9 +31,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from hybrid import run_config, settle
 from hybrid.errors import UsageError
-from hybrid.nvtx_ranges import RangeStack
+from hybrid.inject import run_config
+from hybrid.inject.nvtx_ranges import RangeStack
+from hybrid.load import settle
 
 PASSES = ("plain", "torch", "nsys", "ncu")
 NVTX_PASSES = ("nsys", "ncu")  # passes whose collector reads NVTX ranges
@@ -52,7 +53,7 @@ TRACE_FILE = "trace.json"
 OP_FLOPS_FILE = "op_flops.json"
 MODULE_NAME_ATTR = "_hybrid_qualified_name"
 
-# step_source values in inject.json (hybrid.step_finder adds "module_call" and "script_loop")
+# step_source values in inject.json (hybrid.inject.step_finder adds "module_call" and "script_loop")
 SOURCE_OPTIMIZER = "optimizer_hook"
 SOURCE_MARK = "mark_step"
 SOURCE_PROFILER_STEP = "profiler_step"  # the script's own torch.profiler.profile.step()
@@ -71,7 +72,7 @@ INTERRUPTED = "interrupted"
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a process ended by SIGINT (128 + 2)
 
-# Progress lines on stdout, read by the orchestrator (hybrid.orchestrate.PROGRESS_PREFIX). At most
+# Progress lines on stdout, read by the orchestrator (hybrid.collect.orchestrate.PROGRESS_PREFIX). At most
 # one per interval, so that a fast loop does not pay a write per step inside the measured window.
 PROGRESS_PREFIX = "[hybrid] "
 PROGRESS_INTERVAL_NS = 500_000_000
@@ -101,13 +102,13 @@ class SessionConfig:
     whole_run: bool = False  # the collector covers the whole script as one step
     stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
     progress: bool = False  # print PROGRESS_PREFIX lines (the injector; not in-process use)
-    detect: bool = False  # find steps of unmarked scripts (hybrid.step_finder); the injector turns it on
+    detect: bool = False  # find steps of unmarked scripts (hybrid.inject.step_finder); the injector turns it on
     user_root: str | None = None  # directory whose files are the user's code (detect); default cwd
     settle: bool = False  # extend warmup until step times settle (the injector; a caller that counts
     # its own iterations, as profile_model does, needs exactly warmup_steps)
     python_stacks: bool = False  # torch pass: Python stacks of operators (with_stack), for callsites
     # Steps timed after warmup with no collector started yet, before the pass's own window: the plain
-    # reference step time without a process of its own (hybrid.orchestrate). Only where the script uses
+    # reference step time without a process of its own (hybrid.collect.orchestrate). Only where the script uses
     # CUDA (a CPU-only run has no GPU timeline to weigh it against) unless plain_on_cpu.
     plain_steps: int = 0
     plain_on_cpu: bool = False
@@ -221,7 +222,7 @@ class StepSession:
         self._step_ranges = RangeStack(STEP_DOMAIN, enabled=config.pass_name in NVTX_PASSES)
         self._result: dict | None = None
         # True from the moment finish() starts writing the trace and inject.json: a launcher's SIGTERM
-        # that lands then must not cut the report short (hybrid.rank_inject checks it).
+        # that lands then must not cut the report short (hybrid.inject.rank checks it).
         self.finishing = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ class StepSession:
             # No warmup: step 0 starts here and so includes the script's setup.
             self._start_window()
         if self.config.detect and not self.config.whole_run:
-            from hybrid.step_finder import StepFinder
+            from hybrid.inject.step_finder import StepFinder
 
             self._finder = StepFinder(self.mark, self.config.user_root or os.getcwd(),
                                       lambda: self._optimizer_built and self.step_source != SOURCE_OPTIMIZER)
@@ -685,7 +686,7 @@ class StepSession:
 
 
 # torch._dynamo's counters of the compile caches that let a later pass of the same run skip compiling
-# (hybrid.orchestrate points every pass at one run-private cache).
+# (hybrid.collect.orchestrate points every pass at one run-private cache).
 COMPILE_CACHE_COUNTERS = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),

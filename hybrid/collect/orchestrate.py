@@ -5,7 +5,7 @@ or silently lose data). Knows nothing about analysis: it leaves a run directory 
 Order: plain (only with --baseline) -> torch -> nsys -> ncu. The torch pass tells whether the script
 steps at all, and times the plain reference steps in its own process before torch.profiler starts (the
 plain window: no process of its own to start, build and warm up); the nsys pass tells which kernels are
-worth ncu's replay cost, and whether counters could change the ranking at all (hybrid.ncu_plan).
+worth ncu's replay cost, and whether counters could change the ranking at all (hybrid.collect.ncu_plan).
 Every pass reads and writes one run-private compile cache, so a torch.compile'd script compiles from
 scratch once per run. The script is never run
 again behind the user's back (it may have side effects): when the torch pass finds no step, the nsys
@@ -30,16 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hybrid import __version__, settle
+from hybrid import __version__
+from hybrid.collect.signals import killed_fix, killed_message, killing_signal
 from hybrid.errors import OutputError, ProfilerError, Terminated, UsageError, WorkloadError
 from hybrid.files import output_error
-from hybrid.inject import HYBRID_PID_ENV, SAFE_PATH_ENV
+from hybrid.inject.script import HYBRID_PID_ENV, SAFE_PATH_ENV
+from hybrid.load import settle
 from hybrid.rundir import RunDir
-from hybrid.signals import killed_fix, killed_message, killing_signal
 from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
-    from hybrid.ncu_plan import NcuPlan
+    from hybrid.collect.ncu_plan import NcuPlan
     from hybrid.profile import Profile
 
 MODES = ("auto", "hybrid", "nsys", "torch")
@@ -274,22 +275,22 @@ class Orchestrator:
         return flags + ["--", *self.target.argv]
 
     def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
-        return [sys.executable, "-m", "hybrid.inject", "--pass", pass_name,
+        return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name,
                 "--out", str(self.run_dir.pass_dir(pass_name)),
                 *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         # The child must import this very package, also when it runs from a source checkout.
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         if "PYTHONSAFEPATH" not in env:
             # The working directory stays off sys.path while the injector imports (a json.py there
             # shadowed the standard library's); the injector takes both out again before the script runs
-            # (hybrid.inject).
+            # (hybrid.inject.script).
             env["PYTHONSAFEPATH"] = env[SAFE_PATH_ENV] = "1"
-        # The workload ends itself if this process disappears without stopping it (hybrid.inject).
+        # The workload ends itself if this process disappears without stopping it (hybrid.inject.script).
         env[HYBRID_PID_ENV] = str(os.getpid())
         env.update(self.options.extra_env)
         # One compile cache for every pass: the first compiles, the later ones load (FX graph, AOTAutograd
@@ -658,7 +659,7 @@ class Orchestrator:
 
     def _ncu_plan(self, profile: Profile, analysis: dict | None, candidates: list[str]) -> NcuPlan:
         """Whether counters can change this run's diagnosis, and on which kernels (--mode auto only)."""
-        from hybrid.ncu_plan import NcuPlan, plan_ncu
+        from hybrid.collect.ncu_plan import NcuPlan, plan_ncu
 
         if analysis is None:
             return NcuPlan(True, "the run could not be analyzed before the ncu pass")
@@ -673,7 +674,7 @@ class Orchestrator:
         them when no counters come after them (results())."""
         from copy import deepcopy
 
-        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.load.nsys_export import load_nsys_export
         from hybrid.pipeline import analyze_artifacts, load_run_dir
 
         self.progress("ncu", "start", "deciding whether counters can change the diagnosis")
@@ -702,8 +703,8 @@ class Orchestrator:
                                  notes=notes)
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
-        from hybrid.ncu_pass import select_kernels
-        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.load.ncu_match import select_kernels
+        from hybrid.load.nsys_export import load_nsys_export
         from nsight import ncu, ncu_metrics
 
         planned = self.options.mode != "hybrid" and not stepless

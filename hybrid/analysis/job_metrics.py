@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.inject.rank import RANK_DIR_FORMAT
 from hybrid.profile import is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
-from hybrid.rank_inject import RANK_DIR_FORMAT
 from nsight.intervals import covered, interval_union, step_of
 
 RANK_DIR_PATTERN = re.compile(r"rank-(\d+)$")
@@ -133,7 +133,7 @@ def _device_split(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _raw_torch_events(trace: Path) -> tuple[pd.DataFrame, dict]:
     # The torch loader keeps only cpu_op operators; gloo's ranges are user annotations, so the
     # trace's complete events are read here with the loader's own reader.
-    from hybrid.torch_pass import _complete_events, _read_trace
+    from hybrid.load.torch_trace import _complete_events, _read_trace
 
     raw = _read_trace(trace)
     return _complete_events(raw["traceEvents"]), raw.get("distributedInfo") or {}
@@ -157,11 +157,11 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
     if trace is not None:
         events, info = _raw_torch_events(trace)
     if export is not None:
-        from hybrid.nsys_pass import load_nsys_export
+        from hybrid.load.nsys_export import load_nsys_export
 
         profile, source = load_nsys_export(export), MEASURED_NSYS
     else:
-        from hybrid.torch_pass import load_torch_trace
+        from hybrid.load.torch_trace import load_torch_trace
 
         profile, source = load_torch_trace(trace), MEASURED_TORCH
     steps = profile.steps[["step", "start_ns", "end_ns"]].reset_index(drop=True)
@@ -190,7 +190,7 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
-    from hybrid.stepping import TORCH_STEP_NAME
+    from hybrid.inject.stepping import TORCH_STEP_NAME
 
     marked = events[(events["cat"] == "user_annotation") & events["name"].str.match(TORCH_STEP_NAME)]
     finished = [a.get("finished", True) is not False for a in marked["args"]]

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hybrid.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.metrics import compute_metrics, frame_source, layer_table, steady_steps, top_kernels
+from hybrid.analysis.roofline import roofline
+from hybrid.analysis.step_timeline import step_timeline
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER
-from hybrid.metrics import compute_metrics, frame_source, layer_table, steady_steps, top_kernels
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
-from hybrid.roofline import roofline
 from hybrid.rules import engine
 from hybrid.rules.advice import config_of, observed_config
 from hybrid.rules.base import Context, Finding
 from hybrid.rules.registry import GPU_CATEGORIES, RULE_BY_ID, RULES
-from hybrid.timeline import step_timeline
 
 
 def _has_gpu(profile: Profile) -> bool:

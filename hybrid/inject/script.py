@@ -1,6 +1,6 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
-    python -m hybrid.inject --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
+    python -m hybrid.inject.script --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
                             [--whole-run] [--fixed-warmup] [--module] -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
@@ -8,7 +8,7 @@ under `python -m`), its own directory first on sys.path, and the caller's cwd. T
 with the script's status: 0 when stopped at the step limit, 1 (traceback printed) when it raised,
 its own code on SystemExit, 130 on Ctrl-C, SIGTERM or SIGHUP. OUT/inject.json is written in every case.
 
-This module imports only the standard library and hybrid.stepping (no pandas): it runs inside
+This module imports only the standard library and hybrid.inject.stepping (no pandas): it runs inside
 every profiled process, before the user's code.
 """
 
@@ -26,15 +26,15 @@ import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from hybrid import run_config
 from hybrid.errors import EXIT_USAGE, HybridError
-from hybrid.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig, StepSession, outcome_of
+from hybrid.inject import run_config
+from hybrid.inject.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig, StepSession, outcome_of
 
-# The pid of the `hybrid run` that started this pass (hybrid.orchestrate sets it), and how often the
+# The pid of the `hybrid run` that started this pass (hybrid.collect.orchestrate sets it), and how often the
 # script checks that it still runs.
 HYBRID_PID_ENV = "HYBRID_PID"
 PARENT_POLL_S = 1.0
-# Set by hybrid.orchestrate beside PYTHONSAFEPATH=1, which keeps the working directory off sys.path while this
+# Set by hybrid.collect.orchestrate beside PYTHONSAFEPATH=1, which keeps the working directory off sys.path while this
 # injector imports (a json.py there would otherwise replace the standard library's for hybrid); both are taken
 # out of the environment before the script runs, so the processes it starts see the variables it was given.
 SAFE_PATH_ENV = "HYBRID_SAFE_PATH"
@@ -45,7 +45,7 @@ LINGER_S = 10.0
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m hybrid.inject",
+        prog="python -m hybrid.inject.script",
         description="Run TARGET as __main__ under one hybrid profiling pass.",
         usage="%(prog)s --pass P --out DIR [options] -- TARGET [ARGS...]",
     )
@@ -91,7 +91,7 @@ def _frame_file(tb: TracebackType) -> str:
 
 
 def _interrupt_on_signal(_signum: int, _frame: FrameType | None) -> None:
-    from hybrid.stepping import active_session
+    from hybrid.inject.stepping import active_session
 
     # Once only: a second signal must not cut the writing of the trace and inject.json short.
     for stop in (signal.SIGTERM, signal.SIGHUP):

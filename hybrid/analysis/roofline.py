@@ -3,7 +3,7 @@ estimated), and for the step as a whole, duration-weighted.
 
 attainable = min(compute ceiling, AI x DRAM bandwidth); a point is memory bound when its AI is left of
 the ridge (ceiling / bandwidth). A counter point's compute ceiling comes from its measured FLOP mix
-(hybrid.precision.compute_ceiling: the rate at which its FLOPs on each pipe, tensor bf16/fp16/tf32/fp8/fp64
+(hybrid.analysis.kernel_classes.compute_ceiling: the rate at which its FLOPs on each pipe, tensor bf16/fp16/tf32/fp8/fp64
 and scalar fp32/fp64/fp16, finish with every pipe at its peak); an op point's from its op's precision (an
 fp32 matmul or convolution that ran TF32 kernels, by the run's configuration or the kernel names, meets
 the TF32 roof). The step's precision mix is its FLOPs by precision (each point's FLOPs times the launches
@@ -31,8 +31,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from hybrid.hardware import Peaks
-from hybrid.metrics import (
+from hybrid.analysis.kernel_classes import (
+    FROM_NAME,
+    compute_ceiling,
+    dominant_pipe,
+    flops_by_pipe,
+    pipe_precision,
+)
+from hybrid.analysis.metrics import (
     CONV_OPS,
     LAUNCH_COLUMNS,
     MATMUL_OPS,
@@ -43,7 +49,7 @@ from hybrid.metrics import (
     op_precision,
     steady_steps,
 )
-from hybrid.precision import FROM_NAME, compute_ceiling, dominant_pipe, flops_by_pipe, pipe_precision
+from hybrid.hardware import Peaks
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -86,7 +92,7 @@ def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataF
 
 def _counter_work(counted: pd.DataFrame) -> pd.DataFrame:
     """Per counter row (one replayed launch): FLOPs, DRAM and L2 bytes, ncu's duration, and the FLOPs of each
-    pipe in `pipe:<pipe>` columns (hybrid.precision.flops_by_pipe), which sum over launches like the rest."""
+    pipe in `pipe:<pipe>` columns (hybrid.analysis.kernel_classes.flops_by_pipe), which sum over launches like the rest."""
     by_pipe = [flops_by_pipe(row) for row in counted.to_dict("records")]
     pipes = sorted({pipe for row in by_pipe for pipe in row})
     frame = pd.DataFrame({
@@ -167,7 +173,7 @@ def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame
 def _fp32_matmul_precision(profile: Profile, peaks: Peaks) -> dict[str, tuple[str, str]]:
     """What fp32 matmuls and convolutions ran as ({"matmul"|"conv": (precision, source)}): the run's
     configuration when the injector recorded it (TF32 flags), else the precision most of the run's fp32-or-TF32
-    GEMM (or convolution) kernel time had, by hybrid.precision."""
+    GEMM (or convolution) kernel time had, by hybrid.analysis.kernel_classes."""
     flags = ((profile.extras.get("config") or {}).get("precision") or {})
     out: dict[str, tuple[str, str]] = {}
     for family, flag in (("matmul", "tf32_matmul"), ("conv", "tf32_conv")):
@@ -291,7 +297,7 @@ def _step_flops(placed: pd.DataFrame) -> dict[str, float]:
 
 def _step_ceiling(placed: pd.DataFrame, flops: dict[str, float], peaks: Peaks) -> tuple[float, str]:
     """(ceiling FLOP/s, how it was computed) of the step: its FLOPs over the time its kernels need one after
-    another, each at its own ceiling (within a kernel the pipes run side by side, hybrid.precision.
+    another, each at its own ceiling (within a kernel the pipes run side by side, hybrid.analysis.kernel_classes.
     compute_ceiling; across kernels on a stream they queue), so a step of 94.5% TF32 FLOPs gets a
     ceiling near the TF32 peak however long its FP32 kernels ran."""
     work = (placed["flops"] * placed["per_step"]).to_numpy(float)
