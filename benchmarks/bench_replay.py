@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     steps = len(graph.step_ids)
     per_1k_ms = replay_s / kernels * 1000 * 1e3
     error = abs(replay.step_ns / graph.measured_step_ns - 1).max() * 100
-    print("| export | kernels | steps | load s | graph build s | replay of all steps s "
-          "| replay per 1,000 kernels ms | max step error % |")
+    print(
+        "| export | kernels | steps | load s | graph build s | replay of all steps s "
+        "| replay per 1,000 kernels ms | max step error % |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {args.export.name} | {kernels} | {steps} | {load_s:.2f} | {build_s:.3f} | {replay_s:.3f} "
-          f"| {per_1k_ms:.1f} | {error:.2f} |")
+    print(
+        f"| {args.export.name} | {kernels} | {steps} | {load_s:.2f} | {build_s:.3f} | {replay_s:.3f} "
+        f"| {per_1k_ms:.1f} | {error:.2f} |"
+    )
     return 0
 
 

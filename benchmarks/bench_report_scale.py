@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from make_large_export import make_large_export  # noqa: E402
+from make_large_export import make_large_export
 
 LOAD_ONLY = "import sys; from hybrid.load.nsys_export import load_nsys_export; load_nsys_export(sys.argv[1])"
 
@@ -47,13 +47,16 @@ def measure(argv: list[str], stdout) -> dict:
 def _found(results_json: Path) -> str:
     results = json.loads(results_json.read_text())
     workload = results.get("workload") or {}
-    return (f"{workload.get('steps_measured')} steps of {results['timing']['step_time_ms']:.3g} ms; "
-            f"{workload.get('step_unit')}")
+    return (
+        f"{workload.get('steps_measured')} steps of {results['timing']['step_time_ms']:.3g} ms; "
+        f"{workload.get('step_unit')}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--template", choices=("launch", "probe"), default="launch")
@@ -64,8 +67,10 @@ def main() -> None:
     kind = f"{args.template}_{'marked' if args.marked else 'bare'}"
 
     print(f"cpus: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}; exports: {kind}\n")
-    print("| kernels in export | what | wall s (median) | wall s (worst) | CPU s (worst) "
-          "| peak RSS MiB (worst) | step found |")
+    print(
+        "| kernels in export | what | wall s (median) | wall s (worst) | CPU s (worst) "
+        "| peak RSS MiB (worst) | step found |"
+    )
     print("|---:|---|---:|---:|---:|---:|---|")
     for size in args.sizes:
         export = args.workdir / f"{kind}_{size}.sqlite"
@@ -82,9 +87,11 @@ def main() -> None:
                     runs.append(measure(report, out))
                     found = _found(Path(out.name))
             walls = [r["wall_s"] for r in runs]
-            print(f"| {size:,} | `{what}` | {statistics.median(walls):.2f} | {max(walls):.2f} | "
-                  f"{max(r['cpu_s'] for r in runs):.2f} | {max(r['rss_mib'] for r in runs):.0f} | {found} |",
-                  flush=True)
+            print(
+                f"| {size:,} | `{what}` | {statistics.median(walls):.2f} | {max(walls):.2f} | "
+                f"{max(r['cpu_s'] for r in runs):.2f} | {max(r['rss_mib'] for r in runs):.0f} | {found} |",
+                flush=True,
+            )
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

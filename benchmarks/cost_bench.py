@@ -30,8 +30,9 @@ def _timed(command: str, log: Path, timeout_s: float) -> tuple[float, int | None
     started = time.monotonic()
     with log.open("w") as out:
         try:
-            code: int | None = subprocess.run(["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT,
-                                              timeout=timeout_s, check=False).returncode
+            code: int | None = subprocess.run(
+                ["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             code = None
     return round(time.monotonic() - started, 2), code
@@ -45,12 +46,20 @@ def _answers(run_dir: Path) -> dict:
     results = json.loads(path.read_text())
     diagnosis = results.get("diagnosis") or {}
     primary = diagnosis.get("primary_bottleneck")
-    return {"mode": results.get("mode"),
-            "primary": primary.get("id") if isinstance(primary, dict) else primary,
-            "findings": [{"id": f.get("id"), "severity": f.get("severity"),
-                          "time_lost_ms": f.get("time_lost_ms"),
-                          "time_lost_baseline_ms": f.get("time_lost_baseline_ms")}
-                         for f in diagnosis.get("bottlenecks") or [] if not f.get("not_measured")]}
+    return {
+        "mode": results.get("mode"),
+        "primary": primary.get("id") if isinstance(primary, dict) else primary,
+        "findings": [
+            {
+                "id": f.get("id"),
+                "severity": f.get("severity"),
+                "time_lost_ms": f.get("time_lost_ms"),
+                "time_lost_baseline_ms": f.get("time_lost_baseline_ms"),
+            }
+            for f in diagnosis.get("bottlenecks") or []
+            if not f.get("not_measured")
+        ],
+    }
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -62,14 +71,35 @@ def measure(args: argparse.Namespace) -> int:
     run_json = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     passes = {p["name"]: p.get("wall_s") for p in run_json.get("passes") or []}
     row = {
-        "workload": args.name, "gpu": args.gpu, "compiled": args.compiled, "plain_s": plain_s,
-        "diagnose_s": diagnose_s, "passes": passes, "goal": args.goal,
-        "plain_rc": plain_rc, "diagnose_rc": diagnose_rc,
-        "pass_detail": [{k: p.get(k) for k in ("name", "status", "wall_s", "process", "step_time_ms",
-                                              "compile_cache", "contributed")}
-                        for p in run_json.get("passes") or []],
-        "collection_s": run_json.get("collection_s"), "ncu_plan": run_json.get("ncu_plan"),
-        "plain_command": args.plain, "diagnose_command": args.diagnose, "answers": _answers(run_dir),
+        "workload": args.name,
+        "gpu": args.gpu,
+        "compiled": args.compiled,
+        "plain_s": plain_s,
+        "diagnose_s": diagnose_s,
+        "passes": passes,
+        "goal": args.goal,
+        "plain_rc": plain_rc,
+        "diagnose_rc": diagnose_rc,
+        "pass_detail": [
+            {
+                k: p.get(k)
+                for k in (
+                    "name",
+                    "status",
+                    "wall_s",
+                    "process",
+                    "step_time_ms",
+                    "compile_cache",
+                    "contributed",
+                )
+            }
+            for p in run_json.get("passes") or []
+        ],
+        "collection_s": run_json.get("collection_s"),
+        "ncu_plan": run_json.get("ncu_plan"),
+        "plain_command": args.plain,
+        "diagnose_command": args.diagnose,
+        "answers": _answers(run_dir),
     }
     (out / "row.json").write_text(json.dumps(row, indent=1))
     print(json.dumps({k: row[k] for k in ("workload", "plain_s", "diagnose_s", "passes", "diagnose_rc")}))
@@ -97,8 +127,11 @@ def collect(args: argparse.Namespace) -> int:
         print()
         return 0
     fresh = {row["workload"] for row in rows}
-    kept = [row for row in json.loads(args.into.read_text())
-            if row.get("valid", True) or row["workload"] not in fresh]
+    kept = [
+        row
+        for row in json.loads(args.into.read_text())
+        if row.get("valid", True) or row["workload"] not in fresh
+    ]
     args.into.write_text(json.dumps(kept + rows, indent=1) + "\n")
     return 0
 

@@ -99,8 +99,11 @@ def main() -> int:
         before = before_file.read_text(encoding="utf-8") if before_file.is_file() else ""
         if before != text:
             changed += 1
-            sys.stdout.writelines(difflib.unified_diff(before.splitlines(True), text.splitlines(True),
-                                                       f"before/{name}", f"after/{name}", n=2))
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    before.splitlines(True), text.splitlines(True), f"before/{name}", f"after/{name}", n=2
+                )
+            )
     print(f"{changed} of {len(outputs)} captures differ")
     return 1 if changed else 0
 

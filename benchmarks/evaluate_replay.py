@@ -55,31 +55,49 @@ def evaluate(capture: Path, entry: dict) -> dict:
     run = RunDir.open(capture / "run")
     torch_profile = load_torch_trace(run.torch_trace()) if run.torch_trace() else None
     nsys_profile = load_nsys_export(run.nsys_export())
-    results = analyze_artifacts(run, torch_profile, nsys_profile, run.ncu_csv(), baseline_step_ms=plain,
-                                calibration=_calibration(capture))
+    results = analyze_artifacts(
+        run,
+        torch_profile,
+        nsys_profile,
+        run.ncu_csv(),
+        baseline_step_ms=plain,
+        calibration=_calibration(capture),
+    )
     primary = results["diagnosis"]["primary_bottleneck"] or {}
     expected = entry["expected_category"]
-    planted = max((f for f in results["diagnosis"]["bottlenecks"] if f["category"] == expected),
-                  key=lambda f: f.get("time_lost_baseline_ms", f["time_lost_ms"]), default=None)
+    planted = max(
+        (f for f in results["diagnosis"]["bottlenecks"] if f["category"] == expected),
+        key=lambda f: f.get("time_lost_baseline_ms", f["time_lost_ms"]),
+        default=None,
+    )
     predicted = None if planted is None else planted.get("time_lost_baseline_ms", planted["time_lost_ms"])
     realized = saving["realized_saving_ms"]
     timing = results["timing"]
     return {
-        "name": capture.name, "expected": expected, **saving,
-        "step_time_ms": timing["step_time_ms"], "replay_step_time_ms": timing["replay_step_time_ms"],
+        "name": capture.name,
+        "expected": expected,
+        **saving,
+        "step_time_ms": timing["step_time_ms"],
+        "replay_step_time_ms": timing["replay_step_time_ms"],
         "replay_baseline_step_time_ms": timing.get("replay_baseline_step_time_ms"),
         "host_scale": timing.get("replay_host_scale"),
-        "primary_id": primary.get("id"), "primary_category": primary.get("category"),
+        "primary_id": primary.get("id"),
+        "primary_category": primary.get("category"),
         "primary_method": primary.get("time_lost_method"),
         "planted_id": None if planted is None else planted["id"],
         "planted_method": None if planted is None else planted.get("time_lost_method"),
         "planted_basis": None if planted is None else (planted.get("replay") or {}).get("basis"),
-        "predicted_ms": predicted, "realized_ms": realized,
-        "within": None if predicted is None or not realized or realized <= 0 or expected == "none"
+        "predicted_ms": predicted,
+        "realized_ms": realized,
+        "within": None
+        if predicted is None or not realized or realized <= 0 or expected == "none"
         else abs(predicted - realized) <= TOLERANCE * realized,
         "primary_is_planted": None if expected == "none" else primary.get("category") == expected,
-        "findings": [[f["id"], f.get("time_lost_method"), round(f.get("time_lost_baseline_ms", f["time_lost_ms"]), 2)]
-                     for f in results["diagnosis"]["bottlenecks"] if not f.get("not_measured")],
+        "findings": [
+            [f["id"], f.get("time_lost_method"), round(f.get("time_lost_baseline_ms", f["time_lost_ms"]), 2)]
+            for f in results["diagnosis"]["bottlenecks"]
+            if not f.get("not_measured")
+        ],
         "all_fixes": results["diagnosis"].get("replay_all_fixes"),
     }
 
@@ -112,10 +130,20 @@ def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
         fix = Fix("faster_gemms", precision, {"speedup": found[0], "precisions": ("fp32",)}, found[1])
         predicted = fitted - replay_step(apply(host_scaled(graph, scale), fix)).step_time_ms
         realized = plain["fp32"] - plain[precision]
-        rows.append({"run": run_path.name, "fix": precision, "speedup": found[0], "basis": found[1],
-                     "plain_fp32_ms": plain["fp32"], "fitted_ms": fitted, "plain_fixed_ms": plain[precision],
-                     "predicted_ms": predicted, "realized_ms": realized,
-                     "within": abs(predicted - realized) <= TOLERANCE * realized if realized > 0 else None})
+        rows.append(
+            {
+                "run": run_path.name,
+                "fix": precision,
+                "speedup": found[0],
+                "basis": found[1],
+                "plain_fp32_ms": plain["fp32"],
+                "fitted_ms": fitted,
+                "plain_fixed_ms": plain[precision],
+                "predicted_ms": predicted,
+                "realized_ms": realized,
+                "within": abs(predicted - realized) <= TOLERANCE * realized if realized > 0 else None,
+            }
+        )
     return rows
 
 
@@ -127,39 +155,69 @@ def render(rows: list[dict], command: str, precision: list[dict] | None = None) 
     scored = [r for r in rows if r["within"] is not None]
     replayed = [r for r in scored if r["planted_method"] == "replay"]
     primaries = [r for r in rows if r["primary_is_planted"] is not None]
-    lines = ["# Replay: predicted vs realized savings on the planted suite (H200 captures)", "",
-             "```", command, "```", "",
-             (f"- planted finding's prediction within ±{TOLERANCE:.0%} of the realized saving: "
-             f"{sum(r['within'] for r in scored)}/{len(scored)} "
-             f"(replayed: {sum(r['within'] for r in replayed)}/{len(replayed)})"),
-             (f"- the primary (largest predicted saving) is the planted fix: "
-             f"{sum(r['primary_is_planted'] for r in primaries)}/{len(primaries)}"), "",
-             ("`predicted` is the planted category's finding's saving replayed at the plain step time of the "
-             "script (host time fitted, `host x`); `realized` = plain script - plain twin (wall clock, no "
-             "profiler). `method` is replay or model (the rule's closed form, where no transformation or no "
-             "measured speedup exists)."), "",
-             ("| script | expected | primary | planted finding (method) | step ms nsys / plain | host x "
-             "| predicted ms | realized ms | within ±20% |"), "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Replay: predicted vs realized savings on the planted suite (H200 captures)",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        (
+            f"- planted finding's prediction within ±{TOLERANCE:.0%} of the realized saving: "
+            f"{sum(r['within'] for r in scored)}/{len(scored)} "
+            f"(replayed: {sum(r['within'] for r in replayed)}/{len(replayed)})"
+        ),
+        (
+            f"- the primary (largest predicted saving) is the planted fix: "
+            f"{sum(r['primary_is_planted'] for r in primaries)}/{len(primaries)}"
+        ),
+        "",
+        (
+            "`predicted` is the planted category's finding's saving replayed at the plain step time of the "
+            "script (host time fitted, `host x`); `realized` = plain script - plain twin (wall clock, no "
+            "profiler). `method` is replay or model (the rule's closed form, where no transformation or no "
+            "measured speedup exists)."
+        ),
+        "",
+        (
+            "| script | expected | primary | planted finding (method) | step ms nsys / plain | host x "
+            "| predicted ms | realized ms | within ±20% |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['expected']} | {r['primary_id'] or 'none'} | {r['planted_id'] or '-'} "
             f"({r['planted_method'] or '-'}) | {_fmt(r['step_time_ms'])} / {_fmt(r['script_step_ms'])} "
             f"| {_fmt(r['host_scale'])} | {_fmt(r['predicted_ms'])} | {_fmt(r['realized_ms'])} "
-            f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |")
+            f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |"
+        )
     lines += ["", "Speedup basis of each replayed planted finding:", ""]
     lines += [f"- {r['name']}: {r['planted_basis']}" for r in rows if r["planted_basis"]]
     if precision:
-        lines += ["", "## resnet50 b32: fp32 -> TF32 and -> bf16 autocast", "",
-                  ("The fp32 capture replayed with every fp32 GEMM/convolution kernel shortened by the speedup "
-                  "measured on the GPU for the capture's top shapes (bf16 autocast also halves the bytes of "
-                  "elementwise kernels, which the replay leaves as they are); realized = plain fp32 - "
-                  "plain run of the other precision, in the same GPU call."), "",
-                  ("| fix | measured speedup | plain fp32 ms (replay fitted) | plain fixed ms | predicted ms "
-                  "| realized ms | within ±20% |"), "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## resnet50 b32: fp32 -> TF32 and -> bf16 autocast",
+            "",
+            (
+                "The fp32 capture replayed with every fp32 GEMM/convolution kernel shortened by the speedup "
+                "measured on the GPU for the capture's top shapes (bf16 autocast also halves the bytes of "
+                "elementwise kernels, which the replay leaves as they are); realized = plain fp32 - "
+                "plain run of the other precision, in the same GPU call."
+            ),
+            "",
+            (
+                "| fix | measured speedup | plain fp32 ms (replay fitted) | plain fixed ms | predicted ms "
+                "| realized ms | within ±20% |"
+            ),
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in precision:
-            lines.append(f"| {r['fix']} | {r['speedup']:.2f}x | {r['plain_fp32_ms']:.2f} ({r['fitted_ms']:.2f}) "
-                         f"| {r['plain_fixed_ms']:.2f} | {r['predicted_ms']:.2f} | {r['realized_ms']:.2f} "
-                         f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |")
+            lines.append(
+                f"| {r['fix']} | {r['speedup']:.2f}x | {r['plain_fp32_ms']:.2f} ({r['fitted_ms']:.2f}) "
+                f"| {r['plain_fixed_ms']:.2f} | {r['predicted_ms']:.2f} | {r['realized_ms']:.2f} "
+                f"| {'-' if r['within'] is None else ('yes' if r['within'] else 'no')} |"
+            )
         lines += ["", *[f"- {r['fix']}: {r['basis']}" for r in precision]]
     return "\n".join(lines) + "\n"
 
@@ -168,23 +226,41 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--captures", type=Path, nargs="+", default=[DEFAULT_CAPTURES])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--precision-run", type=Path, default=DEFAULT_PRECISION_RUN,
-                        help="an fp32 run directory (resnet50 b32) to replay with TF32 and bf16")
-    parser.add_argument("--precision-data", type=Path, default=DEFAULT_PRECISION_DATA,
-                        help="its plain_<precision>/inject.json passes and calibration.json")
+    parser.add_argument(
+        "--precision-run",
+        type=Path,
+        default=DEFAULT_PRECISION_RUN,
+        help="an fp32 run directory (resnet50 b32) to replay with TF32 and bf16",
+    )
+    parser.add_argument(
+        "--precision-data",
+        type=Path,
+        default=DEFAULT_PRECISION_DATA,
+        help="its plain_<precision>/inject.json passes and calibration.json",
+    )
     args = parser.parse_args(argv)
     manifest = load_manifest()
-    captures = sorted((c for root in args.captures for c in root.iterdir()
-                       if c.name in manifest and (c / "run" / "nsys").is_dir()), key=lambda c: c.name)
+    captures = sorted(
+        (
+            c
+            for root in args.captures
+            for c in root.iterdir()
+            if c.name in manifest and (c / "run" / "nsys").is_dir()
+        ),
+        key=lambda c: c.name,
+    )
     rows = []
     for capture in captures:
         print(f"replaying {capture.name} ...", file=sys.stderr, flush=True)
         rows.append(evaluate(capture, manifest[capture.name]))
-    command = shlex.join(["python", "benchmarks/evaluate_replay.py", *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        ["python", "benchmarks/evaluate_replay.py", *(argv if argv is not None else sys.argv[1:])]
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     precision = precision_rows(args.precision_run, args.precision_data)
     (args.out / "replay_planted.json").write_text(
-        json.dumps({"command": command, "rows": rows, "precision": precision}, indent=1) + "\n")
+        json.dumps({"command": command, "rows": rows, "precision": precision}, indent=1) + "\n"
+    )
     (args.out / "replay_planted.md").write_text(render(rows, command, precision))
     print(f"wrote {args.out / 'replay_planted.md'}", file=sys.stderr)
     return 0

@@ -24,10 +24,21 @@ import time
 from pathlib import Path
 
 # nsys export tables hybrid never reads; dropping them keeps committed fixtures small.
-_KEEP_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU", "META_DATA_EXPORT",
-                  "OSRT_API", "PROFILER_OVERHEAD", "ENUM_", "TARGET_INFO_CUDA", "PROCESSES", "ThreadNames",
-                  # the declared layout of the Python samples' payloads (sql/python_sample_layout.sql)
-                  "NVTX_PAYLOAD_SCHEMA")
+_KEEP_PREFIXES = (
+    "CUPTI_ACTIVITY_KIND_",
+    "NVTX_EVENTS",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    "META_DATA_EXPORT",
+    "OSRT_API",
+    "PROFILER_OVERHEAD",
+    "ENUM_",
+    "TARGET_INFO_CUDA",
+    "PROCESSES",
+    "ThreadNames",
+    # the declared layout of the Python samples' payloads (sql/python_sample_layout.sql)
+    "NVTX_PAYLOAD_SCHEMA",
+)
 
 
 KEEP_TABLES = "KEEP_TABLES"
@@ -58,12 +69,19 @@ def run_jobs(jobs: list[tuple[str, str]], root: Path, budget_s: float, job_timeo
         t0 = time.monotonic()
         timeout = max(30.0, min(job_timeout_s, budget_s - elapsed + 60))
         try:
-            done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout,
-                                  check=False)
-            status, rc, out = "ok" if done.returncode == 0 else "failed", done.returncode, done.stdout + done.stderr
+            done = subprocess.run(
+                ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout, check=False
+            )
+            status, rc, out = (
+                "ok" if done.returncode == 0 else "failed",
+                done.returncode,
+                done.stdout + done.stderr,
+            )
         except subprocess.TimeoutExpired as expired:
             status, rc = "timeout", None
-            out = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
+            out = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(
+                errors="replace"
+            )
         wall = round(time.monotonic() - t0, 2)
         (run_dir / "job.log").write_text(f"$ {command}\n{out}")
         summary.append({"name": name, "command": command, "status": status, "rc": rc, "wall_s": wall})
@@ -104,7 +122,9 @@ def pack(root: Path, target: Path) -> None:
         groups[-1].append(entry)
         filled += size
     for index, group in enumerate(groups):
-        with tarfile.open(target.with_name(f"{target.name.removesuffix('.tar.gz')}-{index}.tar.gz"), "w:gz") as tar:
+        with tarfile.open(
+            target.with_name(f"{target.name.removesuffix('.tar.gz')}-{index}.tar.gz"), "w:gz"
+        ) as tar:
             for entry in group:
                 tar.add(entry, arcname=f"{root.name}/{entry.name}")
 
@@ -112,8 +132,11 @@ def pack(root: Path, target: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("jobfile")
-    parser.add_argument("--root", help="job folders (default /tmp/hybrid-gpu-runs/<pack name>: two sessions "
-                                        "running side by side, one per GPU, must not pack each other's jobs)")
+    parser.add_argument(
+        "--root",
+        help="job folders (default /tmp/hybrid-gpu-runs/<pack name>: two sessions "
+        "running side by side, one per GPU, must not pack each other's jobs)",
+    )
     parser.add_argument("--budget-s", type=float, default=480)
     parser.add_argument("--job-timeout-s", type=float, default=240)
     parser.add_argument("--pack", required=True)
@@ -129,8 +152,10 @@ def main() -> int:
     (root / "summary.json").write_text(json.dumps(summary, indent=1))
     pack(root, Path(args.pack))
     packed = sum(p.stat().st_size for p in Path(args.pack).parent.glob("*.tar.gz"))
-    print(f"packed {packed / 1e6:.1f} MB; "
-          f"{sum(s['status'] == 'ok' for s in summary)}/{len(summary)} ok; argv: {shlex.join(sys.argv)}")
+    print(
+        f"packed {packed / 1e6:.1f} MB; "
+        f"{sum(s['status'] == 'ok' for s in summary)}/{len(summary)} ok; argv: {shlex.join(sys.argv)}"
+    )
     return 0
 
 

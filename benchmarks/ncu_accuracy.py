@@ -109,9 +109,16 @@ class Check:
 
 def profile(case: str, ncu_path: Path, work: Path) -> dict[str, float]:
     """Run one case under ncu; the counters of all kernels in its step, summed."""
-    run = ncu.run_ncu(ncu_path, work / f"{case}.csv", work / f"{case}.log",
-                      [sys.executable, str(Path(__file__).resolve()), "--case", case],
-                      kernel_names=[], nvtx_step=0, env=dict(os.environ), timeout_s=CASE_TIMEOUT_S)
+    run = ncu.run_ncu(
+        ncu_path,
+        work / f"{case}.csv",
+        work / f"{case}.log",
+        [sys.executable, str(Path(__file__).resolve()), "--case", case],
+        kernel_names=[],
+        nvtx_step=0,
+        env=dict(os.environ),
+        timeout_s=CASE_TIMEOUT_S,
+    )
     return summed_counters(run.csv_path)
 
 
@@ -119,8 +126,10 @@ def summed_counters(csv_path: Path) -> dict[str, float]:
     """The counters of all kernels in a case's CSV, summed (percentages: the time-weighted mean)."""
     frame = parse_ncu_csv(csv_path).frame
     weights = frame["duration_ns"] / frame["duration_ns"].sum()
-    summed = {col: float(frame[col].sum(min_count=1)) for col in
-              ("duration_ns", "dram_read_bytes", "dram_write_bytes", "fp32_flops", "tensor_flops")}
+    summed = {
+        col: float(frame[col].sum(min_count=1))
+        for col in ("duration_ns", "dram_read_bytes", "dram_write_bytes", "fp32_flops", "tensor_flops")
+    }
     for col in ("tensor_pipe_pct", "sm_throughput_pct", "memory_throughput_pct"):
         summed[col] = float((frame[col] * weights).sum(min_count=1))
     summed["kernels"] = float(len(frame))
@@ -132,7 +141,8 @@ def within(measured: float, expected: float, tolerance: float) -> bool:
 
 
 def roofline_bound(flops: float, dram_bytes: float, precision: str, gpu: str) -> tuple[float, float, str]:
-    """(arithmetic intensity, ridge point, bound) by hybrid's roofline rule (hybrid/analysis/roofline.py: memory-
+    """(arithmetic intensity, ridge point, bound) by hybrid's roofline rule (hybrid/analysis/roofline.py:
+    memory-
     bound left of the ridge, peak FLOP/s of the precision over DRAM bandwidth), from the measured FLOPs
     and DRAM bytes and the datasheet peaks of `gpu`."""
     spec = match_spec(gpu)
@@ -143,27 +153,58 @@ def roofline_bound(flops: float, dram_bytes: float, precision: str, gpu: str) ->
     return ai, ridge, "memory" if ai < ridge else "compute"
 
 
-def bound_check(case: str, counters: dict[str, float], flops_column: str, precision: str, expected: str,
-                gpu: str) -> Check:
+def bound_check(
+    case: str, counters: dict[str, float], flops_column: str, precision: str, expected: str, gpu: str
+) -> Check:
     dram = counters["dram_read_bytes"] + counters["dram_write_bytes"]
     ai, ridge, bound = roofline_bound(counters[flops_column], dram, precision, gpu)
-    return Check(case, f"roofline class (AI vs ridge {ridge:.4g} FLOP/B)", f"{expected}-bound", ai,
-                 bound == expected, f"FLOP/B: {bound}-bound")
+    return Check(
+        case,
+        f"roofline class (AI vs ridge {ridge:.4g} FLOP/B)",
+        f"{expected}-bound",
+        ai,
+        bound == expected,
+        f"FLOP/B: {bound}-bound",
+    )
 
 
 def copy_checks(copy: dict[str, float], gpu: str) -> list[Check]:
     dram = copy["dram_read_bytes"] + copy["dram_write_bytes"]
-    return [Check("strided copy 1 GiB", "DRAM read+write bytes", f"{2 * COPY_BYTES:.4g} ±5%", dram,
-                  within(dram, 2 * COPY_BYTES, DRAM_TOLERANCE), "byte")]
+    return [
+        Check(
+            "strided copy 1 GiB",
+            "DRAM read+write bytes",
+            f"{2 * COPY_BYTES:.4g} ±5%",
+            dram,
+            within(dram, 2 * COPY_BYTES, DRAM_TOLERANCE),
+            "byte",
+        )
+    ]
 
 
 def gemm_bf16_checks(bf16: dict[str, float], gpu: str) -> list[Check]:
     m, n, k = GEMM_BF16
     out = []
-    out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor FLOPs", f"{2 * m * n * k:.4g} ±2%", bf16["tensor_flops"],
-                     within(bf16["tensor_flops"], 2 * m * n * k, FLOP_TOLERANCE), "flop"))
-    out.append(Check(f"bf16 GEMM {m}x{n}x{k}", "tensor pipe busy", f"> {TENSOR_PIPE_BUSY_PCT:.0f}",
-                     bf16["tensor_pipe_pct"], bf16["tensor_pipe_pct"] > TENSOR_PIPE_BUSY_PCT, "%"))
+    out.append(
+        Check(
+            f"bf16 GEMM {m}x{n}x{k}",
+            "tensor FLOPs",
+            f"{2 * m * n * k:.4g} ±2%",
+            bf16["tensor_flops"],
+            within(bf16["tensor_flops"], 2 * m * n * k, FLOP_TOLERANCE),
+            "flop",
+        )
+    )
+    out.append(
+        Check(
+            f"bf16 GEMM {m}x{n}x{k}",
+            "tensor pipe busy",
+            f"> {TENSOR_PIPE_BUSY_PCT:.0f}",
+            bf16["tensor_pipe_pct"],
+            bf16["tensor_pipe_pct"] > TENSOR_PIPE_BUSY_PCT,
+            "%",
+        )
+    )
     out.append(bound_check(f"bf16 GEMM {m}x{n}x{k}", bf16, "tensor_flops", "bf16", "compute", gpu))
     return out
 
@@ -171,10 +212,26 @@ def gemm_bf16_checks(bf16: dict[str, float], gpu: str) -> list[Check]:
 def gemm_fp32_checks(fp32: dict[str, float], gpu: str) -> list[Check]:
     m, n, k = GEMM_FP32
     out = []
-    out.append(Check(f"fp32 GEMM {m}x{n}x{k}, TF32 off", "tensor FLOPs", f"< {NO_TENSOR_FRACTION:.1%} of 2MNK",
-                     fp32["tensor_flops"], fp32["tensor_flops"] < NO_TENSOR_FRACTION * 2 * m * n * k, "flop"))
-    out.append(Check(f"fp32 GEMM {m}x{n}x{k}, TF32 off", "fp32 FLOPs", f"{2 * m * n * k:.4g} ±2%",
-                     fp32["fp32_flops"], within(fp32["fp32_flops"], 2 * m * n * k, FLOP_TOLERANCE), "flop"))
+    out.append(
+        Check(
+            f"fp32 GEMM {m}x{n}x{k}, TF32 off",
+            "tensor FLOPs",
+            f"< {NO_TENSOR_FRACTION:.1%} of 2MNK",
+            fp32["tensor_flops"],
+            fp32["tensor_flops"] < NO_TENSOR_FRACTION * 2 * m * n * k,
+            "flop",
+        )
+    )
+    out.append(
+        Check(
+            f"fp32 GEMM {m}x{n}x{k}, TF32 off",
+            "fp32 FLOPs",
+            f"{2 * m * n * k:.4g} ±2%",
+            fp32["fp32_flops"],
+            within(fp32["fp32_flops"], 2 * m * n * k, FLOP_TOLERANCE),
+            "flop",
+        )
+    )
     return out
 
 
@@ -182,8 +239,12 @@ def elementwise_checks(ew: dict[str, float], gpu: str) -> list[Check]:
     return [bound_check("elementwise x*2 (1 GiB fp32)", ew, "fp32_flops", "fp32", "memory", gpu)]
 
 
-CASES = {"copy": copy_checks, "gemm_bf16": gemm_bf16_checks, "gemm_fp32": gemm_fp32_checks,
-         "elementwise": elementwise_checks}
+CASES = {
+    "copy": copy_checks,
+    "gemm_bf16": gemm_bf16_checks,
+    "gemm_fp32": gemm_fp32_checks,
+    "elementwise": elementwise_checks,
+}
 
 
 def failed_case(case: str, error: HybridError) -> Check:
@@ -193,8 +254,9 @@ def failed_case(case: str, error: HybridError) -> Check:
     return Check(case, f"ncu run failed: {reason}", "counters", math.nan, False, "")
 
 
-def run_cases(measure: Callable[[str], dict[str, float]], gpu: str,
-              cases: dict = CASES) -> tuple[dict[str, dict[str, float]], list[Check]]:
+def run_cases(
+    measure: Callable[[str], dict[str, float]], gpu: str, cases: dict = CASES
+) -> tuple[dict[str, dict[str, float]], list[Check]]:
     """Measure every case and check it; a case that fails is reported and the rest still run."""
     results: dict[str, dict[str, float]] = {}
     rows: list[Check] = []
@@ -210,8 +272,13 @@ def run_cases(measure: Callable[[str], dict[str, float]], gpu: str,
 
 def device_name() -> str:
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              check=False, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return proc.stdout.strip().splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return "unknown"
@@ -219,15 +286,24 @@ def device_name() -> str:
 
 def write_report(path: Path, source: str, results: dict[str, dict[str, float]], rows: list[Check]) -> None:
     lines = [
-        "# ncu accuracy: hybrid's metric set on kernels of known work", "",
-        source, "",
+        "# ncu accuracy: hybrid's metric set on kernels of known work",
+        "",
+        source,
+        "",
         "| case | quantity | expected | measured | unit | result |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r.case} | {r.quantity} | {r.expected} | {r.measured:.4g} | {r.unit} | "
-              f"{'pass' if r.passed else 'FAIL'} |" for r in rows]
-    lines += ["", "Kernels profiled per case: "
-              + ", ".join(f"{case} {int(res['kernels'])}" for case, res in results.items()), ""]
+    lines += [
+        f"| {r.case} | {r.quantity} | {r.expected} | {r.measured:.4g} | {r.unit} | "
+        f"{'pass' if r.passed else 'FAIL'} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        "Kernels profiled per case: "
+        + ", ".join(f"{case} {int(res['kernels'])}" for case, res in results.items()),
+        "",
+    ]
     path.write_text("\n".join(lines))
 
 
@@ -236,7 +312,9 @@ def main() -> int:
     parser.add_argument("out", nargs="?", type=Path, help="markdown file to write")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: the profiled process
     parser.add_argument("--work", type=Path, help="keep the ncu CSVs and logs here")
-    parser.add_argument("--rescore", type=Path, metavar="WORK", help="check the CSVs of an earlier run's --work folder")
+    parser.add_argument(
+        "--rescore", type=Path, metavar="WORK", help="check the CSVs of an earlier run's --work folder"
+    )
     parser.add_argument("--gpu", help="with --rescore: the GPU the CSVs were measured on (for its peaks)")
     args = parser.parse_args()
     if args.case:
@@ -248,7 +326,9 @@ def main() -> int:
         if not args.gpu:
             parser.error("--rescore needs --gpu NAME (the device the CSVs came from)")
         results, rows = run_cases(lambda case: summed_counters(args.rescore / f"{case}.csv"), args.gpu)
-        source = f"GPU: {args.gpu}; counters re-read from the CSVs in {args.rescore} (no GPU used for this table)"
+        source = (
+            f"GPU: {args.gpu}; counters re-read from the CSVs in {args.rescore} (no GPU used for this table)"
+        )
     else:
         found = ncu.find_ncu()
         if found is None:

@@ -25,8 +25,10 @@ from nsight import ncu
 from nsight import ncu_metrics as m
 from nsight.ncu_csv import parse_ncu_csv
 
-SMALL_TARGET = ("import torch; x = torch.ones(1 << 22, device='cuda'); torch.cuda.synchronize(); "
-                "y = x * 2; torch.cuda.synchronize()")
+SMALL_TARGET = (
+    "import torch; x = torch.ones(1 << 22, device='cuda'); torch.cuda.synchronize(); "
+    "y = x * 2; torch.cuda.synchronize()"
+)
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "duration": (m.DURATION,),
@@ -46,23 +48,53 @@ GROUPS: dict[str, tuple[str, ...]] = {
 
 VARIANTS: dict[str, tuple[str, ...]] = {
     "hybrid's set": m.METRICS,
-    "without SM/memory throughput": tuple(x for x in m.METRICS if x not in (m.SM_THROUGHPUT, m.MEMORY_THROUGHPUT)),
-    "without scalar FLOPs": tuple(x for x in m.METRICS
-                                  if x not in {n for ops in m.SCALAR_FLOP_OPS.values() for n in ops}),
+    "without SM/memory throughput": tuple(
+        x for x in m.METRICS if x not in (m.SM_THROUGHPUT, m.MEMORY_THROUGHPUT)
+    ),
+    "without scalar FLOPs": tuple(
+        x for x in m.METRICS if x not in {n for ops in m.SCALAR_FLOP_OPS.values() for n in ops}
+    ),
 }
 
-RESNET50 = ["-m", "hybrid.inject.script", "--pass", "ncu", "--warmup", "5", "--steps", "1", "--module", "--",
-            "hybrid.models", "resnet50", "--steps", "15", "--precision", "fp32", "--device", "cuda",
-            "--batch-size", "32"]
+RESNET50 = [
+    "-m",
+    "hybrid.inject.script",
+    "--pass",
+    "ncu",
+    "--warmup",
+    "5",
+    "--steps",
+    "1",
+    "--module",
+    "--",
+    "hybrid.models",
+    "resnet50",
+    "--steps",
+    "15",
+    "--precision",
+    "fp32",
+    "--device",
+    "cuda",
+    "--batch-size",
+    "32",
+]
 
 
 def group_passes(found: Path, work: Path) -> list[tuple[str, int, int | None]]:
     rows = []
     for name, metrics in GROUPS.items():
         slug = name.split(" (")[0].replace(" ", "_").replace("/", "_").replace("+", "and")
-        run = ncu.run_ncu(found, work / f"group_{slug}.csv", work / f"group_{slug}.log",
-                          [sys.executable, "-c", SMALL_TARGET], kernel_names=[], launch_count=2,
-                          metrics=metrics, env=dict(os.environ), timeout_s=300)
+        run = ncu.run_ncu(
+            found,
+            work / f"group_{slug}.csv",
+            work / f"group_{slug}.log",
+            [sys.executable, "-c", SMALL_TARGET],
+            kernel_names=[],
+            launch_count=2,
+            metrics=metrics,
+            env=dict(os.environ),
+            timeout_s=300,
+        )
         rows.append((name, len(metrics), parse_ncu_csv(run.csv_path).replay_passes))
     return rows
 
@@ -73,16 +105,31 @@ def resnet50_costs(found: Path, work: Path, selected: list[str]) -> list[dict]:
         slug = name.replace(" ", "_").replace("/", "_").replace("'", "")
         out = work / f"resnet50_{slug}"
         started = time.monotonic()
-        run = ncu.run_ncu(found, out / "counters.csv", out / "ncu.log",
-                          [sys.executable, *RESNET50[:6], "--out", str(out), *RESNET50[6:]],
-                          kernel_names=selected, measured_window=True, one_per_config=True, metrics=metrics,
-                          env=dict(os.environ), timeout_s=600)
+        run = ncu.run_ncu(
+            found,
+            out / "counters.csv",
+            out / "ncu.log",
+            [sys.executable, *RESNET50[:6], "--out", str(out), *RESNET50[6:]],
+            kernel_names=selected,
+            measured_window=True,
+            one_per_config=True,
+            metrics=metrics,
+            env=dict(os.environ),
+            timeout_s=600,
+        )
         wall = time.monotonic() - started
         parsed = parse_ncu_csv(run.csv_path)
         inject = json.loads((out / "inject.json").read_text())
-        rows.append({"variant": name, "metrics": len(metrics), "launches": len(parsed.frame),
-                     "passes": parsed.replay_passes, "wall_s": round(wall, 1),
-                     "window_s": round(inject.get("window_ns", 0) / 1e9, 2)})
+        rows.append(
+            {
+                "variant": name,
+                "metrics": len(metrics),
+                "launches": len(parsed.frame),
+                "passes": parsed.replay_passes,
+                "wall_s": round(wall, 1),
+                "window_s": round(inject.get("window_ns", 0) / 1e9, 2),
+            }
+        )
     return rows
 
 
@@ -90,24 +137,39 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--selected", type=Path,
-                        default=Path(__file__).parent / "results" / "resnet50_b32_selected_kernels.json")
+    parser.add_argument(
+        "--selected",
+        type=Path,
+        default=Path(__file__).parent / "results" / "resnet50_b32_selected_kernels.json",
+    )
     args = parser.parse_args()
     found = ncu.find_ncu()
     if found is None:
         parser.error(f"ncu not found: put it on PATH or set {ncu.NCU_ENV}")
     args.work.mkdir(parents=True, exist_ok=True)
-    lines = ["# ncu replay passes per metric group, and the ncu pass on resnet50 b32", "",
-             (f"ncu {ncu.ncu_version(found)}; command: "
-              f"`python benchmarks/ncu_passes.py {args.out} --work {args.work}`"), "",
-             "| metric group | metrics | replay passes |", "|---|---|---|"]
+    lines = [
+        "# ncu replay passes per metric group, and the ncu pass on resnet50 b32",
+        "",
+        (
+            f"ncu {ncu.ncu_version(found)}; command: "
+            f"`python benchmarks/ncu_passes.py {args.out} --work {args.work}`"
+        ),
+        "",
+        "| metric group | metrics | replay passes |",
+        "|---|---|---|",
+    ]
     lines += [f"| {name} | {count} | {passes} |" for name, count, passes in group_passes(found, args.work)]
-    lines += ["", "| resnet50 b32 ncu pass | metrics | launches | passes/launch | wall (s) | profiled window (s) |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| resnet50 b32 ncu pass | metrics | launches | passes/launch | wall (s) | profiled window (s) |",
+        "|---|---|---|---|---|---|",
+    ]
     selected = json.loads(args.selected.read_text())
-    lines += [f"| {r['variant']} | {r['metrics']} | {r['launches']} | {r['passes']} | {r['wall_s']} "
-              f"| {r['window_s']} |"
-              for r in resnet50_costs(found, args.work, selected)]
+    lines += [
+        f"| {r['variant']} | {r['metrics']} | {r['launches']} | {r['passes']} | {r['wall_s']} "
+        f"| {r['window_s']} |"
+        for r in resnet50_costs(found, args.work, selected)
+    ]
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())
     return 0

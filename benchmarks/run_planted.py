@@ -44,12 +44,29 @@ def load_manifest(path: Path = MANIFEST) -> list[dict]:
 
 
 def hybrid_command(script: Path, mode: str, run_dir: Path, warmup: int, steps: int) -> list[str]:
-    return [sys.executable, "-m", "hybrid", "run", "--mode", mode, "--out", str(run_dir),
-            "--warmup", str(warmup), "--steps", str(steps), "--baseline", "--json", "--quiet", str(script)]
+    return [
+        sys.executable,
+        "-m",
+        "hybrid",
+        "run",
+        "--mode",
+        mode,
+        "--out",
+        str(run_dir),
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        "--baseline",
+        "--json",
+        "--quiet",
+        str(script),
+    ]
 
 
-def run_one(script: Path, mode: str, run_dir: Path, *, warmup: int, steps: int, device: str | None,
-            timeout_s: float) -> dict:
+def run_one(
+    script: Path, mode: str, run_dir: Path, *, warmup: int, steps: int, device: str | None, timeout_s: float
+) -> dict:
     """Profile one script; never raises for a failing script, returns what happened instead."""
     command = hybrid_command(script, mode, run_dir, warmup, steps)
     # hybrid never reuses a run directory: a rerun of the suite replaces this script's previous one.
@@ -59,14 +76,20 @@ def run_one(script: Path, mode: str, run_dir: Path, *, warmup: int, steps: int, 
         env[DEVICE_ENV] = device
     started = time.monotonic()
     try:
-        proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
         exit_code, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as expired:
         exit_code = None
         stderr = f"timed out after {timeout_s:.0f} s\n{expired.stderr or ''}"
-    outcome = {"command": shlex.join(command), "exit_code": exit_code,
-               "wall_s": round(time.monotonic() - started, 2), "results": None, "error": None}
+    outcome = {
+        "command": shlex.join(command),
+        "exit_code": exit_code,
+        "wall_s": round(time.monotonic() - started, 2),
+        "results": None,
+        "error": None,
+    }
     results_path = run_dir / "results.json"
     # Exit 1 means "done, and a finding reached --fail-on": still a complete analysis.
     if exit_code in (0, 1) and results_path.exists():
@@ -129,8 +152,9 @@ def score(entry: dict, script: dict, twin: dict | None) -> dict:
         row["verdict"] = "PASS" if worst is None or SEVERITY_RANK[worst] <= limit else "FALSE ALARM"
         return row
     found = script["primary_category"]
-    row["verdict"] = ("PASS" if found == expected
-                      else "SECONDARY" if expected in script["categories"] else "MISS")
+    row["verdict"] = (
+        "PASS" if found == expected else "SECONDARY" if expected in script["categories"] else "MISS"
+    )
     if twin and twin["ok"] and script["step_time_ms"] and twin["step_time_ms"]:
         saved = script["step_time_ms"] - twin["step_time_ms"]
         row["realized_saving_ms"] = round(saved, 3)
@@ -163,49 +187,75 @@ def render_markdown(mode: str, command: str, rows: list[dict]) -> str:
         "`est. lost` is the primary finding's own estimate of the time the problem costs;",
         "`realized` is the script's step time minus its fixed twin's.",
         "",
-        ("| script | expected | found (severity) | verdict | step ms | twin ms | realized ms (%) "
-         "| est. lost ms (%) | evidence sources | twin found | pass wall s |"),
+        (
+            "| script | expected | found (severity) | verdict | step ms | twin ms | realized ms (%) "
+            "| est. lost ms (%) | evidence sources | twin found | pass wall s |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         script, twin = row["script"], row["twin"] or {}
         if not script["ok"]:
             error = _cell(script.get("error") or "")[:200]
-            lines.append(f"| {row['name']} | {row['expected']} | failed: {error} | FAILED "
-                         "| - | - | - | - | - | - | - |")
+            lines.append(
+                f"| {row['name']} | {row['expected']} | failed: {error} | FAILED "
+                "| - | - | - | - | - | - | - |"
+            )
             continue
         found = f"{script['primary_category'] or 'none'} ({script['primary_severity'] or '-'})"
-        realized = (f"{_fmt(row.get('realized_saving_ms'))} ({_fmt(row.get('realized_saving_pct'), 1)})"
-                    if "realized_saving_ms" in row else "-")
+        realized = (
+            f"{_fmt(row.get('realized_saving_ms'))} ({_fmt(row.get('realized_saving_pct'), 1)})"
+            if "realized_saving_ms" in row
+            else "-"
+        )
         lost = f"{_fmt(script['time_lost_ms'])} ({_fmt(script['time_lost_pct'], 1)})"
-        twin_found = (f"{twin.get('primary_category') or 'none'} ({twin.get('primary_severity') or '-'})"
-                      if twin.get("ok") else ("failed" if row["twin"] else "-"))
+        twin_found = (
+            f"{twin.get('primary_category') or 'none'} ({twin.get('primary_severity') or '-'})"
+            if twin.get("ok")
+            else ("failed" if row["twin"] else "-")
+        )
         walls = ", ".join(f"{name} {_fmt(s, 1)}" for name, s in script["pass_wall_s"].items())
         lines.append(
             f"| {row['name']} | {row['expected']} | {found} | {row['verdict']} "
             f"| {_fmt(script['step_time_ms'])} | {_fmt(twin.get('step_time_ms'))} | {realized} | {lost} "
-            f"| {', '.join(script['evidence_sources']) or '-'} | {twin_found} | {walls} |")
+            f"| {', '.join(script['evidence_sources']) or '-'} | {twin_found} | {walls} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def _summary_with_error(outcome: dict) -> dict:
     summary = summarize(outcome["results"])
-    summary.update(command=outcome["command"], exit_code=outcome["exit_code"], wall_s=outcome["wall_s"],
-                   error=outcome["error"])
+    summary.update(
+        command=outcome["command"],
+        exit_code=outcome["exit_code"],
+        wall_s=outcome["wall_s"],
+        error=outcome["error"],
+    )
     return summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--manifest", type=Path, default=MANIFEST,
-                        help="suite description; scripts are found next to it")
-    parser.add_argument("--modes", default=",".join(MODES),
-                        help=f"comma-separated, from {', '.join(MODES)} (default: all)")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this manifest entry (repeatable)")
+    parser.add_argument(
+        "--manifest", type=Path, default=MANIFEST, help="suite description; scripts are found next to it"
+    )
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)} (default: all)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this manifest entry (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where reports and run dirs go")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="force the scripts' device (cpu: small sizes, a smoke test)")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="force the scripts' device (cpu: small sizes, a smoke test)",
+    )
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--no-twins", action="store_true", help="skip the fixed twins")
@@ -227,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         known = {e["name"] for e in entries}
         missing = [name for name in args.only if name not in known]
         if missing:
-            print(f"unknown script(s) {', '.join(missing)}; manifest has: {', '.join(sorted(known))}",
-                  file=sys.stderr)
+            print(
+                f"unknown script(s) {', '.join(missing)}; manifest has: {', '.join(sorted(known))}",
+                file=sys.stderr,
+            )
             return 2
         entries = [e for e in entries if e["name"] in args.only]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -243,14 +295,27 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 run_dir = args.out / "runs" / mode / Path(file_name).stem
                 print(f"[{mode}] {file_name} ...", file=sys.stderr, flush=True)
-                outcome = run_one(script_dir / file_name, mode, run_dir, warmup=args.warmup,
-                                  steps=args.steps, device=args.device, timeout_s=args.timeout)
+                outcome = run_one(
+                    script_dir / file_name,
+                    mode,
+                    run_dir,
+                    warmup=args.warmup,
+                    steps=args.steps,
+                    device=args.device,
+                    timeout_s=args.timeout,
+                )
                 summaries[role] = _summary_with_error(outcome)
                 status = "ok" if outcome["results"] else f"FAILED (exit {outcome['exit_code']})"
                 print(f"[{mode}] {file_name}: {status} in {outcome['wall_s']:.1f} s", file=sys.stderr)
             rows.append(score(entry, summaries["script"], summaries["twin"]))
-        report = {"mode": mode, "command": command, "device": args.device or "auto",
-                  "warmup": args.warmup, "steps": args.steps, "rows": rows}
+        report = {
+            "mode": mode,
+            "command": command,
+            "device": args.device or "auto",
+            "warmup": args.warmup,
+            "steps": args.steps,
+            "rows": rows,
+        }
         (args.out / f"planted_{mode}.json").write_text(json.dumps(report, indent=2) + "\n")
         (args.out / f"planted_{mode}.md").write_text(render_markdown(mode, command, rows))
         print(f"wrote {args.out / f'planted_{mode}.md'}", file=sys.stderr)

@@ -36,7 +36,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=200)
     args = parser.parse_args()
     device = torch.device(args.device)
-    blocks = [nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()) for _ in range(40)]
+    blocks = [
+        nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()) for _ in range(40)
+    ]
     model = nn.Sequential(*blocks).to(device).eval()
     image = torch.randn(1, 16, 16, 16, device=device)
 
@@ -77,10 +79,21 @@ def main() -> None:
     timings["module hook"] = best(args.iters)
     handle.remove()
     plain = timings["plain"]
-    print(json.dumps({"python": sys.version.split()[0], "tracer": TRACER_NAME, "device": str(device),
-                      "torch": torch.__version__, "ms_per_iter": {k: round(v, 4) for k, v in timings.items()},
-                      "overhead_pct": {k: round(100 * (v / plain - 1), 1) for k, v in timings.items() if k != "plain"},
-                      "decided": finder.unit}))
+    print(
+        json.dumps(
+            {
+                "python": sys.version.split()[0],
+                "tracer": TRACER_NAME,
+                "device": str(device),
+                "torch": torch.__version__,
+                "ms_per_iter": {k: round(v, 4) for k, v in timings.items()},
+                "overhead_pct": {
+                    k: round(100 * (v / plain - 1), 1) for k, v in timings.items() if k != "plain"
+                },
+                "decided": finder.unit,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,26 @@ from pathlib import Path
 
 from hybrid.load.nsys_export import OSRT_BLOCKING_MIN_NS
 
-WANTED_API = ("cudaLaunch%", "cuLaunch%", "cudaGraphLaunch%", "cuGraphLaunch%", "cudaMemcpy%", "cuMemcpy%",
-              "cudaMemset%", "cuMemset%", "%Synchronize%")
-TIMED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "OSRT_API")
+WANTED_API = (
+    "cudaLaunch%",
+    "cuLaunch%",
+    "cudaGraphLaunch%",
+    "cuGraphLaunch%",
+    "cudaMemcpy%",
+    "cuMemcpy%",
+    "cudaMemset%",
+    "cuMemset%",
+    "%Synchronize%",
+)
+TIMED_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "NVTX_EVENTS",
+    "OSRT_API",
+)
 
 
 def trim(source: Path, target: Path, keep_s: float | None) -> None:
@@ -31,18 +47,23 @@ def trim(source: Path, target: Path, keep_s: float | None) -> None:
     db = sqlite3.connect(target)
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     wanted = " OR ".join("value LIKE ?" for _ in WANTED_API)
-    db.execute(f"""DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId NOT IN
+    db.execute(
+        f"""DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId NOT IN
                    (SELECT id FROM StringIds WHERE {wanted})
                    AND rowid NOT IN (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME
-                                     GROUP BY globalTid & 0xFFFFFFFFFF000000)""", WANTED_API)
+                                     GROUP BY globalTid & 0xFFFFFFFFFF000000)""",
+        WANTED_API,
+    )
     if "OSRT_API" in tables:
         db.execute("DELETE FROM OSRT_API WHERE end - start < ?", (OSRT_BLOCKING_MIN_NS,))
     if keep_s is not None:
-        (first,), = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        ((first,),) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
         cut = int(first + keep_s * 1e9)
         for table in TIMED_TABLES:
             if table in tables:
-                db.execute(f"DELETE FROM {table} WHERE start > ?", (cut,))  # table names are the constants above
+                db.execute(
+                    f"DELETE FROM {table} WHERE start > ?", (cut,)
+                )  # table names are the constants above
     db.commit()
     db.execute("VACUUM")
     db.close()

@@ -60,8 +60,15 @@ def profile_model(
     path = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="hybrid-api-"))
     run = RunDir.create(path)
     run.update_run_json(command=f"profile_model({type(model).__name__})", started_at=time.time())
-    session = StepSession(SessionConfig(pass_name="torch", out_dir=run.pass_dir("torch"), warmup_steps=warmup,
-                                        measured_steps=steps, stop_at_limit=False))
+    session = StepSession(
+        SessionConfig(
+            pass_name="torch",
+            out_dir=run.pass_dir("torch"),
+            warmup_steps=warmup,
+            measured_steps=steps,
+            stop_at_limit=False,
+        )
+    )
     started = time.monotonic()
     with session:
         for _ in range(warmup + steps):
@@ -83,9 +90,18 @@ def profile_model(
             # mark after it is recognized as the same step by the session.
             session.mark("mark_step")
     inject = run.read_inject("torch") or {}
-    run.update_run_json(passes=[{"name": "torch", "status": "ok", "wall_s": round(time.monotonic() - started, 3),
-                                 "returncode": 0, "message": "in-process (profile_model)",
-                                 "step_time_ms": inject.get("step_time_ms")}])
+    run.update_run_json(
+        passes=[
+            {
+                "name": "torch",
+                "status": "ok",
+                "wall_s": round(time.monotonic() - started, 3),
+                "returncode": 0,
+                "message": "in-process (profile_model)",
+                "step_time_ms": inject.get("step_time_ms"),
+            }
+        ]
+    )
     results = analyze_run_dir(path)
     results["run_dir"] = str(path)
     return results

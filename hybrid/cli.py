@@ -27,9 +27,13 @@ from hybrid.errors import (
     UsageError,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  pretty_exceptions_show_locals=False,
-                  help="Diagnose why a PyTorch training or inference step is slow on the GPU.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+    help="Diagnose why a PyTorch training or inference step is slow on the GPU.",
+)
 
 
 class Mode(str, Enum):
@@ -63,8 +67,11 @@ def _version(show: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="print the version and exit")) -> None:
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
     """Diagnose why a PyTorch training or inference step is slow on the GPU."""
 
 
@@ -73,10 +80,9 @@ def _stderr(text: str) -> None:
     user's files and from received ones (a folder named with ESC sequences must not act on the terminal)."""
     from hybrid.report.safe_text import escape_controls
 
-    try:
+    # stderr closed or full: nothing left to tell the user through
+    with contextlib.suppress(OSError, ValueError):
         print("\n".join(escape_controls(line) for line in text.split("\n")), file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # stderr closed or full: nothing left to tell the user through
 
 
 def handles_errors(command: Callable) -> Callable:
@@ -91,7 +97,9 @@ def handles_errors(command: Callable) -> Callable:
             _stderr(error.message())
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            _stderr("interrupted: stopped the workload; what was gathered so far is kept in the run directory")
+            _stderr(
+                "interrupted: stopped the workload; what was gathered so far is kept in the run directory"
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Terminated as stop:
             _stderr(f"terminated: {stop}; nothing already written was lost")
@@ -102,8 +110,10 @@ def handles_errors(command: Callable) -> Callable:
             import traceback
 
             _stderr(traceback.format_exc().rstrip())
-            _stderr("internal error: hybrid failed on this input (a defect, not your mistake); please report "
-                    "it with the traceback above and, if you can, the file it read")
+            _stderr(
+                "internal error: hybrid failed on this input (a defect, not your mistake); please report "
+                "it with the traceback above and, if you can, the file it read"
+            )
             raise typer.Exit(EXIT_INTERNAL_ERROR) from None
         finally:
             _say_kept()
@@ -115,7 +125,9 @@ def _default_out(stem: str) -> Path:
     return Path("hybrid-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _save_reports(results: dict, run_dir: Path, written: list[str], *, html: bool, include_paths: bool) -> None:
+def _save_reports(
+    results: dict, run_dir: Path, written: list[str], *, html: bool, include_paths: bool
+) -> None:
     """results.json, report.txt (and report.html) in the run directory, each name added to `written`
     once saved; what a previous analysis left there is kept as results.N.json (report.N.txt, ...) by
     hybrid.files. Raises OutputError."""
@@ -134,8 +146,17 @@ def _save_reports(results: dict, run_dir: Path, written: list[str], *, html: boo
         written.append("report.html")
 
 
-def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, verbose: bool,
-          include_paths: bool, fail_on: Severity | None, location: Path | None = None) -> None:
+def _emit(
+    results: dict,
+    *,
+    run_dir: Path | None,
+    as_json: bool,
+    html: bool,
+    verbose: bool,
+    include_paths: bool,
+    fail_on: Severity | None,
+    location: Path | None = None,
+) -> None:
     """Write results.json (and report.txt / report.html) into the run directory, print the report,
     and exit 1 when a finding reaches --fail-on. A run directory that cannot be written (read-only,
     full) still gets its report printed, with a warning that it was not saved."""
@@ -156,8 +177,12 @@ def _emit(results: dict, *, run_dir: Path | None, as_json: bool, html: bool, ver
     else:
         from rich.console import Console
 
-        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
-                     location=str(location or run_dir) if (location or run_dir) is not None else None)
+        print_report(
+            results,
+            Console(no_color=bool(os.environ.get("NO_COLOR")) or None),
+            verbose=verbose,
+            location=str(location or run_dir) if (location or run_dir) is not None else None,
+        )
         if "results.json" in written:
             shown = ", ".join(name for name in written if name in ("results.json", "report.html"))
             _stderr(f"run directory: {run_dir}  ({shown})")
@@ -187,20 +212,36 @@ def _fail_on(results: dict, fail_on: Severity | None) -> None:
     # a finding pass unseen (a not_measured of another type is dropped on load: the finding counts).
     unreadable = [f for f in findings if f.get("severity") not in SEVERITY_RANK]
     if unreadable:
-        shown = "; ".join(f"{f.get('id')}: severity {f.get('severity')!r}" for f in escape_strings(unreadable[:3]))
-        raise UsageError(f"--fail-on cannot weigh {len(unreadable)} finding(s) of this document ({shown})",
-                         f"severities are {', '.join(SEVERITY_RANK)}; re-create the results.json with "
-                         "`hybrid report RUN_DIR`")
+        shown = "; ".join(
+            f"{f.get('id')}: severity {f.get('severity')!r}" for f in escape_strings(unreadable[:3])
+        )
+        raise UsageError(
+            f"--fail-on cannot weigh {len(unreadable)} finding(s) of this document ({shown})",
+            f"severities are {', '.join(SEVERITY_RANK)}; re-create the results.json with "
+            "`hybrid report RUN_DIR`",
+        )
     tripped = [f for f in findings if SEVERITY_RANK[f["severity"]] >= threshold and not f.get("not_measured")]
     if tripped:
         for finding in escape_strings(tripped):
-            _stderr(f"--fail-on {fail_on.value}: [{finding.get('severity')}] {finding.get('id')}: "
-                    f"{finding.get('title')} ({format_value(finding.get('time_lost_ms'), 'ms')}/step est.)")
+            _stderr(
+                f"--fail-on {fail_on.value}: [{finding.get('severity')}] {finding.get('id')}: "
+                f"{finding.get('title')} ({format_value(finding.get('time_lost_ms'), 'ms')}/step est.)"
+            )
         raise typer.Exit(EXIT_FINDING_AT_OR_ABOVE)
 
 
-def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: bool, quiet: bool,
-                        include_paths: bool, fail_on: Severity | None, model: str | None = None) -> None:
+def _profile_and_report(
+    target,
+    options,
+    *,
+    as_json: bool,
+    html: bool,
+    verbose: bool,
+    quiet: bool,
+    include_paths: bool,
+    fail_on: Severity | None,
+    model: str | None = None,
+) -> None:
     from hybrid.collect.orchestrate import Orchestrator
     from hybrid.collect.progress import progress_view
 
@@ -215,12 +256,21 @@ def _profile_and_report(target, options, *, as_json: bool, html: bool, verbose: 
             _stderr(f"interrupted: partial run kept in {orchestrator.run_dir.path}")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Terminated as stop:
-            _stderr(f"terminated: {stop}: the workload's process group was sent {stop.name} and stopped; "
-                    f"partial run kept in {orchestrator.run_dir.path}")
+            _stderr(
+                f"terminated: {stop}: the workload's process group was sent {stop.name} and stopped; "
+                f"partial run kept in {orchestrator.run_dir.path}"
+            )
             raise typer.Exit(stop.exit_code) from None
     results = orchestrator.results()
-    _emit(results, run_dir=orchestrator.run_dir.path, as_json=as_json, html=html, verbose=verbose,
-          include_paths=include_paths, fail_on=fail_on)
+    _emit(
+        results,
+        run_dir=orchestrator.run_dir.path,
+        as_json=as_json,
+        html=html,
+        verbose=verbose,
+        include_paths=include_paths,
+        fail_on=fail_on,
+    )
 
 
 def _torchrun_argv(argv: list[str]) -> list[str] | None:
@@ -228,14 +278,29 @@ def _torchrun_argv(argv: list[str]) -> list[str] | None:
     the launcher's own arguments (after its name), else None."""
     if Path(argv[0]).name == "torchrun":
         return argv[1:]
-    if len(argv) > 2 and Path(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "torch.distributed.run"]:
+    if (
+        len(argv) > 2
+        and Path(argv[0]).name.startswith("python")
+        and argv[1:3] == ["-m", "torch.distributed.run"]
+    ):
         return argv[3:]
     return None
 
 
-def _profile_job(argv: list[str], launcher: list[str] | None, nproc: int | None, options, *, rank: int | None,
-                 as_json: bool, html: bool, verbose: bool, quiet: bool, include_paths: bool,
-                 fail_on: Severity | None) -> None:
+def _profile_job(
+    argv: list[str],
+    launcher: list[str] | None,
+    nproc: int | None,
+    options,
+    *,
+    rank: int | None,
+    as_json: bool,
+    html: bool,
+    verbose: bool,
+    quiet: bool,
+    include_paths: bool,
+    fail_on: Severity | None,
+) -> None:
     from hybrid.collect.progress import progress_view
     from hybrid.collect.torchrun import run_job
     from hybrid.pipeline import analyze_job, analyze_run_dir, rank_path
@@ -243,13 +308,24 @@ def _profile_job(argv: list[str], launcher: list[str] | None, nproc: int | None,
     with progress_view(quiet=quiet or as_json) as progress:
         run_dir = run_job(None if launcher is not None else argv, options, nproc, launcher, progress)
     results = analyze_run_dir(rank_path(run_dir, rank)) if rank is not None else analyze_job(run_dir)
-    _emit(results, run_dir=run_dir if rank is None else rank_path(run_dir, rank), as_json=as_json, html=html,
-          verbose=verbose, include_paths=include_paths, fail_on=fail_on)
+    _emit(
+        results,
+        run_dir=run_dir if rank is None else rank_path(run_dir, rank),
+        as_json=as_json,
+        html=html,
+        verbose=verbose,
+        include_paths=include_paths,
+        fail_on=fail_on,
+    )
 
 
 # Options shared by `run` and `diagnose`.
-ModeOpt = typer.Option(Mode.auto, "--mode", help="auto: every collector available; hybrid: torch+nsys+ncu "
-                       "(fail if one is missing); nsys: torch+nsys; torch: torch.profiler only")
+ModeOpt = typer.Option(
+    Mode.auto,
+    "--mode",
+    help="auto: every collector available; hybrid: torch+nsys+ncu "
+    "(fail if one is missing); nsys: torch+nsys; torch: torch.profiler only",
+)
 OutOpt = typer.Option(None, "--out", "-o", help="run directory (default hybrid-runs/NAME-TIME)")
 JsonOpt = typer.Option(False, "--json", help="print results.json to stdout instead of the report")
 HtmlOpt = typer.Option(False, "--html", help="also write report.html into the run directory")
@@ -257,21 +333,35 @@ VerboseOpt = typer.Option(False, "--verbose", "-v", help="add top-kernel and per
 QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
 FailOnOpt = typer.Option(None, "--fail-on", help="exit 1 when a finding at or above this severity exists")
 PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in report.html")
-BaselineOpt = typer.Option(False, "--baseline", help="add a plain pass with no collector, the reference "
-                           "for profiler overhead")
+BaselineOpt = typer.Option(
+    False, "--baseline", help="add a plain pass with no collector, the reference for profiler overhead"
+)
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
-CallsitesOpt = typer.Option("python", "--callsites", help="what the nsys pass records to point findings at "
-                            "the script's lines: off, python (Python sampling) or cuda (also Python "
-                            "backtraces of blocking CUDA calls, with CPU sampling)")
-TorchStacksOpt = typer.Option(False, "--torch-stacks/--no-torch-stacks", help="the torch pass also records "
-                              "operators' Python stacks (with_stack), to place .item(), .cpu() and tensor "
-                              "creation on their lines; slows Python-heavy steps")
-RankOpt = typer.Option(None, "--rank", help="multi-process runs: show this rank's full report instead of the job's")
+CallsitesOpt = typer.Option(
+    "python",
+    "--callsites",
+    help="what the nsys pass records to point findings at "
+    "the script's lines: off, python (Python sampling) or cuda (also Python "
+    "backtraces of blocking CUDA calls, with CPU sampling)",
+)
+TorchStacksOpt = typer.Option(
+    False,
+    "--torch-stacks/--no-torch-stacks",
+    help="the torch pass also records "
+    "operators' Python stacks (with_stack), to place .item(), .cpu() and tensor "
+    "creation on their lines; slows Python-heavy steps",
+)
+RankOpt = typer.Option(
+    None, "--rank", help="multi-process runs: show this rank's full report instead of the job's"
+)
 # Off by default in both commands: each module call then costs a Python hook and two NVTX calls on the
 # host, which the nsys pass measures as part of the program.
-NvtxModulesOpt = typer.Option(False, "--nvtx-modules/--no-nvtx-modules",
-                              help="an NVTX range per module forward call: the per-layer table and layer roofline "
-                              "points (adds host time per module call to the nsys pass)")
+NvtxModulesOpt = typer.Option(
+    False,
+    "--nvtx-modules/--no-nvtx-modules",
+    help="an NVTX range per module forward call: the per-layer table and layer roofline "
+    "points (adds host time per module call to the nsys pass)",
+)
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
@@ -288,10 +378,14 @@ def run(
     ncu_kernels: int = NcuKernelsOpt,
     callsites: str = CallsitesOpt,
     torch_stacks: bool = TorchStacksOpt,
-    whole_run: bool = typer.Option(False, "--whole-run", help="profile the whole script as one range (start-up "
-                                   "included) instead of finding its steps"),
+    whole_run: bool = typer.Option(
+        False,
+        "--whole-run",
+        help="profile the whole script as one range (start-up included) instead of finding its steps",
+    ),
     nproc_per_node: int | None = typer.Option(
-        None, "--nproc-per-node", help="launch the script on N processes with torchrun and profile every rank"),
+        None, "--nproc-per-node", help="launch the script on N processes with torchrun and profile every rank"
+    ),
     rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
     html: bool = HtmlOpt,
@@ -308,29 +402,63 @@ def run(
     argv = [script, *(args or [])]
     launcher = _torchrun_argv(argv)
     stem = Path(launcher[-1] if launcher else script).stem
-    options = RunOptions(out_dir=out or _default_out(stem), unique_out_dir=out is None, mode=mode.value,
-                         warmup=warmup, steps=steps, nvtx_modules=nvtx_modules, baseline=baseline,
-                         ncu_kernels=ncu_kernels, callsites=callsites, torch_stacks=torch_stacks,
-                         whole_run=whole_run)
+    options = RunOptions(
+        out_dir=out or _default_out(stem),
+        unique_out_dir=out is None,
+        mode=mode.value,
+        warmup=warmup,
+        steps=steps,
+        nvtx_modules=nvtx_modules,
+        baseline=baseline,
+        ncu_kernels=ncu_kernels,
+        callsites=callsites,
+        torch_stacks=torch_stacks,
+        whole_run=whole_run,
+    )
     if launcher is not None or nproc_per_node is not None:
-        _profile_job(argv, launcher, nproc_per_node, options, rank=rank, as_json=as_json, html=html,
-                     verbose=verbose, quiet=quiet, include_paths=include_paths, fail_on=fail_on)
+        _profile_job(
+            argv,
+            launcher,
+            nproc_per_node,
+            options,
+            rank=rank,
+            as_json=as_json,
+            html=html,
+            verbose=verbose,
+            quiet=quiet,
+            include_paths=include_paths,
+            fail_on=fail_on,
+        )
         return
-    _profile_and_report(Target(argv=argv), options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
-                        include_paths=include_paths, fail_on=fail_on)
+    _profile_and_report(
+        Target(argv=argv),
+        options,
+        as_json=as_json,
+        html=html,
+        verbose=verbose,
+        quiet=quiet,
+        include_paths=include_paths,
+        fail_on=fail_on,
+    )
 
 
 @app.command()
 @handles_errors
 def diagnose(
     model: str = typer.Option(..., "--model", "-m", help="resnet50, transformer or simple_cnn"),
-    batch_size: int | None = typer.Option(None, "--batch-size", "-b", help="samples per step (default: the model's "
-                                          "own; smaller on the CPU)"),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", "-b", help="samples per step (default: the model's own; smaller on the CPU)"
+    ),
     steps: int | None = typer.Option(None, "--steps", help="measured steps (default 20; fewer on the CPU)"),
     warmup: int | None = typer.Option(None, "--warmup", help="steps run before measuring (default 5)"),
-    precision: Precision = typer.Option(Precision.default, "--precision", help=(
-        "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); "
-        "fp32: TF32 off everywhere; tf32: TF32 on; bf16-amp / fp16-amp: autocast")),
+    precision: Precision = typer.Option(
+        Precision.default,
+        "--precision",
+        help=(
+            "default: PyTorch's own (fp32 matmuls at highest precision, cuDNN TF32 on); "
+            "fp32: TF32 off everywhere; tf32: TF32 on; bf16-amp / fp16-amp: autocast"
+        ),
+    ),
     device: str | None = typer.Option(None, "--device", help="cuda or cpu (default: cuda if present)"),
     mode: Mode = ModeOpt,
     out: Path | None = OutOpt,
@@ -349,7 +477,9 @@ def diagnose(
     # fail inside the script with the reason buried in its console.log.
     for flag, value, example in (("--steps", steps, 20), ("--batch-size", batch_size, 32)):
         if value is not None and value < 1:
-            raise UsageError(f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example")
+            raise UsageError(
+                f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example"
+            )
     from hybrid.collect.orchestrate import RunOptions, Target
     from hybrid.models import MODEL_NAMES, cpu_defaults
 
@@ -366,8 +496,10 @@ def diagnose(
         steps = steps or shrunk.get("steps")
         warmup = warmup if warmup is not None else shrunk.get("warmup")
         if applied and not quiet:
-            _stderr("no CUDA device: GPU analysis is not possible here; running a small CPU version "
-                    f"({', '.join(f'{k}={v}' for k, v in shrunk.items())})")
+            _stderr(
+                "no CUDA device: GPU analysis is not possible here; running a small CPU version "
+                f"({', '.join(f'{k}={v}' for k, v in shrunk.items())})"
+            )
     steps = steps or 20
     warmup = warmup if warmup is not None else 5
     # Room for the warmup to grow until step times settle; the injector stops the loop after the
@@ -376,31 +508,62 @@ def diagnose(
     from hybrid.load.settle import MAX_EXTRA_WARMUP
 
     # ... and for the plain window the torch pass times before its collector starts.
-    model_args = [model, "--steps", str(steps + warmup + MAX_EXTRA_WARMUP + SHORT_PLAIN_STEPS + 5),
-                  "--precision", precision.value,
-                  "--device", device]
+    model_args = [
+        model,
+        "--steps",
+        str(steps + warmup + MAX_EXTRA_WARMUP + SHORT_PLAIN_STEPS + 5),
+        "--precision",
+        precision.value,
+        "--device",
+        device,
+    ]
     if batch_size:
         model_args += ["--batch-size", str(batch_size)]
     target = Target(argv=["hybrid.models", *model_args], is_module=True)
-    options = RunOptions(out_dir=out or _default_out(model), unique_out_dir=out is None, mode=mode.value,
-                         warmup=warmup, steps=steps, nvtx_modules=nvtx_modules, baseline=baseline,
-                         ncu_kernels=ncu_kernels)
-    _profile_and_report(target, options, as_json=as_json, html=html, verbose=verbose, quiet=quiet,
-                        include_paths=include_paths, fail_on=fail_on, model=model)
+    options = RunOptions(
+        out_dir=out or _default_out(model),
+        unique_out_dir=out is None,
+        mode=mode.value,
+        warmup=warmup,
+        steps=steps,
+        nvtx_modules=nvtx_modules,
+        baseline=baseline,
+        ncu_kernels=ncu_kernels,
+    )
+    _profile_and_report(
+        target,
+        options,
+        as_json=as_json,
+        html=html,
+        verbose=verbose,
+        quiet=quiet,
+        include_paths=include_paths,
+        fail_on=fail_on,
+        model=model,
+    )
 
 
 @app.command()
 @handles_errors
 def report(
-    path: Path = typer.Argument(..., help="a run directory, an nsys .sqlite export made elsewhere, or a results.json"),
-    ncu: Path | None = typer.Option(None, "--ncu", help="ncu CSV (--csv --print-units base) of the same program, "
-                                    "to add hardware counters to an nsys export; with a run directory, used "
-                                    "instead of its own ncu/counters.csv"),
+    path: Path = typer.Argument(
+        ..., help="a run directory, an nsys .sqlite export made elsewhere, or a results.json"
+    ),
+    ncu: Path | None = typer.Option(
+        None,
+        "--ncu",
+        help="ncu CSV (--csv --print-units base) of the same program, "
+        "to add hardware counters to an nsys export; with a run directory, used "
+        "instead of its own ncu/counters.csv",
+    ),
     step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
     rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
-    html: bool = typer.Option(False, "--html", help="also write report.html (into the run directory; next to "
-                              "an export as NAME.report.html)"),
+    html: bool = typer.Option(
+        False,
+        "--html",
+        help="also write report.html (into the run directory; next to an export as NAME.report.html)",
+    ),
     verbose: bool = VerboseOpt,
     include_paths: bool = PathsOpt,
     fail_on: Severity | None = FailOnOpt,
@@ -410,10 +573,14 @@ def report(
     from hybrid.pipeline import analyze_export, analyze_run_dir
 
     if not path.exists():
-        raise UsageError(f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json")
+        raise UsageError(
+            f"{path} does not exist", "pass a run directory, an .sqlite export or a results.json"
+        )
     if not path.is_file() and not path.is_dir():  # a FIFO would block the read forever, a device never end
-        raise UsageError(f"{path} is not a regular file or a directory (a FIFO, device or socket)",
-                         "pass a run directory, an .sqlite export or a results.json")
+        raise UsageError(
+            f"{path} is not a regular file or a directory (a FIFO, device or socket)",
+            "pass a run directory, an .sqlite export or a results.json",
+        )
     if ncu is not None and not ncu.is_file():
         raise UsageError(f"ncu CSV not found: {ncu}", "check the --ncu path")
     from hybrid.files import reads
@@ -424,10 +591,15 @@ def report(
     if path.is_file() and path.suffix == ".json":
         # Nothing to re-analyze: the document is shown as it was written.
         with _received(path):
-            _render_saved(_complete(_load_results(path), path),
-                          html_path=path.with_suffix(".report.html") if html else None,
-                          as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
-                          location=str(path.parent))
+            _render_saved(
+                _complete(_load_results(path), path),
+                html_path=path.with_suffix(".report.html") if html else None,
+                as_json=as_json,
+                verbose=verbose,
+                include_paths=include_paths,
+                fail_on=fail_on,
+                location=str(path.parent),
+            )
         return
     if path.is_dir():
         from hybrid.analysis.job_metrics import is_job_dir
@@ -440,21 +612,29 @@ def report(
                 run_dir = rank_path(path, rank)
                 results = analyze_run_dir(run_dir, step_range=step_range, ncu_csv=ncu)
             elif ncu is not None:
-                raise UsageError(f"{path} is a multi-process run: --ncu counters belong to one rank's kernels",
-                                 "add --rank N to analyze that rank with them")
+                raise UsageError(
+                    f"{path} is a multi-process run: --ncu counters belong to one rank's kernels",
+                    "add --rank N to analyze that rank with them",
+                )
             else:
                 results = analyze_job(path)
         else:
             if rank is not None:
-                raise UsageError(f"{path} is a single-process run: --rank applies to multi-process runs",
-                                 "drop --rank")
+                raise UsageError(
+                    f"{path} is a single-process run: --rank applies to multi-process runs", "drop --rank"
+                )
             if _artifacts_gone(path):
                 _stderr(f"{path} keeps no raw artifacts: showing its results.json as it was written")
                 with _received(path / "results.json"):
-                    _render_saved(_complete(_load_results(path), path / "results.json"),
-                                  html_path=path / "report.html" if html else None,
-                                  as_json=as_json, verbose=verbose, include_paths=include_paths, fail_on=fail_on,
-                                  location=str(path))
+                    _render_saved(
+                        _complete(_load_results(path), path / "results.json"),
+                        html_path=path / "report.html" if html else None,
+                        as_json=as_json,
+                        verbose=verbose,
+                        include_paths=include_paths,
+                        fail_on=fail_on,
+                        location=str(path),
+                    )
                 return
             results = analyze_run_dir(path, step_range=step_range, ncu_csv=ncu)
     else:
@@ -464,8 +644,16 @@ def report(
             from hybrid.report.html_report import render_html
 
             _write_page(path.with_suffix(".report.html"), render_html(results, include_paths=include_paths))
-    _emit(results, run_dir=run_dir, as_json=as_json, html=html and run_dir is not None, verbose=verbose,
-          include_paths=include_paths, fail_on=fail_on, location=run_dir or path.parent)
+    _emit(
+        results,
+        run_dir=run_dir,
+        as_json=as_json,
+        html=html and run_dir is not None,
+        verbose=verbose,
+        include_paths=include_paths,
+        fail_on=fail_on,
+        location=run_dir or path.parent,
+    )
 
 
 def _write_page(path: Path, page: str) -> None:
@@ -492,15 +680,26 @@ def _artifacts_gone(path: Path) -> bool:
     return (path / "results.json").is_file() and run.torch_trace() is None and run.nsys_export() is None
 
 
-def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbose: bool, include_paths: bool,
-                  fail_on: Severity | None, location: str) -> None:
+def _render_saved(
+    results: dict,
+    *,
+    html_path: Path | None,
+    as_json: bool,
+    verbose: bool,
+    include_paths: bool,
+    fail_on: Severity | None,
+    location: str,
+) -> None:
     """Show a saved results document without re-analysis (and without rewriting it)."""
     from rich.console import Console
 
     # Only the artifacts still beside the document get a command to open them.
     artifacts = results.get("artifacts") if isinstance(results.get("artifacts"), dict) else {}
-    results["artifacts"] = {key: relative for key, relative in artifacts.items()
-                            if isinstance(relative, str) and (Path(location) / relative).is_file()}
+    results["artifacts"] = {
+        key: relative
+        for key, relative in artifacts.items()
+        if isinstance(relative, str) and (Path(location) / relative).is_file()
+    }
 
     from hybrid.report.json_report import results_to_json
     from hybrid.report.terminal import print_report
@@ -513,8 +712,12 @@ def _render_saved(results: dict, *, html_path: Path | None, as_json: bool, verbo
     if as_json:
         sys.stdout.write(json_text(results_to_json(results)))
     else:
-        print_report(results, Console(no_color=bool(os.environ.get("NO_COLOR")) or None), verbose=verbose,
-                     location=location)
+        print_report(
+            results,
+            Console(no_color=bool(os.environ.get("NO_COLOR")) or None),
+            verbose=verbose,
+            location=location,
+        )
     _fail_on(results, fail_on)
 
 
@@ -527,9 +730,11 @@ def _received(*sources: Path):
         yield
     except (TypeError, AttributeError, KeyError, IndexError, ValueError, ArithmeticError) as error:
         named = " or ".join(str(source) for source in sources)
-        raise UsageError(f"{named} holds a value of a type results.json never has ({type(error).__name__}: "
-                         f"{str(error)[:120]})", "re-create it with `hybrid report RUN_DIR` from the run's artifacts",
-                         ) from None
+        raise UsageError(
+            f"{named} holds a value of a type results.json never has ({type(error).__name__}: "
+            f"{str(error)[:120]})",
+            "re-create it with `hybrid report RUN_DIR` from the run's artifacts",
+        ) from None
 
 
 def _load_results(path: Path) -> dict:
@@ -544,10 +749,13 @@ def _load_results(path: Path) -> dict:
         document = json.loads(read_regular_text(target), parse_int=_json_int)
     except FileNotFoundError:
         if path.is_dir() and (path / "run.json").is_file():  # a run directory never analyzed (or re-analyzed)
-            raise UsageError(f"{target} not found: {path} holds a run that was not analyzed",
-                             f"analyze it first with `hybrid report {path}`, then compare") from None
-        raise UsageError(f"{target} not found",
-                         "pass a run directory holding results.json, or the file itself") from None
+            raise UsageError(
+                f"{target} not found: {path} holds a run that was not analyzed",
+                f"analyze it first with `hybrid report {path}`, then compare",
+            ) from None
+        raise UsageError(
+            f"{target} not found", "pass a run directory holding results.json, or the file itself"
+        ) from None
     except IsADirectoryError:
         raise UsageError(f"{target} is a directory", "pass a run directory holding results.json") from None
     except OSError as error:
@@ -555,8 +763,11 @@ def _load_results(path: Path) -> dict:
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{target} is not a results.json document: {error}", fix) from None
     if not isinstance(document, dict):
-        raise UsageError(f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
-                         "not an object", "pass the results.json that `hybrid run` or `hybrid report` wrote")
+        raise UsageError(
+            f"{target} is not a results.json document: it holds a JSON {type(document).__name__}, "
+            "not an object",
+            "pass the results.json that `hybrid run` or `hybrid report` wrote",
+        )
     from hybrid.schema import typed_findings
 
     problems = typed_findings(document, str(target))
@@ -582,8 +793,10 @@ def _complete(document: dict, target: Path) -> dict:
         missing = ["sections of the right types"]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise UsageError(f"{target} is not a complete results.json document: it lacks {shown}",
-                         "re-create it with `hybrid report RUN_DIR` from the run's artifacts")
+        raise UsageError(
+            f"{target} is not a complete results.json document: it lacks {shown}",
+            "re-create it with `hybrid report RUN_DIR` from the run's artifacts",
+        )
     return document
 
 
@@ -591,8 +804,10 @@ def _threshold(value: float | None) -> float | None:
     import math
 
     if value is not None and not math.isfinite(value):
-        raise UsageError(f"--fail-on-regression {value} is not a number of percent",
-                         "give a finite threshold, e.g. --fail-on-regression 5")
+        raise UsageError(
+            f"--fail-on-regression {value} is not a number of percent",
+            "give a finite threshold, e.g. --fail-on-regression 5",
+        )
     return value
 
 
@@ -602,17 +817,24 @@ def compare(
     run_a: Path = typer.Argument(..., help="the baseline: a run directory or its results.json"),
     run_b: Path = typer.Argument(..., help="the candidate: a run directory or its results.json"),
     fail_on_regression: float | None = typer.Option(
-        None, "--fail-on-regression", metavar="PCT",
+        None,
+        "--fail-on-regression",
+        metavar="PCT",
         help="exit 1 when B's mean step time is slower than A's at 95% confidence (Welch's t on the steps) "
-             "and by an estimated more than PCT percent; exit 5 when the data cannot decide (above PCT but "
-             "within the noise, an interval too wide to rule out twice PCT, or a run without a step time)"),
+        "and by an estimated more than PCT percent; exit 5 when the data cannot decide (above PCT but "
+        "within the noise, an interval too wide to rule out twice PCT, or a run without a step time)",
+    ),
     allow_different: bool = typer.Option(
-        False, "--allow-different", help="compare runs of different programs, models, batch sizes or devices "
+        False,
+        "--allow-different",
+        help="compare runs of different programs, models, batch sizes or devices "
         "(or exports that do not record their program and share little kernel time), which is refused "
-        "otherwise"),
+        "otherwise",
+    ),
     as_json: bool = JsonOpt,
-    html: Path | None = typer.Option(None, "--html", metavar="FILE",
-                                     help="also write the comparison as an HTML page"),
+    html: Path | None = typer.Option(
+        None, "--html", metavar="FILE", help="also write the comparison as an HTML page"
+    ),
 ) -> None:
     """Compare two runs: step time (a test of the means, on the plain pass's steps where both have one),
     GPU utilization, roofline, top kernels, findings resolved/new (only where both runs measured what a
@@ -654,15 +876,22 @@ def _refuse_incomparable(diff: dict, paths: tuple[Path, Path], *, allow_differen
     workloads are refused unless --allow-different (their step times say nothing about a change)."""
     from hybrid.report.safe_text import escape_strings
 
-    problems = [f"{path}: {problem}" for path, side in zip(paths, ("a", "b"), strict=True)
-                for problem in diff["problems"][side]]
+    problems = [
+        f"{path}: {problem}"
+        for path, side in zip(paths, ("a", "b"), strict=True)
+        for problem in diff["problems"][side]
+    ]
     if problems:
-        raise UsageError("; ".join(escape_strings(problems)),
-                         "re-create the results.json with `hybrid report RUN_DIR` from the run's artifacts")
+        raise UsageError(
+            "; ".join(escape_strings(problems)),
+            "re-create the results.json with `hybrid report RUN_DIR` from the run's artifacts",
+        )
     if diff["workload"]["differences"] and not allow_different:
-        raise UsageError("refusing to compare: " + "; ".join(escape_strings(diff["workload"]["differences"])),
-                         "compare two runs of the same workload, or pass --allow-different to see the "
-                         "comparison anyway (its step-time change then says nothing about a fix)")
+        raise UsageError(
+            "refusing to compare: " + "; ".join(escape_strings(diff["workload"]["differences"])),
+            "compare two runs of the same workload, or pass --allow-different to see the "
+            "comparison anyway (its step-time change then says nothing about a fix)",
+        )
 
 
 @app.command()
@@ -685,8 +914,10 @@ def _check_device(device: str) -> None:
     if kind not in ("cuda", "cpu") or (index and (kind == "cpu" or not index.isdigit())):
         raise UsageError(f"unsupported device {device!r}", "use --device cuda (or cuda:N) or --device cpu")
     if kind == "cuda" and not _cuda_available():
-        raise UsageError(f"--device {device} was asked for but torch sees no CUDA device on this machine",
-                         "run on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu")
+        raise UsageError(
+            f"--device {device} was asked for but torch sees no CUDA device on this machine",
+            "run on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu",
+        )
 
 
 def _cuda_available() -> bool:

@@ -21,13 +21,20 @@ def _torch_facts() -> dict:
         import torch
     except ImportError as error:
         return {"torch": None, "torch_error": str(error), "cuda_available": False}
-    facts = {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-             "cuda_available": torch.cuda.is_available()}
+    facts = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+    }
     if facts["cuda_available"]:
         props = torch.cuda.get_device_properties(0)
-        facts.update(gpu=props.name, gpu_count=torch.cuda.device_count(),
-                     gpu_memory_bytes=props.total_memory, sm_count=props.multi_processor_count,
-                     compute_capability=f"{props.major}.{props.minor}")
+        facts.update(
+            gpu=props.name,
+            gpu_count=torch.cuda.device_count(),
+            gpu_memory_bytes=props.total_memory,
+            sm_count=props.multi_processor_count,
+            compute_capability=f"{props.major}.{props.minor}",
+        )
     return facts
 
 
@@ -36,8 +43,19 @@ def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
     from nsight import ncu
 
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [str(ncu_path), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
-                "--csv", "--log-file", f"{tmp}/ncu.log", sys.executable, "-c", _COUNTER_PROBE]
+        argv = [
+            str(ncu_path),
+            "--clock-control",
+            "none",
+            "--metrics",
+            "gpu__time_duration.sum",
+            "--csv",
+            "--log-file",
+            f"{tmp}/ncu.log",
+            sys.executable,
+            "-c",
+            _COUNTER_PROBE,
+        ]
         try:
             done = run_bounded(argv, COUNTER_PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -67,8 +85,10 @@ def diagnose_environment(*, probe_counters: bool = True) -> dict:
     facts["ncu_version"] = ncu.ncu_version(ncu_path) if ncu_path else None
     facts["ncu_error"] = None
     if ncu_path and facts["ncu_version"] is None:
-        facts["ncu_error"] = (f"`{ncu_path} --version` did not answer with a version within "
-                              f"{probe_timeout_s():g} s ({PROBE_TIMEOUT_ENV} to wait longer)")
+        facts["ncu_error"] = (
+            f"`{ncu_path} --version` did not answer with a version within "
+            f"{probe_timeout_s():g} s ({PROBE_TIMEOUT_ENV} to wait longer)"
+        )
     facts["counters_permitted"], facts["counters_detail"] = (None, "not checked")
     if probe_counters and ncu_path and facts["cuda_available"] and facts["ncu_error"] is None:
         facts["counters_permitted"], facts["counters_detail"] = _counters_permitted(ncu_path)
@@ -81,7 +101,10 @@ def _would_use(facts: dict) -> tuple[str, str]:
     if not facts.get("torch"):
         return "none", "torch is not installed: pip install torch"
     if not facts["cuda_available"]:
-        return "cpu-only", "no CUDA device is visible: the torch pass runs on the CPU and GPU analysis is skipped"
+        return (
+            "cpu-only",
+            "no CUDA device is visible: the torch pass runs on the CPU and GPU analysis is skipped",
+        )
     if not facts["nsys"]:
         return "torch-only", "nsys not found (install Nsight Systems or set HYBRID_NSYS)"
     if facts.get("nsys_error"):
@@ -95,13 +118,17 @@ def _would_use(facts: dict) -> tuple[str, str]:
     return "hybrid", "torch.profiler, nsys and ncu are all available"
 
 
-INSTALL_NSYS = ("Nsight Systems gives the measured timeline: install it from "
-                "https://developer.nvidia.com/nsight-systems (or NVIDIA's CUDA apt/dnf repository: "
-                "`apt-get install nsight-systems-<version>`; recent CUDA toolkits bundle it), then put `nsys` on "
-                "PATH or set HYBRID_NSYS=/path/to/nsys")
-INSTALL_NCU = ("Nsight Compute gives the hardware counters (roofline, cache, occupancy): it ships with the CUDA "
-               "toolkit (/usr/local/cuda/bin/ncu) or https://developer.nvidia.com/nsight-compute "
-               "(`apt-get install nsight-compute-<version>`); put `ncu` on PATH or set HYBRID_NCU=/path/to/ncu")
+INSTALL_NSYS = (
+    "Nsight Systems gives the measured timeline: install it from "
+    "https://developer.nvidia.com/nsight-systems (or NVIDIA's CUDA apt/dnf repository: "
+    "`apt-get install nsight-systems-<version>`; recent CUDA toolkits bundle it), then put `nsys` on "
+    "PATH or set HYBRID_NSYS=/path/to/nsys"
+)
+INSTALL_NCU = (
+    "Nsight Compute gives the hardware counters (roofline, cache, occupancy): it ships with the CUDA "
+    "toolkit (/usr/local/cuda/bin/ncu) or https://developer.nvidia.com/nsight-compute "
+    "(`apt-get install nsight-compute-<version>`); put `ncu` on PATH or set HYBRID_NCU=/path/to/ncu"
+)
 
 
 def next_steps(facts: dict) -> list[str]:
@@ -112,14 +139,18 @@ def next_steps(facts: dict) -> list[str]:
     if not facts.get("torch"):
         steps.append("install torch: https://pytorch.org/get-started/locally/")
     if facts.get("torch") and not facts.get("cuda_available"):
-        steps.append("no CUDA device is visible to torch: GPU analysis needs an NVIDIA GPU, its driver and a CUDA "
-                     "build of torch; on this machine `hybrid report` still re-analyzes runs made elsewhere")
+        steps.append(
+            "no CUDA device is visible to torch: GPU analysis needs an NVIDIA GPU, its driver and a CUDA "
+            "build of torch; on this machine `hybrid report` still re-analyzes runs made elsewhere"
+        )
     if not facts.get("nsys"):
         steps.append(INSTALL_NSYS)
     for tool in ("nsys", "ncu"):
         if facts.get(f"{tool}_error"):
-            steps.append(f"{facts[tool]} does not work ({facts[f'{tool}_error']}): repair that install, or "
-                         f"point HYBRID_{tool.upper()} at a working {tool}")
+            steps.append(
+                f"{facts[tool]} does not work ({facts[f'{tool}_error']}): repair that install, or "
+                f"point HYBRID_{tool.upper()} at a working {tool}"
+            )
     if not facts.get("ncu"):
         steps.append(INSTALL_NCU)
     if facts.get("counters_permitted") is False:
@@ -146,12 +177,21 @@ def render_doctor(facts: dict) -> str:
         f"python      {facts['python']}  ({facts['platform']})",
         f"torch       {show(facts.get('torch'))}  (CUDA build {show(facts.get('torch_cuda'))})",
         f"GPU         {facts.get('gpu', 'none visible')}"
-        + (f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""),
-        *((f"{tool:<12}{show(facts[tool])}  "
-           f"{facts[tool + '_version'] or facts.get(tool + '_error') or ''}").rstrip() for tool in ("nsys", "ncu")),
+        + (
+            f"  {facts.get('sm_count')} SMs, cc {facts.get('compute_capability')}" if facts.get("gpu") else ""
+        ),
+        *(
+            (
+                f"{tool:<12}{show(facts[tool])}  "
+                f"{facts[tool + '_version'] or facts.get(tool + '_error') or ''}"
+            ).rstrip()
+            for tool in ("nsys", "ncu")
+        ),
         f"counters    {_permitted(facts['counters_permitted'])}  ({facts['counters_detail']})",
         f"mode        `hybrid run` would use: {facts['mode']} ({facts['mode_reason']})",
     ]
-    lines += [f"to do       {step}" if index == 0 else f"            {step}"
-              for index, step in enumerate(escape_strings(steps))]
+    lines += [
+        f"to do       {step}" if index == 0 else f"            {step}"
+        for index, step in enumerate(escape_strings(steps))
+    ]
     return "\n".join(lines) + "\n"

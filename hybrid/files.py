@@ -40,11 +40,15 @@ def is_no_space(error: BaseException) -> bool:
 def output_error(path: Path, error: OSError) -> OutputError:
     """The user-facing error for a failed write of `path`."""
     if is_no_space(error):
-        return OutputError(f"no space left writing {path} ({error.strerror})",
-                           "free space on that disk (or raise the file-size limit, ulimit -f), or pass "
-                           "--out on another disk")
-    return OutputError(f"cannot write {path}: {error.strerror or error}",
-                       "choose a place you can write to (--out DIR), or check its permissions")
+        return OutputError(
+            f"no space left writing {path} ({error.strerror})",
+            "free space on that disk (or raise the file-size limit, ulimit -f), or pass "
+            "--out on another disk",
+        )
+    return OutputError(
+        f"cannot write {path}: {error.strerror or error}",
+        "choose a place you can write to (--out DIR), or check its permissions",
+    )
 
 
 class InputCollision(OutputError):
@@ -74,8 +78,10 @@ def check_output(path: str | os.PathLike) -> None:
     """Raise InputCollision when `path` is a file this command reads, before any work is done."""
     target = Path(os.path.abspath(path))
     if {_real(target), os.path.realpath(target)} & _INPUTS:
-        raise InputCollision(f"{target} is an input of this command: writing the output there would "
-                             "replace it", "name another file for the output")
+        raise InputCollision(
+            f"{target} is an input of this command: writing the output there would replace it",
+            "name another file for the output",
+        )
 
 
 def _keep_existing(target: Path, real: str) -> None:
@@ -92,12 +98,15 @@ def _keep_existing(target: Path, real: str) -> None:
         if kept is not None:
             _KEPT.append((target, kept))
         return
-    raise OutputError(f"{target} exists and is not a regular file: hybrid does not replace it",
-                      "name another file for the output, or move that one away")
+    raise OutputError(
+        f"{target} exists and is not a regular file: hybrid does not replace it",
+        "name another file for the output, or move that one away",
+    )
 
 
-def write_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = False,
-               cache: bool = False) -> Path:
+def write_file(
+    path: str | os.PathLike, data: str | bytes, *, durable: bool = False, cache: bool = False
+) -> Path:
     """Write `data` to `path` atomically. The temporary file is created exclusively (O_EXCL, O_NOFOLLOW)
     with mode 0666 less the umask, as open() gives; `durable` also fsyncs it before the rename. A file
     already there that this run did not make is kept as a numbered copy first (see the module), except
@@ -116,8 +125,11 @@ def write_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = Fa
         _WRITTEN.add(real)
     _keep_existing(target, real)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+            0o666,
+        )
     except OSError as error:
         raise output_error(target, error) from error
     try:
@@ -171,8 +183,10 @@ def keep_numbered_copy(path: Path) -> Path | None:
             else:
                 _copy_exclusive(path, kept)
             return kept
-    raise OutputError(f"{path.parent} already keeps 99,999 earlier copies of {path.name}",
-                      f"move the old {numbered_name(path, 1).name.replace('.1', '.N')} files away")
+    raise OutputError(
+        f"{path.parent} already keeps 99,999 earlier copies of {path.name}",
+        f"move the old {numbered_name(path, 1).name.replace('.1', '.N')} files away",
+    )
 
 
 def _copy_exclusive(source: Path, kept: Path) -> None:
@@ -241,8 +255,10 @@ def gunzip_limited(data: bytes, path: Path) -> bytes:
     for chunk in _gunzip_chunks(data):
         total += len(chunk)
         if total > limit:
-            raise InputError(f"{path} expands to more than {limit / 2**20:,.0f} MB from "
-                             f"{len(data) / 2**20:,.1f} MB (over {GUNZIP_MAX_RATIO}:1; traces compress about "
-                             "10-25:1): refused as a decompression bomb",
-                             "pass the trace as the profiler wrote it")
+            raise InputError(
+                f"{path} expands to more than {limit / 2**20:,.0f} MB from "
+                f"{len(data) / 2**20:,.1f} MB (over {GUNZIP_MAX_RATIO}:1; traces compress about "
+                "10-25:1): refused as a decompression bomb",
+                "pass the trace as the profiler wrote it",
+            )
     return b"".join(_gunzip_chunks(data))

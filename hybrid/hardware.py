@@ -40,8 +40,10 @@ PCIE_GEN5_X16 = 64 * GIGA
 # nsys reports for this device. No microbenchmark paper in reach gives an H200 figure (Luo et al. 2024
 # measured an H800), and other GPUs' slice counts and L2 clocks differ, so they stay unknown.
 H200_L2_BYTES_PER_S = 3 * 94 * 32 * 1.7084 * GIGA
-H200_L2_REFERENCE = ("L2 peak from Nsight Compute 2025.3.1's model of an H200 (lts__t_sectors peak_sustained "
-                     "x 94 slices x L2 clock, ncu --set full): a device property, not measured in this run")
+H200_L2_REFERENCE = (
+    "L2 peak from Nsight Compute 2025.3.1's model of an H200 (lts__t_sectors peak_sustained "
+    "x 94 slices x L2 clock, ncu --set full): a device property, not measured in this run"
+)
 
 
 @dataclass(frozen=True)
@@ -66,73 +68,218 @@ SPECS: tuple[GpuSpec, ...] = (
     # H200 NVL datasheet (NVIDIA H200 Tensor Core GPU datasheet, 2024): 4.8 TB/s HBM3e, FP64 30 TF,
     # FP64 Tensor 60, FP32 60 TF, TF32 835 / BF16-FP16 1671 / FP8 3341 TF sparse -> halved; non-tensor FP16
     # at 2x FP32 (Hopper whitepaper, table 2). SMs and L2 from GH100.
-    GpuSpec("H200 NVL", ("h200", "nvl"), (), 4.8 * TERA,
-            {"fp64": 30 * TERA, "fp32": 60 * TERA, "tf32": 417.5 * TERA, "fp16": 835.5 * TERA,
-             "bf16": 835.5 * TERA, "fp8": 1670.5 * TERA, "fp64_tensor": 60 * TERA,
-             "fp16_scalar": 120 * TERA},
-            50 * 1000 * 1000, 132, 1.785 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (NVL column)"),
+    GpuSpec(
+        "H200 NVL",
+        ("h200", "nvl"),
+        (),
+        4.8 * TERA,
+        {
+            "fp64": 30 * TERA,
+            "fp32": 60 * TERA,
+            "tf32": 417.5 * TERA,
+            "fp16": 835.5 * TERA,
+            "bf16": 835.5 * TERA,
+            "fp8": 1670.5 * TERA,
+            "fp64_tensor": 60 * TERA,
+            "fp16_scalar": 120 * TERA,
+        },
+        50 * 1000 * 1000,
+        132,
+        1.785 * GIGA,
+        PCIE_GEN5_X16,
+        "NVIDIA H200 datasheet (NVL column)",
+    ),
     # H200 SXM datasheet: 4.8 TB/s, FP64 34 TF, FP64 Tensor 67, FP32 67 TF, TF32 989 / BF16-FP16 1979 /
     # FP8 3958 TF sparse -> halved; non-tensor FP16 133.8 (Hopper whitepaper, H100 SXM5: the same GH100
     # configuration, 132 SMs, 1.98 GHz boost).
-    GpuSpec("H200 SXM", ("h200",), ("nvl",), 4.8 * TERA,
-            {"fp64": 34 * TERA, "fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA,
-             "bf16": 989.4 * TERA, "fp8": 1978.9 * TERA, "fp64_tensor": 67 * TERA,
-             "fp16_scalar": 133.8 * TERA},
-            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H200 datasheet (SXM column)",
-            H200_L2_BYTES_PER_S, H200_L2_REFERENCE),
+    GpuSpec(
+        "H200 SXM",
+        ("h200",),
+        ("nvl",),
+        4.8 * TERA,
+        {
+            "fp64": 34 * TERA,
+            "fp32": 67 * TERA,
+            "tf32": 494.7 * TERA,
+            "fp16": 989.4 * TERA,
+            "bf16": 989.4 * TERA,
+            "fp8": 1978.9 * TERA,
+            "fp64_tensor": 67 * TERA,
+            "fp16_scalar": 133.8 * TERA,
+        },
+        50 * 1000 * 1000,
+        132,
+        1.98 * GIGA,
+        PCIE_GEN5_X16,
+        "NVIDIA H200 datasheet (SXM column)",
+        H200_L2_BYTES_PER_S,
+        H200_L2_REFERENCE,
+    ),
     # H100 PCIe (H100 datasheet, PCIe column): 2.0 TB/s, FP64 26, FP64 Tensor 51, FP32 51, TF32 756 /
     # FP16 1513 / FP8 3026 TF sparse -> halved; non-tensor FP16 2x FP32; 114 SMs (Hopper whitepaper),
     # 1.755 GHz boost.
-    GpuSpec("H100 PCIe", ("h100", "pcie"), (), 2.0 * TERA,
-            {"fp64": 26 * TERA, "fp32": 51 * TERA, "tf32": 378 * TERA, "fp16": 756 * TERA,
-             "bf16": 756 * TERA, "fp8": 1513 * TERA, "fp64_tensor": 51 * TERA,
-             "fp16_scalar": 102 * TERA},
-            50 * 1000 * 1000, 114, 1.755 * GIGA, PCIE_GEN5_X16, "NVIDIA H100 datasheet (PCIe column)"),
+    GpuSpec(
+        "H100 PCIe",
+        ("h100", "pcie"),
+        (),
+        2.0 * TERA,
+        {
+            "fp64": 26 * TERA,
+            "fp32": 51 * TERA,
+            "tf32": 378 * TERA,
+            "fp16": 756 * TERA,
+            "bf16": 756 * TERA,
+            "fp8": 1513 * TERA,
+            "fp64_tensor": 51 * TERA,
+            "fp16_scalar": 102 * TERA,
+        },
+        50 * 1000 * 1000,
+        114,
+        1.755 * GIGA,
+        PCIE_GEN5_X16,
+        "NVIDIA H100 datasheet (PCIe column)",
+    ),
     # H100 SXM5 (H100 datasheet, SXM column): 3.35 TB/s, FP64 34, FP64 Tensor 67, FP32 67, TF32 989 /
     # FP16 1979 / FP8 3958 TF sparse -> halved; non-tensor FP16 133.8, 132 SMs, 50 MB L2 (Hopper
     # whitepaper), 1.98 GHz boost.
-    GpuSpec("H100 SXM", ("h100",), ("pcie", "nvl"), 3.35 * TERA,
-            {"fp64": 34 * TERA, "fp32": 67 * TERA, "tf32": 494.7 * TERA, "fp16": 989.4 * TERA,
-             "bf16": 989.4 * TERA, "fp8": 1978.9 * TERA, "fp64_tensor": 67 * TERA,
-             "fp16_scalar": 133.8 * TERA},
-            50 * 1000 * 1000, 132, 1.98 * GIGA, PCIE_GEN5_X16, "NVIDIA H100 datasheet (SXM column)"),
+    GpuSpec(
+        "H100 SXM",
+        ("h100",),
+        ("pcie", "nvl"),
+        3.35 * TERA,
+        {
+            "fp64": 34 * TERA,
+            "fp32": 67 * TERA,
+            "tf32": 494.7 * TERA,
+            "fp16": 989.4 * TERA,
+            "bf16": 989.4 * TERA,
+            "fp8": 1978.9 * TERA,
+            "fp64_tensor": 67 * TERA,
+            "fp16_scalar": 133.8 * TERA,
+        },
+        50 * 1000 * 1000,
+        132,
+        1.98 * GIGA,
+        PCIE_GEN5_X16,
+        "NVIDIA H100 datasheet (SXM column)",
+    ),
     # A100 SXM4 80GB (A100 datasheet): 2039 GB/s HBM2e; FP64 9.7, FP64 Tensor 19.5, FP32 19.5, TF32 156 /
     # FP16 312 TF dense (datasheet lists 312 / 624 sparse); no FP8; non-tensor FP16 78 (A100 whitepaper).
     # 108 SMs, 40 MB L2, 1.41 GHz boost.
-    GpuSpec("A100 SXM 80GB", ("a100", "80gb"), ("pcie",), 2039 * GIGA,
-            {"fp64": 9.7 * TERA, "fp32": 19.5 * TERA, "tf32": 156 * TERA, "fp16": 312 * TERA,
-             "bf16": 312 * TERA, "fp8": None, "fp64_tensor": 19.5 * TERA,
-             "fp16_scalar": 78 * TERA},
-            40 * 1000 * 1000, 108, 1.41 * GIGA, PCIE_GEN4_X16, "NVIDIA A100 datasheet (80GB SXM)"),
+    GpuSpec(
+        "A100 SXM 80GB",
+        ("a100", "80gb"),
+        ("pcie",),
+        2039 * GIGA,
+        {
+            "fp64": 9.7 * TERA,
+            "fp32": 19.5 * TERA,
+            "tf32": 156 * TERA,
+            "fp16": 312 * TERA,
+            "bf16": 312 * TERA,
+            "fp8": None,
+            "fp64_tensor": 19.5 * TERA,
+            "fp16_scalar": 78 * TERA,
+        },
+        40 * 1000 * 1000,
+        108,
+        1.41 * GIGA,
+        PCIE_GEN4_X16,
+        "NVIDIA A100 datasheet (80GB SXM)",
+    ),
     # A100 SXM4 40GB: 1555 GB/s HBM2, otherwise as above (A100 datasheet, 40GB column).
-    GpuSpec("A100 SXM 40GB", ("a100",), ("pcie", "80gb"), 1555 * GIGA,
-            {"fp64": 9.7 * TERA, "fp32": 19.5 * TERA, "tf32": 156 * TERA, "fp16": 312 * TERA,
-             "bf16": 312 * TERA, "fp8": None, "fp64_tensor": 19.5 * TERA,
-             "fp16_scalar": 78 * TERA},
-            40 * 1000 * 1000, 108, 1.41 * GIGA, PCIE_GEN4_X16, "NVIDIA A100 datasheet (40GB SXM)"),
+    GpuSpec(
+        "A100 SXM 40GB",
+        ("a100",),
+        ("pcie", "80gb"),
+        1555 * GIGA,
+        {
+            "fp64": 9.7 * TERA,
+            "fp32": 19.5 * TERA,
+            "tf32": 156 * TERA,
+            "fp16": 312 * TERA,
+            "bf16": 312 * TERA,
+            "fp8": None,
+            "fp64_tensor": 19.5 * TERA,
+            "fp16_scalar": 78 * TERA,
+        },
+        40 * 1000 * 1000,
+        108,
+        1.41 * GIGA,
+        PCIE_GEN4_X16,
+        "NVIDIA A100 datasheet (40GB SXM)",
+    ),
     # L40S datasheet: 864 GB/s GDDR6, FP32 91.6 TF, TF32 366 / BF16-FP16 733 / FP8 1466 TF sparse ->
     # halved; FP64 is 1/64 of FP32 on Ada and non-tensor FP16 runs at the FP32 rate, no FP64 tensor path
     # (Ada whitepaper). 142 SMs, 96 MB L2, 2.52 GHz boost.
-    GpuSpec("L40S", ("l40s",), (), 864 * GIGA,
-            {"fp64": 91.6 * TERA / 64, "fp32": 91.6 * TERA, "tf32": 183 * TERA, "fp16": 366 * TERA,
-             "bf16": 366 * TERA, "fp8": 733 * TERA, "fp64_tensor": None,
-             "fp16_scalar": 91.6 * TERA},
-            96 * MIB, 142, 2.52 * GIGA, PCIE_GEN4_X16, "NVIDIA L40S datasheet; Ada whitepaper (FP64)"),
+    GpuSpec(
+        "L40S",
+        ("l40s",),
+        (),
+        864 * GIGA,
+        {
+            "fp64": 91.6 * TERA / 64,
+            "fp32": 91.6 * TERA,
+            "tf32": 183 * TERA,
+            "fp16": 366 * TERA,
+            "bf16": 366 * TERA,
+            "fp8": 733 * TERA,
+            "fp64_tensor": None,
+            "fp16_scalar": 91.6 * TERA,
+        },
+        96 * MIB,
+        142,
+        2.52 * GIGA,
+        PCIE_GEN4_X16,
+        "NVIDIA L40S datasheet; Ada whitepaper (FP64)",
+    ),
     # L4 datasheet: 300 GB/s, FP32 30.3 TF, TF32 120 / FP16 242 / FP8 485 TF sparse -> halved;
     # FP64 1/64 of FP32, non-tensor FP16 at the FP32 rate (Ada whitepaper). 58 SMs, 48 MB L2, 2.04 GHz boost.
-    GpuSpec("L4", ("l4",), ("l40",), 300 * GIGA,
-            {"fp64": 30.3 * TERA / 64, "fp32": 30.3 * TERA, "tf32": 60 * TERA, "fp16": 121 * TERA,
-             "bf16": 121 * TERA, "fp8": 242.5 * TERA, "fp64_tensor": None,
-             "fp16_scalar": 30.3 * TERA},
-            48 * MIB, 58, 2.04 * GIGA, PCIE_GEN4_X16, "NVIDIA L4 datasheet; Ada whitepaper (FP64)"),
+    GpuSpec(
+        "L4",
+        ("l4",),
+        ("l40",),
+        300 * GIGA,
+        {
+            "fp64": 30.3 * TERA / 64,
+            "fp32": 30.3 * TERA,
+            "tf32": 60 * TERA,
+            "fp16": 121 * TERA,
+            "bf16": 121 * TERA,
+            "fp8": 242.5 * TERA,
+            "fp64_tensor": None,
+            "fp16_scalar": 30.3 * TERA,
+        },
+        48 * MIB,
+        58,
+        2.04 * GIGA,
+        PCIE_GEN4_X16,
+        "NVIDIA L4 datasheet; Ada whitepaper (FP64)",
+    ),
     # RTX 4090 (Ada whitepaper, appendix): 1008 GB/s GDDR6X, FP32 82.6 TF, tensor FP16/BF16 with FP32
     # accumulate 165.2 TF dense (GeForce runs FP32-accumulate at half rate; PyTorch accumulates in
     # FP32), TF32 82.6 dense, FP8 (FP32 acc.) 330.3 dense, FP64 1.29 TF. 128 SMs, 72 MB L2.
-    GpuSpec("RTX 4090", ("4090",), (), 1008 * GIGA,
-            {"fp64": 1.29 * TERA, "fp32": 82.6 * TERA, "tf32": 82.6 * TERA, "fp16": 165.2 * TERA,
-             "bf16": 165.2 * TERA, "fp8": 330.3 * TERA, "fp64_tensor": None,
-             "fp16_scalar": 82.6 * TERA},
-            72 * MIB, 128, 2.52 * GIGA, PCIE_GEN4_X16, "NVIDIA Ada Lovelace whitepaper (RTX 4090)"),
+    GpuSpec(
+        "RTX 4090",
+        ("4090",),
+        (),
+        1008 * GIGA,
+        {
+            "fp64": 1.29 * TERA,
+            "fp32": 82.6 * TERA,
+            "tf32": 82.6 * TERA,
+            "fp16": 165.2 * TERA,
+            "bf16": 165.2 * TERA,
+            "fp8": 330.3 * TERA,
+            "fp64_tensor": None,
+            "fp16_scalar": 82.6 * TERA,
+        },
+        72 * MIB,
+        128,
+        2.52 * GIGA,
+        PCIE_GEN4_X16,
+        "NVIDIA Ada Lovelace whitepaper (RTX 4090)",
+    ),
 )
 
 # Pinned copies over PCIe reach about this share of the link's theoretical rate (cudaMemcpy
@@ -222,8 +369,9 @@ def peaks_for(device: DeviceInfo) -> Peaks:
         l2 = Metric(int(device.l2_bytes), "B", SPEC)
         reported.append("l2_bytes")
     if reported:
-        notes.append(f"{', '.join(reported)} reported by the device (read by {device.source}), not measured "
-                     "in the run")
+        notes.append(
+            f"{', '.join(reported)} reported by the device (read by {device.source}), not measured in the run"
+        )
 
     flops: dict[str, Metric | None] = {p: None for p in PRECISIONS}
     if spec:
@@ -232,9 +380,11 @@ def peaks_for(device: DeviceInfo) -> Peaks:
             scale = (device.sm_count * device.sm_clock_hz) / (spec.sm_count * spec.boost_clock_hz)
         rescaled = abs(scale - 1.0) > RESCALE_TOLERANCE
         if rescaled:
-            notes.append(f"FLOP/s peaks scaled by SM count x clock reported by the device "
-                         f"({device.sm_count} SMs at {device.sm_clock_hz / GIGA:.2f} GHz vs the "
-                         f"{spec.model} datasheet's {spec.sm_count} at {spec.boost_clock_hz / GIGA:.2f})")
+            notes.append(
+                f"FLOP/s peaks scaled by SM count x clock reported by the device "
+                f"({device.sm_count} SMs at {device.sm_clock_hz / GIGA:.2f} GHz vs the "
+                f"{spec.model} datasheet's {spec.sm_count} at {spec.boost_clock_hz / GIGA:.2f})"
+            )
         for precision, value in spec.flops_per_s.items():
             if value is not None:
                 # A rescaled datasheet value is our estimate, not the datasheet's.
@@ -245,11 +395,17 @@ def peaks_for(device: DeviceInfo) -> Peaks:
     if l2_bandwidth is not None:
         notes.append(spec.l2_reference)
 
-    figures = {"dram_bytes_per_s": dram, "sm_count": sm_count, "l2_bytes": l2, "host_link_bytes_per_s": link,
-               "l2_bytes_per_s": l2_bandwidth}
+    figures = {
+        "dram_bytes_per_s": dram,
+        "sm_count": sm_count,
+        "l2_bytes": l2,
+        "host_link_bytes_per_s": link,
+        "l2_bytes_per_s": l2_bandwidth,
+    }
     unknown = [k for k, v in figures.items() if v is None]
-    unknown += [f"flops_per_s.{p}" for p, v in flops.items()
-                if v is None and not (spec and p in spec.flops_per_s)]
+    unknown += [
+        f"flops_per_s.{p}" for p, v in flops.items() if v is None and not (spec and p in spec.flops_per_s)
+    ]
     if spec is None and device.name:
         notes.append(f"no datasheet entry for {device.name!r}: peaks not reported by the device are unknown")
     return Peaks(spec.model if spec else None, dram, flops, l2, sm_count, link, l2_bandwidth, unknown, notes)

@@ -26,16 +26,20 @@ Stage = Callable[[Diagnosis, Analyzed], None]
 
 def _no_kernels(export: Path, profile: Profile) -> InputError:
     reason = profile.extras.get("nsys", {}).get("no_kernels_reason") or "no CUDA kernel was recorded"
-    return InputError(f"{export} holds no kernels: {reason}",
-                      "profile the steps that launch GPU work (nsys profile -t cuda ...; with "
-                      "--capture-range, make sure the range opens), then export again")
+    return InputError(
+        f"{export} holds no kernels: {reason}",
+        "profile the steps that launch GPU work (nsys profile -t cuda ...; with "
+        "--capture-range, make sure the range opens), then export again",
+    )
 
 
 def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profile:
     if nsys_profile is None:
         if torch_profile is None:
-            raise InputError("no torch trace and no nsys export to analyze",
-                             "pass a run directory written by `hybrid run`, or an nsys .sqlite export")
+            raise InputError(
+                "no torch trace and no nsys export to analyze",
+                "pass a run directory written by `hybrid run`, or an nsys .sqlite export",
+            )
         return torch_profile
     if torch_profile is None:
         return nsys_profile
@@ -69,9 +73,11 @@ def _attach_ncu(profile: Profile, csv_path: Path) -> Profile:
     ncu = attached.extras["ncu"]
     matched = sum(level in ("launch", "config") for level in ncu["kernel_match"])
     if len(counters.frame) and matched == 0:
-        raise InputError(f"{csv_path}: none of its {len(counters.frame)} kernel(s) is a kernel of this profile "
-                         "(no kernel name with the same grid and block): the counters come from another workload",
-                         "pass the CSV ncu measured on this workload, or leave --ncu out")
+        raise InputError(
+            f"{csv_path}: none of its {len(counters.frame)} kernel(s) is a kernel of this profile "
+            "(no kernel name with the same grid and block): the counters come from another workload",
+            "pass the CSV ncu measured on this workload, or leave --ncu out",
+        )
     # What the reader noticed (metrics missing or n/a, rows skipped, units not understood) is said.
     attached.warnings += [f"{csv_path.name}: {note}" for note in counters.notes]
     return attached
@@ -82,8 +88,10 @@ def _inject_facts(run: RunDir, notes: list[str] | None = None) -> dict:
     pass is preferred since it ran the full measured window. A damaged inject.json is skipped and said."""
     for name in ("torch", "nsys", "plain", "ncu"):
         if notes is not None and run.inject_damaged(name):
-            notes.append(f"{run.path / name / 'inject.json'} cannot be read as a JSON object: the facts "
-                         "it records (batch size, peak memory, configuration) are left out")
+            notes.append(
+                f"{run.path / name / 'inject.json'} cannot be read as a JSON object: the facts "
+                "it records (batch size, peak memory, configuration) are left out"
+            )
     for name in ("torch", "nsys", "plain", "ncu"):
         inject = run.read_inject(name)
         if inject:
@@ -97,10 +105,16 @@ def step_fields(profile: Profile, inject: dict | None = None) -> dict:
     (periodicity, steady window, NVTX pattern in a bare export)."""
     ours = profile.step_source in ("nvtx:hybrid", "torch:annotation")
     if ours and inject and inject.get("step_source") not in (None, "none"):
-        fields = {key: inject.get(key) for key in ("step_source", "step_unit", "step_confidence", "step_reason")}
+        fields = {
+            key: inject.get(key) for key in ("step_source", "step_unit", "step_confidence", "step_reason")
+        }
     else:
-        fields = {"step_source": profile.step_source, "step_unit": profile.step_unit,
-                  "step_confidence": profile.step_confidence, "step_reason": profile.step_reason}
+        fields = {
+            "step_source": profile.step_source,
+            "step_unit": profile.step_unit,
+            "step_confidence": profile.step_confidence,
+            "step_reason": profile.step_reason,
+        }
     fields["step_ranges"] = profile.step_source
     return fields
 
@@ -115,7 +129,9 @@ def _warmup_dropped(profile: Profile, stepped: dict, facts: dict) -> int | None:
 
 def _step_inject(run: RunDir, profile: Profile) -> dict:
     """The inject.json of the pass whose step ranges the profile uses."""
-    preferred = {"nvtx:hybrid": ("nsys", "torch"), "torch:annotation": ("torch", "nsys")}.get(profile.step_source, ())
+    preferred = {"nvtx:hybrid": ("nsys", "torch"), "torch:annotation": ("torch", "nsys")}.get(
+        profile.step_source, ()
+    )
     for name in preferred:
         inject = run.read_inject(name)
         if inject:
@@ -139,7 +155,9 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
     baseline: on the H200 they ran up to 30% slower than measured steps (cuDNN autotuning, allocator
     growth), which would show a collector as negative overhead."""
     rows = []
-    plain_ms = next((p.get("step_time_ms") for p in run_json.get("passes") or [] if p["name"] == "plain"), None)
+    plain_ms = next(
+        (p.get("step_time_ms") for p in run_json.get("passes") or [] if p["name"] == "plain"), None
+    )
     for entry in run_json.get("passes") or []:
         inject = run.read_inject(entry["name"]) or {}
         row = dict(entry)
@@ -163,9 +181,15 @@ def stages() -> tuple[Stage, ...]:
     return (attach_callsites, weigh_at_plain_step, replay_findings, grade)
 
 
-def diagnose(profile: Profile, *, baseline_step_ms: float | None = None, calibration: dict | None = None,
-             script: str | None = None, script_is_module: bool = False,
-             stack_profiles: list[Profile] | None = None) -> tuple[dict, Diagnosis]:
+def diagnose(
+    profile: Profile,
+    *,
+    baseline_step_ms: float | None = None,
+    calibration: dict | None = None,
+    script: str | None = None,
+    script_is_module: bool = False,
+    stack_profiles: list[Profile] | None = None,
+) -> tuple[dict, Diagnosis]:
     """The analysis keys of results.json and the Diagnosis after every stage. `script`: the profiled
     script's path as the run was given it (callsites are shown relative to its folder), or a module's file
     below its package's folder (`script_is_module`); None for a foreign export. `stack_profiles`: other
@@ -182,20 +206,46 @@ def diagnose(profile: Profile, *, baseline_step_ms: float | None = None, calibra
     return document, diagnosis
 
 
-def analyze_profile(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
-                    extra_warnings: list[str] | None = None, facts: dict | None = None,
-                    baseline_step_ms: float | None = None, calibration: dict | None = None,
-                    script: str | None = None, script_is_module: bool = False,
-                    stack_profiles: list[Profile] | None = None) -> dict:
+def analyze_profile(
+    profile: Profile,
+    *,
+    workload: dict,
+    tools: dict,
+    passes: list[dict],
+    extra_warnings: list[str] | None = None,
+    facts: dict | None = None,
+    baseline_step_ms: float | None = None,
+    calibration: dict | None = None,
+    script: str | None = None,
+    script_is_module: bool = False,
+    stack_profiles: list[Profile] | None = None,
+) -> dict:
     """The results document of one profile (see diagnose)."""
-    return _results(profile, workload=workload, tools=tools, passes=passes, extra_warnings=extra_warnings,
-                    facts=facts, baseline_step_ms=baseline_step_ms, calibration=calibration, script=script,
-                    script_is_module=script_is_module, stack_profiles=stack_profiles)[0]
+    return _results(
+        profile,
+        workload=workload,
+        tools=tools,
+        passes=passes,
+        extra_warnings=extra_warnings,
+        facts=facts,
+        baseline_step_ms=baseline_step_ms,
+        calibration=calibration,
+        script=script,
+        script_is_module=script_is_module,
+        stack_profiles=stack_profiles,
+    )[0]
 
 
-def _results(profile: Profile, *, workload: dict, tools: dict, passes: list[dict],
-             extra_warnings: list[str] | None = None, facts: dict | None = None, **stage_inputs
-             ) -> tuple[dict, Diagnosis]:
+def _results(
+    profile: Profile,
+    *,
+    workload: dict,
+    tools: dict,
+    passes: list[dict],
+    extra_warnings: list[str] | None = None,
+    facts: dict | None = None,
+    **stage_inputs,
+) -> tuple[dict, Diagnosis]:
     facts = facts or {}
     analysis, diagnosis = diagnose(profile, **stage_inputs)
     results = {
@@ -238,9 +288,14 @@ def _load_intact(label: str, load: Callable[[], Profile], damaged: list[InputErr
         return None
 
 
-def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
-                 ncu_csv: Path | None = None, notes: list[str] | None = None
-                 ) -> tuple[RunDir, Profile | None, Profile | None, Path | None]:
+def load_run_dir(
+    path: Path,
+    *,
+    step_range: str | None = None,
+    peer_counters: Path | None = None,
+    ncu_csv: Path | None = None,
+    notes: list[str] | None = None,
+) -> tuple[RunDir, Profile | None, Profile | None, Path | None]:
     """A run directory's torch and nsys profiles (None for a pass that left nothing to analyze) and its
     ncu CSV. `ncu_csv`: counters to use instead of the folder's own (`hybrid report DIR --ncu CSV`);
     `peer_counters`: an ncu CSV measured in another process running the same kernels (a job's ncu rank),
@@ -250,9 +305,11 @@ def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Pa
     run = RunDir.open(path)
     trace, export = run.torch_trace(), run.nsys_export()
     if trace is None and export is None:
-        raise InputError(f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
-                         "point at a run directory written by `hybrid run`; if a pass failed, its "
-                         "console.log in that folder says why")
+        raise InputError(
+            f"{path} holds neither torch/trace.json nor nsys/profile.sqlite",
+            "point at a run directory written by `hybrid run`; if a pass failed, its "
+            "console.log in that folder says why",
+        )
     damaged: list[InputError] = []
     torch_profile = nsys_profile = None
     if trace is not None:
@@ -262,12 +319,16 @@ def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Pa
     if export is not None:
         from hybrid.load.nsys_export import load_nsys_export
 
-        nsys_profile = _load_intact("nsys export", lambda: load_nsys_export(export, step_range=step_range), damaged)
+        nsys_profile = _load_intact(
+            "nsys export", lambda: load_nsys_export(export, step_range=step_range), damaged
+        )
     if torch_profile is None and nsys_profile is None:
         if len(damaged) == 1:
             raise damaged[0]
-        raise InputError("no artifact of this run could be read:\n" + "\n".join(f"  {e.cause}" for e in damaged),
-                         damaged[0].fix)
+        raise InputError(
+            "no artifact of this run could be read:\n" + "\n".join(f"  {e.cause}" for e in damaged),
+            damaged[0].fix,
+        )
     if nsys_profile is not None and not len(nsys_profile.kernels):
         if torch_profile is None:
             raise _no_kernels(export, nsys_profile)
@@ -279,23 +340,41 @@ def load_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Pa
     return run, torch_profile, nsys_profile, csv
 
 
-def analyze_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
-                    ncu_csv: Path | None = None) -> dict:
+def analyze_run_dir(
+    path: Path,
+    *,
+    step_range: str | None = None,
+    peer_counters: Path | None = None,
+    ncu_csv: Path | None = None,
+) -> dict:
     """Re-analyze a run directory written by `hybrid run` (offline, on any machine); see load_run_dir."""
     return diagnose_run_dir(path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv)[0]
 
 
-def diagnose_run_dir(path: Path, *, step_range: str | None = None, peer_counters: Path | None = None,
-                     ncu_csv: Path | None = None) -> tuple[dict, Diagnosis]:
+def diagnose_run_dir(
+    path: Path,
+    *,
+    step_range: str | None = None,
+    peer_counters: Path | None = None,
+    ncu_csv: Path | None = None,
+) -> tuple[dict, Diagnosis]:
     """analyze_run_dir's results, and the Diagnosis they were written from (a job combines its ranks')."""
     notes: list[str] = []
-    loaded = load_run_dir(path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv, notes=notes)
+    loaded = load_run_dir(
+        path, step_range=step_range, peer_counters=peer_counters, ncu_csv=ncu_csv, notes=notes
+    )
     return _diagnose_artifacts(*loaded, notes=notes, counters_required=ncu_csv is not None)
 
 
-def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
-                   ncu_csv: Path | None, *, notes: list[str] | None = None,
-                   counters_required: bool = False) -> tuple[Profile, dict]:
+def merged_profile(
+    run: RunDir,
+    torch_profile: Profile | None,
+    nsys_profile: Profile | None,
+    ncu_csv: Path | None,
+    *,
+    notes: list[str] | None = None,
+    counters_required: bool = False,
+) -> tuple[Profile, dict]:
     """The one Profile analyzed from a run directory's loaded profiles (merged in place), with the
     injector's facts in its extras and the counters attached; and those facts. Counters that cannot be
     attached are a line in `notes`, or InputError with `counters_required` (the user named the CSV)."""
@@ -304,8 +383,11 @@ def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Pro
     facts = _inject_facts(run, notes)
     profile.extras.update({k: v for k, v in facts.items() if k not in profile.extras})
     if ncu_csv is not None and nsys_profile is None and counters_required:
-        raise InputError(f"{ncu_csv} cannot be used: ncu counters are matched to the kernels of an nsys export, "
-                         f"and {run.path} has no readable one", "pass a run directory with nsys/profile.sqlite")
+        raise InputError(
+            f"{ncu_csv} cannot be used: ncu counters are matched to the kernels of an nsys export, "
+            f"and {run.path} has no readable one",
+            "pass a run directory with nsys/profile.sqlite",
+        )
     if ncu_csv is not None and nsys_profile is not None:
         try:
             profile = _attach_ncu(profile, ncu_csv)
@@ -316,29 +398,52 @@ def merged_profile(run: RunDir, torch_profile: Profile | None, nsys_profile: Pro
     return profile, facts
 
 
-def analyze_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
-                      ncu_csv: Path | None, *, baseline_step_ms: float | None = None,
-                      notes: list[str] | None = None, counters_required: bool = False,
-                      calibration: dict | None = None) -> dict:
+def analyze_artifacts(
+    run: RunDir,
+    torch_profile: Profile | None,
+    nsys_profile: Profile | None,
+    ncu_csv: Path | None,
+    *,
+    baseline_step_ms: float | None = None,
+    notes: list[str] | None = None,
+    counters_required: bool = False,
+    calibration: dict | None = None,
+) -> dict:
     """The results document from a run directory's loaded profiles (merged in place: pass copies to
     analyze the same profiles more than once, as the planted-suite scorer does per mode). The
     baseline step time is the plain pass's unless given, the GPU's calibration the run folder's. `notes`
     become warnings. Counters that cannot be attached are left out with a warning, or raise InputError
     with `counters_required` (the user named the CSV)."""
-    return _diagnose_artifacts(run, torch_profile, nsys_profile, ncu_csv, baseline_step_ms=baseline_step_ms,
-                               notes=notes, counters_required=counters_required, calibration=calibration)[0]
+    return _diagnose_artifacts(
+        run,
+        torch_profile,
+        nsys_profile,
+        ncu_csv,
+        baseline_step_ms=baseline_step_ms,
+        notes=notes,
+        counters_required=counters_required,
+        calibration=calibration,
+    )[0]
 
 
-def _diagnose_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile: Profile | None,
-                        ncu_csv: Path | None, *, baseline_step_ms: float | None = None,
-                        notes: list[str] | None = None, counters_required: bool = False,
-                        calibration: dict | None = None) -> tuple[dict, Diagnosis]:
+def _diagnose_artifacts(
+    run: RunDir,
+    torch_profile: Profile | None,
+    nsys_profile: Profile | None,
+    ncu_csv: Path | None,
+    *,
+    baseline_step_ms: float | None = None,
+    notes: list[str] | None = None,
+    counters_required: bool = False,
+    calibration: dict | None = None,
+) -> tuple[dict, Diagnosis]:
     notes = list(notes or [])
     run_json = run.run_json()
     # merge() adopts the nsys profile; the torch profile keeps its own frames (for callsites).
     stack_profiles = [torch_profile] if torch_profile is not None and nsys_profile is not None else []
-    profile, facts = merged_profile(run, torch_profile, nsys_profile, ncu_csv, notes=notes,
-                                    counters_required=counters_required)
+    profile, facts = merged_profile(
+        run, torch_profile, nsys_profile, ncu_csv, notes=notes, counters_required=counters_required
+    )
     stepped = _step_inject(run, profile)
     workload = {
         "command": run_json.get("command"),
@@ -355,19 +460,27 @@ def _diagnose_artifacts(run: RunDir, torch_profile: Profile | None, nsys_profile
     passes = _pass_rows(run_json, run)
     notes += run.problems
     # How each pass ended, for advice on getting what is missing; a job's rank folder has the job's passes.
-    job_passes = run_json.get("passes") or (RunDir(run.path.parent).run_json().get("passes")
-                                            if run.path.name.startswith("rank-") else None) or []
+    job_passes = (
+        run_json.get("passes")
+        or (RunDir(run.path.parent).run_json().get("passes") if run.path.name.startswith("rank-") else None)
+        or []
+    )
     profile.extras["pass_status"] = {p["name"]: p.get("status") for p in job_passes}
     if baseline_step_ms is None:
         baseline_step_ms = next((p.get("step_time_ms") for p in passes if p["name"] == "plain"), None)
-    results, diagnosis = _results(profile, workload=workload, tools=tools, passes=passes,
-                                  extra_warnings=list(run_json.get("mode_reasons") or [])
-                                  + list(facts.get("warnings") or []) + notes,
-                                  facts=facts, baseline_step_ms=baseline_step_ms,
-                                  calibration=calibration or read_calibration(run.path),
-                                  script=_script(run_json),
-                                  script_is_module=bool((run_json.get("target") or {}).get("is_module")),
-                                  stack_profiles=stack_profiles)
+    results, diagnosis = _results(
+        profile,
+        workload=workload,
+        tools=tools,
+        passes=passes,
+        extra_warnings=list(run_json.get("mode_reasons") or []) + list(facts.get("warnings") or []) + notes,
+        facts=facts,
+        baseline_step_ms=baseline_step_ms,
+        calibration=calibration or read_calibration(run.path),
+        script=_script(run_json),
+        script_is_module=bool((run_json.get("target") or {}).get("is_module")),
+        stack_profiles=stack_profiles,
+    )
     if results["timing"].get("baseline_step_time_ms") is not None:
         results["timing"]["baseline_step_times_ms"] = plain_step_samples_ms(run)
     results["artifacts"] = run_artifacts(run)
@@ -391,10 +504,17 @@ def run_artifacts(run: RunDir) -> dict[str, str]:
     own tools (hybrid.report.views)."""
     from nsight import ncu
 
-    found = {"torch_trace": run.torch_trace(), "nsys_report": run.path / "nsys" / "profile.nsys-rep",
-             "nsys_export": run.nsys_export(), "ncu_report": run.path / "ncu" / ncu.REPORT_NAME}
-    return {key: path.relative_to(run.path).as_posix() for key, path in found.items()
-            if path is not None and path.is_file()}
+    found = {
+        "torch_trace": run.torch_trace(),
+        "nsys_report": run.path / "nsys" / "profile.nsys-rep",
+        "nsys_export": run.nsys_export(),
+        "ncu_report": run.path / "ncu" / ncu.REPORT_NAME,
+    }
+    return {
+        key: path.relative_to(run.path).as_posix()
+        for key, path in found.items()
+        if path is not None and path.is_file()
+    }
 
 
 def read_calibration(run_path: Path) -> dict | None:
@@ -428,14 +548,22 @@ def analyze_export(export: Path, *, ncu_csv: Path | None = None, step_range: str
         raise _no_kernels(export, profile)
     if ncu_csv is not None:
         profile = _attach_ncu(profile, ncu_csv)
-    workload = {"command": f"nsys export {export.name}", "steps_measured": profile.measured_steps,
-                "warmup_steps": None, **step_fields(profile)}
+    workload = {
+        "command": f"nsys export {export.name}",
+        "steps_measured": profile.measured_steps,
+        "warmup_steps": None,
+        **step_fields(profile),
+    }
     nsys_facts = profile.extras.get("nsys", {})
-    results = analyze_profile(profile, workload=workload,
-                              tools={"nsys_version": nsys_facts.get("product_version")}, passes=[])
+    results = analyze_profile(
+        profile, workload=workload, tools={"nsys_version": nsys_facts.get("product_version")}, passes=[]
+    )
     # Relative to the export's folder, where its .nsys-rep normally lies.
     report = export.with_suffix(".nsys-rep")
-    results["artifacts"] = {"nsys_export": export.name, **({"nsys_report": report.name} if report.is_file() else {})}
+    results["artifacts"] = {
+        "nsys_export": export.name,
+        **({"nsys_report": report.name} if report.is_file() else {}),
+    }
     return results
 
 
@@ -461,10 +589,14 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     if late is not None:
         own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
         if own:
-            job = JobFacts(straggler_primary_title=own["title"],
-                           straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated")
+            job = JobFacts(
+                straggler_primary_title=own["title"],
+                straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated",
+            )
     first = next(iter(rank_results.values()), {})
-    ctx = Context(metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {})))
+    ctx = Context(
+        metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {}))
+    )
     return engine.run(communication.RULES, ctx)
 
 
@@ -475,8 +607,10 @@ def analyze_job(run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     folders = find_rank_dirs(run_dir)
     if not folders:
-        raise InputError(f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
-                         "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run")
+        raise InputError(
+            f"{run_dir} holds no rank-XX folders, so it is not a multi-process run directory",
+            "pass the folder `hybrid run --nproc-per-node N` wrote, or use `hybrid report` on a single run",
+        )
     warnings, rank_results, timelines = [], {}, []
     diagnoses: dict[int, Diagnosis] = {}
     ncu_rank = (RunDir(run_dir).run_json().get("job") or {}).get("ncu_rank")
@@ -489,7 +623,8 @@ def analyze_job(run_dir: Path) -> dict:
                 # launch configuration (a kernel launched only here keeps its estimates).
                 rank_results[r]["warnings"].append(
                     f"hardware counters of rank {r} were measured on rank {ncu_rank}'s kernels (ncu ran on "
-                    "one rank) and matched to this rank's by kernel name and launch configuration")
+                    "one rank) and matched to this rank's by kernel name and launch configuration"
+                )
         except InputError as error:
             warnings.append(f"rank {r} left nothing to analyze ({error.cause})")
             continue
@@ -497,32 +632,52 @@ def analyze_job(run_dir: Path) -> dict:
         if timeline is not None:
             timelines.append(timeline)
     if not rank_results:
-        raise InputError(f"no rank of {run_dir} left a torch trace or an nsys export",
-                         "each rank's console output is in RUN/<pass>/console.log; re-run the job")
+        raise InputError(
+            f"no rank of {run_dir} left a torch trace or an nsys export",
+            "each rank's console output is in RUN/<pass>/console.log; re-run the job",
+        )
     block, match_warnings = job_block(timelines, rank_results)
     warnings += match_warnings + _job_warnings(block, timelines, rank_results)
     late = block.get("straggler")
-    representative = late["rank"] if late and late["rank"] in rank_results else \
-        block["slowest_rank"] if block["slowest_rank"] in rank_results else min(rank_results)
-    diagnosis = Diagnosis.combine(diagnoses[representative], diagnoses, _job_findings(block, rank_results),
-                                  block["ranks"])
+    representative = (
+        late["rank"]
+        if late and late["rank"] in rank_results
+        else block["slowest_rank"]
+        if block["slowest_rank"] in rank_results
+        else min(rank_results)
+    )
+    diagnosis = Diagnosis.combine(
+        diagnoses[representative], diagnoses, _job_findings(block, rank_results), block["ranks"]
+    )
     results = copy.deepcopy(rank_results[representative])
     # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
     rank_folder = folders[representative].relative_to(run_dir).as_posix()
-    results["artifacts"] = {key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()}
+    results["artifacts"] = {
+        key: f"{rank_folder}/{path}" for key, path in (results.get("artifacts") or {}).items()
+    }
     run_json = RunDir(run_dir).run_json()
     block["representative_rank"] = representative
     block["ncu_rank"] = (run_json.get("job") or {}).get("ncu_rank")
     block["ncu_rank_reason"] = (run_json.get("job") or {}).get("ncu_rank_reason")
     results["job"] = block
-    results["ranks"] = {str(r): {"dir": rank_dir_name(r), "step_time_ms": res["timing"].get("step_time_ms"),
-                                 "mode": res.get("mode"),
-                                 "primary_bottleneck": (res["diagnosis"].get("primary_bottleneck") or {}).get("title")}
-                        for r, res in rank_results.items()}
-    results["workload"] = {**results["workload"], "command": run_json.get("command", results["workload"].get("command")),
-                           "ranks": len(folders)}
+    results["ranks"] = {
+        str(r): {
+            "dir": rank_dir_name(r),
+            "step_time_ms": res["timing"].get("step_time_ms"),
+            "mode": res.get("mode"),
+            "primary_bottleneck": (res["diagnosis"].get("primary_bottleneck") or {}).get("title"),
+        }
+        for r, res in rank_results.items()
+    }
+    results["workload"] = {
+        **results["workload"],
+        "command": run_json.get("command", results["workload"].get("command")),
+        "ranks": len(folders),
+    }
     results["diagnosis"] = diagnosis.to_dict()
-    results["warnings"] = list(dict.fromkeys(warnings + list(run_json.get("mode_reasons", [])) + results["warnings"]))
+    results["warnings"] = list(
+        dict.fromkeys(warnings + list(run_json.get("mode_reasons", [])) + results["warnings"])
+    )
     results["limitations"] = results["limitations"] + _job_limitations(block)
     return results
 
@@ -531,13 +686,18 @@ def _job_warnings(block: dict, timelines: list, rank_results: dict) -> list[str]
     out = []
     steps = {r: res["workload"].get("steps_measured") for r, res in rank_results.items()}
     if len(set(steps.values())) > 1:
-        out.append("ranks measured different numbers of steps (" + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
-                   + "): a rank stopped early or stepped differently; per-step figures use the steps each has")
+        out.append(
+            "ranks measured different numbers of steps ("
+            + ", ".join(f"rank {r}: {n}" for r, n in steps.items())
+            + "): a rank stopped early or stepped differently; per-step figures use the steps each has"
+        )
     with_comm = [t.rank for t in timelines if len(t.comm)]
     silent = [t.rank for t in timelines if not len(t.comm)]
     if with_comm and silent:
-        out.append(f"rank(s) {', '.join(map(str, silent))} ran no collective in the measured steps while "
-                   f"rank(s) {', '.join(map(str, with_comm))} did: the ranks are not running the same program path")
+        out.append(
+            f"rank(s) {', '.join(map(str, silent))} ran no collective in the measured steps while "
+            f"rank(s) {', '.join(map(str, with_comm))} did: the ranks are not running the same program path"
+        )
     return out
 
 
@@ -545,10 +705,14 @@ def _job_limitations(block: dict) -> list[str]:
     backend = block.get("backend")
     out = []
     if backend and not any(name in backend for name in ("nccl", "gloo")):
-        out.append(f"The job's process group uses the {backend!r} backend: hybrid sees collectives of NCCL (its "
-                   "kernels) and gloo (torch.profiler ranges) only, so communication time, overlap and waits are "
-                   "not measured for it.")
+        out.append(
+            f"The job's process group uses the {backend!r} backend: hybrid sees collectives of NCCL (its "
+            "kernels) and gloo (torch.profiler ranges) only, so communication time, overlap and waits are "
+            "not measured for it."
+        )
     elif not block["comm_by_collective_ms"] and len(block["ranks"]) > 1:
-        out.append("No collective was seen in the measured steps: the ranks did not communicate through NCCL or "
-                   "gloo (or used a backend hybrid cannot see); communication and straggler figures are absent.")
+        out.append(
+            "No collective was seen in the measured steps: the ranks did not communicate through NCCL or "
+            "gloo (or used a backend hybrid cannot see); communication and straggler figures are absent."
+        )
     return out

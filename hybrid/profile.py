@@ -26,8 +26,12 @@ KERNEL_COLUMNS = {
     "device": "int64",
     "correlation": "int64",
     "launch_ns": "int64",  # host start of the launch API call (-1 when unknown)
-    "grid_x": "int64", "grid_y": "int64", "grid_z": "int64",
-    "block_x": "int64", "block_y": "int64", "block_z": "int64",
+    "grid_x": "int64",
+    "grid_y": "int64",
+    "grid_z": "int64",
+    "block_x": "int64",
+    "block_y": "int64",
+    "block_z": "int64",
     "registers": "int64",  # per thread, -1 when unknown
     "shared_bytes": "int64",  # static + dynamic per block, -1 when unknown
     "step": "int64",
@@ -46,8 +50,14 @@ MEMCPY_COLUMNS = {
     "correlation": "int64",  # id shared with the API call that issued it (-1 when unknown)
 }
 
-MEMSET_COLUMNS = {"bytes": "int64", "start_ns": "int64", "end_ns": "int64", "stream": "int64", "step": "int64",
-                  "correlation": "int64"}
+MEMSET_COLUMNS = {
+    "bytes": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "stream": "int64",
+    "step": "int64",
+    "correlation": "int64",
+}
 
 # Host time blocked waiting for the device. kind: stream, device, event, memcpy (a synchronous copy
 # API such as cudaMemcpy DtoH), other. start/end are the *host* blocked interval.
@@ -107,6 +117,8 @@ def is_communication(names: pd.Series) -> np.ndarray:
     codes, distinct = pd.factorize(names, use_na_sentinel=False)
     lowered = pd.Series(np.asarray(distinct, dtype=object)).astype(str).str.lower()
     return lowered.str.startswith(COMMUNICATION_PREFIXES).to_numpy(bool)[codes]
+
+
 OP_COLUMNS = {
     "name": "object",
     "tid": "int64",
@@ -131,8 +143,12 @@ LAYER_COLUMNS = {"name": "object", "depth": "int64", "start_ns": "int64", "end_n
 # ncu, a metric the chip lacks); rules that need it say so. Units: bytes, percent, operations.
 COUNTER_COLUMNS = {
     "name": "object",
-    "grid_x": "int64", "grid_y": "int64", "grid_z": "int64",
-    "block_x": "int64", "block_y": "int64", "block_z": "int64",
+    "grid_x": "int64",
+    "grid_y": "int64",
+    "grid_z": "int64",
+    "block_x": "int64",
+    "block_y": "int64",
+    "block_z": "int64",
     "duration_ns": "float64",
     "dram_read_bytes": "float64",
     "dram_write_bytes": "float64",
@@ -158,8 +174,14 @@ COUNTER_COLUMNS = {
 # sample's first frame in the user's own code, leaf first (nsight.python_frames): file, line and
 # function, file None and line -1 when the stack has no such frame. A sample stands for
 # [start_ns, end_ns), up to the thread's next sample. tid is the OS thread id, as in `launches`.
-SAMPLE_COLUMNS = {"start_ns": "int64", "end_ns": "int64", "tid": "int64", "file": "object", "line": "int64",
-                  "function": "object"}
+SAMPLE_COLUMNS = {
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "tid": "int64",
+    "file": "object",
+    "line": "int64",
+    "function": "object",
+}
 
 # Where the user's code called each torch operator (torch pass with Python stacks): host time of the
 # operator's calls per user line. `op` is the operator name as in `ops`.

@@ -32,7 +32,9 @@ def _claim(path: Path) -> bool:
         if not path.is_dir() or path.is_symlink() or any(path.iterdir()):
             return False
     try:
-        fd = os.open(path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        fd = os.open(
+            path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666
+        )
     except FileExistsError:
         return False
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -45,22 +47,49 @@ def _claim(path: Path) -> bool:
 # value of another type (a damaged or hand-edited file from someone else) is dropped and named in
 # RunDir.problems, so that the analysis of what is intact goes on and says what it left out.
 RUN_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "command": (str,), "model": (str,), "tools": (dict,), "passes": (list,), "mode_reasons": (list,),
-    "job": (dict,), "options": (dict,), "target": (dict,), "fixed_warmup": (dict,),
+    "command": (str,),
+    "model": (str,),
+    "tools": (dict,),
+    "passes": (list,),
+    "mode_reasons": (list,),
+    "job": (dict,),
+    "options": (dict,),
+    "target": (dict,),
+    "fixed_warmup": (dict,),
 }
 TARGET_TYPES: dict[str, tuple[type, ...]] = {"argv": (list,), "is_module": (bool,)}
 FIXED_WARMUP_TYPES: dict[str, tuple[type, ...]] = {"warmup": (int,), "reason": (str,)}
 PASS_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "status": (str,), "step_time_ms": NUMBER, "wall_s": NUMBER, "returncode": (int,),
-    "message": (str,), "command": (list,),
+    "name": (str,),
+    "status": (str,),
+    "step_time_ms": NUMBER,
+    "wall_s": NUMBER,
+    "returncode": (int,),
+    "message": (str,),
+    "command": (list,),
 }
 INJECT_TYPES: dict[str, tuple[type, ...]] = {
-    "outcome": (str,), "exit_code": (int,), "traceback": (str,), "cuda_available": (bool,),
-    "batch_size": (int,), "warmup_steps": (int,), "measured_steps": (int,), "steps_seen": (int,),
-    "peak_memory_bytes": (int,), "memory_capacity_bytes": (int,), "graph_breaks": (int, list),
-    "uses_compile": (bool,), "step_time_ms": NUMBER, "unprofiled_step_time_ms": NUMBER,
-    "torch_version": (str,), "device_name": (str,), "warnings": (list,), "step_source": (str,),
-    "whole_run": (bool,), "window_ns": (int,), "step_end_ns": (list,),
+    "outcome": (str,),
+    "exit_code": (int,),
+    "traceback": (str,),
+    "cuda_available": (bool,),
+    "batch_size": (int,),
+    "warmup_steps": (int,),
+    "measured_steps": (int,),
+    "steps_seen": (int,),
+    "peak_memory_bytes": (int,),
+    "memory_capacity_bytes": (int,),
+    "graph_breaks": (int, list),
+    "uses_compile": (bool,),
+    "step_time_ms": NUMBER,
+    "unprofiled_step_time_ms": NUMBER,
+    "torch_version": (str,),
+    "device_name": (str,),
+    "warnings": (list,),
+    "step_source": (str,),
+    "whole_run": (bool,),
+    "window_ns": (int,),
+    "step_end_ns": (list,),
 }
 
 
@@ -82,12 +111,16 @@ class RunDir:
             except OSError as error:
                 if is_no_space(error):
                     raise output_error(candidate, error) from error
-                raise UsageError(f"cannot write the run directory {candidate}: {error.strerror or error}",
-                                 "choose a writable place with --out DIR") from error
-        raise UsageError(f"the run directory {path} already exists and is not empty: a run never reuses "
-                         "another's folder (its old artifacts would be analyzed with the new ones)",
-                         "pass a new folder with --out DIR, or leave --out out for a fresh "
-                         "hybrid-runs/NAME-TIME; `hybrid report DIR` re-analyzes an existing one")
+                raise UsageError(
+                    f"cannot write the run directory {candidate}: {error.strerror or error}",
+                    "choose a writable place with --out DIR",
+                ) from error
+        raise UsageError(
+            f"the run directory {path} already exists and is not empty: a run never reuses "
+            "another's folder (its old artifacts would be analyzed with the new ones)",
+            "pass a new folder with --out DIR, or leave --out out for a fresh "
+            "hybrid-runs/NAME-TIME; `hybrid report DIR` re-analyzes an existing one",
+        )
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
@@ -122,11 +155,16 @@ class RunDir:
         data = typed_fields(data, RUN_JSON_TYPES, str(path), problems)
         if data.get("passes") is not None:
             given = data["passes"]
-            passes = [typed_fields(p, PASS_TYPES, f"{path} passes[{i}]", problems)
-                      for i, p in enumerate(given) if isinstance(p, dict)]
+            passes = [
+                typed_fields(p, PASS_TYPES, f"{path} passes[{i}]", problems)
+                for i, p in enumerate(given)
+                if isinstance(p, dict)
+            ]
             data["passes"] = [p for p in passes if p.get("name")]
             if len(data["passes"]) < len(given):
-                problems.append(f"{path}: {len(given) - len(data['passes'])} pass entries without a name left out")
+                problems.append(
+                    f"{path}: {len(given) - len(data['passes'])} pass entries without a name left out"
+                )
         if data.get("mode_reasons") is not None:
             data["mode_reasons"] = text_items(data["mode_reasons"], f"{path} mode_reasons", problems)
         if data.get("tools") is not None:
@@ -136,8 +174,9 @@ class RunDir:
             if data["target"].get("argv") is not None:
                 data["target"]["argv"] = text_items(data["target"]["argv"], f"{path} target argv", problems)
         if data.get("fixed_warmup") is not None:
-            data["fixed_warmup"] = typed_fields(data["fixed_warmup"], FIXED_WARMUP_TYPES, f"{path} fixed_warmup",
-                                                problems)
+            data["fixed_warmup"] = typed_fields(
+                data["fixed_warmup"], FIXED_WARMUP_TYPES, f"{path} fixed_warmup", problems
+            )
         self._note(problems)
         return data
 

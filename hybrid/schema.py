@@ -18,16 +18,31 @@ REQUIRED = {
     "device": ("name", "sm_count", "peaks", "source"),  # peaks: dram_bytes_per_s, flops_per_s {fp32,...}
     "timing": ("step_time_ms", "gpu_busy_ms", "gpu_util_pct"),  # + step_time_std_ms, idle breakdown
     "metrics": None,  # {name: {value, unit, source}}
-    "roofline": ("bound", "arithmetic_intensity", "ridge_point", "achieved_pct_of_attainable", "source",
-                 "kernels"),
+    "roofline": (
+        "bound",
+        "arithmetic_intensity",
+        "ridge_point",
+        "achieved_pct_of_attainable",
+        "source",
+        "kernels",
+    ),
     "diagnosis": ("primary_bottleneck", "bottlenecks"),
     "passes": None,  # [{name, status, wall_s, step_time_ms, artifacts, message}]
     "warnings": None,  # [str]
     "limitations": None,  # [str]: what could not be measured in this mode, and why
 }
 
-FINDING_KEYS = ("id", "title", "category", "severity", "evidence", "explanation", "suggestions",
-                "time_lost_ms", "time_lost_pct")
+FINDING_KEYS = (
+    "id",
+    "title",
+    "category",
+    "severity",
+    "evidence",
+    "explanation",
+    "suggestions",
+    "time_lost_ms",
+    "time_lost_pct",
+)
 EVIDENCE_KEYS = ("label", "value", "unit", "source")
 
 
@@ -48,14 +63,25 @@ def missing_keys(results: dict) -> list[str]:
     return missing
 
 
-
 # The finding fields renderers and `compare` compute with, and the JSON types each may hold.
 FINDING_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "title": (str,), "category": (str,), "severity": (str,), "explanation": (str,),
-    "evidence": (list,), "suggestions": (list,), "advice": (list,), "callsites": (list,), "alternative_to": (list,),
+    "id": (str,),
+    "title": (str,),
+    "category": (str,),
+    "severity": (str,),
+    "explanation": (str,),
+    "evidence": (list,),
+    "suggestions": (list,),
+    "advice": (list,),
+    "callsites": (list,),
+    "alternative_to": (list,),
     "claimed": (dict,),
-    "time_lost_ms": NUMBER, "time_lost_pct": NUMBER, "time_lost_baseline_ms": NUMBER,
-    "time_lost_baseline_pct": NUMBER, "weighed_lost_ms": NUMBER, "not_measured": (bool,),
+    "time_lost_ms": NUMBER,
+    "time_lost_pct": NUMBER,
+    "time_lost_baseline_ms": NUMBER,
+    "time_lost_baseline_pct": NUMBER,
+    "weighed_lost_ms": NUMBER,
+    "not_measured": (bool,),
     "time_lost_method": (str,),
 }
 
@@ -85,8 +111,13 @@ def typed_findings(results: dict, where: str) -> list[str]:
 
 
 # List fields of a finding and the type of their items.
-FINDING_ITEMS: dict[str, type] = {"evidence": dict, "advice": dict, "callsites": dict, "suggestions": str,
-                                  "alternative_to": str}
+FINDING_ITEMS: dict[str, type] = {
+    "evidence": dict,
+    "advice": dict,
+    "callsites": dict,
+    "suggestions": str,
+    "alternative_to": str,
+}
 
 
 def _typed_finding(finding: object, where: str, problems: list[str]) -> dict:

@@ -26,9 +26,13 @@ MIN_COLUMNS = 20  # narrower than this a COLUMNS value is a mistake, not a termi
 
 
 def stdout_error(error: OSError) -> OutputError:
-    return OutputError(f"cannot write the output to stdout: {error.strerror or error}",
-                       "send stdout where there is room (a disk with free space, or a pipe); a run "
-                       "directory keeps the report as report.txt and results.json either way")
+    return OutputError(
+        f"cannot write the output to stdout: {error.strerror or error}",
+        "send stdout where there is room (a disk with free space, or a pipe); a run "
+        "directory keeps the report as report.txt and results.json either way",
+    )
+
+
 _NON_ASCII = re.compile("[^\x00-\x7f]")
 
 
@@ -87,17 +91,28 @@ class GuardedStdout(io.TextIOBase):
 
 
 # What the report's own symbols read as where the terminal cannot show them; anything else is escaped.
-ASCII_FALLBACK = {"µ": "u", "±": "+-", "·": "|", "→": "->", "—": "-", "–": "-", "…": "...", "×": "x",
-                  "≥": ">=", "≤": "<="}
+ASCII_FALLBACK = {
+    "µ": "u",
+    "±": "+-",
+    "·": "|",
+    "→": "->",
+    "—": "-",
+    "–": "-",
+    "…": "...",
+    "×": "x",
+    "≥": ">=",
+    "≤": "<=",
+}
 ERROR_HANDLER = "hybrid-ascii"
 
 
 def _fallback(error: UnicodeError) -> tuple[str, int]:
     if not isinstance(error, UnicodeEncodeError):
         raise error
-    text = error.object[error.start:error.end]
-    shown = "".join(ASCII_FALLBACK.get(char) or char.encode("unicode_escape").decode("ascii")
-                    for char in text)
+    text = error.object[error.start : error.end]
+    shown = "".join(
+        ASCII_FALLBACK.get(char) or char.encode("unicode_escape").decode("ascii") for char in text
+    )
     return shown, error.end
 
 
@@ -146,4 +161,3 @@ def json_text(text: str) -> str:
     if unicode_stdout():
         return text
     return _NON_ASCII.sub(lambda match: json.dumps(match.group(0))[1:-1], text)
-

@@ -59,8 +59,9 @@ def depths(parents: np.ndarray) -> np.ndarray:
     return out
 
 
-def stab_innermost(times: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                   parents: np.ndarray) -> np.ndarray:
+def stab_innermost(
+    times: np.ndarray, starts: np.ndarray, ends: np.ndarray, parents: np.ndarray
+) -> np.ndarray:
     """Index of the innermost range holding each time, NO_RANGE when none, for nested ranges
     sorted by (start, -end) with parents from nesting_parents.
 

@@ -178,11 +178,18 @@ def kernel_name_filter(kernel_names: Sequence[str]) -> str:
     return f"regex:{guard}(?:{'|'.join(_ecma_escape(b) for b in bases)})$"
 
 
-def build_ncu_command(ncu: Path, report_path: Path, target_argv: Sequence[str], *,
-                      kernel_names: Sequence[str], measured_window: bool = False,
-                      nvtx_step: int | None = None,
-                      launch_count: int | None = DEFAULT_MAX_LAUNCHES,
-                      metrics: Sequence[str] = METRICS, one_per_config: bool = False) -> list[str]:
+def build_ncu_command(
+    ncu: Path,
+    report_path: Path,
+    target_argv: Sequence[str],
+    *,
+    kernel_names: Sequence[str],
+    measured_window: bool = False,
+    nvtx_step: int | None = None,
+    launch_count: int | None = DEFAULT_MAX_LAUNCHES,
+    metrics: Sequence[str] = METRICS,
+    one_per_config: bool = False,
+) -> list[str]:
     """The argv of the ncu pass: the given metrics for the selected kernels, saved to `report_path`
     (an .ncu-rep), launched
 
@@ -200,20 +207,30 @@ def build_ncu_command(ncu: Path, report_path: Path, target_argv: Sequence[str], 
     """
     argv = [
         str(ncu),
-        "--export", str(report_path), "--force-overwrite",
+        "--export",
+        str(report_path),
+        "--force-overwrite",
         # ncu otherwise locks clocks to base, and durations stop being comparable with nsys.
-        "--clock-control", "none",
+        "--clock-control",
+        "none",
         # Flush caches before each replay pass so every pass sees the same (cold) memory state;
         # this is ncu's default, stated so the DRAM bytes' meaning is visible in command.txt.
-        "--cache-control", "all",
-        "--target-processes", "all",
-        "--metrics", ",".join(metrics),
-        "--kernel-name-base", "function",
-        "--kernel-name", kernel_name_filter(kernel_names),
+        "--cache-control",
+        "all",
+        "--target-processes",
+        "all",
+        "--metrics",
+        ",".join(metrics),
+        "--kernel-name-base",
+        "function",
+        "--kernel-name",
+        kernel_name_filter(kernel_names),
     ]
     if measured_window and nvtx_step is not None:
-        raise ValueError("measured_window and nvtx_step are exclusive: the NVTX filter would drop the "
-                         "window's launches from other threads")
+        raise ValueError(
+            "measured_window and nvtx_step are exclusive: the NVTX filter would drop the "
+            "window's launches from other threads"
+        )
     if measured_window:
         argv += ["--profile-from-start", "off"]
     elif nvtx_step is not None:
@@ -283,7 +300,8 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
             f"{_tail(output)}",
             "read ncu.log and the pass's console log; a filter that matched no kernel prints "
             "'No kernels were profiled'",
-            kept=f"{csv_path} and {log_path}")
+            kept=f"{csv_path} and {log_path}",
+        )
     return returncode != 0
 
 
@@ -301,8 +319,9 @@ def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
     return proc.stderr.strip() if proc.returncode != 0 or not _has_table(proc.stdout) else ""
 
 
-def finish_pass(ncu: Path, report_path: Path, csv_path: Path, log_path: Path, returncode: int,
-                console: str) -> bool:
+def finish_pass(
+    ncu: Path, report_path: Path, csv_path: Path, log_path: Path, returncode: int, console: str
+) -> bool:
     """After the profiling run: the report as CSV, then check_run (raises ProfilerError; returns
     whether the table is partial)."""
     import_error = export_counters(ncu, report_path, csv_path)
@@ -311,31 +330,58 @@ def finish_pass(ncu: Path, report_path: Path, csv_path: Path, log_path: Path, re
     return check_run(csv_path, log_path, returncode, console)
 
 
-def run_ncu(ncu: Path, csv_path: Path, log_path: Path, target_argv: Sequence[str], *,
-            kernel_names: Sequence[str], measured_window: bool = False, nvtx_step: int | None = None,
-            launch_count: int | None = DEFAULT_MAX_LAUNCHES, metrics: Sequence[str] = METRICS,
-            one_per_config: bool = False, env: dict[str, str] | None = None,
-            timeout_s: float | None = None) -> NcuRun:
+def run_ncu(
+    ncu: Path,
+    csv_path: Path,
+    log_path: Path,
+    target_argv: Sequence[str],
+    *,
+    kernel_names: Sequence[str],
+    measured_window: bool = False,
+    nvtx_step: int | None = None,
+    launch_count: int | None = DEFAULT_MAX_LAUNCHES,
+    metrics: Sequence[str] = METRICS,
+    one_per_config: bool = False,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> NcuRun:
     """Run one ncu pass outside the orchestrator (benchmarks, tests): the report goes beside
     `csv_path` (same name, .ncu-rep). Whatever ncu saved is kept when it or the workload stops
     early; `log_path` gets ncu's messages and the console output."""
     csv_path, log_path = Path(csv_path), Path(log_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     report_path = csv_path.with_suffix(".ncu-rep")
-    argv = build_ncu_command(ncu, report_path, target_argv, kernel_names=kernel_names,
-                             measured_window=measured_window, nvtx_step=nvtx_step,
-                             launch_count=launch_count, metrics=metrics, one_per_config=one_per_config)
+    argv = build_ncu_command(
+        ncu,
+        report_path,
+        target_argv,
+        kernel_names=kernel_names,
+        measured_window=measured_window,
+        nvtx_step=nvtx_step,
+        launch_count=launch_count,
+        metrics=metrics,
+        one_per_config=one_per_config,
+    )
     # Own process group: a timeout must stop ncu and the workload it launched, not only ncu.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        start_new_session=True,
+    )
     try:
         console, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         os.killpg(proc.pid, signal.SIGKILL)
         console, _ = proc.communicate()
         write_file(log_path, console)
-        raise ProfilerError(f"ncu did not finish within {timeout_s:.0f} s",
-                            "select fewer kernels or launches (coverage, cap), or raise the timeout",
-                            kept=f"{report_path} and {log_path}") from exc
+        raise ProfilerError(
+            f"ncu did not finish within {timeout_s:.0f} s",
+            "select fewer kernels or launches (coverage, cap), or raise the timeout",
+            kept=f"{report_path} and {log_path}",
+        ) from exc
     partial = finish_pass(ncu, report_path, csv_path, log_path, proc.returncode, console)
     return NcuRun(proc.returncode, csv_path, log_path, partial)

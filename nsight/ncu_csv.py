@@ -46,13 +46,37 @@ NO_KERNELS_TEXT = "No kernels were profiled"
 # Unit (lower case, as ncu prints it) -> factor to the base unit. Units not listed are refused
 # rather than guessed (the value becomes NaN and a note names the unit).
 UNIT_SCALE = {
-    "": 1.0, "%": 1.0, "inst": 1.0, "sector": 1.0, "request": 1.0, "warp": 1.0, "block": 1.0,
-    "cycle": 1.0, "pass": 1.0, "register/thread": 1.0,
-    "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-    "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
-    "s": 1e9, "second": 1e9,
-    "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9,
-    "cycle/second": 1.0, "cycle/msecond": 1e3, "cycle/usecond": 1e6, "cycle/nsecond": 1e9,
+    "": 1.0,
+    "%": 1.0,
+    "inst": 1.0,
+    "sector": 1.0,
+    "request": 1.0,
+    "warp": 1.0,
+    "block": 1.0,
+    "cycle": 1.0,
+    "pass": 1.0,
+    "register/thread": 1.0,
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,
+    "ns": 1.0,
+    "nsecond": 1.0,
+    "us": 1e3,
+    "usecond": 1e3,
+    "ms": 1e6,
+    "msecond": 1e6,
+    "s": 1e9,
+    "second": 1e9,
+    "hz": 1.0,
+    "khz": 1e3,
+    "mhz": 1e6,
+    "ghz": 1e9,
+    "cycle/second": 1.0,
+    "cycle/msecond": 1e3,
+    "cycle/usecond": 1e6,
+    "cycle/nsecond": 1e9,
 }
 MISSING_VALUES = {"", "n/a", "no data", "nan"}
 
@@ -137,8 +161,13 @@ def _instance_key(row: list[str], col: dict[str, int], notes: list[str]) -> tupl
     return int(pid), int(ncu_id)
 
 
-def _read_long(header: list[str], rows: list[list[str]], wanted: set[str],
-               instances: dict[tuple[int, int], _Instance], notes: list[str]) -> None:
+def _read_long(
+    header: list[str],
+    rows: list[list[str]],
+    wanted: set[str],
+    instances: dict[tuple[int, int], _Instance],
+    notes: list[str],
+) -> None:
     col = {name: i for i, name in enumerate(header)}
     for row in rows:
         key = _instance_key(row, col, notes)
@@ -146,16 +175,23 @@ def _read_long(header: list[str], rows: list[list[str]], wanted: set[str],
             continue
         inst = instances.get(key)
         if inst is None:
-            inst = instances[key] = _Instance(key[1], key[0], row[col[KERNEL_COLUMN]],
-                                              row[col[BLOCK_COLUMN]], row[col[GRID_COLUMN]])
+            inst = instances[key] = _Instance(
+                key[1], key[0], row[col[KERNEL_COLUMN]], row[col[BLOCK_COLUMN]], row[col[GRID_COLUMN]]
+            )
         metric = row[col[METRIC_NAME_COLUMN]]
         if metric in wanted:
-            inst.values[metric] = _to_base(parse_number(row[col[METRIC_VALUE_COLUMN]]),
-                                           row[col[METRIC_UNIT_COLUMN]], metric, notes)
+            inst.values[metric] = _to_base(
+                parse_number(row[col[METRIC_VALUE_COLUMN]]), row[col[METRIC_UNIT_COLUMN]], metric, notes
+            )
 
 
-def _read_raw(header: list[str], rows: list[list[str]], wanted: set[str],
-              instances: dict[tuple[int, int], _Instance], notes: list[str]) -> None:
+def _read_raw(
+    header: list[str],
+    rows: list[list[str]],
+    wanted: set[str],
+    instances: dict[tuple[int, int], _Instance],
+    notes: list[str],
+) -> None:
     col = {name: i for i, name in enumerate(header)}
     units = [""] * len(header)
     if rows and rows[0][col[ID_COLUMN]] == "":
@@ -165,8 +201,9 @@ def _read_raw(header: list[str], rows: list[list[str]], wanted: set[str],
         key = _instance_key(row, col, notes)
         if key is None:
             continue
-        inst = instances[key] = _Instance(key[1], key[0], row[col[KERNEL_COLUMN]],
-                                          row[col[BLOCK_COLUMN]], row[col[GRID_COLUMN]])
+        inst = instances[key] = _Instance(
+            key[1], key[0], row[col[KERNEL_COLUMN]], row[col[BLOCK_COLUMN]], row[col[GRID_COLUMN]]
+        )
         for metric, i in metric_columns:
             inst.values[metric] = _to_base(parse_number(row[i]), units[i], metric, notes)
 
@@ -177,11 +214,13 @@ def _no_table_error(text: str, source: str) -> InputError:
             f"ncu profiled no kernel ({source} says '{NO_KERNELS_TEXT}'): the kernel-name filter or "
             "the NVTX step range matched no launch",
             "check that the step range exists (the workload must step under the injector) and that "
-            "the selected kernels run inside it (ncu.log lists the launches ncu saw)")
+            "the selected kernels run inside it (ncu.log lists the launches ncu saw)",
+        )
     return InputError(
         f"{source} holds no ncu CSV table (no header line starting with {HEADER_START})",
         "pass the CSV written by `ncu --csv` (stdout or --log-file) or by "
-        "`ncu --import REPORT --csv --page raw`; see ncu.log next to it for why ncu wrote none")
+        "`ncu --import REPORT --csv --page raw`; see ncu.log next to it for why ncu wrote none",
+    )
 
 
 def parse_ncu_csv(source: Path | str, *, metrics: tuple[str, ...] = METRICS) -> NcuCounters:
@@ -203,8 +242,10 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
         required = [ID_COLUMN, PID_COLUMN, KERNEL_COLUMN, BLOCK_COLUMN, GRID_COLUMN]
         absent = [c for c in required if c not in header]
         if absent:
-            raise InputError(f"{source}: ncu CSV header lacks columns {absent}",
-                             "write the CSV with a recent ncu (2023.1 or newer) and --csv")
+            raise InputError(
+                f"{source}: ncu CSV header lacks columns {absent}",
+                "write the CSV with a recent ncu (2023.1 or newer) and --csv",
+            )
         complete = [row for row in rows if len(row) == len(header)]
         if len(complete) < len(rows):
             notes.append(f"{len(rows) - len(complete)} malformed CSV line(s) skipped")
@@ -213,19 +254,27 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
     if not instances:
         if NO_KERNELS_TEXT in text:
             raise _no_table_error(text, source)
-        raise InputError(f"{source}: the ncu CSV table has a header but no kernel rows",
-                         "ncu stopped before printing results; read ncu.log next to it")
+        raise InputError(
+            f"{source}: the ncu CSV table has a header but no kernel rows",
+            "ncu stopped before printing results; read ncu.log next to it",
+        )
 
     ordered = sorted(instances.values(), key=lambda inst: (inst.ncu_id, inst.pid))
     records = []
     for inst in ordered:
         grid, block = parse_launch_dims(inst.grid), parse_launch_dims(inst.block)
-        records.append({
-            "name": inst.name,
-            "grid_x": grid[0], "grid_y": grid[1], "grid_z": grid[2],
-            "block_x": block[0], "block_y": block[1], "block_z": block[2],
-            **counter_columns(inst.values),
-        })
+        records.append(
+            {
+                "name": inst.name,
+                "grid_x": grid[0],
+                "grid_y": grid[1],
+                "grid_z": grid[2],
+                "block_x": block[0],
+                "block_y": block[1],
+                "block_z": block[2],
+                **counter_columns(inst.values),
+            }
+        )
     frame = conform(pd.DataFrame.from_records(records), COUNTER_COLUMNS)
     # pandas turns None into NaN in a mixed object column; the contract says None.
     limiter = frame["occupancy_limiter"]
@@ -236,16 +285,26 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
 
     missing = [m for m in metrics if not reported(m)]
     if missing:
-        notes.append(f"{len(missing)} requested metric(s) reported for no kernel ({', '.join(missing)}): "
-                     "the figures that need them are unmeasured")
-    partial = {m: lacking for m in metrics if m not in missing
-               and (lacking := sum(math.isnan(inst.values.get(m, math.nan)) for inst in ordered))}
+        notes.append(
+            f"{len(missing)} requested metric(s) reported for no kernel ({', '.join(missing)}): "
+            "the figures that need them are unmeasured"
+        )
+    partial = {
+        m: lacking
+        for m in metrics
+        if m not in missing and (lacking := sum(math.isnan(inst.values.get(m, math.nan)) for inst in ordered))
+    }
     if partial:
         listed = ", ".join(f"{metric} on {n} of {len(ordered)} kernels" for metric, n in partial.items())
-        notes.append(f"no value (n/a) for {listed}: those kernels' figures that need them are unmeasured "
-                     "(a kernel enters the roofline only with all of its work measured)")
-    passes = [inst.values[REPLAY_PASSES] for inst in ordered
-              if not math.isnan(inst.values.get(REPLAY_PASSES, math.nan))]
+        notes.append(
+            f"no value (n/a) for {listed}: those kernels' figures that need them are unmeasured "
+            "(a kernel enters the roofline only with all of its work measured)"
+        )
+    passes = [
+        inst.values[REPLAY_PASSES]
+        for inst in ordered
+        if not math.isnan(inst.values.get(REPLAY_PASSES, math.nan))
+    ]
     return NcuCounters(
         frame=frame,
         missing_metrics=missing,
@@ -261,6 +320,8 @@ def read_ncu_csv(path: str | Path, *, metrics: tuple[str, ...] = METRICS) -> Ncu
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise InputError(f"cannot read ncu CSV {path}: {exc.strerror}",
-                         "check the path; the ncu pass writes RUN_DIR/ncu/counters.csv") from exc
+        raise InputError(
+            f"cannot read ncu CSV {path}: {exc.strerror}",
+            "check the path; the ncu pass writes RUN_DIR/ncu/counters.csv",
+        ) from exc
     return _parse_text(text, str(path), metrics)

@@ -35,15 +35,21 @@ L1_HIT_RATE = "l1tex__t_sector_hit_rate.pct"
 # Trap: PyTorch's fp16 elementwise math mostly runs as fp32 FFMA/FMUL, so fp16 kernels show fp32
 # FLOPs. Nsight Compute's own half-precision roofline uses the same add + mul + 2*fma formula.
 SCALAR_FLOP_OPS = {
-    "fp64": ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_dmul_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_dfma_pred_on.sum"),
-    "fp32": ("sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_fmul_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"),
-    "fp16": ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_hmul_pred_on.sum",
-             "sm__sass_thread_inst_executed_op_hfma_pred_on.sum"),
+    "fp64": (
+        "sm__sass_thread_inst_executed_op_dadd_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_dmul_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_dfma_pred_on.sum",
+    ),
+    "fp32": (
+        "sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_fmul_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    ),
+    "fp16": (
+        "sm__sass_thread_inst_executed_op_hadd_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_hmul_pred_on.sum",
+        "sm__sass_thread_inst_executed_op_hfma_pred_on.sum",
+    ),
 }
 
 # Tensor-core math ops by source precision; one op is one multiply or one add, so the count is
@@ -174,5 +180,6 @@ def counter_columns(values: Mapping[str, float]) -> dict[str, object]:
     row["tensor_flops"], row["tensor_flops_by_precision"] = _tensor_flops(values)
     row["occupancy_limiter"] = _occupancy_limiter(values)
     row["global_load_sectors_per_request"] = _ratio(
-        values.get(GLOBAL_LOAD_SECTORS, NAN), values.get(GLOBAL_LOAD_REQUESTS, NAN))
+        values.get(GLOBAL_LOAD_SECTORS, NAN), values.get(GLOBAL_LOAD_REQUESTS, NAN)
+    )
     return row

@@ -55,13 +55,20 @@ CALLSITE_LEVELS = ("off", "python", "cuda")
 
 LOG_TAIL_LINES = 20
 
-_TOO_OLD = (f"this nsys is too old for the flags hybrid passes; install Nsight Systems "
-            f"{MIN_NSYS_VERSION[0]}.{MIN_NSYS_VERSION[1]} or newer")
+_TOO_OLD = (
+    f"this nsys is too old for the flags hybrid passes; install Nsight Systems "
+    f"{MIN_NSYS_VERSION[0]}.{MIN_NSYS_VERSION[1]} or newer"
+)
 
 # Lines nsys prints when it fails, and what to do about each. Matched case-insensitively.
 KNOWN_FAILURES = (
-    ("libdw.so.1", (f"install elfutils' libdw (Debian/Ubuntu: `apt-get install libdw1`), or point {NSYS_ENV} "
-                    "at a full Nsight Systems install rather than the CLI bundled with Nsight Compute")),
+    (
+        "libdw.so.1",
+        (
+            f"install elfutils' libdw (Debian/Ubuntu: `apt-get install libdw1`), or point {NSYS_ENV} "
+            "at a full Nsight Systems install rather than the CLI bundled with Nsight Compute"
+        ),
+    ),
     ("unrecognised option", _TOO_OLD),
     ("unrecognized option", _TOO_OLD),
     ("permission denied", "make the output folder writable and nsys executable by this user"),
@@ -95,13 +102,17 @@ def nsys_version(nsys: Path) -> str:
     try:
         proc = run_bounded([str(nsys), "--version"], probe_timeout_s())  # a stuck nsys must not hang doctor
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProfilerError(f"could not run `{nsys} --version`: {exc}",
-                            f"check that {nsys} is a working Nsight Systems CLI, or set {NSYS_ENV}") from exc
+        raise ProfilerError(
+            f"could not run `{nsys} --version`: {exc}",
+            f"check that {nsys} is a working Nsight Systems CLI, or set {NSYS_ENV}",
+        ) from exc
     output = proc.stdout + proc.stderr
     version = parse_nsys_version(output)
     if proc.returncode != 0 or version is None:
-        raise ProfilerError(f"`{nsys} --version` failed: {_tail(output)}", _fix_for(output)
-                            or f"check the Nsight Systems install, or set {NSYS_ENV} to another nsys")
+        raise ProfilerError(
+            f"`{nsys} --version` failed: {_tail(output)}",
+            _fix_for(output) or f"check the Nsight Systems install, or set {NSYS_ENV} to another nsys",
+        )
     return ".".join(map(str, version))
 
 
@@ -110,9 +121,11 @@ def check_nsys_version(version: str) -> None:
     parsed = parse_nsys_version(version)
     if parsed is None or parsed[:2] < MIN_NSYS_VERSION:
         need = ".".join(map(str, MIN_NSYS_VERSION))
-        raise ProfilerError(f"nsys {version} is too old: hybrid needs {need} or newer "
-                            "(for --cuda-graph-trace and --capture-range-end)",
-                            f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}")
+        raise ProfilerError(
+            f"nsys {version} is too old: hybrid needs {need} or newer "
+            "(for --cuda-graph-trace and --capture-range-end)",
+            f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}",
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +188,15 @@ def callsite_sampling(help_text: str, level: str = "python") -> CallsiteSampling
     return CallsiteSampling(level, tuple(flags), cpu_sampling, tuple(missing))
 
 
-def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
-                       trace: str = "cuda,nvtx,osrt", sampling: CallsiteSampling | None = None) -> list[str]:
+def build_nsys_command(
+    nsys: Path,
+    out_base: Path,
+    target_argv: list[str],
+    *,
+    capture_range: bool,
+    trace: str = "cuda,nvtx,osrt",
+    sampling: CallsiteSampling | None = None,
+) -> list[str]:
     """The argv of one nsys pass. `out_base` has no extension: nsys adds .nsys-rep and .sqlite.
 
     With `capture_range`, only what lies between the injector's cudaProfilerStart (end of warmup) and
@@ -185,20 +205,28 @@ def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, ca
     """
     cpu_sampling = sampling is not None and sampling.cpu_sampling
     argv = [
-        str(nsys), "profile",
-        "-t", trace,
+        str(nsys),
+        "profile",
+        "-t",
+        trace,
         # CPU IP sampling costs overhead; only the Python backtraces of CUDA calls need it.
-        "-s", "process-tree" if cpu_sampling else "none",
+        "-s",
+        "process-tree" if cpu_sampling else "none",
         "--cpuctxsw=none",
         # Without this, a CUDA graph replay is one opaque row and its kernels are invisible.
         "--cuda-graph-trace=node",
-        "--export", "none" if sampling is not None and sampling.separate_export else "sqlite",
-        "-o", str(out_base),
-        "--force-overwrite", "true",
+        "--export",
+        "none" if sampling is not None and sampling.separate_export else "sqlite",
+        "-o",
+        str(out_base),
+        "--force-overwrite",
+        "true",
     ]
     if "osrt" in trace.split(","):
-        argv += [f"--osrt-threshold={OSRT_THRESHOLD_NS}",
-                 f"--osrt-backtrace-threshold={OSRT_BACKTRACE_THRESHOLD_NS}"]
+        argv += [
+            f"--osrt-threshold={OSRT_THRESHOLD_NS}",
+            f"--osrt-backtrace-threshold={OSRT_BACKTRACE_THRESHOLD_NS}",
+        ]
     if capture_range:
         argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     if sampling is not None:
@@ -208,17 +236,27 @@ def build_nsys_command(nsys: Path, out_base: Path, target_argv: list[str], *, ca
 
 def export_command(nsys: Path, out_base: Path, *, include_blobs: bool) -> list[str]:
     """`nsys export` of out_base.nsys-rep to out_base.sqlite; `include_blobs` keeps NVTX payloads."""
-    return [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true",
-            *(["--include-blobs=true"] if include_blobs else []),
-            "-o", f"{out_base}.sqlite", f"{out_base}.nsys-rep"]
+    return [
+        str(nsys),
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        *(["--include-blobs=true"] if include_blobs else []),
+        "-o",
+        f"{out_base}.sqlite",
+        f"{out_base}.nsys-rep",
+    ]
 
 
 # A stuck `nsys export` must not hold `hybrid run` forever; a 1 GB report exports in minutes, not 30.
 EXPORT_TIMEOUT_S = 1800
 
 
-def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
-                  timeout_s: float | None = None) -> str:
+def export_sqlite(
+    nsys: Path, out_base: Path, *, log_path: Path | None = None, timeout_s: float | None = None
+) -> str:
     """Export the pass's report with its NVTX payloads (the Python samples); when this nsys cannot
     (no --include-blobs), export without them: the analysis then says the samples are missing.
     Returns the exports' output; a report that cannot be exported at all is left to check_export."""
@@ -226,8 +264,15 @@ def export_sqlite(nsys: Path, out_base: Path, *, log_path: Path | None = None,
     for include_blobs in (True, False):
         argv = export_command(nsys, out_base, include_blobs=include_blobs)
         try:
-            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  errors="replace", timeout=timeout_s or EXPORT_TIMEOUT_S, check=False)
+            proc = subprocess.run(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                timeout=timeout_s or EXPORT_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             logs.append(f"$ {' '.join(argv)}\n{exc}\n")
             continue
@@ -267,9 +312,16 @@ def check_export(out_base: Path, returncode: int, log: str, log_path: Path | Non
     return sqlite_path
 
 
-def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_range: bool,
-             env: dict[str, str] | None = None, log_path: Path | None = None,
-             timeout_s: float | None = None) -> NsysRun:
+def run_nsys(
+    nsys: Path,
+    out_base: Path,
+    target_argv: list[str],
+    *,
+    capture_range: bool,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    timeout_s: float | None = None,
+) -> NsysRun:
     """Check the nsys version, run one pass and check it produced `out_base`.sqlite.
 
     The workload's own exit status is returned, not judged: the caller tells a failed workload
@@ -280,15 +332,25 @@ def run_nsys(nsys: Path, out_base: Path, target_argv: list[str], *, capture_rang
     out_base.parent.mkdir(parents=True, exist_ok=True)
     argv = build_nsys_command(nsys, out_base, target_argv, capture_range=capture_range)
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace", env=env, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         if log_path is not None:
             write_file(log_path, partial)
-        raise ProfilerError(f"nsys did not finish within {timeout_s:.0f} s",
-                            "measure fewer steps or raise the pass timeout",
-                            kept=str(log_path) if log_path is not None else None) from exc
+        raise ProfilerError(
+            f"nsys did not finish within {timeout_s:.0f} s",
+            "measure fewer steps or raise the pass timeout",
+            kept=str(log_path) if log_path is not None else None,
+        ) from exc
     if log_path is not None:
         write_file(log_path, proc.stdout)
     sqlite_path = check_export(out_base, proc.returncode, proc.stdout, log_path)

@@ -7,7 +7,8 @@ extended payloads: a uint64 count of payloads, then per payload its uint64 schem
 offset; at that offset the stack in the layout the export declares (sql/python_sample_layout.sql):
 a uint64 thread-state id, a uint32 thread state, a uint32 frame count, then per frame, leaf first,
 the uint64 StringIds ids of the function and the file, an int32 line number and 4 bytes of padding
-(read off the H200 box's nsys 2025.3.1). StringIds holds the names HTML-escaped ('&lt;frozen abc&gt;'). Each sample is
+(read off the H200 box's nsys 2025.3.1). StringIds holds the names HTML-escaped ('&lt;frozen abc&gt;'). Each
+sample is
 reduced here to its first frame in the user's own files (nsight.python_frames).
 """
 
@@ -31,8 +32,15 @@ HEADER = struct.Struct("<QII")
 FRAME = struct.Struct("<QQi4x")  # the line is an int32; the 4 bytes after it are padding, not zeroed
 # The same layout as the export declares it (sql/python_sample_layout.sql): entry -> (byte offset,
 # NVTX payload entry type: 15 int32, 16 uint32, 18 uint64, 80 registered string handle; None: any).
-LAYOUT = {"Thread state ID": (0, 18), "Thread state": (8, None), "Frames count": (12, 16),
-          "Frames": (HEADER.size, None), "Function": (0, 80), "File": (8, 80), "Line": (16, 15)}
+LAYOUT = {
+    "Thread state ID": (0, 18),
+    "Thread state": (8, None),
+    "Frames count": (12, 16),
+    "Frames": (HEADER.size, None),
+    "Function": (0, 80),
+    "File": (8, 80),
+    "Line": (16, 15),
+}
 
 
 @dataclass
@@ -78,7 +86,7 @@ def _stack_payload(blob: bytes) -> bytes | None:
     if count < 1 or ENVELOPE_COUNT.size + count * ENVELOPE_ENTRY.size > len(blob):
         return None
     _, size, offset = ENVELOPE_ENTRY.unpack_from(blob, ENVELOPE_COUNT.size)
-    return blob[offset:offset + size] if offset + size <= len(blob) else None
+    return blob[offset : offset + size] if offset + size <= len(blob) else None
 
 
 def _frames(blob: bytes | None) -> list[tuple[int, int, int]] | None:
@@ -97,15 +105,23 @@ def layout_matches(export: NsysExport) -> bool:
     if declared is None or declared.empty:
         return True
     sizes = set(declared["payload_size"].dropna().astype(int))
-    entries = {name: (int(offset), int(kind)) for name, offset, kind in
-               zip(declared["name"], declared["offset"], declared["type"])}
+    entries = {
+        name: (int(offset), int(kind))
+        for name, offset, kind in zip(declared["name"], declared["offset"], declared["type"], strict=False)
+    }
     return sizes <= {FRAME.size} and all(
         entries[name][0] == offset and kind in (None, entries[name][1])
-        for name, (offset, kind) in LAYOUT.items() if name in entries)
+        for name, (offset, kind) in LAYOUT.items()
+        if name in entries
+    )
 
 
-def read_python_samples(export: NsysExport, start_ns: int, end_ns: int,
-                        pick: Callable[[list[Frame]], Frame | None] = first_user_frame) -> PythonSamples | None:
+def read_python_samples(
+    export: NsysExport,
+    start_ns: int,
+    end_ns: int,
+    pick: Callable[[list[Frame]], Frame | None] = first_user_frame,
+) -> PythonSamples | None:
     """The export's Python samples in [start_ns, end_ns], each reduced to the frame `pick` chooses
     from its stack (leaf first); None when nsys recorded none (sampling was off, or an nsys without
     it)."""
@@ -123,14 +139,23 @@ def read_python_samples(export: NsysExport, start_ns: int, end_ns: int,
     for stack in (s for s in stacks if s is not None):
         key = tuple(stack)
         if key not in cache:
-            named = [(strings.get(int(file_id), ""), int(line), strings.get(int(function_id), ""))
-                     for function_id, file_id, line in key]
+            named = [
+                (strings.get(int(file_id), ""), int(line), strings.get(int(function_id), ""))
+                for function_id, file_id, line in key
+            ]
             cache[key] = pick(named) or (None, -1, None)
         file, line, function = cache[key]
         files.append(file)
         lines.append(line)
         functions.append(function)
     without = sum(p is None for p in payloads)
-    return PythonSamples(rows["start_ns"].to_numpy(np.int64)[keep], rows["global_tid"].to_numpy(np.int64)[keep],
-                         files, np.array(lines, dtype=np.int64), functions, marks=len(rows),
-                         without_stack=without, unreadable=len(rows) - without - int(keep.sum()))
+    return PythonSamples(
+        rows["start_ns"].to_numpy(np.int64)[keep],
+        rows["global_tid"].to_numpy(np.int64)[keep],
+        files,
+        np.array(lines, dtype=np.int64),
+        functions,
+        marks=len(rows),
+        without_stack=without,
+        unreadable=len(rows) - without - int(keep.sum()),
+    )

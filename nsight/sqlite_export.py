@@ -77,9 +77,11 @@ def resolve_export_path(path: str | Path) -> Path:
         for candidate in (path / RUN_DIR_EXPORT, path / RUN_DIR_EXPORT.name):
             if candidate.is_file():
                 return candidate
-        raise InputError(f"{path} is a directory without an Nsight Systems export ({RUN_DIR_EXPORT})",
-                         "pass the .sqlite file itself, or a run directory whose nsys pass finished "
-                         "(see run.json for the status of each pass)")
+        raise InputError(
+            f"{path} is a directory without an Nsight Systems export ({RUN_DIR_EXPORT})",
+            "pass the .sqlite file itself, or a run directory whose nsys pass finished "
+            "(see run.json for the status of each pass)",
+        )
     if not path.is_file():
         raise InputError(f"{path} does not exist", "check the path to the .sqlite export or run directory")
     return path
@@ -92,39 +94,50 @@ class NsysExport:
     def __init__(self, path: str | Path) -> None:
         self.path = resolve_export_path(path)
         if self.path.stat().st_size == 0:
-            raise InputError(f"{self.path} is empty (0 bytes)",
-                             "the export was interrupted; export it again with "
-                             "`nsys export --type sqlite REPORT.nsys-rep`")
+            raise InputError(
+                f"{self.path} is empty (0 bytes)",
+                "the export was interrupted; export it again with "
+                "`nsys export --type sqlite REPORT.nsys-rep`",
+            )
         with self.path.open("rb") as handle:
             if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-                raise InputError(f"{self.path} is not an SQLite database",
-                                 "export the report with `nsys export --type sqlite REPORT.nsys-rep`, "
-                                 "or pass the .sqlite file that `nsys profile --export sqlite` wrote")
+                raise InputError(
+                    f"{self.path} is not an SQLite database",
+                    "export the report with `nsys export --type sqlite REPORT.nsys-rep`, "
+                    "or pass the .sqlite file that `nsys profile --export sqlite` wrote",
+                )
         self.connection = _connect_read_only(self.path)
         self.warnings: list[str] = []
         try:
-            self.tables = {row[0] for row in self.connection.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self.tables = {
+                row[0]
+                for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
         except sqlite3.DatabaseError as exc:
             self.close()
-            raise InputError(f"{self.path} cannot be read as SQLite: {exc}",
-                             "the file is damaged or truncated; export it again from the .nsys-rep") from exc
+            raise InputError(
+                f"{self.path} cannot be read as SQLite: {exc}",
+                "the file is damaged or truncated; export it again from the .nsys-rep",
+            ) from exc
         missing = [t for t in EXPORT_MARKER_TABLES if t not in self.tables]
         if missing:
             self.close()
             shown = ", ".join(sorted(self.tables)[:8]) or "no tables"
-            raise InputError(f"{self.path} is an SQLite database but not an Nsight Systems export "
-                             f"(it lacks {', '.join(missing)}; it has {shown})",
-                             "pass the .sqlite written by `nsys export --type sqlite` or by a hybrid run")
+            raise InputError(
+                f"{self.path} is an SQLite database but not an Nsight Systems export "
+                f"(it lacks {', '.join(missing)}; it has {shown})",
+                "pass the .sqlite written by `nsys export --type sqlite` or by a hybrid run",
+            )
         meta = dict(self.frame("export_meta").itertuples(index=False))
         self.schema_version: str | None = meta.get("EXPORT_SCHEMA_VERSION")
         self.product_version: str | None = meta.get("EXPORT_PRODUCT_VERSION")
-        major = (meta.get("EXPORT_SCHEMA_VERSION_MAJOR") or (self.schema_version or "").split(".")[0])
+        major = meta.get("EXPORT_SCHEMA_VERSION_MAJOR") or (self.schema_version or "").split(".")[0]
         if not str(major).isdigit() or int(major) not in KNOWN_SCHEMA_MAJORS:
             self.warnings.append(
                 f"unknown nsys export schema version {self.schema_version or '(none recorded)'} "
                 f"(exported by Nsight Systems {self.product_version or 'unknown'}); hybrid knows schema "
-                f"major {', '.join(map(str, KNOWN_SCHEMA_MAJORS))}: figures may be missing or wrong")
+                f"major {', '.join(map(str, KNOWN_SCHEMA_MAJORS))}: figures may be missing or wrong"
+            )
 
     def close(self) -> None:
         self.connection.close()
@@ -132,8 +145,9 @@ class NsysExport:
     def missing_tables(self, name: str) -> list[str]:
         return [t for t in load_query(name).requires if t not in self.tables]
 
-    def _execute(self, name: str, params: dict | None, connection: sqlite3.Connection | None = None
-                 ) -> sqlite3.Cursor | None:
+    def _execute(
+        self, name: str, params: dict | None, connection: sqlite3.Connection | None = None
+    ) -> sqlite3.Cursor | None:
         if self.missing_tables(name):
             return None
         query = load_query(name)
@@ -143,9 +157,11 @@ class NsysExport:
         try:
             return (connection or self.connection).execute(query.sql, bound)
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"query sql/{name}.sql failed on {self.path}: {exc}",
-                             "the export's schema differs from what hybrid expects; re-export it with "
-                             "a supported Nsight Systems (see the schema warning, if any)") from exc
+            raise InputError(
+                f"query sql/{name}.sql failed on {self.path}: {exc}",
+                "the export's schema differs from what hybrid expects; re-export it with "
+                "a supported Nsight Systems (see the schema warning, if any)",
+            ) from exc
 
     def frame(self, name: str, params: dict | None = None) -> pd.DataFrame | None:
         """A small query's rows as a DataFrame; None when a table it needs is absent."""
@@ -158,14 +174,21 @@ class NsysExport:
         except sqlite3.DatabaseError as exc:
             raise self._damaged(name, str(exc)) from exc
         for index, row in enumerate(rows):
-            for column, value in zip(columns, row):
+            for column, value in zip(columns, row, strict=False):
                 if value is not None and not _fits_column(column, value):
-                    kind = "text" if column in TEXT_COLUMNS else "bytes" if column in BLOB_COLUMNS else "a number"
+                    kind = (
+                        "text"
+                        if column in TEXT_COLUMNS
+                        else "bytes"
+                        if column in BLOB_COLUMNS
+                        else "a number"
+                    )
                     raise self._damaged(name, f"record {index} has {column} {value!r:.40}, not {kind}")
         return pd.DataFrame.from_records(rows, columns=columns)
 
-    def columns(self, name: str, params: dict | None = None,
-                connection: sqlite3.Connection | None = None) -> dict[str, np.ndarray] | None:
+    def columns(
+        self, name: str, params: dict | None = None, connection: sqlite3.Connection | None = None
+    ) -> dict[str, np.ndarray] | None:
         """An all-integer query written in columnar form (one row, each value a group_concat list,
         see sql/kernels.sql) as int64 arrays by column name. None when a table it needs is absent."""
         cursor = self._execute(name, params, connection)
@@ -176,7 +199,7 @@ class NsysExport:
             row = cursor.fetchone()
         except sqlite3.DatabaseError as exc:
             raise self._damaged(name, str(exc)) from exc
-        arrays = {c: self._integers(name, c, v) for c, v in zip(columns, row)}
+        arrays = {c: self._integers(name, c, v) for c, v in zip(columns, row, strict=False)}
         lengths = {len(a) for a in arrays.values()}
         if len(lengths) > 1:
             raise self._damaged(name, "a record has an empty (NULL) value where a number belongs")
@@ -203,12 +226,15 @@ class NsysExport:
     def _damaged(self, name: str, what: str) -> InputError:
         # The export's own tables, not only our query's file: they are what the user can look at in sqlite3.
         tables = ", ".join(load_query(name).requires)
-        return InputError(f"{self.path} is damaged: {tables} (read by sql/{name}.sql): {what}",
-                          "export it again from the .nsys-rep (nsys export --type sqlite)")
+        return InputError(
+            f"{self.path} is damaged: {tables} (read by sql/{name}.sql): {what}",
+            "export it again from the .nsys-rep (nsys export --type sqlite)",
+        )
 
     def columns_many(self, queries: dict[str, dict | None]) -> dict[str, dict[str, np.ndarray] | None]:
         """Several columnar queries at once (name -> its params), each on its own read-only connection in
         a thread: SQLite releases the GIL while it scans and formats, so two big tables load in parallel."""
+
         def run(name: str) -> dict[str, np.ndarray] | None:
             connection = _connect_read_only(self.path)
             try:
@@ -225,7 +251,7 @@ class NsysExport:
         if not unique:
             return {}
         found = self.frame("strings", {"ids": unique})
-        return {} if found is None else dict(zip(found["id"].astype(int), found["value"]))
+        return {} if found is None else dict(zip(found["id"].astype(int), found["value"], strict=False))
 
 
 def _fits_column(column: str, value: object) -> bool:
@@ -241,7 +267,7 @@ def _is_int(text: str) -> bool:
         int(text)
     except ValueError:
         return False
-    return -2**63 <= int(text) < 2**63
+    return -(2**63) <= int(text) < 2**63
 
 
 def open_export(path: str | Path) -> NsysExport:

@@ -1,5 +1,6 @@
 """Suggestions against run configurations, table-driven, on real H200 captures: each case runs one rule on a
-capture's measured context with a recorded `config` (as hybrid.inject.run_config writes it) and checks what is and
+capture's measured context with a recorded `config` (as hybrid.inject.run_config writes it) and checks what is
+and
 is not suggested. A setting already on is never suggested; a framework's own switch replaces torch's."""
 
 from __future__ import annotations
@@ -30,9 +31,14 @@ def _context(capture: str) -> Context:
     profile, _ = merged_profile(*load_run_dir(FIXTURES / capture))
     analyzed = analyze(profile).analyzed  # the metrics with the ledger's idle causes, as the rules see them
     peaks, metrics = analyzed.peaks, analyzed.metrics
-    return Context(metrics=metrics, pools=analyzed.ledger.ms_per_step(), roofline=roofline(profile, peaks),
-                   peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
-                   op_names=frozenset(profile.ops["name"].astype(str)))
+    return Context(
+        metrics=metrics,
+        pools=analyzed.ledger.ms_per_step(),
+        roofline=roofline(profile, peaks),
+        peaks=_rule_peaks(peaks),
+        has_counters=not profile.counters.empty,
+        op_names=frozenset(profile.ops["name"].astype(str)),
+    )
 
 
 def _with(capture: str, config: dict | None, pass_status: dict | None = None) -> Context:
@@ -47,17 +53,36 @@ def _config(**sections) -> dict:
         "precision": {"tf32_matmul": False, "tf32_conv": False},
         "autocast": {"observed": True, "regions": [], "enabled": False, "dtypes": []},
         "compile": {"used": False, "modes": [], "observed": True},
-        "optimizers": [{"class": "SGD", "fused": None, "foreach": None, "supports_fused": True,
-                        "foreach_effective": True}],
-        "data_loaders": [], "distributed": {"initialized": False, "ddp": [], "fsdp": []},
-        "channels_last": {"used": False}, "cuda_graphs": {"graphs": 0}, "framework": {"name": None},
+        "optimizers": [
+            {
+                "class": "SGD",
+                "fused": None,
+                "foreach": None,
+                "supports_fused": True,
+                "foreach_effective": True,
+            }
+        ],
+        "data_loaders": [],
+        "distributed": {"initialized": False, "ddp": [], "fsdp": []},
+        "channels_last": {"used": False},
+        "cuda_graphs": {"graphs": 0},
+        "framework": {"name": None},
     }
     return {**base, **sections}
 
 
-HF = {"name": "transformers", "trainer": "Trainer",
-      "training_arguments": {"tf32": None, "bf16": False, "fp16": False, "dataloader_num_workers": 0,
-                             "dataloader_pin_memory": True, "dataloader_persistent_workers": False}}
+HF = {
+    "name": "transformers",
+    "trainer": "Trainer",
+    "training_arguments": {
+        "tf32": None,
+        "bf16": False,
+        "fp16": False,
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": True,
+        "dataloader_persistent_workers": False,
+    },
+}
 RESNET_FP32 = "runs/h200-resnet50"  # TF32 off: every conv and the fc GEMM in FP32 (ncu-measured)
 GELU = "planted/roofline_unfused_gelu/run"  # an 8-kernel elementwise chain a step
 MLP = "planted/graph_unfused_small_ops/run"  # 200 tiny kernels a step, launch-bound
@@ -81,76 +106,213 @@ class Case:
 
 
 CASES = [
-    Case("tf32 off: torch's flags, for the families that ran FP32", RESNET_FP32, "tensor.fp32_gemm", _config(),
-         says=("torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True",
-               "TF32 is off in this run", "torch.autocast('cuda', dtype=torch.bfloat16)"),
-         never=("TrainingArguments",)),
-    Case("tf32 already on: never suggested again; why it did not apply instead", RESNET_FP32, "tensor.fp32_gemm",
-         _config(precision={"tf32_matmul": True, "tf32_conv": True}),
-         says=("Find why these kernels stayed FP32",), never=("allow_tf32 = True", "set_float32_matmul_precision")),
-    Case("HF Trainer: its own switches", RESNET_FP32, "tensor.fp32_gemm", _config(framework=HF),
-         says=("TrainingArguments(tf32=True)", "TrainingArguments(bf16=True)"),
-         never=("torch.backends", "torch.autocast(")),
-    Case("Lightning: Trainer(precision='bf16-mixed')", RESNET_FP32, "tensor.fp32_gemm",
-         _config(framework={"name": "lightning", "precision": "32-true", "strategy": "SingleDeviceStrategy"}),
-         says=("Trainer(precision='bf16-mixed')", "before Trainer.fit"), never=("torch.autocast(",)),
-    Case("autocast already on: no autocast advice, the ops outside it named", RESNET_FP32, "tensor.fp32_gemm",
-         _config(autocast={"observed": True, "enabled": True, "dtypes": ["bfloat16"], "regions": []}),
-         says=("inside the autocast region",), never=("Train with mixed precision",)),
-    Case("no config recorded: says so", RESNET_FP32, "tensor.fp32_gemm", None,
-         says=("the run's TF32 flags were not recorded",)),
-    Case("eager model: torch.compile", GELU, "compile.fusible_elementwise", _config(),
-         says=("torch.compile(model) to fuse the elementwise chains", "the model runs eager")),
-    Case("compiled model: never torch.compile again", GELU, "compile.fusible_elementwise",
-         _config(compile={"used": True, "modes": ["default"], "observed": True}),
-         says=("outside the compiled regions",), never=("torch.compile(model)",)),
-    Case("SGD user: SGD(fused=True), never AdamW", GELU, "compile.fusible_elementwise", _config(),
-         says=("torch.optim.SGD(..., fused=True)",), never=("AdamW",)),
-    Case("fused optimizer already: not suggested", GELU, "compile.fusible_elementwise",
-         _config(optimizers=[{"class": "AdamW", "fused": True, "supports_fused": True}]), never=("fused=True",)),
-    Case("launch-bound eager: CUDA graphs via reduce-overhead", MLP, "launch.bound", _config(),
-         says=("torch.compile(model, mode='reduce-overhead')",)),
-    Case("launch-bound, compiled with reduce-overhead: not again", MLP, "launch.bound",
-         _config(compile={"used": True, "modes": ["reduce-overhead"], "observed": True}, cuda_graphs={"graphs": 3}),
-         never=("reduce-overhead", "torch.compile(model)"), says=("Increase the batch size",)),
-    Case("HF launch-bound: TrainingArguments(torch_compile=True)", MLP, "launch.bound", _config(framework=HF),
-         says=("TrainingArguments(torch_compile=True",), never=("torch.compile(model",)),
-    Case("host data each step: move the preprocessing, build a DataLoader", NUMPY, "cpu.preprocessing", _config(),
-         says=("numpy or Python preprocessing", "torch.utils.data.DataLoader", "the script uses no DataLoader")),
-    Case("HF Trainer: its two batch copies are no host preprocessing; find the host code", HF_FP32,
-         "cpu.preprocessing", _config(framework=HF, data_loaders=[{"num_workers": 0, "pin_memory": True}]),
-         says=("py-spy",), never=("numpy or Python preprocessing", "dataloader_num_workers")),
-    Case("no host data: no numpy, no DataLoader advice", SIMPLE_CNN, "cpu.preprocessing", _config(),
-         says=("the framework's own dispatch", "mode='reduce-overhead'", "SGD(..., fused=True)"),
-         never=("numpy", "DataLoader", "py-spy")),
-    Case("the same host time in a compiled model with CUDA graphs: nothing to turn on", SIMPLE_CNN,
-         "cpu.preprocessing", _config(compile={"used": True, "modes": ["reduce-overhead"], "observed": True},
-                                      cuda_graphs={"graphs": 3}),
-         says=("TORCH_LOGS=graph_breaks,cudagraphs",), never=("torch.compile", "py-spy")),
-    Case("compiled (default mode), AdamW: the dispatch left is captured, the optimizer fused", SIMPLE_CNN,
-         "cpu.preprocessing", _config(compile={"used": True, "modes": ["default"], "observed": True},
-                                      optimizers=[{"class": "AdamW", "fused": None, "supports_fused": True,
-                                                   "foreach_effective": True}]),
-         says=("torch.compile(model, mode='reduce-overhead')", "torch.optim.AdamW(..., fused=True)"),
-         never=("torch.compile(model) to", "py-spy", "numpy")),
-    Case("fused AdamW under reduce-overhead: neither again, what the graphs leave out", SIMPLE_CNN,
-         "cpu.preprocessing", _config(compile={"used": True, "modes": ["reduce-overhead"], "observed": True},
-                                      cuda_graphs={"graphs": 2},
-                                      optimizers=[{"class": "AdamW", "fused": True, "supports_fused": True}]),
-         says=("capturable=True",), never=("fused=True", "mode='reduce-overhead'", "py-spy")),
-    Case("workers=0 loader: workers, persistent, pinned", LOADER, "data.loader_stall",
-         _config(data_loaders=[{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]),
-         says=("num_workers=N>0", "pin_memory=True")),
-    Case("HF loader stall: TrainingArguments(dataloader_num_workers=...)", LOADER, "data.loader_stall",
-         _config(framework=HF), says=("TrainingArguments(dataloader_num_workers=4",), never=("DataLoader(num",)),
-    Case("loader already pinned: pinning not suggested for it", PAGEABLE, "copy.pageable",
-         _config(data_loaders=[{"num_workers": 4, "pin_memory": True, "persistent_workers": True}]),
-         says=("the DataLoaders already pin their batches",), never=("DataLoader(..., pin_memory=True)",)),
-    Case("ncu ran: no `--mode hybrid`", "planted/healthy_bf16_gemm/run", "tensor.pipe_idle", None,
-         pass_status={"torch": "ok", "nsys": "ok", "ncu": "ok"}, never=("--mode hybrid",),
-         says=("the ncu pass ran",)),
-    Case("no ncu pass: --mode hybrid", "planted/healthy_bf16_gemm/run", "tensor.pipe_idle", None,
-         pass_status={"torch": "ok", "nsys": "ok"}, says=("--mode hybrid",)),
+    Case(
+        "tf32 off: torch's flags, for the families that ran FP32",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        _config(),
+        says=(
+            "torch.backends.cuda.matmul.allow_tf32 = True",
+            "torch.backends.cudnn.allow_tf32 = True",
+            "TF32 is off in this run",
+            "torch.autocast('cuda', dtype=torch.bfloat16)",
+        ),
+        never=("TrainingArguments",),
+    ),
+    Case(
+        "tf32 already on: never suggested again; why it did not apply instead",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        _config(precision={"tf32_matmul": True, "tf32_conv": True}),
+        says=("Find why these kernels stayed FP32",),
+        never=("allow_tf32 = True", "set_float32_matmul_precision"),
+    ),
+    Case(
+        "HF Trainer: its own switches",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        _config(framework=HF),
+        says=("TrainingArguments(tf32=True)", "TrainingArguments(bf16=True)"),
+        never=("torch.backends", "torch.autocast("),
+    ),
+    Case(
+        "Lightning: Trainer(precision='bf16-mixed')",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        _config(framework={"name": "lightning", "precision": "32-true", "strategy": "SingleDeviceStrategy"}),
+        says=("Trainer(precision='bf16-mixed')", "before Trainer.fit"),
+        never=("torch.autocast(",),
+    ),
+    Case(
+        "autocast already on: no autocast advice, the ops outside it named",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        _config(autocast={"observed": True, "enabled": True, "dtypes": ["bfloat16"], "regions": []}),
+        says=("inside the autocast region",),
+        never=("Train with mixed precision",),
+    ),
+    Case(
+        "no config recorded: says so",
+        RESNET_FP32,
+        "tensor.fp32_gemm",
+        None,
+        says=("the run's TF32 flags were not recorded",),
+    ),
+    Case(
+        "eager model: torch.compile",
+        GELU,
+        "compile.fusible_elementwise",
+        _config(),
+        says=("torch.compile(model) to fuse the elementwise chains", "the model runs eager"),
+    ),
+    Case(
+        "compiled model: never torch.compile again",
+        GELU,
+        "compile.fusible_elementwise",
+        _config(compile={"used": True, "modes": ["default"], "observed": True}),
+        says=("outside the compiled regions",),
+        never=("torch.compile(model)",),
+    ),
+    Case(
+        "SGD user: SGD(fused=True), never AdamW",
+        GELU,
+        "compile.fusible_elementwise",
+        _config(),
+        says=("torch.optim.SGD(..., fused=True)",),
+        never=("AdamW",),
+    ),
+    Case(
+        "fused optimizer already: not suggested",
+        GELU,
+        "compile.fusible_elementwise",
+        _config(optimizers=[{"class": "AdamW", "fused": True, "supports_fused": True}]),
+        never=("fused=True",),
+    ),
+    Case(
+        "launch-bound eager: CUDA graphs via reduce-overhead",
+        MLP,
+        "launch.bound",
+        _config(),
+        says=("torch.compile(model, mode='reduce-overhead')",),
+    ),
+    Case(
+        "launch-bound, compiled with reduce-overhead: not again",
+        MLP,
+        "launch.bound",
+        _config(
+            compile={"used": True, "modes": ["reduce-overhead"], "observed": True}, cuda_graphs={"graphs": 3}
+        ),
+        never=("reduce-overhead", "torch.compile(model)"),
+        says=("Increase the batch size",),
+    ),
+    Case(
+        "HF launch-bound: TrainingArguments(torch_compile=True)",
+        MLP,
+        "launch.bound",
+        _config(framework=HF),
+        says=("TrainingArguments(torch_compile=True",),
+        never=("torch.compile(model",),
+    ),
+    Case(
+        "host data each step: move the preprocessing, build a DataLoader",
+        NUMPY,
+        "cpu.preprocessing",
+        _config(),
+        says=(
+            "numpy or Python preprocessing",
+            "torch.utils.data.DataLoader",
+            "the script uses no DataLoader",
+        ),
+    ),
+    Case(
+        "HF Trainer: its two batch copies are no host preprocessing; find the host code",
+        HF_FP32,
+        "cpu.preprocessing",
+        _config(framework=HF, data_loaders=[{"num_workers": 0, "pin_memory": True}]),
+        says=("py-spy",),
+        never=("numpy or Python preprocessing", "dataloader_num_workers"),
+    ),
+    Case(
+        "no host data: no numpy, no DataLoader advice",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(),
+        says=("the framework's own dispatch", "mode='reduce-overhead'", "SGD(..., fused=True)"),
+        never=("numpy", "DataLoader", "py-spy"),
+    ),
+    Case(
+        "the same host time in a compiled model with CUDA graphs: nothing to turn on",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(
+            compile={"used": True, "modes": ["reduce-overhead"], "observed": True}, cuda_graphs={"graphs": 3}
+        ),
+        says=("TORCH_LOGS=graph_breaks,cudagraphs",),
+        never=("torch.compile", "py-spy"),
+    ),
+    Case(
+        "compiled (default mode), AdamW: the dispatch left is captured, the optimizer fused",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(
+            compile={"used": True, "modes": ["default"], "observed": True},
+            optimizers=[{"class": "AdamW", "fused": None, "supports_fused": True, "foreach_effective": True}],
+        ),
+        says=("torch.compile(model, mode='reduce-overhead')", "torch.optim.AdamW(..., fused=True)"),
+        never=("torch.compile(model) to", "py-spy", "numpy"),
+    ),
+    Case(
+        "fused AdamW under reduce-overhead: neither again, what the graphs leave out",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(
+            compile={"used": True, "modes": ["reduce-overhead"], "observed": True},
+            cuda_graphs={"graphs": 2},
+            optimizers=[{"class": "AdamW", "fused": True, "supports_fused": True}],
+        ),
+        says=("capturable=True",),
+        never=("fused=True", "mode='reduce-overhead'", "py-spy"),
+    ),
+    Case(
+        "workers=0 loader: workers, persistent, pinned",
+        LOADER,
+        "data.loader_stall",
+        _config(data_loaders=[{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]),
+        says=("num_workers=N>0", "pin_memory=True"),
+    ),
+    Case(
+        "HF loader stall: TrainingArguments(dataloader_num_workers=...)",
+        LOADER,
+        "data.loader_stall",
+        _config(framework=HF),
+        says=("TrainingArguments(dataloader_num_workers=4",),
+        never=("DataLoader(num",),
+    ),
+    Case(
+        "loader already pinned: pinning not suggested for it",
+        PAGEABLE,
+        "copy.pageable",
+        _config(data_loaders=[{"num_workers": 4, "pin_memory": True, "persistent_workers": True}]),
+        says=("the DataLoaders already pin their batches",),
+        never=("DataLoader(..., pin_memory=True)",),
+    ),
+    Case(
+        "ncu ran: no `--mode hybrid`",
+        "planted/healthy_bf16_gemm/run",
+        "tensor.pipe_idle",
+        None,
+        pass_status={"torch": "ok", "nsys": "ok", "ncu": "ok"},
+        never=("--mode hybrid",),
+        says=("the ncu pass ran",),
+    ),
+    Case(
+        "no ncu pass: --mode hybrid",
+        "planted/healthy_bf16_gemm/run",
+        "tensor.pipe_idle",
+        None,
+        pass_status={"torch": "ok", "nsys": "ok"},
+        says=("--mode hybrid",),
+    ),
 ]
 
 
@@ -187,7 +349,9 @@ def test_resnet50_at_pytorchs_default_precision_on_the_h200():
     precision = doc["config"]["precision"]
     assert precision["tf32_conv"] is True and precision["tf32_matmul"] is False
     assert precision["float32_matmul_precision"] == "highest"
-    assert doc["metrics"]["gemm_tf32_conv_ms"]["value"] > 0 and doc["metrics"]["gemm_fp32_conv_ms"]["value"] == 0
+    assert (
+        doc["metrics"]["gemm_tf32_conv_ms"]["value"] > 0 and doc["metrics"]["gemm_fp32_conv_ms"]["value"] == 0
+    )
     text = _suggestions(doc)
     assert "allow_tf32" not in text and "set_float32_matmul_precision" not in text
     assert "torch.optim.SGD(..., fused=True)" in text and "AdamW" not in text

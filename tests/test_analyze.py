@@ -16,8 +16,15 @@ ANALYSIS_KEYS = ("device", "timing", "metrics", "roofline", "diagnosis", "limita
 
 
 def _with_lead_keys(result: dict) -> dict:
-    return {**result, "schema_version": "1.0", "mode": "nsys", "tools": {}, "passes": [], "warnings": [],
-            "workload": {"command": "x", "steps_measured": 1, "warmup_steps": 0}}
+    return {
+        **result,
+        "schema_version": "1.0",
+        "mode": "nsys",
+        "tools": {},
+        "passes": [],
+        "warnings": [],
+        "workload": {"command": "x", "steps_measured": 1, "warmup_steps": 0},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +43,22 @@ def test_probe_workload_is_diagnosed_as_pageable_copies_then_syncs(nsys_result):
     assert "sync.per_step" in ids
     sync = next(f for f in diagnosis["bottlenecks"] if f["id"] == "sync.per_step")
     assert any(e["label"] == "syncs per step" and e["value"] == 2 for e in sync["evidence"])
-    assert all(e["source"] in ("measured:nsys", "estimated", "spec") for f in diagnosis["bottlenecks"]
-               for e in f["evidence"])
+    assert all(
+        e["source"] in ("measured:nsys", "estimated", "spec")
+        for f in diagnosis["bottlenecks"]
+        for e in f["evidence"]
+    )
 
 
 def test_ranking_is_by_time_lost_and_notes_never_lead(nsys_result):
     findings = nsys_result["diagnosis"]["bottlenecks"]
     measured = [f for f in findings if not f["not_measured"]]
-    assert [f["time_lost_ms"] for f in measured] == sorted((f["time_lost_ms"] for f in measured), reverse=True)
+    assert [f["time_lost_ms"] for f in measured] == sorted(
+        (f["time_lost_ms"] for f in measured), reverse=True
+    )
     notes = [f for f in findings if f["not_measured"]]
     assert {f["category"] for f in notes} == {"OCCUPANCY", "MEMORY_HIERARCHY", "TENSOR_CORE"}
-    assert findings[-len(notes):] == notes and all(f["severity"] == "LOW" for f in notes)
+    assert findings[-len(notes) :] == notes and all(f["severity"] == "LOW" for f in notes)
 
 
 def test_result_satisfies_the_schema(nsys_result):
@@ -56,8 +68,10 @@ def test_result_satisfies_the_schema(nsys_result):
 
 
 def test_counters_replace_the_not_measured_notes():
-    profile = attach_counters(load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"),
-                              read_ncu_csv(FIXTURES / "ncu_metrics_stdout.csv"))
+    profile = attach_counters(
+        load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"),
+        read_ncu_csv(FIXTURES / "ncu_metrics_stdout.csv"),
+    )
     result = analyze(profile).document
     assert not any(f["not_measured"] for f in result["diagnosis"]["bottlenecks"])
     assert result["metrics"]["ncu_l2_hit_pct"]["source"] == "measured:ncu"
@@ -73,8 +87,14 @@ def test_torch_only_trace_finds_the_pageable_readback():
 
 
 def test_cpu_only_run_reports_no_gpu_findings():
-    steps = pd.DataFrame({"step": [0, 1, 2], "name": ["step 0", "step 1", "step 2"],
-                          "start_ns": [0, 10_000_000, 20_000_000], "end_ns": [9_000_000, 19_500_000, 29_000_000]})
+    steps = pd.DataFrame(
+        {
+            "step": [0, 1, 2],
+            "name": ["step 0", "step 1", "step 2"],
+            "start_ns": [0, 10_000_000, 20_000_000],
+            "end_ns": [9_000_000, 19_500_000, 29_000_000],
+        }
+    )
     profile = Profile(steps=conform(steps, STEP_COLUMNS), extras={"cuda_available": False})
     result = analyze(profile).document
     assert result["diagnosis"]["bottlenecks"] == [] and result["diagnosis"]["primary_bottleneck"] is None

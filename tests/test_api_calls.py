@@ -37,11 +37,12 @@ def test_api_calls_hold_event_records_stream_waits_and_their_streams():
     for name, expected in _sql(RESNET, CALLS_BY_NAME_SQL):
         assert counts[name] == expected
     assert (calls["start_ns"].diff().dropna() >= 0).all()
-    by_start = dict(zip(calls["start_ns"], calls["sync_stream"]))
+    by_start = dict(zip(calls["start_ns"], calls["sync_stream"], strict=False))
     pairs = _sql(RESNET, SYNC_STREAM_SQL)
     assert len(pairs) == 600 and all(by_start[start] == stream for start, stream in pairs)
     assert set(calls.loc[calls["sync_stream"] >= 0, "api"].astype(str).str.split("_v").str[0]) == {
-        "cudaStreamWaitEvent"}
+        "cudaStreamWaitEvent"
+    }
     # Two threads launch work: the main thread and autograd's device thread.
     assert calls["global_tid"].nunique() == 2
 

@@ -40,7 +40,7 @@ def test_start_up_is_excluded_from_the_compiled_loop():
     """torch.compile's first call takes seconds: no step may hold it."""
     profile = load_nsys_export(BARE / "compiled_infer_loop.sqlite")
     with sqlite3.connect(BARE / "compiled_infer_loop.sqlite") as db:
-        (first_kernel,), = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        ((first_kernel,),) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     assert profile.steps["start_ns"].min() - first_kernel > 5e9
     assert (step_windows(profile)["dur_ns"] < 10e6).all()
 
@@ -60,7 +60,7 @@ def test_a_capture_that_never_repeats_is_one_labeled_window(tmp_path):
     cut = tmp_path / "short.sqlite"
     shutil.copyfile(BARE / "nested_gemm_loops.sqlite", cut)
     with sqlite3.connect(cut) as db:
-        (first,), = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        ((first,),) = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
         for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"):
             db.execute(f"DELETE FROM {table} WHERE start > ?", (first + 2_000_000,))
     results = analyze_export(cut)
@@ -73,17 +73,22 @@ def test_a_capture_that_never_repeats_is_one_labeled_window(tmp_path):
 def test_periods_are_whole_iterations_not_repeated_blocks():
     """40 identical conv blocks repeat every 4 calls, but the head runs once per forward; a compiled
     encoder of identical layers shows its iteration only in the host gap of the script's loop."""
-    for name, calls_per_iteration in (("deep_narrow_conv_b1", 165), ("compiled_infer_loop", 72),
-                                      ("nested_gemm_loops", 7)):
+    for name, calls_per_iteration in (
+        ("deep_narrow_conv_b1", 165),
+        ("compiled_infer_loop", 72),
+        ("nested_gemm_loops", 7),
+    ):
         unit = analyze_export(BARE / f"{name}.sqlite")["workload"]["step_unit"]
         assert unit == f"one repeat of a {calls_per_iteration}-call CUDA sequence"
 
 
 # -- nested loops: the step is the outermost unit that repeats like a step, not the shortest repeat ----------
 
+
 def _make_large_export():
     spec = importlib.util.spec_from_file_location(
-        "make_large_export", Path(__file__).parents[1] / "benchmarks" / "make_large_export.py")
+        "make_large_export", Path(__file__).parents[1] / "benchmarks" / "make_large_export.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -124,8 +129,10 @@ def test_outer_loop_marked_only_by_its_host_gap_is_the_step(bare_launch_loop, tm
     cut = tmp_path / "no_concat.sqlite"
     shutil.copyfile(bare_launch_loop, cut)
     with sqlite3.connect(cut) as db:
-        concat = ("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-                  "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE '%CatArrayBatchedCopy%'")
+        concat = (
+            "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE '%CatArrayBatchedCopy%'"
+        )
         db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IN ({concat})")
         db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId IN ({concat})")
     profile = load_nsys_export(cut)
@@ -155,8 +162,11 @@ def test_generate_run_measures_decode_steps_found_without_edits():
 
     results = analyze_run_dir(HF_RUN)
     workload = results["workload"]
-    assert (workload["step_source"], workload["step_ranges"], workload["step_confidence"]) == \
-        ("module_call", "nvtx:hybrid", "medium")
+    assert (workload["step_source"], workload["step_ranges"], workload["step_confidence"]) == (
+        "module_call",
+        "nvtx:hybrid",
+        "medium",
+    )
     assert workload["step_unit"].startswith("one top-level GPT2LMHeadModel.forward")
     assert workload["steps_measured"] == 10 and workload["warmup_steps"] >= 3
     profile = load_nsys_export(HF_RUN / "nsys" / "profile.sqlite")

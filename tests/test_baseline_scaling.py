@@ -41,7 +41,10 @@ def test_each_finding_gives_its_time_at_the_plain_step(results):
 def test_renderers_show_it(results):
     primary = results["diagnosis"]["primary_bottleneck"]
     text = render_terminal(results, verbose=False, color=False)
-    assert " plain " in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if "lost/step" in line)]
+    assert (
+        " plain "
+        in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if "lost/step" in line)]
+    )
     assert f"{primary['time_lost_baseline_ms']:.3g} ms at the plain step" in render_html(results)
 
 
@@ -57,8 +60,13 @@ def test_a_collector_that_slowed_the_step_is_named_in_the_headline():
     planted = Path(__file__).parent / "fixtures" / "planted" / "launch_batch1_deep_mlp"
     plain_ms = json.loads((planted / "plain_script" / "inject.json").read_text())["step_time_ms"]
     run = RunDir.open(planted / "run")
-    doc = analyze_artifacts(run, load_torch_trace(run.torch_trace()), load_nsys_export(run.nsys_export()),
-                            run.ncu_csv(), baseline_step_ms=plain_ms)
+    doc = analyze_artifacts(
+        run,
+        load_torch_trace(run.torch_trace()),
+        load_nsys_export(run.nsys_export()),
+        run.ncu_csv(),
+        baseline_step_ms=plain_ms,
+    )
     timing = doc["timing"]
     assert timing["collector_overhead_pct"] == pytest.approx(100 * (timing["step_time_ms"] / plain_ms - 1))
     assert timing["collector_overhead_pct"] > 50 and timing["weighed_at_plain_step"] is True

@@ -25,7 +25,9 @@ from PIL import Image, ImageChops
 from hybrid.report.html_report import plotted_kernels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (CI: .ci/install-browser.sh)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (CI: .ci/install-browser.sh)"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
@@ -35,8 +37,10 @@ WINDOW = (1400, 2000)
 PAGE_LOAD_TIMEOUT_S = 30.0
 # How each kind of roofline point is painted (html_report._kernel_point): a measured point is filled
 # #cf222e at opacity 0.7 over the white plot, an estimated one is a hollow diamond stroked #8250df.
-POINT_PAINT = {"measured": tuple(round(0.7 * c + 0.3 * 255) for c in (0xCF, 0x22, 0x2E)),
-               "estimated": (0x82, 0x50, 0xDF)}
+POINT_PAINT = {
+    "measured": tuple(round(0.7 * c + 0.3 * 255) for c in (0xCF, 0x22, 0x2E)),
+    "estimated": (0x82, 0x50, 0xDF),
+}
 
 
 def plant_range_name(export: Path, old: str, new: str) -> None:
@@ -44,8 +48,9 @@ def plant_range_name(export: Path, old: str, new: str) -> None:
     (NVTX_EVENTS.textId -> StringIds)."""
     with sqlite3.connect(export) as db:
         renamed = db.execute("UPDATE StringIds SET value = ? WHERE value = ?", (new, old)).rowcount
-        used = db.execute("SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId WHERE s.value = ?",
-                          (new,)).fetchone()[0]
+        used = db.execute(
+            "SELECT count(*) FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId WHERE s.value = ?", (new,)
+        ).fetchone()[0]
     assert renamed == 1 and used > 0, f"the export has no NVTX range named {old!r}"
 
 
@@ -90,14 +95,27 @@ class Chromium:
             os.dup2(outbound, 4)
 
         self.process = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={user_data_dir}",
-             "--remote-debugging-pipe", f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"],
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={user_data_dir}",
+                "--remote-debugging-pipe",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                "about:blank",
+            ],
             # The protocol fixes the fd numbers and pass_fds cannot renumber, so the child moves them;
             # the test process runs no threads that preexec_fn could deadlock with.
             preexec_fn=wire_pipes,  # noqa: PLW1509
             close_fds=False,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_browser)
         os.close(from_browser)
         self._buffer, self._next_id, self.events = b"", 0, []
@@ -154,25 +172,39 @@ class Chromium:
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
-        self.call("Emulation.setDeviceMetricsOverride", {"width": WINDOW[0], "height": WINDOW[1],
-                                                         "deviceScaleFactor": 1, "mobile": False}, session)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         first_event = len(self.events)
         self.call("Page.navigate", {"url": page.resolve().as_uri()}, session)
         self.wait_for("Page.loadEventFired", session)
         visit = PageVisit()
-        visit.dom = self.call("Runtime.evaluate", {"expression": DOM_PROBE, "returnByValue": True},
-                              session)["result"]["value"]
+        visit.dom = self.call("Runtime.evaluate", {"expression": DOM_PROBE, "returnByValue": True}, session)[
+            "result"
+        ]["value"]
         visit.screenshot = self._screenshot(session)
         self.call("Runtime.evaluate", {"expression": HIDE_POINTS}, session)
         visit.screenshot_without_points = self._screenshot(session)
         if element_js:
-            box = self.call("Runtime.evaluate", {"expression": f"(() => {{ const r = ({element_js})"
-                                                 ".getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY,"
-                                                 " width: r.width, height: r.height, scale: 1}; })()",
-                                                 "returnByValue": True}, session)["result"]["value"]
-            visit.element_screenshot = base64.b64decode(self.call(
-                "Page.captureScreenshot", {"format": "png", "clip": box, "captureBeyondViewport": True},
-                session)["data"])
+            box = self.call(
+                "Runtime.evaluate",
+                {
+                    "expression": f"(() => {{ const r = ({element_js})"
+                    ".getBoundingClientRect(); return {x: r.x + scrollX, y: r.y + scrollY,"
+                    " width: r.width, height: r.height, scale: 1}; })()",
+                    "returnByValue": True,
+                },
+                session,
+            )["result"]["value"]
+            visit.element_screenshot = base64.b64decode(
+                self.call(
+                    "Page.captureScreenshot",
+                    {"format": "png", "clip": box, "captureBeyondViewport": True},
+                    session,
+                )["data"]
+            )
         for event in self.events[first_event:]:
             if event.get("sessionId") != session:
                 continue
@@ -207,8 +239,14 @@ def browser(tmp_path_factory):
 
 
 def _render(run_dir: Path) -> Path:
-    done = subprocess.run([sys.executable, "-m", "hybrid", "report", str(run_dir), "--html"], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html"],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return run_dir
 
@@ -234,14 +272,24 @@ def torch_only_run(tmp_path_factory) -> Path:
 
 def _crop(png: bytes, box: dict) -> Image.Image:
     image = Image.open(io.BytesIO(png)).convert("RGB")
-    return image.crop((max(int(box["x"]), 0), max(int(box["y"]), 0),
-                       min(int(box["x"] + box["w"]), image.width), min(int(box["y"] + box["h"]), image.height)))
+    return image.crop(
+        (
+            max(int(box["x"]), 0),
+            max(int(box["y"]), 0),
+            min(int(box["x"] + box["w"]), image.width),
+            min(int(box["y"] + box["h"]), image.height),
+        )
+    )
 
 
 def _painted(visit: PageVisit, box: dict) -> bool:
     """Whether hiding the points changed any pixel inside box: something was drawn there."""
-    return ImageChops.difference(_crop(visit.screenshot, box), _crop(visit.screenshot_without_points, box)).getbbox() \
+    return (
+        ImageChops.difference(
+            _crop(visit.screenshot, box), _crop(visit.screenshot_without_points, box)
+        ).getbbox()
         is not None
+    )
 
 
 def _pixels_near(png: bytes, rgb: tuple[int, int, int], box: dict, tolerance: int = 40) -> int:
@@ -250,7 +298,9 @@ def _pixels_near(png: bytes, rgb: tuple[int, int, int], box: dict, tolerance: in
     return int((np.abs(pixels - np.array(rgb)) <= tolerance).all(axis=-1).sum())
 
 
-LAYER_TABLE_JS = "[...document.querySelectorAll('h2')].find(h => h.textContent.startsWith('Layers')).nextElementSibling"
+LAYER_TABLE_JS = (
+    "[...document.querySelectorAll('h2')].find(h => h.textContent.startsWith('Layers')).nextElementSibling"
+)
 
 
 def test_planted_range_name_is_inert_in_the_browser(browser, planted_run, tmp_path):
@@ -268,8 +318,10 @@ def test_planted_range_name_is_inert_in_the_browser(browser, planted_run, tmp_pa
     assert PLANTED_LAYER not in visit.dom["code"]
 
 
-@pytest.mark.parametrize(("run", "kind", "label"), [("planted_run", "measured", "[measured (ncu)]"),
-                                                  ("torch_only_run", "estimated", "[estimated]")])
+@pytest.mark.parametrize(
+    ("run", "kind", "label"),
+    [("planted_run", "measured", "[measured (ncu)]"), ("torch_only_run", "estimated", "[estimated]")],
+)
 def test_roofline_points_are_drawn_with_their_hover_text(browser, request, tmp_path, run, kind, label):
     run_dir = request.getfixturevalue(run)
     results = json.loads((run_dir / "results.json").read_text())
@@ -280,7 +332,9 @@ def test_roofline_points_are_drawn_with_their_hover_text(browser, request, tmp_p
     assert visit.dialogs == [] and visit.errors == []
 
     svg, points = visit.dom["svg"], visit.dom["points"]
-    assert svg and svg["w"] > 0 and svg["y"] + svg["h"] <= WINDOW[1], "the chart is laid out inside the window"
+    assert svg and svg["w"] > 0 and svg["y"] + svg["h"] <= WINDOW[1], (
+        "the chart is laid out inside the window"
+    )
     assert len(points) == len(kernels)
     assert all(p["cls"].split() == ["kernel", kind] for p in points)
     for point in points:
@@ -301,8 +355,9 @@ def test_roofline_points_are_drawn_with_their_hover_text(browser, request, tmp_p
     # the browser really painted them: each point's box changes when the points are hidden, and the
     # paint of that kind (also in the legend, which stays) is in the chart only while they show
     assert all(_painted(visit, point) for point in points)
-    assert _pixels_near(visit.screenshot, POINT_PAINT[kind], svg) > \
-        _pixels_near(visit.screenshot_without_points, POINT_PAINT[kind], svg)
+    assert _pixels_near(visit.screenshot, POINT_PAINT[kind], svg) > _pixels_near(
+        visit.screenshot_without_points, POINT_PAINT[kind], svg
+    )
 
 
 def test_control_page_with_the_unescaped_name_does_run_it(browser, planted_run, tmp_path):
@@ -313,8 +368,10 @@ def test_control_page_with_the_unescaped_name_does_run_it(browser, planted_run, 
     assert escaped in page
     raw = page.replace(escaped, PAYLOAD)
     without_policy = tmp_path / "control.html"
-    without_policy.write_text(raw[:raw.index('<meta http-equiv="Content-Security-Policy"')]
-                              + raw[raw.index(">", raw.index('<meta http-equiv="Content-Security-Policy"')) + 1:])
+    without_policy.write_text(
+        raw[: raw.index('<meta http-equiv="Content-Security-Policy"')]
+        + raw[raw.index(">", raw.index('<meta http-equiv="Content-Security-Policy"')) + 1 :]
+    )
     control = browser.visit(without_policy)
     assert control.dialogs and set(control.dialogs) == {"1"}  # one alert per place the name is shown
     assert control.dom["images"] >= 1

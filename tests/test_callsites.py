@@ -45,16 +45,30 @@ def _marked_line(script: Path, marker: str) -> int:
 def test_user_files_are_not_the_library_the_interpreter_or_hybrid():
     assert is_user_file("/home/me/project/train.py")
     assert is_user_file("train.py")
-    for library in ("/usr/lib/python3.12/runpy.py", "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/module.py",
-                    "/usr/local/lib/python3.11/dist-packages/numpy/core/numeric.py", "<frozen runpy>", "<string>",
-                    "/root/repo/hybrid/inject.py", "/root/repo/hybrid/stepping.py", ""):
+    for library in (
+        "/usr/lib/python3.12/runpy.py",
+        "/opt/torch/.venv/lib/python3.12/site-packages/torch/nn/module.py",
+        "/usr/local/lib/python3.11/dist-packages/numpy/core/numeric.py",
+        "<frozen runpy>",
+        "<string>",
+        "/root/repo/hybrid/inject.py",
+        "/root/repo/hybrid/stepping.py",
+        "",
+    ):
         assert not is_user_file(library), library
-    stack = [("/x/site-packages/torch/_tensor.py", 10, "item"), ("/x/train.py", 42, "<module>"),
-             ("/x/hybrid/inject.py", 5, "main")]
+    stack = [
+        ("/x/site-packages/torch/_tensor.py", 10, "item"),
+        ("/x/train.py", 42, "<module>"),
+        ("/x/hybrid/inject.py", 5, "main"),
+    ]
     assert first_user_frame(stack) == ("/x/train.py", 42, "<module>")
     # Inside hybrid's step marker (its final sync), the time is hybrid's, not the optimizer.step() line's.
-    hook = [("/x/site-packages/torch/cuda/__init__.py", 1, "synchronize"), ("/x/hybrid/stepping.py", 9, "step"),
-            ("/x/site-packages/torch/optim/optimizer.py", 5, "wrapper"), ("/x/train.py", 50, "<module>")]
+    hook = [
+        ("/x/site-packages/torch/cuda/__init__.py", 1, "synchronize"),
+        ("/x/hybrid/stepping.py", 9, "step"),
+        ("/x/site-packages/torch/optim/optimizer.py", 5, "wrapper"),
+        ("/x/train.py", 50, "<module>"),
+    ]
     assert first_user_frame(hook) is None
     # The profiler writes paths relative to the sys.path entry they were found under.
     assert not is_user_trace_file("torch/nn/modules/module.py")
@@ -75,9 +89,29 @@ def stacked_trace(tmp_path_factory) -> Path:
     """The torch pass with --python-stacks on a CPU loop (a real injector subprocess)."""
     out = tmp_path_factory.mktemp("torch")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "torch", "--python-stacks", "--out",
-                           str(out), "--warmup", "1", "--steps", "3", "--", str(OPS_SCRIPT)],
-                          capture_output=True, text=True, env=env, timeout=180, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            "torch",
+            "--python-stacks",
+            "--out",
+            str(out),
+            "--warmup",
+            "1",
+            "--steps",
+            "3",
+            "--",
+            str(OPS_SCRIPT),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out / "trace.json"
 
@@ -111,21 +145,26 @@ def test_callsite_flags_are_those_the_installed_nsys_lists():
     assert not python.cpu_sampling and not python.missing and python.separate_export
     cuda = nsys.callsite_sampling(H200_HELP, "cuda")
     assert cuda.flags[2:] == ("--python-backtrace=cuda", "--cudabacktrace=sync:100000,memory:100000")
-    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True, sampling=cuda)
+    argv = nsys.build_nsys_command(
+        Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True, sampling=cuda
+    )
     assert argv[argv.index("-s") + 1] == "process-tree"  # the CUDA backtraces need CPU sampling
     assert argv[argv.index("--export") + 1] == "none" and argv[-2:] == ["python3", "x.py"]
     # An nsys whose help lacks the Python options (before 2024.1): the pass runs as before, and says why.
     older = "\n".join(line for line in H200_HELP.splitlines() if "python" not in line.lower())
     degraded = nsys.callsite_sampling(older, "cuda")
     assert degraded.flags == () and degraded.missing == ("--python-sampling", "--python-backtrace")
-    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True,
-                                   sampling=degraded)
+    argv = nsys.build_nsys_command(
+        Path("nsys"), Path("out"), ["python3", "x.py"], capture_range=True, sampling=degraded
+    )
     assert argv[argv.index("--export") + 1] == "sqlite" and argv[argv.index("-s") + 1] == "none"
 
 
 def _fake_nsys(path: Path, *, knows_blobs: bool) -> Path:
     """An `nsys export` stand-in that writes the -o file, and refuses --include-blobs if told to."""
-    refuse = "" if knows_blobs else 'case "$*" in *--include-blobs*) echo "unrecognised option"; exit 1;; esac\n'
+    refuse = (
+        "" if knows_blobs else 'case "$*" in *--include-blobs*) echo "unrecognised option"; exit 1;; esac\n'
+    )
     path.write_text("#!/bin/sh\n" + refuse + 'while [ "$1" != "-o" ]; do shift; done; echo export > "$2"\n')
     path.chmod(0o755)
     return path
@@ -173,23 +212,37 @@ def test_graph_breaks_carry_the_user_line_dynamo_recorded():
     torch.compile(step, backend="eager")(torch.randn(8))
     breaks = _graph_breaks()
     line = _marked_line(Path(__file__), "# GRAPH BREAK")
-    assert breaks and breaks[0]["file"] == __file__ and breaks[0]["line"] == line and breaks[0]["function"] == "step"
+    assert (
+        breaks
+        and breaks[0]["file"] == __file__
+        and breaks[0]["line"] == line
+        and breaks[0]["function"] == "step"
+    )
     sites = _graph_break_callsites(Profile(extras={"graph_breaks": breaks}), _Paths(__file__, [__file__]))
-    assert sites[0]["file"] == Path(__file__).name and sites[0]["line"] == line and sites[0]["share_pct"] == 100.0
+    assert (
+        sites[0]["file"] == Path(__file__).name
+        and sites[0]["line"] == line
+        and sites[0]["share_pct"] == 100.0
+    )
     assert sites[0]["source_line"] == "total = y.sum().item()  # GRAPH BREAK"
 
 
 def test_sample_stacks_decode_from_the_exported_payloads():
     with closing(open_export(BLOBS_EXPORT)) as export:
         assert layout_matches(export)
-        program = read_python_samples(export, 0, 2**62,
-                                      pick=lambda stack: next((f for f in stack if f[0] == "<string>"), None))
+        program = read_python_samples(
+            export, 0, 2**62, pick=lambda stack: next((f for f in stack if f[0] == "<string>"), None)
+        )
     assert program.marks == len(program.start_ns) > 200 and program.without_stack == program.unreadable == 0
     lines = Counter(program.line.tolist())
     # The program spends its time in its loop; the int32 line numbers are read without the padding after them.
     assert lines.most_common(1)[0][0] == PROBE_LOOP_LINE and lines[PROBE_LOOP_LINE] > 0.9 * len(program.line)
-    assert Counter(f for f, line in zip(program.function, program.line)
-                   if line == PROBE_LOOP_LINE).most_common(1)[0][0] == "<module>"
+    assert (
+        Counter(
+            f for f, line in zip(program.function, program.line, strict=False) if line == PROBE_LOOP_LINE
+        ).most_common(1)[0][0]
+        == "<module>"
+    )
 
 
 # -- planted scripts whose cause is one line, run through `hybrid run --mode nsys` on the H200 ------------
@@ -202,8 +255,11 @@ PLANTED_SCRIPTS = REPO / "benchmarks" / "planted"
 
 # Where a `# PLANTED` comment sits over a block, the block's last line (the rest of each script is the
 # model's ordinary training step).
-PLANTED_BLOCK_ENDS = {"cpu_numpy_augment": "augmented[i] = (image - MEAN) / STD",
-                      "cpu_roundtrip": "hard = torch.from_numpy", "cpu_tensors_then_moved": "t = torch.randint"}
+PLANTED_BLOCK_ENDS = {
+    "cpu_numpy_augment": "augmented[i] = (image - MEAN) / STD",
+    "cpu_roundtrip": "hard = torch.from_numpy",
+    "cpu_tensors_then_moved": "t = torch.randint",
+}
 
 
 def _planted_lines(name: str) -> set[int]:
@@ -214,7 +270,9 @@ def _planted_lines(name: str) -> set[int]:
         if "# PLANTED" not in text:
             continue
         if text.lstrip().startswith("#"):
-            last = next(n for n in range(number + 1, len(lines) + 1) if PLANTED_BLOCK_ENDS[name] in lines[n - 1])
+            last = next(
+                n for n in range(number + 1, len(lines) + 1) if PLANTED_BLOCK_ENDS[name] in lines[n - 1]
+            )
             planted |= set(range(number + 1, last + 1))
         else:
             planted.add(number)
@@ -245,12 +303,17 @@ def test_the_sync_finding_points_at_the_item_call(planted_results):
     top = findings["sync.per_step"]["callsites"][0]
     assert "loss.item()" in top["source_line"] and top["line"] in _planted_lines("sync_item_per_microstep")
     # Device-side findings have no host line.
-    assert all(f["callsites"] == [] for f in findings.values() if f["category"] in ("OCCUPANCY", "MEMORY_HIERARCHY"))
+    assert all(
+        f["callsites"] == [] for f in findings.values() if f["category"] in ("OCCUPANCY", "MEMORY_HIERARCHY")
+    )
 
 
 def test_helper_modules_show_relative_to_the_scripts_folder(planted_results):
-    sites = [c for f in planted_results["sync_item_per_microstep"]["diagnosis"]["bottlenecks"]
-             for c in f["callsites"]]
+    sites = [
+        c
+        for f in planted_results["sync_item_per_microstep"]["diagnosis"]["bottlenecks"]
+        for c in f["callsites"]
+    ]
     sampler = next(c for c in sites if c["function"] == "next_indices")
     assert sampler["file"] == "_planted.py" and sampler["path"].endswith("/benchmarks/planted/_planted.py")
 
@@ -264,4 +327,6 @@ def test_the_terminal_and_html_show_the_planted_line(planted_results):
     # Under the finding, the top line and its source (wrapped at the report's width).
     assert f"at data_pageable_h2d.py:{line}  images =" in render_terminal(results, color=False)
     page = render_html(results)
-    assert f"at <code>data_pageable_h2d.py:{line}</code>" in page and page.count('<ul class="callsites">') >= 1
+    assert (
+        f"at <code>data_pageable_h2d.py:{line}</code>" in page and page.count('<ul class="callsites">') >= 1
+    )

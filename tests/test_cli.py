@@ -21,9 +21,20 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=cwd or ROOT, env=env, timeout=timeout)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        NO_COLOR="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +42,21 @@ def script_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Pat
     """One real `hybrid run` of a small training script, shared by the tests that read its outputs."""
     base = tmp_path_factory.mktemp("run")
     out, record = base / "run", base / "record.json"
-    done = hybrid("run", "--steps", "4", "--warmup", "2", "--out", str(out), "--json",
-                  str(SCRIPTS / "train_optimizer.py"), "--iters", "40", "--record", str(record))
+    done = hybrid(
+        "run",
+        "--steps",
+        "4",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+        str(SCRIPTS / "train_optimizer.py"),
+        "--iters",
+        "40",
+        "--record",
+        str(record),
+    )
     return done, out, record
 
 
@@ -47,7 +71,10 @@ def test_run_writes_a_valid_results_document(script_run):
     # At least the 2 requested warmup steps, more until step times settled (at most 10 more).
     warmup = results["workload"]["warmup_steps"]
     assert 2 <= warmup <= 12 and results["workload"]["warmup_reason"].startswith(f"{warmup} warmup steps")
-    assert (results["workload"]["step_source"], results["workload"]["step_confidence"]) == ("optimizer_hook", "high")
+    assert (results["workload"]["step_source"], results["workload"]["step_confidence"]) == (
+        "optimizer_hook",
+        "high",
+    )
     # The script was stopped after warmup + measured steps, and saw its own argv.
     recorded = json.loads(record.read_text())
     assert recorded["argv"][1:] == ["--iters", "40", "--record", str(record)]
@@ -87,8 +114,18 @@ def test_terminal_report_is_plain_without_a_tty(script_run):
 
 @pytest.mark.slow
 def test_diagnose_simple_cnn_on_cpu(tmp_path):
-    done = hybrid("diagnose", "--model", "simple_cnn", "--steps", "3", "--warmup", "1", "--out", str(tmp_path / "r"),
-                  "--json")
+    done = hybrid(
+        "diagnose",
+        "--model",
+        "simple_cnn",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert missing_keys(results) == []
@@ -114,14 +151,16 @@ def test_profile_model_api_returns_results(tmp_path):
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    results = profile_model(model, lambda: torch.randn(8, 16), steps=3, warmup=1, optimizer=optimizer,
-                            out_dir=tmp_path / "api")
+    results = profile_model(
+        model, lambda: torch.randn(8, 16), steps=3, warmup=1, optimizer=optimizer, out_dir=tmp_path / "api"
+    )
     assert missing_keys(results) == []
     assert results["workload"]["steps_measured"] == 3
     assert "bottlenecks" in results["diagnosis"] and "primary_bottleneck" in results["diagnosis"]
 
 
 # -- bad input: a clear message, a documented exit code, nothing lost ------------------------------------
+
 
 def test_missing_script_is_a_usage_error(tmp_path):
     done = hybrid("run", "--out", str(tmp_path / "r"), str(tmp_path / "nope.py"))
@@ -190,9 +229,11 @@ def test_a_script_with_no_step_is_not_run_again(tmp_path):
     once (its side effects happened once), and the run directory keeps what it gathered."""
     out, marker = tmp_path / "r", tmp_path / "runs.txt"
     script = tmp_path / "no_step.py"
-    script.write_text("import sys, torch\n"
-                      f"open({str(marker)!r}, 'a').write('ran\\n')\n"
-                      "print(float((torch.randn(64, 64) @ torch.randn(64, 64)).sum()))\n")
+    script.write_text(
+        "import sys, torch\n"
+        f"open({str(marker)!r}, 'a').write('ran\\n')\n"
+        "print(float((torch.randn(64, 64) @ torch.randn(64, 64)).sum()))\n"
+    )
     done = hybrid("run", "--mode", "torch", "--out", str(out), str(script))
     assert done.returncode == 4, done.stderr
     assert "no step was found" in done.stderr and "does not re-run the script" in done.stderr
@@ -205,8 +246,19 @@ def test_a_script_that_ends_before_its_steps_settle_is_measured_on_its_last_step
     """Warmup waits for step times to settle; a script of 8 ever-longer steps ends first. Its length is
     then known: the torch pass runs again, dropping exactly 5 steps, and measures the last 3."""
     out = tmp_path / "r"
-    done = hybrid("run", "--mode", "torch", "--warmup", "1", "--steps", "3", "--out", str(out), "--json",
-                  str(SCRIPTS / "never_settles.py"))
+    done = hybrid(
+        "run",
+        "--mode",
+        "torch",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--out",
+        str(out),
+        "--json",
+        str(SCRIPTS / "never_settles.py"),
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     workload = results["workload"]
@@ -220,7 +272,9 @@ def test_a_script_that_ends_before_its_steps_settle_is_measured_on_its_last_step
 
 def test_whole_run_is_asked_for_explicitly(tmp_path):
     out = tmp_path / "r"
-    done = hybrid("run", "--whole-run", "--mode", "torch", "--out", str(out), "--json", str(SCRIPTS / "one_shot.py"))
+    done = hybrid(
+        "run", "--whole-run", "--mode", "torch", "--out", str(out), "--json", str(SCRIPTS / "one_shot.py")
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["workload"]["steps_measured"] == 1
@@ -229,15 +283,30 @@ def test_whole_run_is_asked_for_explicitly(tmp_path):
 
 def test_an_unmarked_loop_reports_its_step_unit(tmp_path):
     out = tmp_path / "r"
-    done = hybrid("run", "--mode", "torch", "--warmup", "2", "--steps", "4", "--out", str(out),
-                  str(SCRIPTS / "unmarked" / "nested_loops.py"))
+    done = hybrid(
+        "run",
+        "--mode",
+        "torch",
+        "--warmup",
+        "2",
+        "--steps",
+        "4",
+        "--out",
+        str(out),
+        str(SCRIPTS / "unmarked" / "nested_loops.py"),
+    )
     assert done.returncode == 0, done.stderr
-    assert "step = one iteration of the loop at nested_loops.py:11 · detected (the script's loop)" in \
-        " ".join(done.stdout.split())
+    assert (
+        "step = one iteration of the loop at nested_loops.py:11 · detected (the script's loop)"
+        in " ".join(done.stdout.split())
+    )
     results = json.loads((out / "results.json").read_text())
     workload = results["workload"]
-    assert (workload["step_source"], workload["step_confidence"], workload["step_ranges"]) == \
-        ("script_loop", "medium", "torch:annotation")
+    assert (workload["step_source"], workload["step_confidence"], workload["step_ranges"]) == (
+        "script_loop",
+        "medium",
+        "torch:annotation",
+    )
     assert workload["steps_measured"] == 4 and workload["warmup_steps"] >= 2
     assert workload["warmup_reason"].startswith(f"{workload['warmup_steps']} warmup steps dropped")
 
@@ -249,11 +318,32 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
         "import time, torch\n"
         "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for i in range(10_000):\n"
-        "    m(torch.randn(2, 4)).sum().backward(); o.step(); time.sleep(0.05)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1",
-                             "--out", str(out), str(slow)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+        "    m(torch.randn(2, 4)).sum().backward(); o.step(); time.sleep(0.05)\n"
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        NO_COLOR="1",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hybrid",
+            "run",
+            "--steps",
+            "5000",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            str(slow),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     # Into its measured steps: the injector has printed a measured step (on a loaded CI box the
     # script's imports alone can take longer than any fixed sleep).
     log, deadline = out / "torch" / "console.log", time.monotonic() + 120
@@ -291,7 +381,10 @@ def test_report_on_a_real_h200_run_directory(h200_run):
     assert results["mode"] == "hybrid"
     assert results["device"]["name"] == "NVIDIA H200"
     assert results["workload"]["steps_measured"] == 50
-    assert (results["workload"]["step_source"], results["workload"]["step_ranges"]) == ("optimizer_hook", "nvtx:hybrid")
+    assert (results["workload"]["step_source"], results["workload"]["step_ranges"]) == (
+        "optimizer_hook",
+        "nvtx:hybrid",
+    )
     sources = {m["source"] for m in results["metrics"].values()}
     assert {"measured:torch", "measured:nsys", "measured:ncu"} <= sources
     assert results["diagnosis"]["primary_bottleneck"] is not None
@@ -300,8 +393,14 @@ def test_report_on_a_real_h200_run_directory(h200_run):
 
 def test_fail_on_gates_ci_on_a_real_run(h200_run):
     results = json.loads(hybrid("report", str(h200_run), "--json").stdout)
-    worst = max(({"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1, "LOW": 0}[f["severity"]]
-                 for f in results["diagnosis"]["bottlenecks"] if not f.get("not_measured")), default=-1)
+    worst = max(
+        (
+            {"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1, "LOW": 0}[f["severity"]]
+            for f in results["diagnosis"]["bottlenecks"]
+            if not f.get("not_measured")
+        ),
+        default=-1,
+    )
     assert worst >= 0, "the fixture should have at least one measured finding"
     assert hybrid("report", str(h200_run), "--fail-on", "LOW").returncode == 1
     above = [s for s, rank in {"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1}.items() if rank > worst]
@@ -325,7 +424,9 @@ def test_compare_gates_on_step_time_regression(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(after))
     same = hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--fail-on-regression", "5")
     assert same.returncode == 0, same.stderr
-    worse = hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on-regression", "10")
+    worse = hybrid(
+        "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on-regression", "10"
+    )
     assert worse.returncode == 1
     assert "+20%" in worse.stdout and "regression gate failed" in worse.stderr
     diff = json.loads(hybrid("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)
@@ -362,8 +463,23 @@ def test_export_without_kernels_is_an_input_error(tmp_path):
 @pytest.mark.slow
 def test_multi_process_run_reports_the_job_then_one_rank(tmp_path):
     out = tmp_path / "job"
-    done = hybrid("run", "--nproc-per-node", "2", "--steps", "4", "--warmup", "2", "--out", str(out), "--json",
-                  str(SCRIPTS / "ddp_train.py"), "--slow-rank", "1", "--sleep-ms", "30")
+    done = hybrid(
+        "run",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        "4",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+        str(SCRIPTS / "ddp_train.py"),
+        "--slow-rank",
+        "1",
+        "--sleep-ms",
+        "30",
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["job"]["world_size"] == 2 and results["job"]["straggler"]["rank"] == 1
@@ -380,8 +496,24 @@ def test_multi_process_run_reports_the_job_then_one_rank(tmp_path):
 @pytest.mark.slow
 def test_html_shows_ranks_side_by_side(tmp_path):
     out = tmp_path / "job"
-    done = hybrid("run", "--nproc-per-node", "2", "--steps", "4", "--warmup", "2", "--out", str(out), "--html",
-                  "--json", str(SCRIPTS / "ddp_train.py"), "--slow-rank", "1", "--sleep-ms", "30")
+    done = hybrid(
+        "run",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        "4",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--html",
+        "--json",
+        str(SCRIPTS / "ddp_train.py"),
+        "--slow-rank",
+        "1",
+        "--sleep-ms",
+        "30",
+    )
     assert done.returncode == 0, done.stderr
     straggler = (json.loads(done.stdout)["job"].get("straggler") or {}).get("rank")
     page = (out / "report.html").read_text()

@@ -23,8 +23,15 @@ RUNS = ROOT / "tests" / "fixtures" / "runs"
 
 def hybrid(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=ROOT, env=env, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=240,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +56,9 @@ def test_a_results_json_is_rendered_without_its_artifacts(analyzed, tmp_path):
     assert "NVIDIA H200" in done.stdout and "TENSOR_CORE" in done.stdout
     assert saved.read_bytes() == before  # shown, not re-analyzed or rewritten
     assert "Open the raw views" not in done.stdout  # its artifacts are not beside it
-    assert (tmp_path / "results.report.html").is_file() and f"wrote {tmp_path / 'results.report.html'}" in done.stderr
+    assert (
+        tmp_path / "results.report.html"
+    ).is_file() and f"wrote {tmp_path / 'results.report.html'}" in done.stderr
 
 
 def test_a_run_directory_whose_artifacts_are_gone_is_rendered_from_its_results(analyzed, tmp_path):
@@ -64,15 +73,23 @@ def test_a_run_directory_whose_artifacts_are_gone_is_rendered_from_its_results(a
 
 @pytest.mark.parametrize("threshold", ["nan", "inf", "-inf"])
 def test_a_threshold_that_cannot_trip_is_refused(analyzed, threshold):
-    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]),
-                  "--fail-on-regression", threshold)
+    done = hybrid(
+        "compare",
+        str(analyzed["h200-resnet50"]),
+        str(analyzed["h200-resnet50"]),
+        "--fail-on-regression",
+        threshold,
+    )
     assert done.returncode == 2 and "is not a number of percent" in done.stderr
 
 
-@pytest.mark.parametrize(("candidate", "reason"), [
-    ({}, "the candidate has no valid step time"),
-    ({"schema_version": "1.0", "timing": {"step_time_ms": None}}, "the candidate has no valid step time"),
-])
+@pytest.mark.parametrize(
+    ("candidate", "reason"),
+    [
+        ({}, "the candidate has no valid step time"),
+        ({"schema_version": "1.0", "timing": {"step_time_ms": None}}, "the candidate has no valid step time"),
+    ],
+)
 def test_a_candidate_without_a_step_time_leaves_the_gate_undecided(analyzed, tmp_path, candidate, reason):
     path = tmp_path / "b.json"
     path.write_text(json.dumps(candidate))
@@ -81,16 +98,31 @@ def test_a_candidate_without_a_step_time_leaves_the_gate_undecided(analyzed, tmp
 
 
 def test_a_candidate_of_another_workload_is_refused_and_never_passes_the_gate(analyzed, tmp_path):
-    refused = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]),
-                     "--fail-on-regression", "50")
+    refused = hybrid(
+        "compare",
+        str(analyzed["h200-resnet50"]),
+        str(analyzed["h200-simple_cnn"]),
+        "--fail-on-regression",
+        "50",
+    )
     assert refused.returncode == 2 and refused.stdout == ""
     assert "refusing to compare: models differ (resnet50 vs simple_cnn)" in refused.stderr
-    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-simple_cnn"]), "--allow-different",
-                  "--fail-on-regression", "50", "--html", str(tmp_path / "compare.html"))
+    done = hybrid(
+        "compare",
+        str(analyzed["h200-resnet50"]),
+        str(analyzed["h200-simple_cnn"]),
+        "--allow-different",
+        "--fail-on-regression",
+        "50",
+        "--html",
+        str(tmp_path / "compare.html"),
+    )
     # simple_cnn's step is 90% faster: only the workload check can stop this gate passing.
     assert done.returncode == 5
-    assert "regression gate undecided (exit 5): the runs are of different workloads: models differ " \
+    assert (
+        "regression gate undecided (exit 5): the runs are of different workloads: models differ "
         "(resnet50 vs simple_cnn)" in done.stderr
+    )
     assert done.stdout.startswith("WARNING: models differ")
     assert "WARNING: models differ" in (tmp_path / "compare.html").read_text()
 
@@ -103,15 +135,21 @@ def test_a_document_that_is_not_an_object_is_bad_input(analyzed, tmp_path):
 
 def test_every_option_says_what_it_does():
     command = typer.main.get_command(app)
-    undocumented = [f"{name} {param.opts[0]}" for name, sub in command.commands.items() for param in sub.params
-                    if not getattr(param, "help", None)]
+    undocumented = [
+        f"{name} {param.opts[0]}"
+        for name, sub in command.commands.items()
+        for param in sub.params
+        if not getattr(param, "help", None)
+    ]
     assert undocumented == []
 
 
 def test_run_and_diagnose_share_the_module_ranges_default():
     command = typer.main.get_command(app)
-    defaults = {name: next(p.default for p in command.commands[name].params if p.name == "nvtx_modules")
-                for name in ("run", "diagnose")}
+    defaults = {
+        name: next(p.default for p in command.commands[name].params if p.name == "nvtx_modules")
+        for name in ("run", "diagnose")
+    }
     assert defaults["run"] == defaults["diagnose"]
 
 
@@ -129,7 +167,9 @@ def test_doctor_says_how_to_get_what_is_missing():
 def test_an_unwritable_html_path_is_a_warning_not_a_traceback(analyzed):
     # A path under a regular file cannot be created (as root, permissions would not stop it).
     target = analyzed["h200-resnet50"] / "compare.html"
-    done = hybrid("compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]), "--html", str(target))
+    done = hybrid(
+        "compare", str(analyzed["h200-resnet50"]), str(analyzed["h200-resnet50"]), "--html", str(target)
+    )
     assert done.returncode == 0 and f"warning: could not write {target}" in done.stderr
     assert "Step time (profiled steps):" in done.stdout and "Traceback" not in done.stderr
 

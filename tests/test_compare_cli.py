@@ -28,8 +28,15 @@ RESULTS = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
 
 def hybrid(*args: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
-                          check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=path, NO_COLOR="1"), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=path, NO_COLOR="1"),
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +74,16 @@ def test_exports_sharing_most_kernel_time_are_taken_as_one_program_and_said_so(e
     assert "taken as the same program because" in done.stdout
 
 
-@pytest.mark.parametrize(("field", "value", "said"), [
-    ("step_time_ms", -3.2, "timing.step_time_ms is -3.2"),
-    ("step_time_ms", 0, "timing.step_time_ms is 0"),
-    ("step_time_std_ms", -0.1, "timing.step_time_std_ms is -0.1"),
-    ("step_times_ms", [3.9, -1.0, 4.0], "timing.step_times_ms holds values that are not positive"),
-    ("step_times_ms", [1.0, 1.0], "one of them was changed"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("step_time_ms", -3.2, "timing.step_time_ms is -3.2"),
+        ("step_time_ms", 0, "timing.step_time_ms is 0"),
+        ("step_time_std_ms", -0.1, "timing.step_time_std_ms is -0.1"),
+        ("step_times_ms", [3.9, -1.0, 4.0], "timing.step_times_ms holds values that are not positive"),
+        ("step_times_ms", [1.0, 1.0], "one of them was changed"),
+    ],
+)
 def test_a_step_figure_no_measurement_gives_is_refused_naming_it(tmp_path, field, value, said):
     document = json.loads(RESULTS.read_text())
     document["timing"][field] = value
@@ -84,11 +94,14 @@ def test_a_step_figure_no_measurement_gives_is_refused_naming_it(tmp_path, field
     assert said in done.stderr and str(candidate) in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize(("factor", "code", "said"), [
-    (1.001, 0, "regression gate passed"),
-    (1.26, EXIT_FINDING_AT_OR_ABOVE, "regression gate failed: step time 3.87 ms -> 4.88 ms: +26%"),
-    (1.02, EXIT_GATE_UNDECIDED, "regression gate undecided"),
-])
+@pytest.mark.parametrize(
+    ("factor", "code", "said"),
+    [
+        (1.001, 0, "regression gate passed"),
+        (1.26, EXIT_FINDING_AT_OR_ABOVE, "regression gate failed: step time 3.87 ms -> 4.88 ms: +26%"),
+        (1.02, EXIT_GATE_UNDECIDED, "regression gate undecided"),
+    ],
+)
 def test_the_gate_has_an_exit_code_per_outcome(tmp_path, factor, code, said):
     """simple_cnn's 50 steps (3.87 ± 0.32 ms): +0.1% passes, +26% fails (the review's case, once
     "unchanged"), and +2% against a 1% threshold is within what the noise can make: undecided."""
@@ -111,17 +124,45 @@ def test_fail_on_names_the_findings_that_tripped_it():
 
 
 TIMING = json.loads(RESULTS.read_text())
-HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**12), st.floats(allow_nan=True),
-                    st.text(max_size=4), st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=4),
-                    st.lists(st.integers(-5, 5), max_size=4))
+HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10**12),
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=4),
+    st.lists(st.integers(-5, 5), max_size=4),
+)
 
 
-@settings(max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 60, derandomize=True,
-          deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(changes=st.lists(st.tuples(st.sampled_from(["step_time_ms", "step_time_std_ms", "step_times_ms",
-                                                   "baseline_step_time_ms", "baseline_step_times_ms",
-                                                   "steps_measured", "steps_excluded"]), HOSTILE),
-                        min_size=1, max_size=3), side=st.sampled_from(["a", "b"]))
+@settings(
+    max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "step_time_ms",
+                    "step_time_std_ms",
+                    "step_times_ms",
+                    "baseline_step_time_ms",
+                    "baseline_step_times_ms",
+                    "steps_measured",
+                    "steps_excluded",
+                ]
+            ),
+            HOSTILE,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    side=st.sampled_from(["a", "b"]),
+)
 def test_hostile_step_figures_never_pass_the_gate_unseen(changes, side):
     """Any value in any figure the gate reads: the comparison either names it as a problem (the CLI refuses,
     exit 2) or decides on valid positive numbers; it never raises and never passes on a bad figure."""
@@ -134,8 +175,9 @@ def test_hostile_step_figures_never_pass_the_gate_unseen(changes, side):
     if not diff["problems"][side]:
         return
     step = diff["step_time_ms"]
-    assert decided["outcome"] != "pass" or (step["a"] is not None and step["b"] is not None
-                                            and step["a"] > 0 and step["b"] > 0)
+    assert decided["outcome"] != "pass" or (
+        step["a"] is not None and step["b"] is not None and step["a"] > 0 and step["b"] > 0
+    )
     for figure in (step["a"], step["b"]):
         assert figure is None or (math.isfinite(figure) and figure > 0)
 

@@ -35,10 +35,32 @@ def _trace_names(path: Path) -> list[str]:
 
 def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
     out = tmp_path / "torch"
-    done = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "torch", "--out", str(out),
-                           "--warmup", "2", "--steps", "4", "--plain-steps", "3", "--plain-on-cpu", "--",
-                           str(SCRIPTS / "steady_steps.py"), "60"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            "torch",
+            "--out",
+            str(out),
+            "--warmup",
+            "2",
+            "--steps",
+            "4",
+            "--plain-steps",
+            "3",
+            "--plain-on-cpu",
+            "--",
+            str(SCRIPTS / "steady_steps.py"),
+            "60",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     inject = json.loads((out / "inject.json").read_text())
     window = inject["plain_window"]
@@ -57,8 +79,10 @@ def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
 
 def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
     out = tmp_path / "run"
-    orchestrator = Orchestrator(Target([str(SCRIPTS / "steady_steps.py"), "60"]),
-                                  RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
+    orchestrator = Orchestrator(
+        Target([str(SCRIPTS / "steady_steps.py"), "60"]),
+        RunOptions(out_dir=out, mode="torch", warmup=2, steps=4),
+    )
     orchestrator.run()
     run = json.loads((out / "run.json").read_text())
     assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch")]
@@ -80,8 +104,10 @@ def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_witho
     # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes
     # up short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).
     out = tmp_path / "run"
-    orchestrator = Orchestrator(Target([str(SCRIPTS / "steady_steps.py"), "14"]),
-                                  RunOptions(out_dir=out, mode="torch", warmup=2, steps=4))
+    orchestrator = Orchestrator(
+        Target([str(SCRIPTS / "steady_steps.py"), "14"]),
+        RunOptions(out_dir=out, mode="torch", warmup=2, steps=4),
+    )
     orchestrator.run()
     run = json.loads((out / "run.json").read_text())
     assert [p["name"] for p in run["passes"]] == ["torch"]  # the second torch pass replaced the first
@@ -93,16 +119,23 @@ def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_witho
     assert "too few for the plain window" in run["fixed_warmup"]["reason"]
 
 
-@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")),
-                    reason="inductor on the CPU needs a C++ compiler")
+@pytest.mark.skipif(
+    not (shutil.which("c++") or shutil.which("g++")), reason="inductor on the CPU needs a C++ compiler"
+)
 def test_every_pass_of_a_run_shares_one_compile_cache(tmp_path, monkeypatch):
-    for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
-                     "TORCHINDUCTOR_AUTOGRAD_CACHE"):
+    for variable in (
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "TORCHINDUCTOR_FX_GRAPH_CACHE",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE",
+    ):
         monkeypatch.delenv(variable, raising=False)
     out = tmp_path / "run"
     # --baseline: a plain pass of its own, then the torch pass: two processes compiling the same model.
-    Orchestrator(Target([str(SCRIPTS / "compiled_steps.py"), "30"]),
-                 RunOptions(out_dir=out, mode="torch", warmup=2, steps=3, baseline=True)).run()
+    Orchestrator(
+        Target([str(SCRIPTS / "compiled_steps.py"), "30"]),
+        RunOptions(out_dir=out, mode="torch", warmup=2, steps=3, baseline=True),
+    ).run()
     run = json.loads((out / "run.json").read_text())
     caches = {p["name"]: p["compile_cache"] for p in run["passes"]}
     assert caches["plain"]["fxgraph_cache_miss"] >= 1 and caches["plain"]["fxgraph_cache_hit"] == 0
@@ -133,16 +166,19 @@ def _plan_without_counters(capture: str, tmp_path: Path):
     return plan_ncu(analyze_run_dir(run), profile, select_kernels(profile.kernels), forced=False)
 
 
-@pytest.mark.parametrize(("capture", "runs", "why"), [
-    # Host-bound: the GPU waits for launches, so no kernel speed-up can save what launch.bound does.
-    ("runs/h200-resnet50-default", False, "less than the primary finding launch."),
-    ("planted/sync_item_per_microstep/run", False, "less than the primary finding cpu.preprocessing"),
-    # The timeline's roofline finding is an estimate the counters measure (they make it
-    # memory.uncoalesced).
-    ("planted/mem_random_gather/run", True, "counters measure what roofline.low_efficiency estimates"),
-    # FP32 GEMMs take the step: faster kernels could save more than the primary finding.
-    ("planted/tc_fp32_no_tf32/run", True, "at least the primary finding tensor.fp32_gemm"),
-])
+@pytest.mark.parametrize(
+    ("capture", "runs", "why"),
+    [
+        # Host-bound: the GPU waits for launches, so no kernel speed-up can save what launch.bound does.
+        ("runs/h200-resnet50-default", False, "less than the primary finding launch."),
+        ("planted/sync_item_per_microstep/run", False, "less than the primary finding cpu.preprocessing"),
+        # The timeline's roofline finding is an estimate the counters measure (they make it
+        # memory.uncoalesced).
+        ("planted/mem_random_gather/run", True, "counters measure what roofline.low_efficiency estimates"),
+        # FP32 GEMMs take the step: faster kernels could save more than the primary finding.
+        ("planted/tc_fp32_no_tf32/run", True, "at least the primary finding tensor.fp32_gemm"),
+    ],
+)
 def test_ncu_runs_only_where_counters_can_change_the_primary(capture, runs, why, tmp_path):
     plan = _plan_without_counters(capture, tmp_path)
     assert plan.run is runs
@@ -165,6 +201,8 @@ def test_ncu_profiles_only_the_kernels_whose_counters_can_change_the_primary(tmp
     primary_ms = analysis["diagnosis"]["primary_bottleneck"]["time_lost_ms"]
     headroom = KernelHeadroom(profile)
     assert headroom.saved_ms(keep=plan.kernel_names) < primary_ms <= headroom.saved_ms()
-    assert f"ncu profiles the 1 largest kernels, as the others at zero time would save " \
-           f"{headroom.saved_ms(keep=plan.kernel_names):.2f} ms" in plan.reason
+    assert (
+        f"ncu profiles the 1 largest kernels, as the others at zero time would save "
+        f"{headroom.saved_ms(keep=plan.kernel_names):.2f} ms" in plan.reason
+    )
     assert plan_ncu(analysis, profile, candidates, forced=True).kernel_names is None  # --mode hybrid: all

@@ -18,8 +18,10 @@ RESNET50 = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"
 
 @pytest.fixture(scope="module")
 def profile():
-    return attach_counters(load_nsys_export(RESNET50 / "nsys" / "profile.sqlite"),
-                           parse_ncu_csv(RESNET50 / "ncu" / "counters.csv"))
+    return attach_counters(
+        load_nsys_export(RESNET50 / "nsys" / "profile.sqlite"),
+        parse_ncu_csv(RESNET50 / "ncu" / "counters.csv"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +38,19 @@ def launches(profile):
     return matched.assign(ns=matched["end_ns"] - matched["start_ns"])
 
 
-@pytest.mark.parametrize("name,col", [("ncu_achieved_occupancy_pct", "achieved_occupancy_pct"),
-                                      ("ncu_l2_hit_pct", "l2_hit_pct"), ("ncu_l1_hit_pct", "l1_hit_pct"),
-                                      ("ncu_sectors_per_request", "global_load_sectors_per_request"),
-                                      ("ncu_sm_throughput_pct", "sm_throughput_pct")])
-def test_average_is_over_the_launches_of_the_timeline_weighted_by_their_duration(metrics, launches, name, col):
+@pytest.mark.parametrize(
+    "name,col",
+    [
+        ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct"),
+        ("ncu_l2_hit_pct", "l2_hit_pct"),
+        ("ncu_l1_hit_pct", "l1_hit_pct"),
+        ("ncu_sectors_per_request", "global_load_sectors_per_request"),
+        ("ncu_sm_throughput_pct", "sm_throughput_pct"),
+    ],
+)
+def test_average_is_over_the_launches_of_the_timeline_weighted_by_their_duration(
+    metrics, launches, name, col
+):
     # Computed launch by launch from the joined frame: each launch carries its kernel's counters and
     # weighs its own timeline duration.
     ok = launches[col].notna()
@@ -75,7 +85,9 @@ def test_gemm_tensor_pipe_is_over_gemm_kernels_only(profile, metrics, launches):
 def test_dram_rate_counts_each_kernel_as_often_as_it_runs(profile, metrics, launches):
     c = profile.counters.reset_index(drop=True)
     per_step = launches.groupby("step").size().mean()
-    counts = launches.groupby(launches.index.map(lambda i: profile.extras["ncu"]["kernel_counter_rows"][i])).size()
+    counts = launches.groupby(
+        launches.index.map(lambda i: profile.extras["ncu"]["kernel_counter_rows"][i])
+    ).size()
     counts = counts / launches["step"].nunique()
     assert counts.sum() == pytest.approx(per_step)
     nbytes = (c["dram_read_bytes"] + c["dram_write_bytes"]).loc[counts.index]

@@ -20,8 +20,21 @@ SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_cpu.py"
 def cpu_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
     out = tmp_path_factory.mktemp("cpu") / "run"
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", CUDA_VISIBLE_DEVICES="")
-    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "5", "--warmup", "2", "--quiet", "--json",
-            "-o", str(out), str(SCRIPT)]
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid",
+        "run",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--quiet",
+        "--json",
+        "-o",
+        str(out),
+        str(SCRIPT),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
     return done, json.loads(done.stdout) if done.returncode == 0 else {}, out
 
@@ -42,9 +55,14 @@ def test_the_first_answer_names_the_dataloader(cpu_run):
     texts = " | ".join(primary["suggestions"])
     assert "DataLoader(num_workers=N>0)" in texts and "num_workers=0" in texts
     assert "pin_memory" not in texts.split("(why:")[0]  # nothing is copied to a device on this machine
-    report = subprocess.run([sys.executable, "-m", "hybrid", "report", str(out)], capture_output=True,
-                            text=True, check=False, timeout=300,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"))
+    report = subprocess.run(
+        [sys.executable, "-m", "hybrid", "report", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"),
+    )
     text = " ".join(report.stdout.split())  # the terminal wraps long titles
     assert report.returncode == 0 and "The step waits for the DataLoader" in text
     assert "DataLoader(num_workers=N>0)" in text

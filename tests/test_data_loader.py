@@ -45,9 +45,13 @@ def _finding(doc: dict, rule_id: str) -> dict | None:
 
 def _device_busy_ns(events: list[dict], start_us: float, end_us: float) -> float:
     """Time in [start, end) covered by any kernel, copy or memset, by a plain sweep over the raw events."""
-    spans = sorted((max(e["ts"], start_us), min(e["ts"] + e["dur"], end_us)) for e in events
-                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-                   and e["ts"] < end_us and e["ts"] + e["dur"] > start_us)
+    spans = sorted(
+        (max(e["ts"], start_us), min(e["ts"] + e["dur"], end_us))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        and e["ts"] < end_us
+        and e["ts"] + e["dur"] > start_us
+    )
     busy, reach = 0.0, start_us
     for lo, hi in spans:
         if hi > reach:
@@ -71,8 +75,10 @@ def test_dataloader_fetches_are_kept_as_annotation_rows_outside_the_operator_tre
 
 def test_device_idle_time_inside_each_fetch_matches_a_sweep_over_the_raw_trace():
     raw = json.loads(gzip.decompress(_trace("data_loader_workers0").read_bytes()))["traceEvents"]
-    marks = sorted((e for e in raw if e.get("cat") == "user_annotation" and e["name"] == LOADER_NEXT),
-                   key=lambda e: e["ts"])
+    marks = sorted(
+        (e for e in raw if e.get("cat") == "user_annotation" and e["name"] == LOADER_NEXT),
+        key=lambda e: e["ts"],
+    )
     ops = _torch("data_loader_workers0").ops
     fetches = ops[ops["name"] == ANNOTATION_PREFIX + LOADER_NEXT].sort_values("start_ns")
     for mark, idle_ns in zip(marks, fetches["device_idle_ns"], strict=True):
@@ -82,7 +88,9 @@ def test_device_idle_time_inside_each_fetch_matches_a_sweep_over_the_raw_trace()
     # The first fetch of the window has an empty queue; later ones overlap the previous step's tail.
     first = fetches.iloc[0]
     assert first["device_idle_ns"] == first["end_ns"] - first["start_ns"]
-    assert (fetches["device_idle_ns"].iloc[1:] < fetches["end_ns"].iloc[1:] - fetches["start_ns"].iloc[1:]).all()
+    assert (
+        fetches["device_idle_ns"].iloc[1:] < fetches["end_ns"].iloc[1:] - fetches["start_ns"].iloc[1:]
+    ).all()
 
 
 @pytest.mark.parametrize("mode", ["torch-only", "nsys"])
@@ -100,7 +108,10 @@ def test_dataloader_capture_is_diagnosed_as_data_pipeline(mode):
     assert primary["time_lost_ms"] == pytest.approx(pools["dataloader_fetch"])
     assert primary["time_lost_ms"] > 0.9 * metrics["gpu_idle_ms"]["value"]
     preprocessing = _finding(doc, "cpu.preprocessing")
-    assert preprocessing is None or preprocessing["time_lost_ms"] <= pools["host_after_sync"] + pools["host_other"]
+    assert (
+        preprocessing is None
+        or preprocessing["time_lost_ms"] <= pools["host_after_sync"] + pools["host_other"]
+    )
 
 
 @pytest.mark.parametrize("mode", ["torch-only", "nsys"])
@@ -113,11 +124,16 @@ def test_numpy_in_the_loop_body_stays_cpu_residency(mode):
     # The host work while the device idled, less the part after a sync that the sync finding claims.
     pools = doc["ledger"]["ms_per_step"]
     sync = _finding(doc, "sync.per_step")
-    by_sync = 0.0 if sync is None else max(0.0, sync["time_lost_ms"] - pools["sync_wait"] - pools["blocking_copy"])
+    by_sync = (
+        0.0 if sync is None else max(0.0, sync["time_lost_ms"] - pools["sync_wait"] - pools["blocking_copy"])
+    )
     assert by_sync < 0.05 * primary["time_lost_ms"]
-    assert primary["time_lost_ms"] == pytest.approx(pools["host_after_sync"] + pools["host_other"] - by_sync, abs=1e-4)
-    assert primary["time_lost_ms"] > 0.9 * (doc["metrics"]["idle_host_other_ms"]["value"]
-                                            + doc["metrics"]["idle_host_after_sync_ms"]["value"])
+    assert primary["time_lost_ms"] == pytest.approx(
+        pools["host_after_sync"] + pools["host_other"] - by_sync, abs=1e-4
+    )
+    assert primary["time_lost_ms"] > 0.9 * (
+        doc["metrics"]["idle_host_other_ms"]["value"] + doc["metrics"]["idle_host_after_sync_ms"]["value"]
+    )
 
 
 def test_a_trace_without_copies_loads_without_pandas_warnings(tmp_path):

@@ -32,7 +32,11 @@ def test_a_rank_that_sleeps_is_the_straggler_and_the_primary_finding():
     # Rank 0 waits in its all-reduce for rank 1's sleep, less the compute rank 1 overlaps with it.
     assert SLEEP_MS * 0.9 <= straggler["lateness_ms"] <= SLEEP_MS * 1.2
     primary = results["diagnosis"]["primary_bottleneck"]
-    assert (primary["id"], primary["category"], primary["severity"]) == ("comm.straggler", "COMMUNICATION", "CRITICAL")
+    assert (primary["id"], primary["category"], primary["severity"]) == (
+        "comm.straggler",
+        "COMMUNICATION",
+        "CRITICAL",
+    )
     # Its evidence points at what the straggler itself does: its host idles the GPU (the sleep).
     own = next(e for e in primary["evidence"] if e["label"] == "rank 1's own top finding")
     assert own["value"] == "The GPU waits while the host computes without launching work"

@@ -26,8 +26,9 @@ def _profile():
 def test_the_rules_findings_carry_no_stage_figure_until_a_stage_sets_it():
     profile, _ = _profile()
     document, diagnosis, _ = analyze(profile)
-    assert diagnosis.findings and all(f.time_lost_method is None and f.callsites is None
-                                      for f in diagnosis.findings)
+    assert diagnosis.findings and all(
+        f.time_lost_method is None and f.callsites is None for f in diagnosis.findings
+    )
     written = document["diagnosis"]["bottlenecks"]
     # What no stage set is left out, not written as null (renderers test some of these keys for presence).
     assert not any(key in finding for finding in written for key in STAGE_FIELDS)
@@ -38,8 +39,12 @@ def test_the_rules_findings_carry_no_stage_figure_until_a_stage_sets_it():
 
 
 def test_the_stages_run_in_order_and_the_diagnosis_writes_one_order_and_one_primary():
-    assert [stage.__name__ for stage in stages()] == ["attach_callsites", "weigh_at_plain_step",
-                                                      "replay_findings", "grade"]
+    assert [stage.__name__ for stage in stages()] == [
+        "attach_callsites",
+        "weigh_at_plain_step",
+        "replay_findings",
+        "grade",
+    ]
     profile, torch_profile = _profile()
     document, diagnosis = diagnose(profile, baseline_step_ms=None, stack_profiles=[torch_profile])
     stall = next(f for f in diagnosis.findings if f.id == "data.loader_stall")

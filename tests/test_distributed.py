@@ -1,5 +1,6 @@
 """Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script
-(tests/scripts/ddp_train.py) through hybrid.collect.torchrun.run_job, analyzed by hybrid.pipeline.analyze_job."""
+(tests/scripts/ddp_train.py) through hybrid.collect.torchrun.run_job, analyzed by
+hybrid.pipeline.analyze_job."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ def ddp_job(tmp_path_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def straggler_job(tmp_path_factory) -> tuple[Path, dict]:
-    run_dir = run_job([SCRIPT, "--mode", "ddp", "--slow-rank", "1", "--sleep-ms", "30"],
-                      _options(tmp_path_factory.mktemp("straggler") / "run"), 2, None)
+    run_dir = run_job(
+        [SCRIPT, "--mode", "ddp", "--slow-rank", "1", "--sleep-ms", "30"],
+        _options(tmp_path_factory.mktemp("straggler") / "run"),
+        2,
+        None,
+    )
     return run_dir, analyze_job(run_dir)
 
 
@@ -73,7 +78,8 @@ def test_ddp_job_end_to_end(ddp_job):
     for rank in ("0", "1"):
         per_rank = job["per_rank"][rank]
         assert per_rank["steps"] == 4 and per_rank["collectives_per_step"] == 1
-        # Means per step against the rank's longest step: its step_time_ms is the steady steps' figure, and on a
+        # Means per step against the rank's longest step: its step_time_ms is the steady steps' figure, and on
+        # a
         # loaded 2-core box one step's all-reduce wait (15.5 ms against a 10.2 ms steady step) lifts the mean.
         steps = load_torch_trace(rank_path(run_dir, int(rank)) / "torch" / "trace.json").steps
         longest = float((steps["end_ns"] - steps["start_ns"]).max()) / 1e6
@@ -118,12 +124,18 @@ def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
     # starts) and 2 profiled steps, so the ranks have something profiled to keep.
     crash_at = 2 + SHORT_PLAIN_STEPS + 2
     with pytest.raises(WorkloadError) as raised:
-        run_job([SCRIPT, "--crash-rank", "1", "--crash-at", str(crash_at)], _options(tmp_path / "run"), 2, None)
+        run_job(
+            [SCRIPT, "--crash-rank", "1", "--crash-at", str(crash_at)], _options(tmp_path / "run"), 2, None
+        )
     error = raised.value
     assert error.exit_code == 3
     assert "rank 1 failed first" in error.cause and "planted failure on rank 1" in error.cause
-    outcomes = {rank: json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())["outcome"]
-                for rank in (0, 1)}
+    outcomes = {
+        rank: json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())[
+            "outcome"
+        ]
+        for rank in (0, 1)
+    }
     # Rank 0 either raises on its peer's closed socket or, when torchrun's SIGTERM comes first, is stopped.
     assert outcomes[1] == "exception" and outcomes[0] in ("exception", "interrupted")
     assert "rank-00" in error.kept and "rank-01" in error.kept
@@ -133,8 +145,12 @@ def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
 
 
 def test_wrap_runs_only_the_named_rank_under_the_collector(tmp_path):
-    orchestrator = JobOrchestrator(Target([SCRIPT, "--record-env", str(tmp_path)]), _options(tmp_path / "run", 1),
-                                   nproc=2, launcher_flags=[])
+    orchestrator = JobOrchestrator(
+        Target([SCRIPT, "--record-env", str(tmp_path)]),
+        _options(tmp_path / "run", 1),
+        nproc=2,
+        launcher_flags=[],
+    )
     wrap = orchestrator._write_wrap("plain", [1], ["env", "HYBRID_WRAPPED={rank_dir}"])
     argv = orchestrator.inject_argv("plain", steps=1, whole_run=False, wrap=wrap)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -145,8 +161,9 @@ def test_wrap_runs_only_the_named_rank_under_the_collector(tmp_path):
 
 
 def test_parse_torchrun_argv():
-    flags, target, nproc = parse_torchrun_argv(["torchrun", "--nnodes", "1", "--nproc-per-node", "4", "-m", "pkg.train",
-                                                "--lr", "0.1"])
+    flags, target, nproc = parse_torchrun_argv(
+        ["torchrun", "--nnodes", "1", "--nproc-per-node", "4", "-m", "pkg.train", "--lr", "0.1"]
+    )
     assert flags == ["--nnodes", "1", "--nproc-per-node", "4"]
     assert target.argv == ["pkg.train", "--lr", "0.1"] and target.is_module and nproc == 4
     flags, target, _ = parse_torchrun_argv([sys.executable, "-m", "torch.distributed.run", "train.py", "-x"])
@@ -155,16 +172,19 @@ def test_parse_torchrun_argv():
         parse_torchrun_argv(["torchrun", "--no-python", "./a.out"])
 
 
-@pytest.mark.parametrize(("name", "kind"), [
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_reduce"),
-    ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "all_gather"),
-    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"),
-    ("ncclDevKernel_Broadcast_RING_LL", "broadcast"),
-    ("ncclDevKernel_SendRecv", "send_recv"),
-    ("gloo:all_reduce", "all_reduce"),
-    ("nccl:all_to_all", "all_to_all"),
-    ("gloo:barrier", "barrier"),
-])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "all_reduce"),
+        ("ncclKernel_AllGather_RING_LL_Sum_int8_t", "all_gather"),
+        ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"),
+        ("ncclDevKernel_Broadcast_RING_LL", "broadcast"),
+        ("ncclDevKernel_SendRecv", "send_recv"),
+        ("gloo:all_reduce", "all_reduce"),
+        ("nccl:all_to_all", "all_to_all"),
+        ("gloo:barrier", "barrier"),
+    ],
+)
 def test_collective_kind(name, kind):
     assert collective_kind(name) == kind
 

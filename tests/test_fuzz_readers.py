@@ -32,9 +32,17 @@ SMALL_RUN = ROOT / "tests" / "fixtures" / "planted" / "occ_few_row_cumsum" / "ru
 RESULTS = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
 
 EXAMPLES = int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=EXAMPLES or 12, derandomize=not EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES or 12,
+    derandomize=not EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 def only_input_errors(call) -> None:
@@ -47,6 +55,7 @@ def only_input_errors(call) -> None:
 
 
 # -- corruption strategies ------------------------------------------------------------------------
+
 
 def damaged_bytes(data: bytes) -> st.SearchStrategy[bytes]:
     """A truncation, a few overwritten bytes, or a duplicated/dropped chunk of `data`."""
@@ -61,15 +70,20 @@ def damaged_bytes(data: bytes) -> st.SearchStrategy[bytes]:
         return bytes(out)
 
     chunk = st.tuples(st.integers(0, size - 1), st.integers(1, 4096))
-    dropped = chunk.map(lambda c: data[:c[0]] + data[c[0] + c[1]:])
-    doubled = chunk.map(lambda c: data[:c[0] + c[1]] + data[c[0]:])
+    dropped = chunk.map(lambda c: data[: c[0]] + data[c[0] + c[1] :])
+    doubled = chunk.map(lambda c: data[: c[0] + c[1]] + data[c[0] :])
     return st.one_of(truncated, flips.map(flipped), dropped, doubled)
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**63, 2**64) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 def _paths(doc: object, prefix: tuple = (), limit: int = 20_000) -> list[tuple]:
@@ -122,18 +136,29 @@ def _export_cells() -> list[tuple[str, str, int]]:
     """(table, column, rows) of every table in the probe export, to damage single records."""
     with sqlite3.connect(PROBE / "nsys_matmul_copy.sqlite") as con:
         tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return [(table, column[1], con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
-                for table in tables for column in con.execute(f'PRAGMA table_info("{table}")')]
+        return [
+            (table, column[1], con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+            for table in tables
+            for column in con.execute(f'PRAGMA table_info("{table}")')
+        ]
 
 
 EXPORT_CELLS = [cell for cell in _export_cells() if cell[2] > 0]
-CELL_VALUES = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True), st.text(max_size=6),
-                        st.binary(max_size=4))
+CELL_VALUES = st.one_of(
+    st.none(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
+    st.binary(max_size=4),
+)
 
 
 @FUZZ
-@given(changes=st.lists(st.tuples(st.sampled_from(EXPORT_CELLS), st.integers(0, 10**6), CELL_VALUES),
-                        min_size=1, max_size=4))
+@given(
+    changes=st.lists(
+        st.tuples(st.sampled_from(EXPORT_CELLS), st.integers(0, 10**6), CELL_VALUES), min_size=1, max_size=4
+    )
+)
 def test_nsys_export_with_malformed_records(tmp_path_factory, changes):
     """Records of the wrong type (text timestamps, NULL ids, blobs) in any table the reader may touch."""
     from hybrid.pipeline import analyze_export
@@ -143,8 +168,11 @@ def test_nsys_export_with_malformed_records(tmp_path_factory, changes):
     with sqlite3.connect(path) as con:
         for (table, column, rows), row, value in changes:
             try:
-                con.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = '
-                            f'(SELECT rowid FROM "{table}" LIMIT 1 OFFSET ?)', (value, row % rows))
+                con.execute(
+                    f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = '
+                    f'(SELECT rowid FROM "{table}" LIMIT 1 OFFSET ?)',
+                    (value, row % rows),
+                )
             except sqlite3.IntegrityError:
                 continue  # a NOT NULL or UNIQUE column: SQLite itself keeps such a record out
     only_input_errors(lambda: analyze_export(path, step_range="step"))
@@ -238,18 +266,26 @@ RUN_JSON = json.loads((SMALL_RUN / "run.json").read_text())
 
 
 @FUZZ
-@given(doc=mutated_json(INJECT, _paths(INJECT)), data=damaged_bytes(json.dumps(INJECT).encode()),
-       as_bytes=st.booleans())
+@given(
+    doc=mutated_json(INJECT, _paths(INJECT)),
+    data=damaged_bytes(json.dumps(INJECT).encode()),
+    as_bytes=st.booleans(),
+)
 def test_damaged_inject_json(tmp_path_factory, doc, data, as_bytes):
     from hybrid.pipeline import analyze_run_dir
 
-    run = _small_run_with(tmp_path_factory, "torch/inject.json", data if as_bytes else json.dumps(doc).encode())
+    run = _small_run_with(
+        tmp_path_factory, "torch/inject.json", data if as_bytes else json.dumps(doc).encode()
+    )
     only_input_errors(lambda: analyze_run_dir(run))
 
 
 @FUZZ
-@given(doc=mutated_json(RUN_JSON, _paths(RUN_JSON)), data=damaged_bytes(json.dumps(RUN_JSON).encode()),
-       as_bytes=st.booleans())
+@given(
+    doc=mutated_json(RUN_JSON, _paths(RUN_JSON)),
+    data=damaged_bytes(json.dumps(RUN_JSON).encode()),
+    as_bytes=st.booleans(),
+)
 def test_damaged_run_json(tmp_path_factory, doc, data, as_bytes):
     from hybrid.pipeline import analyze_run_dir
 
@@ -261,8 +297,11 @@ RESULTS_DOC = json.loads(RESULTS.read_text())
 
 
 @settings(FUZZ, max_examples=(EXAMPLES or 40))
-@given(doc=mutated_json(RESULTS_DOC, _paths(RESULTS_DOC)), data=damaged_bytes(RESULTS.read_bytes()),
-       as_bytes=st.booleans())
+@given(
+    doc=mutated_json(RESULTS_DOC, _paths(RESULTS_DOC)),
+    data=damaged_bytes(RESULTS.read_bytes()),
+    as_bytes=st.booleans(),
+)
 def test_damaged_results_json(tmp_path_factory, doc, data, as_bytes):
     from hybrid.cli import _complete, _load_results, _received
     from hybrid.report.compare import compare_results, render_compare

@@ -29,10 +29,35 @@ def test_hybrid_mode_measures_timeline_and_counters(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), NO_COLOR="1")
-    done = subprocess.run([sys.executable, "-m", "hybrid", "run", "--mode", "hybrid", "--steps", "5", "--warmup", "3",
-                           "--nvtx-modules", "--out", str(out), "--json", str(script)],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        NO_COLOR="1",
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid",
+            "run",
+            "--mode",
+            "hybrid",
+            "--steps",
+            "5",
+            "--warmup",
+            "3",
+            "--nvtx-modules",
+            "--out",
+            str(out),
+            "--json",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
     assert results["mode"] == "hybrid"

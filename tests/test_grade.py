@@ -44,7 +44,9 @@ def test_a_finding_the_replay_shrinks_below_its_floor_is_left_out(results):
     assert small["time_lost_method"] == "replay" and small["weighed_pct"] < small["floor_pct"] == 2.0
     assert small["weighed_lost_ms"] == pytest.approx(0.106, rel=0.05)
     text = " ".join(render_terminal(results, color=False).split())
-    assert "left out: the time a fix would save is under the rule's floor (occupancy.small_grid 106 µs)" in text
+    assert (
+        "left out: the time a fix would save is under the rule's floor (occupancy.small_grid 106 µs)" in text
+    )
 
 
 def test_order_is_severity_then_weighed_time(results):
@@ -81,5 +83,8 @@ def test_a_job_is_ordered_and_graded_as_a_single_run_and_keeps_its_representativ
     keys = [(-SEVERITY_RANK[f["severity"]], -weighed_lost_ms(f, timing)) for f in measured]
     assert keys == sorted(keys)
     candidates = [f for f in measured if not f["alternative_to"] and weighed_lost_ms(f, timing) > 0]
-    assert diagnosis["primary_bottleneck"]["id"] == max(candidates, key=lambda f: weighed_lost_ms(f, timing))["id"]
+    assert (
+        diagnosis["primary_bottleneck"]["id"]
+        == max(candidates, key=lambda f: weighed_lost_ms(f, timing))["id"]
+    )
     assert all(isinstance(f["ranks"], list) for f in diagnosis["bottlenecks"])

@@ -10,17 +10,20 @@ from hybrid.provenance import ESTIMATED, MEASURED_NSYS, SPEC
 NSYS = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.sqlite"
 
 
-@pytest.mark.parametrize("name, model", [
-    ("NVIDIA H200", "H200 SXM"),
-    ("NVIDIA H200 NVL", "H200 NVL"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"),
-    ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
-    ("NVIDIA L4", "L4"),
-    ("NVIDIA L40S", "L40S"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
-])
+@pytest.mark.parametrize(
+    "name, model",
+    [
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-40GB", "A100 SXM 40GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ],
+)
 def test_device_names_match_their_datasheet_entry(name, model):
     assert match_spec(name).model == model
 
@@ -35,8 +38,10 @@ def test_h200_export_overrides_datasheet_and_says_so():
     assert peaks.dram_bytes_per_s.source == SPEC
     assert peaks.l2_bytes.value == 62914560 and peaks.l2_bytes.source == SPEC
     assert peaks.sm_count.source == SPEC
-    assert any("dram_bytes_per_s, sm_count, l2_bytes reported by the device (read by measured:nsys)" in note
-               for note in peaks.notes)
+    assert any(
+        "dram_bytes_per_s, sm_count, l2_bytes reported by the device (read by measured:nsys)" in note
+        for note in peaks.notes
+    )
     # 132 SMs at 1.98 GHz is the datasheet configuration: FLOP peaks stay datasheet values.
     assert peaks.flops_per_s["bf16"].source == SPEC
     assert peaks.flops("bf16") == pytest.approx(989.4e12)  # dense: half the datasheet's 1979 sparse
@@ -44,8 +49,9 @@ def test_h200_export_overrides_datasheet_and_says_so():
 
 
 def test_different_sm_count_rescales_flop_peaks_as_an_estimate():
-    peaks = peaks_for(DeviceInfo(name="NVIDIA H100 80GB HBM3", sm_count=114, sm_clock_hz=1.98e9,
-                                 source=MEASURED_NSYS))
+    peaks = peaks_for(
+        DeviceInfo(name="NVIDIA H100 80GB HBM3", sm_count=114, sm_clock_hz=1.98e9, source=MEASURED_NSYS)
+    )
     assert peaks.flops("fp32") == pytest.approx(67e12 * 114 / 132)
     assert peaks.flops_per_s["fp32"].source == ESTIMATED
     assert any("scaled" in note for note in peaks.notes)

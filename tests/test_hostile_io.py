@@ -29,10 +29,18 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def hybrid(*args: str, timeout: float = 120, stdout=subprocess.PIPE,
-           **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          check=False, cwd=ROOT, env=_env(**extra), timeout=timeout)
+def hybrid(
+    *args: str, timeout: float = 120, stdout=subprocess.PIPE, **extra: str
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        check=False,
+        cwd=ROOT,
+        env=_env(**extra),
+        timeout=timeout,
+    )
 
 
 @pytest.fixture()
@@ -62,8 +70,10 @@ def test_a_terminal_that_cannot_encode_the_report_still_gets_it(non_ascii_result
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("args", [["report", str(RESULTS)], ["report", str(RESULTS), "--json"],
-                                  ["compare", str(RESULTS), str(RESULTS)]])
+@pytest.mark.parametrize(
+    "args",
+    [["report", str(RESULTS)], ["report", str(RESULTS), "--json"], ["compare", str(RESULTS), str(RESULTS)]],
+)
 def test_stdout_on_a_full_disk_is_exit_2_naming_it(args):
     with open("/dev/full", "wb") as full:
         done = hybrid(*args, stdout=full)
@@ -77,8 +87,13 @@ def test_stdout_on_a_full_disk_is_exit_2_naming_it(args):
 def test_a_reader_that_stops_reading_ends_the_output_quietly_keeping_the_exit_code(fail_on):
     """`hybrid report ... | head -0`: the reader is gone before hybrid's first write (it takes a second to
     start), so that write fails with EPIPE."""
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "report", str(RESULTS), "--verbose", *fail_on],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hybrid", "report", str(RESULTS), "--verbose", *fail_on],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+        cwd=ROOT,
+    )
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=120)
@@ -119,11 +134,20 @@ def test_a_gzip_bomb_as_the_torch_trace_is_refused_with_bounded_memory(tmp_path)
     run = tmp_path / "run"
     shutil.copytree(H200_RUN, run)
     (run / "torch" / "trace.json.gz").write_bytes(_bomb(2 * 2**30))
-    probe = ("import resource, subprocess, sys; done = subprocess.run([sys.executable, '-m', 'hybrid', "
-             f"'report', {str(run)!r}, '--json'], capture_output=True, text=True); print(done.returncode); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(done.stdout, end='')")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), cwd=ROOT,
-                          timeout=300, check=False)
+    probe = (
+        "import resource, subprocess, sys; done = subprocess.run([sys.executable, '-m', 'hybrid', "
+        f"'report', {str(run)!r}, '--json'], capture_output=True, text=True); print(done.returncode); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(done.stdout, end='')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
     code, max_rss_kib, document = done.stdout.split("\n", 2)
     assert code == "0", done.stderr
     warnings = json.loads(document)["warnings"]
@@ -131,11 +155,18 @@ def test_a_gzip_bomb_as_the_torch_trace_is_refused_with_bounded_memory(tmp_path)
     assert int(max_rss_kib) < 1.5 * 2**20, f"peak RSS {int(max_rss_kib) / 2**10:.0f} MiB"
 
 
-@pytest.mark.parametrize(("fifos", "code", "said"), [
-    (["run.json"], 2, "not a regular file"),
-    (["torch/inject.json", "calibration.json", "nsys/inject.json"], 0, ""),  # left out: the rest is analyzed
-    (["torch/trace.json.gz", "ncu/counters.csv"], 0, ""),  # named in the warnings
-])
+@pytest.mark.parametrize(
+    ("fifos", "code", "said"),
+    [
+        (["run.json"], 2, "not a regular file"),
+        (
+            ["torch/inject.json", "calibration.json", "nsys/inject.json"],
+            0,
+            "",
+        ),  # left out: the rest is analyzed
+        (["torch/trace.json.gz", "ncu/counters.csv"], 0, ""),  # named in the warnings
+    ],
+)
 def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifos, code, said):
     run = tmp_path / "run"
     shutil.copytree(H200_RUN, run)
@@ -153,8 +184,11 @@ def test_a_fifo_in_a_received_run_directory_never_hangs_report(tmp_path, fifos, 
 
 def test_fifos_given_to_report_and_compare_are_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "results.json")
-    for args in (["report", str(tmp_path / "results.json")], ["compare", str(RESULTS), str(tmp_path)],
-                 ["compare", str(tmp_path / "results.json"), str(RESULTS)]):
+    for args in (
+        ["report", str(tmp_path / "results.json")],
+        ["compare", str(RESULTS), str(tmp_path)],
+        ["compare", str(tmp_path / "results.json"), str(RESULTS)],
+    ):
         done = hybrid(*args, timeout=60)
         assert done.returncode == 2 and b"not a regular file" in done.stderr, done.stderr
 
@@ -179,8 +213,9 @@ def _alive(pid: int) -> bool:
 def test_a_stuck_nsys_and_ncu_cannot_hang_doctor_and_leave_nothing_running(tmp_path):
     nsys, ncu = _stuck_tool(tmp_path, "nsys"), _stuck_tool(tmp_path, "ncu")
     started = time.monotonic()
-    done = hybrid("doctor", timeout=90, HYBRID_NSYS=str(nsys), HYBRID_NCU=str(ncu),
-                  HYBRID_PROBE_TIMEOUT_S="2")
+    done = hybrid(
+        "doctor", timeout=90, HYBRID_NSYS=str(nsys), HYBRID_NCU=str(ncu), HYBRID_PROBE_TIMEOUT_S="2"
+    )
     elapsed = time.monotonic() - started
     stdout = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()

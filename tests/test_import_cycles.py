@@ -37,7 +37,9 @@ def _imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(
+                    package[: len(package) - node.level + 1] + ([node.module] if node.module else [])
+                )
             for alias in node.names:
                 target = f"{base}.{alias.name}"
                 out.add(target if target in MODULES else base)
@@ -91,8 +93,14 @@ def test_no_module_imports_itself_through_others():
 
 # The rule framework and the registry that lists the families; every other module under hybrid.rules is a
 # family, and a family reads the ledger's pools, never another family.
-RULE_FRAMEWORK = {"hybrid.rules", "hybrid.rules.advice", "hybrid.rules.base", "hybrid.rules.common", "hybrid.rules.engine",
-                  "hybrid.rules.registry"}
+RULE_FRAMEWORK = {
+    "hybrid.rules",
+    "hybrid.rules.advice",
+    "hybrid.rules.base",
+    "hybrid.rules.common",
+    "hybrid.rules.engine",
+    "hybrid.rules.registry",
+}
 
 
 def test_no_rule_family_imports_another():
@@ -105,18 +113,40 @@ def test_no_rule_family_imports_another():
 # The layers of the intended structure (BRIEF.md: artifacts -> Profile -> ledger -> rules -> Diagnosis
 # stages -> results -> renderers), as the arrows that must never exist. A rule that does not hold yet is
 # xfail(strict): it fails the suite the day it starts to hold, so that its mark comes off.
-LOADERS_AND_INJECTOR = {"hybrid.load.nsys_export", "hybrid.load.torch_trace", "hybrid.load.ncu_match", "hybrid.analysis.job_metrics",
-                        "hybrid.inject.script", "hybrid.inject.stepping", "hybrid.inject.loop_trace", "hybrid.inject.module_calls",
-                        "hybrid.inject.rank", "hybrid.load.torch_stacks", "hybrid.load.settle", "hybrid.collect.orchestrate"}
-ANALYSIS = {"hybrid.analysis.analyze", "hybrid.analysis.diagnosis", "hybrid.analysis.metrics", "hybrid.analysis.roofline", "hybrid.analysis.callsites",
-            "hybrid.pipeline", "hybrid.analysis.step_timeline"}
+LOADERS_AND_INJECTOR = {
+    "hybrid.load.nsys_export",
+    "hybrid.load.torch_trace",
+    "hybrid.load.ncu_match",
+    "hybrid.analysis.job_metrics",
+    "hybrid.inject.script",
+    "hybrid.inject.stepping",
+    "hybrid.inject.loop_trace",
+    "hybrid.inject.module_calls",
+    "hybrid.inject.rank",
+    "hybrid.load.torch_stacks",
+    "hybrid.load.settle",
+    "hybrid.collect.orchestrate",
+}
+ANALYSIS = {
+    "hybrid.analysis.analyze",
+    "hybrid.analysis.diagnosis",
+    "hybrid.analysis.metrics",
+    "hybrid.analysis.roofline",
+    "hybrid.analysis.callsites",
+    "hybrid.pipeline",
+    "hybrid.analysis.step_timeline",
+}
 ANALYSIS_PACKAGES = ("hybrid.ledger", "hybrid.rules", "hybrid.replay")
 
 
 def _arrows(sources, forbidden) -> list[tuple[str, str]]:
     """(importer, imported) for every import from a module in `sources` of a module `forbidden` accepts."""
-    return [(name, target) for name in sorted(sources) for target in sorted(_imports(name, MODULES[name]))
-            if forbidden(target)]
+    return [
+        (name, target)
+        for name in sorted(sources)
+        for target in sorted(_imports(name, MODULES[name]))
+        if forbidden(target)
+    ]
 
 
 def _in_analysis(name: str) -> bool:
@@ -127,8 +157,11 @@ def test_the_layer_finder_names_a_forbidden_arrow():
     assert ("hybrid.pipeline", "hybrid.analysis.diagnosis") in _arrows({"hybrid.pipeline"}, _in_analysis)
 
 
-@pytest.mark.xfail(strict=True, reason="nsight/ imports hybrid.errors, files, tool_probe and profile: it "
-                   "needs its own errors and plain frames (issue 25, item 4)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="nsight/ imports hybrid.errors, files, tool_probe and profile: it "
+    "needs its own errors and plain frames (issue 25, item 4)",
+)
 def test_nsight_never_imports_hybrid():
     assert _arrows({n for n in MODULES if n.startswith("nsight")}, lambda t: t.startswith("hybrid")) == []
 
@@ -138,12 +171,20 @@ def test_renderers_never_import_the_analysis():
     assert _arrows({n for n in MODULES if n.startswith("hybrid.report")}, _in_analysis) == []
 
 
-@pytest.mark.xfail(strict=True, reason="metrics and ledger.shortfall import ncu_pass's match levels and "
-                   "counters, replay.calibrate runs a torch pass: they belong in the loading stage "
-                   "(issue 25, items 3-5)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="metrics and ledger.shortfall import ncu_pass's match levels and "
+    "counters, replay.calibrate runs a torch pass: they belong in the loading stage "
+    "(issue 25, items 3-5)",
+)
 def test_analysis_never_imports_the_loaders_or_the_injector():
-    assert _arrows({n for n in MODULES if _in_analysis(n) and n != "hybrid.pipeline"},
-                   lambda t: t in LOADERS_AND_INJECTOR) == []
+    assert (
+        _arrows(
+            {n for n in MODULES if _in_analysis(n) and n != "hybrid.pipeline"},
+            lambda t: t in LOADERS_AND_INJECTOR,
+        )
+        == []
+    )
 
 
 def test_every_rule_id_is_written_in_exactly_one_module():
@@ -155,6 +196,8 @@ def test_every_rule_id_is_written_in_exactly_one_module():
     ids |= {rule.counters.id for rule in (*RULES, *communication.RULES) if rule.counters is not None}
     assert len(ids) >= 25
     sources = {name: path.read_text() for name, path in MODULES.items() if name.startswith("hybrid")}
-    homes = {rule_id: [name for name, text in sources.items()
-                       if f'"{rule_id}"' in text or f"'{rule_id}'" in text] for rule_id in sorted(ids)}
+    homes = {
+        rule_id: [name for name, text in sources.items() if f'"{rule_id}"' in text or f"'{rule_id}'" in text]
+        for rule_id in sorted(ids)
+    }
     assert {rule_id: names for rule_id, names in homes.items() if len(names) != 1} == {}

@@ -41,10 +41,32 @@ def _env(*extra_paths: Path) -> dict[str, str]:
     return env
 
 
-def inject_argv(out: Path, pass_name: str, target: str, *args: str, warmup: int = 1, steps: int = 3,
-                flags: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out),
-            "--warmup", str(warmup), "--steps", str(steps), *flags, "--", target, *args]
+def inject_argv(
+    out: Path,
+    pass_name: str,
+    target: str,
+    *args: str,
+    warmup: int = 1,
+    steps: int = 3,
+    flags: tuple[str, ...] = (),
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        pass_name,
+        "--out",
+        str(out),
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        *flags,
+        "--",
+        target,
+        *args,
+    ]
 
 
 @dataclass
@@ -63,16 +85,23 @@ class Scenario:
 # (tests/test_step_detect.py covers settling).
 FIXED = ("--fixed-warmup",)
 SCENARIOS = {
-    "optimizer": Scenario("torch", "train_optimizer.py", ("--iters", "50", "--record", "RECORD", "--peek", "INJECT"),
-                          warmup=2, steps=3, flags=FIXED),
+    "optimizer": Scenario(
+        "torch",
+        "train_optimizer.py",
+        ("--iters", "50", "--record", "RECORD", "--peek", "INJECT"),
+        warmup=2,
+        steps=3,
+        flags=FIXED,
+    ),
     "mark_step": Scenario("plain", "mark_step_loop.py", ("20",), warmup=1, steps=4, flags=FIXED),
     "module": Scenario("plain", "mark_step_loop", ("20",), warmup=0, steps=2, flags=("--module", *FIXED)),
     "never": Scenario("torch", "one_shot.py"),
     "whole_run": Scenario("torch", "never_steps.py", flags=("--whole-run",)),
     "raises": Scenario("torch", "raises.py", warmup=1, steps=5, flags=FIXED),
     "exits_7": Scenario("plain", "exits_7.py", flags=FIXED),
-    "modules": Scenario("nsys", "inplace_relu_modules.py", ("RECORD",), warmup=1, steps=2,
-                        flags=("--nvtx-modules", *FIXED)),
+    "modules": Scenario(
+        "nsys", "inplace_relu_modules.py", ("RECORD",), warmup=1, steps=2, flags=("--nvtx-modules", *FIXED)
+    ),
 }
 
 
@@ -97,10 +126,19 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         target = scenario.script if as_module else str(SCRIPTS / scenario.script)
         inject_path = base / scenario.pass_name / INJECT_FILE
         args = [{"RECORD": str(record), "INJECT": str(inject_path)}.get(a, a) for a in scenario.args]
-        argv = inject_argv(base / scenario.pass_name, scenario.pass_name, target, *args, warmup=scenario.warmup,
-                           steps=scenario.steps, flags=scenario.flags)
+        argv = inject_argv(
+            base / scenario.pass_name,
+            scenario.pass_name,
+            target,
+            *args,
+            warmup=scenario.warmup,
+            steps=scenario.steps,
+            flags=scenario.flags,
+        )
         env = _env(*((SCRIPTS,) if as_module else ()))
-        child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         started[name] = (child, argv, base / scenario.pass_name, cwd, record)
     results = {}
     for name, (child, argv, out, cwd, record) in started.items():
@@ -109,11 +147,15 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         results[name] = Run(
             proc=subprocess.CompletedProcess(argv, child.returncode, stdout, stderr),
             inject=json.loads(inject_path.read_text()) if inject_path.exists() else None,
-            out=out, cwd=cwd, record=json.loads(record.read_text()) if record.exists() else None)
+            out=out,
+            cwd=cwd,
+            record=json.loads(record.read_text()) if record.exists() else None,
+        )
     return results
 
 
 # -- optimizer loop: steps found by the hook, stopped at the limit --------------------------------
+
 
 def test_step_limit_stops_the_script_with_status_zero(runs):
     run = runs["optimizer"]
@@ -146,8 +188,15 @@ def test_window_timing_is_consistent(runs):
 def test_argv_cwd_and_sys_path_are_the_scripts(runs):
     run = runs["optimizer"]
     script = str(SCRIPTS / "train_optimizer.py")
-    assert run.record["argv"] == [script, "--iters", "50", "--record", run.record["argv"][4], "--peek",
-                                  str(run.out / INJECT_FILE)]
+    assert run.record["argv"] == [
+        script,
+        "--iters",
+        "50",
+        "--record",
+        run.record["argv"][4],
+        "--peek",
+        str(run.out / INJECT_FILE),
+    ]
     assert run.record["cwd"] == str(run.cwd)
     assert run.record["sys_path0"] == str(SCRIPTS)
 
@@ -162,13 +211,14 @@ def test_torch_pass_trace_has_the_measured_steps(runs):
     # update (torch's own `Optimizer.step#SGD.step` annotation) and two Linear forwards.
     raw = json.loads((run.out / TRACE_FILE).read_text())["traceEvents"]
     updates = [e["ts"] * 1000 for e in raw if e.get("name", "").startswith("Optimizer.step#SGD")]
-    for start, end in zip(profile.steps["start_ns"], profile.steps["end_ns"]):
+    for start, end in zip(profile.steps["start_ns"], profile.steps["end_ns"], strict=False):
         assert sum(start <= t <= end for t in updates) == 1
     addmm = profile.ops[profile.ops["name"] == "aten::addmm"]
     assert addmm.groupby("step").size().to_dict() == {0: 2, 1: 2, 2: 2}
 
 
 # -- explicit marks ---------------------------------------------------------------------------------
+
 
 def test_mark_step_and_step_context_count_steps(runs):
     run = runs["mark_step"]
@@ -182,8 +232,15 @@ def test_mark_step_and_step_context_count_steps(runs):
 
 
 def test_script_runs_unchanged_without_hybrid(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "mark_step_loop.py"), "6"], check=False, cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "mark_step_loop.py"), "6"],
+        check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "finished all iterations" in proc.stdout
     assert not list(tmp_path.iterdir())
@@ -197,6 +254,7 @@ def test_module_target_keeps_its_arguments(runs):
 
 
 # -- scripts that never step ----------------------------------------------------------------------
+
 
 def test_never_stepping_script_says_so(runs):
     run = runs["never"]
@@ -225,6 +283,7 @@ def test_whole_run_captures_the_script_as_one_step(runs):
 
 # -- how scripts end --------------------------------------------------------------------------------
 
+
 def test_exception_exits_1_with_the_scripts_traceback(runs):
     run = runs["raises"]
     inject, stderr = run.inject, run.proc.stderr
@@ -251,8 +310,14 @@ def test_sys_exit_code_is_preserved(runs):
 
 def test_ctrl_c_exits_130_and_is_recorded(tmp_path):
     out = tmp_path / "plain"
-    child = subprocess.Popen(inject_argv(out, "plain", str(SCRIPTS / "waits_for_interrupt.py")), cwd=tmp_path,
-                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        inject_argv(out, "plain", str(SCRIPTS / "waits_for_interrupt.py")),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(signal.SIGINT)
@@ -264,16 +329,29 @@ def test_ctrl_c_exits_130_and_is_recorded(tmp_path):
     assert inject["outcome"] == "interrupted" and inject["exit_code"] == 130
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--pass", "torch", "--out", "OUT"], "no target"),
-    (["--pass", "bogus", "--out", "OUT", "--", "x.py"], "invalid choice"),
-    (["--pass", "torch", "--out", "OUT", "--", "does_not_exist.py"], "not found"),
-    (["--pass", "torch", "--out", "OUT", "--steps", "0", "--", str(SCRIPTS / "never_steps.py")], "bad step counts"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--pass", "torch", "--out", "OUT"], "no target"),
+        (["--pass", "bogus", "--out", "OUT", "--", "x.py"], "invalid choice"),
+        (["--pass", "torch", "--out", "OUT", "--", "does_not_exist.py"], "not found"),
+        (
+            ["--pass", "torch", "--out", "OUT", "--steps", "0", "--", str(SCRIPTS / "never_steps.py")],
+            "bad step counts",
+        ),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, argv, message):
     argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "hybrid.inject.script", *argv], check=False, cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybrid.inject.script", *argv],
+        check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tmp_path / "out" / INJECT_FILE).exists()
@@ -281,8 +359,15 @@ def test_usage_errors_exit_2(tmp_path, argv, message):
 
 def test_injector_imports_neither_pandas_nor_torch_at_import(tmp_path):
     code = "import sys, hybrid.inject.script; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
-    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -298,6 +383,7 @@ def test_module_ranges_pass_with_inplace_relu(runs):
 
 
 # -- the session in-process -------------------------------------------------------------------------
+
 
 def _sgd_model():
     model = torch.nn.Linear(8, 2)
@@ -341,8 +427,10 @@ def test_functions_are_no_ops_outside_a_session(tmp_path):
 
 
 def test_one_session_at_a_time(tmp_path):
-    with StepSession(SessionConfig("plain", tmp_path / "a", measured_steps=2)), \
-            pytest.raises(UsageError, match="already active"):
+    with (
+        StepSession(SessionConfig("plain", tmp_path / "a", measured_steps=2)),
+        pytest.raises(UsageError, match="already active"),
+    ):
         StepSession(SessionConfig("plain", tmp_path / "b")).begin()
 
 
@@ -354,13 +442,16 @@ def test_name_modules_uses_qualified_names():
     assert model[1][0].__dict__[MODULE_NAME_ATTR] == "1.0"
 
 
-@pytest.mark.parametrize("ending, expected", [
-    (None, ("completed", 0)),
-    (SystemExit(None), ("completed", 0)),
-    (SystemExit(7), ("completed", 7)),
-    (SystemExit("bad config"), ("completed", 1)),
-    (KeyboardInterrupt(), ("interrupted", 130)),
-    (ValueError("x"), ("exception", 1)),
-])
+@pytest.mark.parametrize(
+    "ending, expected",
+    [
+        (None, ("completed", 0)),
+        (SystemExit(None), ("completed", 0)),
+        (SystemExit(7), ("completed", 7)),
+        (SystemExit("bad config"), ("completed", 1)),
+        (KeyboardInterrupt(), ("interrupted", 130)),
+        (ValueError("x"), ("exception", 1)),
+    ],
+)
 def test_outcome_of_follows_python_exit_rules(ending, expected):
     assert outcome_of(ending)[:2] == expected

@@ -26,13 +26,33 @@ TIMEOUT_S = 300
 
 
 def _inject_argv(out: Path, pass_name: str, iterations: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out), "--warmup", str(WARMUP),
-            "--steps", str(STEPS), *flags, "--", str(SCRIPT), str(iterations), str(SIZE)]
+    return [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        pass_name,
+        "--out",
+        str(out),
+        "--warmup",
+        str(WARMUP),
+        "--steps",
+        str(STEPS),
+        *flags,
+        "--",
+        str(SCRIPT),
+        str(iterations),
+        str(SIZE),
+    ]
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run(argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    )
+    return subprocess.run(
+        argv, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +114,9 @@ def test_nsys_sees_the_step_and_module_ranges(tmp_path):
     if nsys_path is None:
         pytest.skip("nsys is not installed on this machine")
     out_base = tmp_path / "nsys" / "profile"
-    argv = nsys.build_nsys_command(nsys_path, out_base, _inject_argv(tmp_path / "nsys", "nsys", 50, "--nvtx-modules"),
-                                   capture_range=True)
+    argv = nsys.build_nsys_command(
+        nsys_path, out_base, _inject_argv(tmp_path / "nsys", "nsys", 50, "--nvtx-modules"), capture_range=True
+    )
     proc = _run(argv, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     inject = json.loads((tmp_path / "nsys" / INJECT_FILE).read_text())
@@ -120,8 +141,9 @@ def test_nsys_pass_of_a_script_shorter_than_the_window(tmp_path):
     if nsys_path is None:
         pytest.skip("nsys is not installed on this machine")
     out_base = tmp_path / "nsys" / "profile"
-    argv = nsys.build_nsys_command(nsys_path, out_base, _inject_argv(tmp_path / "nsys", "nsys", WARMUP + 1),
-                                   capture_range=True)
+    argv = nsys.build_nsys_command(
+        nsys_path, out_base, _inject_argv(tmp_path / "nsys", "nsys", WARMUP + 1), capture_range=True
+    )
     proc = _run(argv, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     inject = json.loads((tmp_path / "nsys" / INJECT_FILE).read_text())

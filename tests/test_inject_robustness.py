@@ -17,10 +17,31 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def _inject(out: str, script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", out,
-                           "--warmup", "1", "--fixed-warmup", "--steps", "3", "--", str(script), *args],
-                          capture_output=True, text=True, timeout=120, cwd=cwd, check=False,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            "plain",
+            "--out",
+            out,
+            "--warmup",
+            "1",
+            "--fixed-warmup",
+            "--steps",
+            "3",
+            "--",
+            str(script),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_a_thread_that_outlives_the_measured_steps_does_not_keep_the_pass_alive(tmp_path):
@@ -49,11 +70,14 @@ def test_a_json_py_in_the_working_directory_does_not_break_a_run(tmp_path, monke
         "import os, sys\nimport torch\nimport hybrid\n"
         "seen = {'safe_path_env': os.environ.get('PYTHONSAFEPATH'), 'path0': sys.path[0]}\n"
         "open(sys.argv[1], 'w').write(repr(seen))\n"
-        "for _ in range(20):\n    torch.ones(4).sum()\n    hybrid.mark_step()\n")
+        "for _ in range(20):\n    torch.ones(4).sum()\n    hybrid.mark_step()\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
-    Orchestrator(Target(["train.py", str(tmp_path / "seen.txt")]),
-                 RunOptions(out_dir=tmp_path / "run", mode="torch", warmup=1, steps=3)).run()
+    Orchestrator(
+        Target(["train.py", str(tmp_path / "seen.txt")]),
+        RunOptions(out_dir=tmp_path / "run", mode="torch", warmup=1, steps=3),
+    ).run()
     inject = json.loads((tmp_path / "run" / "torch" / "inject.json").read_text())
     assert inject["outcome"] == "step_limit" and inject["measured_steps"] == 3
     # The script saw what `python train.py` gives it: its folder first, no variable of hybrid's own.

@@ -35,7 +35,7 @@ def _section(text: str, title: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(title))
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
-    return lines[start + 2:end]
+    return lines[start + 2 : end]
 
 
 def test_different_kernels_never_share_a_label_in_the_kernel_table(resnet):
@@ -55,21 +55,27 @@ def test_the_launch_configuration_is_the_one_the_export_recorded_most_time_for(r
             grid_block = con.execute(
                 "SELECT gridX, gridY, gridZ, blockX, blockY, blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                 "JOIN StringIds s ON k.demangledName = s.id WHERE s.value = ? "
-                "GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY sum(k.\"end\" - k.start) DESC LIMIT 1",
-                (kernel["name"],)).fetchone()
+                'GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY sum(k."end" - k.start) DESC LIMIT 1',
+                (kernel["name"],),
+            ).fetchone()
             assert [*kernel["grid"], *kernel["block"]] == list(grid_block), kernel["name"]
             configs = con.execute(
                 "SELECT count(*) FROM (SELECT DISTINCT gridX, gridY, gridZ, blockX, blockY, blockZ "
                 "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON k.demangledName = s.id "
-                "WHERE s.value = ?)", (kernel["name"],)).fetchone()[0]
+                "WHERE s.value = ?)",
+                (kernel["name"],),
+            ).fetchone()[0]
             assert 1 <= kernel["launch_configs"] <= configs
 
 
 def test_launch_text_reads_like_a_cuda_launch():
-    assert launch_text({"grid": [36, 7, 32], "block": [8, 8, 1], "launch_configs": 11}) \
+    assert (
+        launch_text({"grid": [36, 7, 32], "block": [8, 8, 1], "launch_configs": 11})
         == "<<<(36,7,32), (8,8)>>> +10"
-    assert launch_text({"grid": [25088, 1, 1], "block": [128, 1, 1], "launch_configs": 1}) \
-        == "<<<25088, 128>>>"
+    )
+    assert (
+        launch_text({"grid": [25088, 1, 1], "block": [128, 1, 1], "launch_configs": 1}) == "<<<25088, 128>>>"
+    )
     assert launch_text({"grid": [-1, 1, 1], "block": [128, 1, 1]}) == "" and launch_text({}) == ""
 
 
@@ -106,17 +112,30 @@ def test_identical_names_keep_one_label_and_alike_names_get_numbers():
     assert len(set(labels)) == 2 and all(len(label) <= 40 for label in labels)
 
 
-HOSTILE = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**40), st.floats(allow_nan=True),
-                    st.text(max_size=6),
-                    st.lists(st.one_of(st.integers(-3, 2**33), st.text(max_size=2)), max_size=4))
+HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=6),
+    st.lists(st.one_of(st.integers(-3, 2**33), st.text(max_size=2)), max_size=4),
+)
 
 
-@settings(max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 40, derandomize=True,
-          deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(changes=st.lists(st.tuples(st.integers(0, 9),
-                                  st.sampled_from(["grid", "block", "launch_configs", "name"]), HOSTILE),
-                        min_size=1, max_size=6))
+@settings(
+    max_examples=int(os.environ.get("HYBRID_FUZZ_EXAMPLES", "0")) or 40,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    changes=st.lists(
+        st.tuples(st.integers(0, 9), st.sampled_from(["grid", "block", "launch_configs", "name"]), HOSTILE),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_hostile_launch_fields_in_a_received_document_render_or_are_refused(resnet, changes):
     """Any value in the new launch fields or the names of a received results.json: the terminal report and
     the comparison render it, or (as the CLI reads a received file) it is exit 2, never a traceback."""

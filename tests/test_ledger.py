@@ -26,8 +26,12 @@ PLANTED = REPO / "tests" / "fixtures" / "planted"
 
 
 def _run_dirs() -> list[Path]:
-    found = {p.parent.parent for root in ROOTS for pattern in ("*/nsys/profile.sqlite", "*/torch/trace.json*")
-             for p in root.rglob(pattern)}
+    found = {
+        p.parent.parent
+        for root in ROOTS
+        for pattern in ("*/nsys/profile.sqlite", "*/torch/trace.json*")
+        for p in root.rglob(pattern)
+    }
     return sorted(found)
 
 
@@ -81,8 +85,9 @@ def assert_partitions_its_steps(ledger: Ledger) -> None:
     assert per_step.reindex(windows.index, fill_value=0).tolist() == windows["dur_ns"].tolist()
 
 
-CASES = [pytest.param(path, mode, id=f"{_id(path)}:{mode}") for path in RUN_DIRS for mode in ("torch", "analyzed")] + \
-        [pytest.param(path, "bare", id=f"{_id(path)}:bare") for path in BARE]
+CASES = [
+    pytest.param(path, mode, id=f"{_id(path)}:{mode}") for path in RUN_DIRS for mode in ("torch", "analyzed")
+] + [pytest.param(path, "bare", id=f"{_id(path)}:bare") for path in BARE]
 
 
 def test_every_committed_timeline_is_collected():
@@ -110,7 +115,9 @@ def test_ledger_partitions_every_steady_step_and_adds_up_to_it(path, mode):
     if "gpu_busy_ms" in metrics:
         busy = sum(causes[c] for c in BUSY_ORDER)
         assert busy == pytest.approx(metrics["gpu_busy_ms"].value, rel=1e-6, abs=1e-6)
-        assert sum(causes[c] for c in IDLE_ORDER) == pytest.approx(metrics["gpu_idle_ms"].value, rel=1e-6, abs=1e-6)
+        assert sum(causes[c] for c in IDLE_ORDER) == pytest.approx(
+            metrics["gpu_idle_ms"].value, rel=1e-6, abs=1e-6
+        )
 
 
 def _analyzed(path: Path) -> tuple[Ledger, dict]:
@@ -152,8 +159,12 @@ def test_carried_intervals_keep_their_share_of_their_step():
     own = profile.ops_clock_steps.set_index("step").loc[carried["step"]]
     to = steps.set_index("step").loc[carried["step"]]
     before = ops.loc[carried.index]
-    own_share = (before["end_ns"] - before["start_ns"]).to_numpy() / (own["end_ns"] - own["start_ns"]).to_numpy()
-    to_share = (carried["end_ns"] - carried["start_ns"]).to_numpy() / (to["end_ns"] - to["start_ns"]).to_numpy()
+    own_share = (before["end_ns"] - before["start_ns"]).to_numpy() / (
+        own["end_ns"] - own["start_ns"]
+    ).to_numpy()
+    to_share = (carried["end_ns"] - carried["start_ns"]).to_numpy() / (
+        to["end_ns"] - to["start_ns"]
+    ).to_numpy()
     assert np.allclose(own_share, to_share, atol=1e-6)
     assert (carried["start_ns"].to_numpy() >= to["start_ns"].to_numpy()).all()
     assert (carried["end_ns"].to_numpy() <= to["end_ns"].to_numpy()).all()
@@ -173,12 +184,21 @@ def test_each_segment_names_the_event_behind_it():
     ledger, _ = _analyzed(PLANTED / "sync_item_per_microstep" / "run")
     profile = profiles(PLANTED / "sync_item_per_microstep" / "run")["analyzed"]
     seg = ledger.segments
-    frames = {"sync_wait": "syncs", "host_after_sync": "syncs", "launch_gap": "launches", "uncoalesced": "kernels",
-              "small_grid": "kernels", "copy": "memcpys"}
+    frames = {
+        "sync_wait": "syncs",
+        "host_after_sync": "syncs",
+        "launch_gap": "launches",
+        "uncoalesced": "kernels",
+        "small_grid": "kernels",
+        "copy": "memcpys",
+    }
     for cause, frame in frames.items():
         named = seg[seg["cause"] == cause]
         assert len(named), cause
-        assert named["ref_frame"].eq(frame).all() and named["ref_row"].between(0, len(getattr(profile, frame)) - 1).all()
+        assert (
+            named["ref_frame"].eq(frame).all()
+            and named["ref_row"].between(0, len(getattr(profile, frame)) - 1).all()
+        )
     # A host-work segment after a sync lies after the start of the sync it names.
     after = seg[seg["cause"] == "host_after_sync"]
     syncs = profile.syncs.reset_index(drop=True).loc[after["ref_row"]]
@@ -190,12 +210,16 @@ def test_each_segment_names_the_event_behind_it():
 def test_results_carry_the_ledger_and_its_waterfall():
     doc = analyze_run_dir(RUNS / "h200-simple_cnn")
     block = doc["ledger"]
-    assert block["steps"] == doc["metrics"]["steps_measured"]["value"] - doc["metrics"]["steps_excluded"]["value"]
+    assert (
+        block["steps"]
+        == doc["metrics"]["steps_measured"]["value"] - doc["metrics"]["steps_excluded"]["value"]
+    )
     assert sum(block["ms_per_step"].values()) == pytest.approx(doc["timing"]["step_time_ms"], rel=1e-3)
     last = block["waterfall"][-1]
     assert last["start_ms"] + last["ms"] == pytest.approx(doc["timing"]["step_time_ms"], rel=1e-3)
-    assert [row["cause"] for row in block["waterfall"]] == [c for c in BUSY_ORDER + IDLE_ORDER
-                                                            if block["ms_per_step"][c] > 0]
+    assert [row["cause"] for row in block["waterfall"]] == [
+        c for c in BUSY_ORDER + IDLE_ORDER if block["ms_per_step"][c] > 0
+    ]
     assert block["step_time_ms"] * NS_PER_MS > 0
 
 
@@ -211,9 +235,12 @@ def test_collectives_beside_compute_leave_their_time_to_it_and_keep_the_exposed_
     # beside compute, so the ledger's communication is the exposed part only.
     healthy = jobs / "h200-ddp-healthy" / "rank-00"
     ledger, _ = _analyzed(healthy)
-    assert 0 < ledger.pool_ms("communication") < 0.5 * _nccl_ms_per_step(profiles(healthy)["analyzed"], ledger)
+    assert (
+        0 < ledger.pool_ms("communication") < 0.5 * _nccl_ms_per_step(profiles(healthy)["analyzed"], ledger)
+    )
     # All-reduce by hand after backward(), on the compute stream: nothing runs beside it.
     manual = jobs / "h200-ddp-manual-allreduce" / "rank-01"
     ledger, _ = _analyzed(manual)
     assert ledger.pool_ms("communication") == pytest.approx(
-        _nccl_ms_per_step(profiles(manual)["analyzed"], ledger), rel=1e-3)
+        _nccl_ms_per_step(profiles(manual)["analyzed"], ledger), rel=1e-3
+    )

@@ -48,13 +48,13 @@ def test_interval_union_and_coverage_match_brute_force():
     ends = starts + rng.integers(1, 200, 400)
     us, ue = interval_union(starts, ends)
     timeline = np.zeros(10_300, bool)
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=False):
         timeline[s:e] = True
     assert (ue - us).sum() == timeline.sum()
     assert np.all(us[1:] > ue[:-1])
     a = rng.integers(0, 10_000, 50)
     b = a + rng.integers(0, 300, 50)
-    expected = [timeline[x:y].sum() for x, y in zip(a, b)]
+    expected = [timeline[x:y].sum() for x, y in zip(a, b, strict=False)]
     assert covered(us, ue, a, b).tolist() == expected
 
 
@@ -76,27 +76,41 @@ def test_one_pageable_32mib_htod_copy_per_step(nsys_metrics):
     assert m["htod_bytes"].value == MIB32
     assert m["pageable_copies_per_step"].value == 1
     assert m["htod_ms"].value == pytest.approx((steady["end"] - steady["start"]).mean() / 1e6)
-    assert m["pageable_bytes_per_s"].value == pytest.approx(MIB32 * 4 / ((steady["end"] - steady["start"]).sum() / 1e9))
+    assert m["pageable_bytes_per_s"].value == pytest.approx(
+        MIB32 * 4 / ((steady["end"] - steady["start"]).sum() / 1e9)
+    )
     assert m["pageable_copy_share_pct"].value > 99.99  # the other bytes are the 4-byte .item() readback
     assert m["copy_compute_overlap_pct"].value == 0  # one stream: nothing runs under the copy
 
 
 def test_syncs_per_step_from_item_and_pageable_copy(nsys_metrics):
-    syncs = _sql("SELECT r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
-                 "WHERE s.value LIKE 'cudaStreamSynchronize%'")
+    syncs = _sql(
+        "SELECT r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+        "WHERE s.value LIKE 'cudaStreamSynchronize%'"
+    )
     windows = _steady_windows()
-    per_step = [((syncs["start"] >= s) & (syncs["start"] < e)).sum() for s, e in windows.itertuples(index=False)]
+    per_step = [
+        ((syncs["start"] >= s) & (syncs["start"] < e)).sum() for s, e in windows.itertuples(index=False)
+    ]
     assert per_step == [2, 2, 2, 2]
     assert nsys_metrics["sync_count"].value == 2
     assert nsys_metrics["dtoh_count"].value == 1
 
 
 def test_gpu_busy_is_the_union_of_device_work_inside_steps(nsys_profile, nsys_metrics):
-    work = pd.concat([_sql(f"SELECT start, end FROM {t}") for t in
-                      ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")])
+    work = pd.concat(
+        [
+            _sql(f"SELECT start, end FROM {t}")
+            for t in (
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                "CUPTI_ACTIVITY_KIND_MEMCPY",
+                "CUPTI_ACTIVITY_KIND_MEMSET",
+            )
+        ]
+    )
     busy = []
     for s, e in _steady_windows().itertuples(index=False):
-        clipped = (work["end"].clip(s, e) - work["start"].clip(s, e))
+        clipped = work["end"].clip(s, e) - work["start"].clip(s, e)
         busy.append(clipped.sum())  # one stream: device intervals never overlap
     assert nsys_metrics["gpu_busy_ms"].value == pytest.approx(np.mean(busy) / 1e6)
     # The idle time is the ledger's to explain: its idle causes are exactly the device's idle time.
@@ -105,7 +119,9 @@ def test_gpu_busy_is_the_union_of_device_work_inside_steps(nsys_profile, nsys_me
     assert sum(per_step[c] for c in IDLE_ORDER) == pytest.approx(nsys_metrics["gpu_idle_ms"].value)
     # The idle time right after each pageable copy is the host returning from its stream sync.
     segments = ledger.segments
-    after_copy = segments[segments["start_ns"].isin(_sql("SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY")["end"])]
+    after_copy = segments[
+        segments["start_ns"].isin(_sql("SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY")["end"])
+    ]
     assert (after_copy["cause"] == "sync_wait").sum() >= 4
 
 
@@ -130,7 +146,7 @@ def test_torch_trace_flops_and_precision_are_estimates():
     profile = load_torch_trace(FIXTURES / "torch_trace.json")
     m = compute_metrics(profile, peaks_for(profile.device))
     # three fp16 4096^3 matmuls in the one whole-trace step: 2*M*N*K each (the trace has no FLOP field)
-    assert m["est_flops_per_step"].value == pytest.approx(3 * 2 * 4096 ** 3)
+    assert m["est_flops_per_step"].value == pytest.approx(3 * 2 * 4096**3)
     assert m["est_flops_per_step"].source == ESTIMATED
     assert m["matmul_fp16_flops_pct"].value == 100
     assert m["dtoh_count"].source == MEASURED_TORCH
@@ -142,16 +158,36 @@ def test_million_kernels_stay_fast():
     n, steps = 1_000_000, 100
     start = np.arange(n, dtype=np.int64) * 10_000
     frame = {c: np.zeros(n, np.int64) for c, t in KERNEL_COLUMNS.items() if t == "int64"}
-    frame.update(start_ns=start, end_ns=start + 5_000, launch_ns=start - 2_000, grid_x=np.full(n, 4),
-                 grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1, step=np.arange(n) // (n // steps))
-    frame["name"] = np.where(np.arange(n) % 3 == 0, "void at::native::vectorized_elementwise_kernel<4>",
-                             "ampere_sgemm_64x64_nn")
+    frame.update(
+        start_ns=start,
+        end_ns=start + 5_000,
+        launch_ns=start - 2_000,
+        grid_x=np.full(n, 4),
+        grid_y=1,
+        grid_z=1,
+        block_x=128,
+        block_y=1,
+        block_z=1,
+        step=np.arange(n) // (n // steps),
+    )
+    frame["name"] = np.where(
+        np.arange(n) % 3 == 0, "void at::native::vectorized_elementwise_kernel<4>", "ampere_sgemm_64x64_nn"
+    )
     frame["layer"] = None
     bounds = np.arange(steps + 1) * (n // steps) * 10_000
-    step_frame = pd.DataFrame({"step": np.arange(steps), "name": [f"step {i}" for i in range(steps)],
-                               "start_ns": bounds[:-1], "end_ns": bounds[1:]})
-    profile = Profile(steps=conform(step_frame, STEP_COLUMNS), kernels=conform(pd.DataFrame(frame), KERNEL_COLUMNS),
-                      device=DeviceInfo(name="NVIDIA H100 80GB HBM3", sm_count=132, source=MEASURED_NSYS))
+    step_frame = pd.DataFrame(
+        {
+            "step": np.arange(steps),
+            "name": [f"step {i}" for i in range(steps)],
+            "start_ns": bounds[:-1],
+            "end_ns": bounds[1:],
+        }
+    )
+    profile = Profile(
+        steps=conform(step_frame, STEP_COLUMNS),
+        kernels=conform(pd.DataFrame(frame), KERNEL_COLUMNS),
+        device=DeviceInfo(name="NVIDIA H100 80GB HBM3", sm_count=132, source=MEASURED_NSYS),
+    )
     began = time.perf_counter()
     m = compute_metrics(profile, peaks_for(profile.device))
     assert time.perf_counter() - began < 30

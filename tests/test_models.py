@@ -25,7 +25,9 @@ def _run_and_check(workload: models.Workload, steps: int = 2) -> None:
     before = _params_snapshot(workload.model)
     losses = [float(workload.train_step()) for _ in range(steps)]
     assert all(math.isfinite(loss) for loss in losses)
-    changed = [not torch.equal(b, a.detach()) for b, a in zip(before, workload.model.parameters())]
+    changed = [
+        not torch.equal(b, a.detach()) for b, a in zip(before, workload.model.parameters(), strict=False)
+    ]
     # Every parameter that received a gradient moved; the whole model must have learned something.
     assert sum(changed) >= 0.9 * len(changed), f"only {sum(changed)}/{len(changed)} parameters changed"
 
@@ -91,7 +93,11 @@ def test_cpu_defaults_are_smaller_than_gpu_defaults() -> None:
 def test_cli_runs_and_says_what_it_shrank() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "hybrid.models", "simple_cnn", "--steps", "1", "--warmup", "0"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "batch_size 256 -> 16" in proc.stderr
@@ -100,7 +106,13 @@ def test_cli_runs_and_says_what_it_shrank() -> None:
 
 
 def test_cli_unknown_model_exits_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hybrid.models", "vgg"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hybrid.models", "vgg"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "simple_cnn" in proc.stderr

@@ -29,26 +29,59 @@ PERMISSION_TEXT = (
 
 
 def test_build_ncu_command_exact_argv():
-    names = ["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
-             "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float>>(T3)"]
-    argv = ncu.build_ncu_command(Path("/opt/ncu/ncu"), Path("/run/ncu/report.ncu-rep"),
-                                 ["python", "-m", "hybrid.inject.script", "--", "train.py"],
-                                 kernel_names=names, nvtx_step=0, launch_count=40)
+    names = [
+        "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
+        "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float>>(T3)",
+    ]
+    argv = ncu.build_ncu_command(
+        Path("/opt/ncu/ncu"),
+        Path("/run/ncu/report.ncu-rep"),
+        ["python", "-m", "hybrid.inject.script", "--", "train.py"],
+        kernel_names=names,
+        nvtx_step=0,
+        launch_count=40,
+    )
     assert argv == [
-        "/opt/ncu/ncu", "--export", "/run/ncu/report.ncu-rep", "--force-overwrite",
-        "--clock-control", "none", "--cache-control", "all", "--target-processes", "all",
-        "--metrics", ",".join(METRICS),
-        "--kernel-name-base", "function",
-        "--kernel-name", "regex:^(?!nccl)(?:nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT|reduce_kernel)$",
-        "--nvtx", "--nvtx-include", "hybrid@step 0/",
-        "--launch-count", "40",
-        "python", "-m", "hybrid.inject.script", "--", "train.py",
+        "/opt/ncu/ncu",
+        "--export",
+        "/run/ncu/report.ncu-rep",
+        "--force-overwrite",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--target-processes",
+        "all",
+        "--metrics",
+        ",".join(METRICS),
+        "--kernel-name-base",
+        "function",
+        "--kernel-name",
+        "regex:^(?!nccl)(?:nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT|reduce_kernel)$",
+        "--nvtx",
+        "--nvtx-include",
+        "hybrid@step 0/",
+        "--launch-count",
+        "40",
+        "python",
+        "-m",
+        "hybrid.inject.script",
+        "--",
+        "train.py",
     ]
 
 
 def test_report_is_read_back_as_the_raw_csv_page_in_base_units():
     assert ncu.build_import_command(Path("/opt/ncu/ncu"), Path("/run/ncu/report.ncu-rep")) == [
-        "/opt/ncu/ncu", "--import", "/run/ncu/report.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"]
+        "/opt/ncu/ncu",
+        "--import",
+        "/run/ncu/report.ncu-rep",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+    ]
 
 
 # ncu's per-launch lines as 2025.x prints them (number, truncated name) and as older releases did.
@@ -61,37 +94,65 @@ PROFILING_LINES = [
 
 def test_profiling_lines_name_the_replayed_kernel_and_nothing_else_does():
     assert [ncu.profiled_kernel(line) for line in PROFILING_LINES] == [
-        "vectorized_elementwise_kernel", "sm80_xmma_fprop_implicit_gemm_f3...", "add_kernel"]
-    for other in ("==PROF== Connected to process 7659 (/usr/bin/python3.12)", "[hybrid] ncu step 1/1",
-                  'print("==PROF== Profiling \"x\"")', "==PROF== Report: /run/ncu/report.ncu-rep"):
+        "vectorized_elementwise_kernel",
+        "sm80_xmma_fprop_implicit_gemm_f3...",
+        "add_kernel",
+    ]
+    for other in (
+        "==PROF== Connected to process 7659 (/usr/bin/python3.12)",
+        "[hybrid] ncu step 1/1",
+        'print("==PROF== Profiling "x"")',
+        "==PROF== Report: /run/ncu/report.ncu-rep",
+    ):
         assert ncu.profiled_kernel(other) is None
 
 
 def test_finish_pass_without_a_report_says_ncu_wrote_none_and_keeps_the_log(tmp_path):
     console = "==PROF== Connected to process 1\n==ERROR== The application returned an error code (1).\n"
     with pytest.raises(ProfilerError, match="wrote no counter table") as failed:
-        ncu.finish_pass(Path("/nonexistent/ncu"), tmp_path / "report.ncu-rep", tmp_path / "counters.csv",
-                        tmp_path / "ncu.log", 1, console)
+        ncu.finish_pass(
+            Path("/nonexistent/ncu"),
+            tmp_path / "report.ncu-rep",
+            tmp_path / "counters.csv",
+            tmp_path / "ncu.log",
+            1,
+            console,
+        )
     assert "ncu wrote no report" in str(failed.value)
     assert "The application returned an error code" in (tmp_path / "ncu.log").read_text()
 
 
 def test_measured_window_is_the_profiler_api_range_not_a_thread_bound_nvtx_filter():
-    argv = ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=["reduce_kernel"],
-                                 measured_window=True, one_per_config=True)
+    argv = ncu.build_ncu_command(
+        Path("ncu"),
+        Path("c.csv"),
+        ["app"],
+        kernel_names=["reduce_kernel"],
+        measured_window=True,
+        one_per_config=True,
+    )
     # cudaProfilerStart/Stop (called by the injector) bound the window for every thread, so the
     # backward kernels that PyTorch's autograd thread launches are inside it.
-    assert argv[argv.index("--kernel-name") + 2:] == [
-        "--profile-from-start", "off", "--filter-mode", "per-launch-config", "--launch-count", "1", "app"]
+    assert argv[argv.index("--kernel-name") + 2 :] == [
+        "--profile-from-start",
+        "off",
+        "--filter-mode",
+        "per-launch-config",
+        "--launch-count",
+        "1",
+        "app",
+    ]
     assert "--nvtx" not in argv and "--nvtx-include" not in argv
     with pytest.raises(ValueError, match="exclusive"):
-        ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], measured_window=True,
-                              nvtx_step=0)
+        ncu.build_ncu_command(
+            Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], measured_window=True, nvtx_step=0
+        )
 
 
 def test_whole_run_has_no_nvtx_filter_and_no_names_means_all_but_nccl():
-    argv = ncu.build_ncu_command(Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], nvtx_step=None,
-                                 launch_count=None)
+    argv = ncu.build_ncu_command(
+        Path("ncu"), Path("c.csv"), ["app"], kernel_names=[], nvtx_step=None, launch_count=None
+    )
     assert "--nvtx" not in argv and "--launch-count" not in argv and "--profile-from-start" not in argv
     assert argv[argv.index("--kernel-name") + 1] == "regex:^(?!nccl).*"
     assert argv[-1] == "app"
@@ -101,10 +162,19 @@ def test_nsys_and_ncu_names_reduce_to_the_same_function_names():
     # The same five kernels, demangled by nsys and by ncu (which differ: at::native::...<(int)4>
     # vs at::...<4>), must give the same base names, since that is what the ncu filter matches.
     nsys_bases = {ncu.function_base_name(n) for n in probe_kernels()["name"]}
-    ncu_bases = {ncu.function_base_name(n) for n in parse_ncu_csv(PROBE / "ncu_metrics_stdout.csv").frame["name"]}
-    assert nsys_bases == ncu_bases == {
-        "distribution_elementwise_grid_stride_kernel", "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
-        "vectorized_elementwise_kernel", "reduce_kernel"}
+    ncu_bases = {
+        ncu.function_base_name(n) for n in parse_ncu_csv(PROBE / "ncu_metrics_stdout.csv").frame["name"]
+    }
+    assert (
+        nsys_bases
+        == ncu_bases
+        == {
+            "distribution_elementwise_grid_stride_kernel",
+            "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
+            "vectorized_elementwise_kernel",
+            "reduce_kernel",
+        }
+    )
 
 
 def test_nsys_and_ncu_names_reduce_to_one_signature_per_instantiation():
@@ -116,9 +186,11 @@ def test_nsys_and_ncu_names_reduce_to_one_signature_per_instantiation():
     # The two spellings of one instantiation as the H200 tools printed them (resnet50 capture).
     assert ncu.kernel_signature(
         "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, "
-        "std::array<char *, (unsigned long)3>>(int, T2, T3)") == ncu.kernel_signature(
+        "std::array<char *, (unsigned long)3>>(int, T2, T3)"
+    ) == ncu.kernel_signature(
         "void at::vectorized_elementwise_kernel<4, at::CUDAFunctor_add<float>, "
-        "std::array<char *, 3>>(int, T2, T3)")
+        "std::array<char *, 3>>(int, T2, T3)"
+    )
     assert ncu.kernel_signature("void f<(bool)1>(int)") != ncu.kernel_signature("void f<0>(int)")
 
 
@@ -137,10 +209,15 @@ def test_kernel_filter_matches_selected_functions_only():
 
 
 def test_function_base_name_strips_templates_namespaces_and_parameters():
-    assert ncu.function_base_name("void (anonymous namespace)::softmax_warp_forward<float, 10>(float *, int)") \
+    assert (
+        ncu.function_base_name("void (anonymous namespace)::softmax_warp_forward<float, 10>(float *, int)")
         == "softmax_warp_forward"
+    )
     assert ncu.function_base_name("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
-    assert ncu.function_base_name("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>(T1::Params)") == "Kernel2"
+    assert (
+        ncu.function_base_name("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm>(T1::Params)")
+        == "Kernel2"
+    )
 
 
 def test_metric_characters_need_escaping_in_the_filter():
@@ -188,8 +265,10 @@ def test_check_run_without_table_says_so(tmp_path):
 
 
 def test_version_parsing():
-    text = ("NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2025 NVIDIA Corporation\n"
-            "Version 2025.3.1.0 (build 36398880) (public-release)\n")
+    text = (
+        "NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2025 NVIDIA Corporation\n"
+        "Version 2025.3.1.0 (build 36398880) (public-release)\n"
+    )
     assert ncu.parse_ncu_version(text) == "2025.3.1.0"
     assert ncu.parse_ncu_version("command not found") is None
 
@@ -226,8 +305,16 @@ def test_real_ncu_run_profiles_the_step_and_the_gemm(tmp_path):
     script = tmp_path / "work.py"
     script.write_text(WORKLOAD)
     names = ["nvjet_placeholder_not_matching", "void at::native::vectorized_elementwise_kernel<4>(int)"]
-    run = ncu.run_ncu(found, tmp_path / "counters.csv", tmp_path / "ncu.log", [sys.executable, str(script)],
-                      kernel_names=names, nvtx_step=1, env=dict(os.environ), timeout_s=300)
+    run = ncu.run_ncu(
+        found,
+        tmp_path / "counters.csv",
+        tmp_path / "ncu.log",
+        [sys.executable, str(script)],
+        kernel_names=names,
+        nvtx_step=1,
+        env=dict(os.environ),
+        timeout_s=300,
+    )
     parsed = parse_ncu_csv(run.csv_path)
     # Only the multiply of step 1 matches the filter (the GEMM name does not; randn is outside steps).
     assert len(parsed.frame) == 1
@@ -267,8 +354,16 @@ def test_real_ncu_run_sees_backward_kernels_only_in_the_measured_window(tmp_path
 
     def profiled(**window) -> set[str]:
         out = tmp_path / "_".join(window)
-        run = ncu.run_ncu(found, out / "counters.csv", out / "ncu.log", [sys.executable, str(script)],
-                          kernel_names=names, env=dict(os.environ), timeout_s=300, **window)
+        run = ncu.run_ncu(
+            found,
+            out / "counters.csv",
+            out / "ncu.log",
+            [sys.executable, str(script)],
+            kernel_names=names,
+            env=dict(os.environ),
+            timeout_s=300,
+            **window,
+        )
         return {ncu.function_base_name(n) for n in parse_ncu_csv(run.csv_path).frame["name"]}
 
     assert profiled(measured_window=True) == set(names)

@@ -73,15 +73,21 @@ def _key_set(frame: pd.DataFrame, key: list[str] = KEY) -> set[tuple]:
 def test_nvtx_step_filter_profiled_only_the_python_threads_launches(export, counters):
     with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as db:
         launches = _keys(pd.read_sql_query(LAUNCHES_SQL, db))
-    selected = {function_base_name(n) for n in json.loads((FIXTURE / "ncu" / "selected_kernels.json").read_text())}
+    selected = {
+        function_base_name(n) for n in json.loads((FIXTURE / "ncu" / "selected_kernels.json").read_text())
+    }
     launches = launches[launches["base"].isin(selected)]
     # Each ncu name is one nsys name reduced alike (the two demangle differently).
     assert _key_set(counters.frame) <= set(map(tuple, launches[KEY].to_numpy().tolist()))
     # ncu's per-launch-config filter takes one launch per (function base name, grid, block), the name
     # being what --kernel-name-base function makes of it; compare on that key.
     profiled = _key_set(counters.frame, BASE_KEY)
-    python_thread = set(map(tuple, launches.loc[launches["on_step_thread"] == 1, BASE_KEY].to_numpy().tolist()))
-    other_threads = set(map(tuple, launches.loc[launches["on_step_thread"] == 0, BASE_KEY].to_numpy().tolist()))
+    python_thread = set(
+        map(tuple, launches.loc[launches["on_step_thread"] == 1, BASE_KEY].to_numpy().tolist())
+    )
+    other_threads = set(
+        map(tuple, launches.loc[launches["on_step_thread"] == 0, BASE_KEY].to_numpy().tolist())
+    )
     # The backward pass runs on PyTorch's autograd thread, outside the thread-local push/pop range.
     assert len(other_threads - python_thread) >= 30
     # Every selected configuration launched on the step's thread was profiled; of those launched only
@@ -104,7 +110,7 @@ def test_every_launch_of_a_profiled_configuration_gets_counters(profile, counter
     assert profiled.sum() > 0
     assert levels[profiled].isin([MATCH_LAUNCH, MATCH_CONFIG]).all()
     # ...and each takes a counter row of its own configuration.
-    for row, key in zip(rows[profiled], kernels.loc[profiled, KEY].to_numpy().tolist()):
+    for row, key in zip(rows[profiled], kernels.loc[profiled, KEY].to_numpy().tolist(), strict=False):
         assert counter_keys[row] == key
     assert not levels[~profiled].isin([MATCH_LAUNCH, MATCH_CONFIG]).any()
 

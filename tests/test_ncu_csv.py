@@ -69,7 +69,7 @@ def test_raw_page_units_row_converted_to_base_units():
     rows, units = raw_rows()
     assert units["gpu__time_duration.sum"] == "us" and units["sm__cycles_elapsed.avg.per_second"] == "Ghz"
     assert len(parsed.frame) == len(rows) == 6
-    for row, (_, got) in zip(rows, parsed.frame.iterrows()):
+    for row, (_, got) in zip(rows, parsed.frame.iterrows(), strict=False):
         assert got["name"] == row["Kernel Name"]
         assert got["duration_ns"] == pytest.approx(float(row["gpu__time_duration.sum"]) * 1e3)
         assert got["sm_clock_hz"] == pytest.approx(float(row["sm__cycles_elapsed.avg.per_second"]) * 1e9)
@@ -88,20 +88,43 @@ def test_raw_page_l2_hit_rate_above_100_is_clamped():
 def test_raw_page_occupancy_limiter_is_the_smallest_block_limit():
     parsed = parse_ncu_csv(RAW_CSV)
     rows, _ = raw_rows()
-    for row, limiter in zip(rows, parsed.frame["occupancy_limiter"]):
-        limits = {key: float(row[f"launch__occupancy_limit_{key}"])
-                  for key in ("registers", "shared_mem", "blocks", "warps")}
+    for row, limiter in zip(rows, parsed.frame["occupancy_limiter"], strict=False):
+        limits = {
+            key: float(row[f"launch__occupancy_limit_{key}"])
+            for key in ("registers", "shared_mem", "blocks", "warps")
+        }
         if float(row["sm__maximum_warps_per_active_cycle_pct"]) >= 100:
             assert limiter is None
         else:
-            assert limiter == {"registers": "registers", "shared_mem": "shared_memory",
-                               "blocks": "block_size", "warps": "warps"}[min(limits, key=limits.get)]
+            assert (
+                limiter
+                == {
+                    "registers": "registers",
+                    "shared_mem": "shared_memory",
+                    "blocks": "block_size",
+                    "warps": "warps",
+                }[min(limits, key=limits.get)]
+            )
     assert parsed.frame["occupancy_limiter"].iloc[2] == "registers"  # the GEMM: 18.75% theoretical
 
 
-LONG_HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
-               "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit",
-               "Metric Value"]
+LONG_HEADER = [
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+    "Section Name",
+    "Metric Name",
+    "Metric Unit",
+    "Metric Value",
+]
 
 
 def long_csv(rows: list[list[str]]) -> str:
@@ -113,8 +136,23 @@ def long_csv(rows: list[list[str]]) -> str:
 
 
 def metric_row(ncu_id: str, pid: str, name: str, metric: str, unit: str, value: str) -> list[str]:
-    return [ncu_id, pid, "python3", "host", name, "1", "7", "(128, 1, 1)", "(4, 2, 1)", "0", "9.0",
-            "Command line profiler metrics", metric, unit, value]
+    return [
+        ncu_id,
+        pid,
+        "python3",
+        "host",
+        name,
+        "1",
+        "7",
+        "(128, 1, 1)",
+        "(4, 2, 1)",
+        "0",
+        "9.0",
+        "Command line profiler metrics",
+        metric,
+        unit,
+        value,
+    ]
 
 
 def test_commas_and_quotes_inside_kernel_names_stay_one_name():
@@ -127,10 +165,12 @@ def test_commas_and_quotes_inside_kernel_names_stay_one_name():
 
 
 def test_na_values_and_unknown_units_become_nan_with_a_note():
-    text = long_csv([
-        metric_row("0", "10", "k", "dram__bytes_read.sum", "byte", "n/a"),
-        metric_row("0", "10", "k", "gpu__time_duration.sum", "fortnight", "3"),
-    ])
+    text = long_csv(
+        [
+            metric_row("0", "10", "k", "dram__bytes_read.sum", "byte", "n/a"),
+            metric_row("0", "10", "k", "gpu__time_duration.sum", "fortnight", "3"),
+        ]
+    )
     parsed = parse_ncu_csv(text)
     assert math.isnan(parsed.frame["dram_read_bytes"].item())
     assert math.isnan(parsed.frame["duration_ns"].item())
@@ -156,9 +196,11 @@ def test_empty_csv_is_a_clear_input_error(tmp_path):
 
 
 def test_filter_that_matched_nothing_is_named():
-    text = ("==PROF== Connected to process 943 (/usr/bin/python3.12)\n"
-            "==PROF== Disconnected from process 943\n"
-            "==WARNING== No kernels were profiled.\n")
+    text = (
+        "==PROF== Connected to process 943 (/usr/bin/python3.12)\n"
+        "==PROF== Disconnected from process 943\n"
+        "==WARNING== No kernels were profiled.\n"
+    )
     with pytest.raises(InputError, match="matched no launch"):
         parse_ncu_csv(text)
 
@@ -174,7 +216,7 @@ def test_missing_file_is_an_input_error(tmp_path):
 
 
 def test_number_and_launch_dims_parsing():
-    assert parse_number('146,538,496') == 146538496.0
+    assert parse_number("146,538,496") == 146538496.0
     assert math.isnan(parse_number("no data"))
     assert parse_launch_dims("(1, 528, 1)") == (1, 528, 1)
     assert parse_launch_dims("") == (-1, -1, -1)

@@ -52,7 +52,9 @@ def test_no_metric_requested_twice_and_hmma_only_variants_avoided():
 
 def test_counter_columns_cover_the_contract():
     row = m.counter_columns({})
-    assert set(row) | {"name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"} == set(COUNTER_COLUMNS)
+    assert set(row) | {"name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"} == set(
+        COUNTER_COLUMNS
+    )
 
 
 def test_flops_are_add_plus_mul_plus_twice_fma():
@@ -63,8 +65,9 @@ def test_flops_are_add_plus_mul_plus_twice_fma():
 
 
 def test_tensor_flops_sum_measured_precisions_only():
-    row = m.counter_columns({m.TENSOR_OPS_BY_PRECISION["bf16"]: 2 * 4096**3,
-                             m.TENSOR_OPS_BY_PRECISION["fp16"]: 0.0})
+    row = m.counter_columns(
+        {m.TENSOR_OPS_BY_PRECISION["bf16"]: 2 * 4096**3, m.TENSOR_OPS_BY_PRECISION["fp16"]: 0.0}
+    )
     assert row["tensor_flops"] == 2 * 4096**3
     assert row["tensor_flops_by_precision"]["bf16"] == 2 * 4096**3
     assert math.isnan(row["tensor_flops_by_precision"]["tf32"])
@@ -72,10 +75,17 @@ def test_tensor_flops_sum_measured_precisions_only():
 
 
 def test_sectors_per_request_guards_zero_requests():
-    assert m.counter_columns({m.GLOBAL_LOAD_SECTORS: 40.0, m.GLOBAL_LOAD_REQUESTS: 10.0})[
-        "global_load_sectors_per_request"] == 4.0
-    assert math.isnan(m.counter_columns({m.GLOBAL_LOAD_SECTORS: 0.0, m.GLOBAL_LOAD_REQUESTS: 0.0})[
-        "global_load_sectors_per_request"])
+    assert (
+        m.counter_columns({m.GLOBAL_LOAD_SECTORS: 40.0, m.GLOBAL_LOAD_REQUESTS: 10.0})[
+            "global_load_sectors_per_request"
+        ]
+        == 4.0
+    )
+    assert math.isnan(
+        m.counter_columns({m.GLOBAL_LOAD_SECTORS: 0.0, m.GLOBAL_LOAD_REQUESTS: 0.0})[
+            "global_load_sectors_per_request"
+        ]
+    )
 
 
 def test_limiter_none_at_full_theoretical_occupancy():

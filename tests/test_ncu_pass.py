@@ -50,8 +50,10 @@ def probe_kernels() -> pd.DataFrame:
     with sqlite3.connect(f"file:{EXPORT}?mode=ro", uri=True) as db:
         kernels = pd.read_sql_query(KERNELS_SQL, db)
         ranges = pd.read_sql_query(
-            "SELECT start, \"end\", coalesce(text, s.value) AS text FROM NVTX_EVENTS "
-            "LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59 ORDER BY start", db)
+            'SELECT start, "end", coalesce(text, s.value) AS text FROM NVTX_EVENTS '
+            "LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59 ORDER BY start",
+            db,
+        )
     kernels["step"] = -1
     for _, rng in ranges.iterrows():
         inside = (kernels["launch_ns"] >= rng["start"]) & (kernels["launch_ns"] <= rng["end"])
@@ -110,8 +112,15 @@ def test_select_kernels_on_the_loaders_categorical_names():
     gemm = loaded[loaded["name"].astype(str).str.startswith("nvjet_sm90")]
     assert str(gemm["name"].dtype) == "category" and gemm["name"].nunique() == 1
     assert select_kernels(gemm) == [gemm["name"].iloc[0]]
-    only_nccl = gemm.assign(name=gemm["name"].cat.rename_categories(
-        {gemm["name"].iloc[0]: "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"}))
+    only_nccl = gemm.assign(
+        name=gemm["name"].cat.rename_categories(
+            {
+                gemm["name"].iloc[
+                    0
+                ]: "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+            }
+        )
+    )
     assert str(only_nccl["name"].dtype) == "category"
     assert select_kernels(only_nccl) == []
 
@@ -119,7 +128,8 @@ def test_select_kernels_on_the_loaders_categorical_names():
 def test_select_kernels_without_steps_uses_whole_capture(kernels):
     stepless = kernels.assign(step=-1)
     assert select_kernels(stepless, coverage=0.0, cap=1) == [
-        _step_time(stepless, -1).sort_values(ascending=False).index[0]]
+        _step_time(stepless, -1).sort_values(ascending=False).index[0]
+    ]
     assert select_kernels(kernels.iloc[0:0]) == []
 
 
@@ -128,7 +138,7 @@ def _rows_of_ncu_ids(ids: set[str]) -> str:
     would have printed (the capture itself profiled every kernel of the run)."""
     lines = STDOUT_CSV.read_text().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    keep = [line for line in lines[header + 1:] if next(csv.reader([line]))[0] in ids]
+    keep = [line for line in lines[header + 1 :] if next(csv.reader([line]))[0] in ids]
     return "\n".join([lines[header], *keep])
 
 
@@ -169,8 +179,10 @@ def test_all_counters_attach_and_unprofiled_kernels_are_listed(kernels):
     # The two randn kernels (Half and float) share name, grid and block; launch order pairs them.
     randn = counters_per_kernel(profile)[kernels["step"] == -1]
     assert list(randn["counter_match"]) == [MATCH_LAUNCH, MATCH_LAUNCH]
-    assert list(randn["duration_ns"]) == [_raw_value("0", "gpu__time_duration.sum"),
-                                          _raw_value("1", "gpu__time_duration.sum")]
+    assert list(randn["duration_ns"]) == [
+        _raw_value("0", "gpu__time_duration.sum"),
+        _raw_value("1", "gpu__time_duration.sum"),
+    ]
     assert levels.count(MATCH_LAUNCH) == len(kernels)
 
     # Only GEMM counters: the other kernels are reported as not profiled, with their time.
@@ -178,9 +190,13 @@ def test_all_counters_attach_and_unprofiled_kernels_are_listed(kernels):
     partial = attach_counters(Profile(kernels=kernels), gemm_only).extras["ncu"]
     step_time = (kernels["end_ns"] - kernels["start_ns"])[kernels["step"] >= 0]
     gemm = kernels["name"].str.startswith("nvjet")[kernels["step"] >= 0]
-    assert partial["covered_gpu_time_pct"] == pytest.approx(100 * step_time[gemm].sum() / step_time.sum(), abs=0.01)
+    assert partial["covered_gpu_time_pct"] == pytest.approx(
+        100 * step_time[gemm].sum() / step_time.sum(), abs=0.01
+    )
     not_profiled = {item["name"] for item in partial["kernels_not_profiled"]}
-    assert not_profiled == set(kernels.loc[(kernels["step"] >= 0) & ~kernels["name"].str.startswith("nvjet"), "name"])
+    assert not_profiled == set(
+        kernels.loc[(kernels["step"] >= 0) & ~kernels["name"].str.startswith("nvjet"), "name"]
+    )
 
 
 def test_other_launch_configuration_falls_back_to_name(kernels):
@@ -193,7 +209,8 @@ def test_other_launch_configuration_falls_back_to_name(kernels):
     step_time = (kernels["end_ns"] - kernels["start_ns"])[kernels["step"] >= 0]
     gemm = kernels["name"].str.startswith("nvjet")[kernels["step"] >= 0]
     assert profile.extras["ncu"]["name_only_gpu_time_pct"] == pytest.approx(
-        100 * step_time[gemm].sum() / step_time.sum(), abs=0.01)
+        100 * step_time[gemm].sum() / step_time.sum(), abs=0.01
+    )
     assert any("cover only" in w for w in profile.warnings)
 
 

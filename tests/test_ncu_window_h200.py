@@ -47,5 +47,7 @@ def test_report_rereads_counters_from_the_saved_ncu_report_when_the_csv_is_missi
     monkeypatch.setenv(ncu.NCU_ENV, str(stand_in))
     results = analyze_run_dir(run)
     assert results["mode"] == "hybrid" and results["metrics"]["ncu_coverage_pct"]["value"] > 70.0
-    assert argv_log.read_text().split() == ncu.build_import_command(stand_in, run / "ncu" / ncu.REPORT_NAME)[1:]
+    assert (
+        argv_log.read_text().split() == ncu.build_import_command(stand_in, run / "ncu" / ncu.REPORT_NAME)[1:]
+    )
     assert table.read_text() == captured.read_text()

@@ -23,26 +23,50 @@ def _executable(path: Path) -> Path:
 
 
 def test_command_with_capture_range():
-    argv = nsys.build_nsys_command(Path("/opt/nsys"), Path("/run/nsys/profile"), ["python", "train.py", "--lr", "1"],
-                                   capture_range=True)
+    argv = nsys.build_nsys_command(
+        Path("/opt/nsys"), Path("/run/nsys/profile"), ["python", "train.py", "--lr", "1"], capture_range=True
+    )
     assert argv == [
-        "/opt/nsys", "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-        "--cuda-graph-trace=node", "--export", "sqlite", "-o", "/run/nsys/profile", "--force-overwrite", "true",
-        "--osrt-threshold=10000", "--osrt-backtrace-threshold=1000000000",
-        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-        "python", "train.py", "--lr", "1",
+        "/opt/nsys",
+        "profile",
+        "-t",
+        "cuda,nvtx,osrt",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "--export",
+        "sqlite",
+        "-o",
+        "/run/nsys/profile",
+        "--force-overwrite",
+        "true",
+        "--osrt-threshold=10000",
+        "--osrt-backtrace-threshold=1000000000",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "python",
+        "train.py",
+        "--lr",
+        "1",
     ]
 
 
 def test_command_for_the_whole_run_without_osrt():
-    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python", "x.py"], capture_range=False,
-                                   trace="cuda,nvtx")
+    argv = nsys.build_nsys_command(
+        Path("nsys"), Path("out"), ["python", "x.py"], capture_range=False, trace="cuda,nvtx"
+    )
     assert not any(a.startswith(("--capture-range", "--osrt")) for a in argv)
     assert argv[argv.index("-t") + 1] == "cuda,nvtx" and argv[-2:] == ["python", "x.py"]
 
 
 def test_version_parsing_and_gate():
-    assert nsys.parse_nsys_version("NVIDIA Nsight Systems version 2025.3.1.90-253135822842v0") == (2025, 3, 1, 90)
+    assert nsys.parse_nsys_version("NVIDIA Nsight Systems version 2025.3.1.90-253135822842v0") == (
+        2025,
+        3,
+        1,
+        90,
+    )
     assert nsys.parse_nsys_version("no digits here") is None
     nsys.check_nsys_version("2025.3.1.90")
     with pytest.raises(ProfilerError, match="nsys 2022.4.2 is too old: hybrid needs 2023.1") as info:
@@ -66,23 +90,27 @@ def test_find_nsys_inside_nsight_compute_picks_the_newest(tmp_path, monkeypatch)
     old = _executable(tmp_path / "nsight-compute" / "2024.1.0" / "host" / "target-linux-x64" / "nsys")
     new = _executable(tmp_path / "nsight-compute" / "2025.3.1" / "host" / "target-linux-x64" / "nsys")
     (tmp_path / "nsight-compute" / "2025.4.0" / "host" / "target-linux-x64" / "nsys").mkdir(parents=True)
-    monkeypatch.setattr(nsys, "NSYS_GLOBS", (str(tmp_path / "nsight-compute" / "*" / "host" /
-                                                 "target-linux-x64" / "nsys"),))
+    monkeypatch.setattr(
+        nsys, "NSYS_GLOBS", (str(tmp_path / "nsight-compute" / "*" / "host" / "target-linux-x64" / "nsys"),)
+    )
     # 2025.4.0 is a folder without bin/nsys: skipped, not returned
     assert nsys.find_nsys() == new != old
 
 
 def test_a_binary_that_is_not_nsys_is_a_profiler_error(tmp_path):
     with pytest.raises(ProfilerError, match="--version` failed") as info:
-        nsys.run_nsys(Path(shutil.which("false")), tmp_path / "profile", ["python", "-c", "pass"],
-                      capture_range=False)
+        nsys.run_nsys(
+            Path(shutil.which("false")), tmp_path / "profile", ["python", "-c", "pass"], capture_range=False
+        )
     assert info.value.exit_code == 4
 
 
 def test_missing_export_quotes_the_log_and_names_the_fix(tmp_path):
-    log = ("Collecting data...\n"
-           "/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys: error while loading shared "
-           "libraries: libdw.so.1: cannot open shared object file: No such file or directory\n")
+    log = (
+        "Collecting data...\n"
+        "/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys: error while loading shared "
+        "libraries: libdw.so.1: cannot open shared object file: No such file or directory\n"
+    )
     with pytest.raises(ProfilerError) as info:
         nsys.check_export(tmp_path / "profile", 127, log, tmp_path / "nsys.log")
     assert "wrote no profile.sqlite" in info.value.cause and "libdw.so.1: cannot open" in info.value.cause
@@ -104,9 +132,19 @@ def test_real_nsys_pass_on_the_gpu(tmp_path):
         "    with nvtx.annotate(f'step {i}', domain='hybrid'):\n"
         "        y = x @ x\n"
         "        y.sum().item()\n"
-        "torch.cuda.synchronize()\n")
-    run = nsys.run_nsys(binary, tmp_path / "profile", [sys.executable, str(script)], capture_range=False,
-                        log_path=tmp_path / "nsys.log", env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        "torch.cuda.synchronize()\n"
+    )
+    run = nsys.run_nsys(
+        binary,
+        tmp_path / "profile",
+        [sys.executable, str(script)],
+        capture_range=False,
+        log_path=tmp_path / "nsys.log",
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        },
+    )
     from hybrid.load.nsys_export import load_nsys_export
 
     profile = load_nsys_export(run.sqlite_path)

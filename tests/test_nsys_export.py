@@ -52,19 +52,30 @@ def profile():
 
 
 def test_steps_are_the_five_user_ranges(profile):
-    expected = _sql(FIXTURE, "SELECT s.value, n.start, n.end FROM NVTX_EVENTS n JOIN StringIds s "
-                             "ON s.id = n.textId ORDER BY n.start")
+    expected = _sql(
+        FIXTURE,
+        "SELECT s.value, n.start, n.end FROM NVTX_EVENTS n JOIN StringIds s "
+        "ON s.id = n.textId ORDER BY n.start",
+    )
     assert profile.step_source == "nvtx:step"
     assert list(profile.steps["step"]) == [0, 1, 2, 3, 4]
-    assert list(zip(profile.steps["name"], profile.steps["start_ns"], profile.steps["end_ns"])) == expected
+    assert (
+        list(zip(profile.steps["name"], profile.steps["start_ns"], profile.steps["end_ns"], strict=False))
+        == expected
+    )
     assert any("--step-range" in w for w in profile.warnings)
 
 
 def test_kernels_and_kernel_time_per_step_match_independent_sql(profile):
     expected = _sql(FIXTURE, KERNELS_PER_RANGE_SQL)
-    measured = profile.kernels[profile.kernels["step"] >= 0].groupby("step").agg(
-        kernels=("start_ns", "size"), kernel_ns=("end_ns", "sum"))
-    kernel_ns = (profile.kernels["end_ns"] - profile.kernels["start_ns"]).groupby(profile.kernels["step"]).sum()
+    measured = (
+        profile.kernels[profile.kernels["step"] >= 0]
+        .groupby("step")
+        .agg(kernels=("start_ns", "size"), kernel_ns=("end_ns", "sum"))
+    )
+    kernel_ns = (
+        (profile.kernels["end_ns"] - profile.kernels["start_ns"]).groupby(profile.kernels["step"]).sum()
+    )
     assert [e[1] for e in expected] == list(measured["kernels"]) == [4, 4, 4, 4, 4]
     assert [e[2] for e in expected] == [int(kernel_ns[s]) for s in range(5)]
     # The two randn kernels before the loop belong to no step.
@@ -73,16 +84,32 @@ def test_kernels_and_kernel_time_per_step_match_independent_sql(profile):
 
 
 def test_kernel_columns_match_the_kernel_table(profile):
-    rows = _sql(FIXTURE, """
+    rows = _sql(
+        FIXTURE,
+        """
         SELECT k.start, s.value, k.gridX, k.blockX, k.registersPerThread,
                k.staticSharedMemory + k.dynamicSharedMemory, r.start
         FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
           ON r.correlationId = k.correlationId AND (r.globalTid & 0xFFFFFFFFFF000000) = k.globalPid
-        ORDER BY k.start""")
+        ORDER BY k.start""",
+    )
     k = profile.kernels
-    assert list(zip(k["start_ns"], k["name"].astype(str), k["grid_x"], k["block_x"], k["registers"],
-                    k["shared_bytes"], k["launch_ns"])) == rows
+    assert (
+        list(
+            zip(
+                k["start_ns"],
+                k["name"].astype(str),
+                k["grid_x"],
+                k["block_x"],
+                k["registers"],
+                k["shared_bytes"],
+                k["launch_ns"],
+                strict=False,
+            )
+        )
+        == rows
+    )
     gemm = k[k["name"].astype(str).str.startswith("nvjet")]
     assert len(gemm) == 5 and set(gemm["shared_bytes"]) == {213188} and set(gemm["registers"]) == {168}
     assert k["layer"].isna().all()  # the fixture has no module ranges
@@ -101,8 +128,11 @@ def test_copies_are_five_pageable_htod_and_five_dtoh(profile):
 
 
 def test_syncs_are_the_host_sync_calls(profile):
-    (stream_syncs,), = _sql(FIXTURE, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
-                                     "ON s.id = r.nameId WHERE s.value LIKE 'cudaStreamSynchronize%'")
+    ((stream_syncs,),) = _sql(
+        FIXTURE,
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+        "ON s.id = r.nameId WHERE s.value LIKE 'cudaStreamSynchronize%'",
+    )
     syncs = profile.syncs
     assert stream_syncs == 10
     assert list(syncs["kind"]).count("stream") == stream_syncs
@@ -114,17 +144,28 @@ def test_syncs_are_the_host_sync_calls(profile):
 
 
 def test_launches_memsets_and_device(profile):
-    (launch_calls,), = _sql(FIXTURE, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
-                                     "ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%' "
-                                     "OR s.value LIKE 'cuLaunchKernel%'")
+    ((launch_calls,),) = _sql(
+        FIXTURE,
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+        "ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%' "
+        "OR s.value LIKE 'cuLaunchKernel%'",
+    )
     assert len(profile.launches) == launch_calls == 22
     assert set(profile.launches["correlation"]) == set(profile.kernels["correlation"])
     assert len(profile.memsets) == 10 and (profile.memsets["step"] >= 0).all()
-    gpu = _sql(FIXTURE, "SELECT name, smCount, clockRate, memoryBandwidth, l2CacheSize, totalMemory "
-                        "FROM TARGET_INFO_GPU")[0]
+    gpu = _sql(
+        FIXTURE,
+        "SELECT name, smCount, clockRate, memoryBandwidth, l2CacheSize, totalMemory FROM TARGET_INFO_GPU",
+    )[0]
     device = profile.device
-    assert (device.name, device.sm_count, device.sm_clock_hz, device.memory_bandwidth_bytes_per_s,
-            device.l2_bytes, device.memory_bytes) == gpu
+    assert (
+        device.name,
+        device.sm_count,
+        device.sm_clock_hz,
+        device.memory_bandwidth_bytes_per_s,
+        device.l2_bytes,
+        device.memory_bytes,
+    ) == gpu
     assert device.compute_capability == "9.0" and device.source == "measured:nsys"
     assert set(profile.sources.values()) == {"measured:nsys"}
     profile.validate()
@@ -133,12 +174,16 @@ def test_launches_memsets_and_device(profile):
 def test_extras_carry_export_facts(profile):
     nsys = profile.extras["nsys"]
     assert nsys["schema_version"] == "3.20.3" and nsys["product_version"] == "2025.3.2.0"
-    (overhead,), = _sql(FIXTURE, "SELECT sum(end - start) FROM PROFILER_OVERHEAD")
+    ((overhead,),) = _sql(FIXTURE, "SELECT sum(end - start) FROM PROFILER_OVERHEAD")
     assert nsys["profiler_overhead_ns"] == overhead
     first, last = int(profile.steps["start_ns"].min()), int(profile.steps["end_ns"].max())
-    polls = _sql(FIXTURE, "SELECT count(*), sum(o.end - o.start) FROM OSRT_API o JOIN StringIds s "
-                          "ON s.id = o.nameId WHERE s.value = 'poll' AND o.end - o.start >= 100000 "
-                          "AND o.start BETWEEN ? AND ?", (first, last))[0]
+    polls = _sql(
+        FIXTURE,
+        "SELECT count(*), sum(o.end - o.start) FROM OSRT_API o JOIN StringIds s "
+        "ON s.id = o.nameId WHERE s.value = 'poll' AND o.end - o.start >= 100000 "
+        "AND o.start BETWEEN ? AND ?",
+        (first, last),
+    )[0]
     poll = next(row for row in nsys["osrt_blocking"] if row["name"] == "poll")
     assert (poll["calls"], poll["total_ns"]) == polls
     assert nsys["kernels_without_launch_record"] == 0
@@ -157,8 +202,11 @@ def test_steady_window_when_nothing_repeats(tmp_path):
     profile = load_nsys_export(_copy(tmp_path, "DELETE FROM NVTX_EVENTS;"))
     assert (profile.step_source, profile.step_confidence) == ("steady-window", "low")
     assert len(profile.steps) == 1 and (profile.kernels["step"] == 0).all()
-    (first_launch,), = _sql(FIXTURE, "SELECT min(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
-                                     "CUPTI_ACTIVITY_KIND_KERNEL k ON r.correlationId = k.correlationId")
+    ((first_launch,),) = _sql(
+        FIXTURE,
+        "SELECT min(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+        "CUPTI_ACTIVITY_KIND_KERNEL k ON r.correlationId = k.correlationId",
+    )
     assert profile.steps["start_ns"].iloc[0] == first_launch
     assert any("analyzed as one range" in w for w in profile.warnings)
 
@@ -166,18 +214,24 @@ def test_steady_window_when_nothing_repeats(tmp_path):
 def test_our_own_step_and_module_ranges(tmp_path):
     """The fixture's ranges relabelled the way the injector writes them (domain `hybrid`,
     `step N`), plus one module range in domain `hybrid.modules` around step 1's GEMM launch."""
-    (tid,), = _sql(FIXTURE, "SELECT DISTINCT globalTid FROM NVTX_EVENTS")
-    (gemm_launch,), = _sql(FIXTURE, """
+    ((tid,),) = _sql(FIXTURE, "SELECT DISTINCT globalTid FROM NVTX_EVENTS")
+    ((gemm_launch,),) = _sql(
+        FIXTURE,
+        """
         SELECT r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
-        WHERE s.value LIKE 'nvjet%' ORDER BY k.start LIMIT 1 OFFSET 1""")
-    path = _copy(tmp_path, f"""
+        WHERE s.value LIKE 'nvjet%' ORDER BY k.start LIMIT 1 OFFSET 1""",
+    )
+    path = _copy(
+        tmp_path,
+        f"""
         UPDATE NVTX_EVENTS SET domainId = 1,
             text = 'step ' || (SELECT substr(value, 5) FROM StringIds WHERE id = textId), textId = NULL;
         INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId)
             VALUES (0, NULL, 75, 'hybrid', {tid}, 1), (0, NULL, 75, 'hybrid.modules', {tid}, 2),
                    ({gemm_launch - 100}, {gemm_launch + 100}, 59, 'layer1.0.conv1', {tid}, 2),
-                   ({gemm_launch - 1000}, {gemm_launch + 1000}, 59, 'layer1', {tid}, 2);""")
+                   ({gemm_launch - 1000}, {gemm_launch + 1000}, 59, 'layer1', {tid}, 2);""",
+    )
     profile = load_nsys_export(path)
     assert profile.step_source == "nvtx:hybrid" and profile.warnings == []
     assert list(profile.steps["name"]) == [f"step {i}" for i in range(5)]
@@ -230,8 +284,11 @@ def test_foreign_sqlite(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE users (id INTEGER, name TEXT)")
         db.execute("CREATE TABLE orders (id INTEGER, total REAL)")
-    with pytest.raises(InputError, match=r"not an Nsight Systems export \(it lacks StringIds, "
-                                         r"META_DATA_EXPORT; it has orders, users\)"):
+    with pytest.raises(
+        InputError,
+        match=r"not an Nsight Systems export \(it lacks StringIds, "
+        r"META_DATA_EXPORT; it has orders, users\)",
+    ):
         load_nsys_export(path)
 
 
@@ -242,8 +299,11 @@ def test_export_without_kernel_table(tmp_path):
 
 
 def test_tables_created_lazily_mean_no_events(tmp_path):
-    path = _copy(tmp_path, "DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY; DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET; "
-                           "DROP TABLE OSRT_API; DROP TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;")
+    path = _copy(
+        tmp_path,
+        "DROP TABLE CUPTI_ACTIVITY_KIND_MEMCPY; DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET; "
+        "DROP TABLE OSRT_API; DROP TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;",
+    )
     profile = load_nsys_export(path, step_range="step")
     assert profile.memcpys.empty and profile.memsets.empty and len(profile.kernels) == 22
     assert profile.extras["nsys"]["osrt_blocking"] == [] and profile.extras["nsys"]["sync_events"] == []
@@ -251,16 +311,22 @@ def test_tables_created_lazily_mean_no_events(tmp_path):
 
 
 def test_unknown_schema_version_is_a_warning(tmp_path):
-    path = _copy(tmp_path, "UPDATE META_DATA_EXPORT SET value = '4.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION';"
-                           "UPDATE META_DATA_EXPORT SET value = '4' WHERE name = 'EXPORT_SCHEMA_VERSION_MAJOR';")
+    path = _copy(
+        tmp_path,
+        "UPDATE META_DATA_EXPORT SET value = '4.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION';"
+        "UPDATE META_DATA_EXPORT SET value = '4' WHERE name = 'EXPORT_SCHEMA_VERSION_MAJOR';",
+    )
     profile = load_nsys_export(path, step_range="step")
     assert any("unknown nsys export schema version 4.0.0" in w for w in profile.warnings)
     assert len(profile.kernels) == 22
 
 
 def test_empty_capture_explanations(tmp_path):
-    nothing = _copy(tmp_path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME; "
-                              "DELETE FROM NVTX_EVENTS;")
+    nothing = _copy(
+        tmp_path,
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME; "
+        "DELETE FROM NVTX_EVENTS;",
+    )
     assert "capture range never opened" in explain_no_kernels(nothing)
     elsewhere = tmp_path / "elsewhere.sqlite"
     shutil.copyfile(FIXTURE, elsewhere)
@@ -278,8 +344,10 @@ def test_the_export_is_opened_read_only(tmp_path):
 
 
 def test_importing_the_loader_does_not_import_torch():
-    code = ("import sys, hybrid.load.nsys_export, nsight.nsys, nsight.sqlite_export; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, hybrid.load.nsys_export, nsight.nsys, nsight.sqlite_export; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -295,7 +363,10 @@ def _resnet_pass_dir(tmp_path: Path, **inject_changes) -> Path:
 
     folder = tmp_path / "nsys"
     folder.mkdir()
-    with gzip.open(RESNET / "profile.sqlite.gz", "rb") as packed, (folder / "profile.sqlite").open("wb") as out:
+    with (
+        gzip.open(RESNET / "profile.sqlite.gz", "rb") as packed,
+        (folder / "profile.sqlite").open("wb") as out,
+    ):
         shutil.copyfileobj(packed, out)
     inject = json.loads((RESNET / "inject.json").read_text())
     (folder / "inject.json").write_text(json.dumps({**inject, **inject_changes}))
@@ -314,7 +385,12 @@ def test_step_ranges_past_the_injectors_measured_steps_are_dropped(tmp_path):
     was_late = full.kernels["step"] >= 3
     assert (cut.kernels.loc[was_late, "step"] == -1).all()
     # An explicit count wins over inject.json.
-    assert list(load_nsys_export(tmp_path / "nsys" / "profile.sqlite", measured_steps=4).steps["step"]) == [0, 1, 2, 3]
+    assert list(load_nsys_export(tmp_path / "nsys" / "profile.sqlite", measured_steps=4).steps["step"]) == [
+        0,
+        1,
+        2,
+        3,
+    ]
 
 
 def test_unreadable_inject_json_keeps_every_step_range(tmp_path):
@@ -324,8 +400,11 @@ def test_unreadable_inject_json_keeps_every_step_range(tmp_path):
 
 
 def test_no_kernels_reason_reaches_the_caller(tmp_path):
-    path = _copy(tmp_path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME; "
-                           "DELETE FROM NVTX_EVENTS;")
+    path = _copy(
+        tmp_path,
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL; DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME; "
+        "DELETE FROM NVTX_EVENTS;",
+    )
     profile = load_nsys_export(path)
     reason = profile.extras["nsys"]["no_kernels_reason"]
     assert profile.kernels.empty and "capture range never opened" in reason

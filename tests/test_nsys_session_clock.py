@@ -18,9 +18,13 @@ def _with_session(tmp_path: Path, start_ns: int, stop_ns: int) -> Path:
     export = tmp_path / "profile.sqlite"
     shutil.copy(EXPORT, export)
     with sqlite3.connect(export) as con:
-        con.execute("CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER, "
-                    "stopTime INTEGER)")
-        con.execute("INSERT INTO ANALYSIS_DETAILS VALUES (0, ?, ?, ?)", (stop_ns - start_ns, start_ns, stop_ns))
+        con.execute(
+            "CREATE TABLE ANALYSIS_DETAILS (globalVid INTEGER, duration INTEGER, startTime INTEGER, "
+            "stopTime INTEGER)"
+        )
+        con.execute(
+            "INSERT INTO ANALYSIS_DETAILS VALUES (0, ?, ?, ?)", (stop_ns - start_ns, start_ns, stop_ns)
+        )
     return export
 
 

@@ -12,8 +12,13 @@ import pytest
 from hybrid.rules.base import SEVERITY_RANK
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RUN_DIRS = sorted([*FIXTURES.glob("planted/*/run"), *FIXTURES.glob("precision/*/run"),
-                   *(p.parent for p in (FIXTURES / "runs").glob("**/run.json"))])
+RUN_DIRS = sorted(
+    [
+        *FIXTURES.glob("planted/*/run"),
+        *FIXTURES.glob("precision/*/run"),
+        *(p.parent for p in (FIXTURES / "runs").glob("**/run.json")),
+    ]
+)
 EXPORTS = sorted(FIXTURES.glob("bare/*.sqlite"))
 
 
@@ -47,9 +52,13 @@ def test_no_kept_finding_of_moderate_or_worse_without_an_action(analyzed):
     """An action is a suggestion that changes something, not only a way to find the code (the callsites stage
     drops those once it names the lines): the host-work findings of the compiled and eager training runs had
     none."""
-    empty = [(name, f["id"]) for name, results in analyzed.items() for f in _kept(results)
-             if SEVERITY_RANK[f["severity"]] >= SEVERITY_RANK["MODERATE"]
-             and not [a for a in f["advice"] if not a.get("locates_code")]]
+    empty = [
+        (name, f["id"])
+        for name, results in analyzed.items()
+        for f in _kept(results)
+        if SEVERITY_RANK[f["severity"]] >= SEVERITY_RANK["MODERATE"]
+        and not [a for a in f["advice"] if not a.get("locates_code")]
+    ]
     assert not empty
 
 
@@ -61,7 +70,7 @@ def test_no_two_findings_claim_the_same_time(analyzed):
         held = results["ledger"]["ms_per_step"]
         findings = [f for f in _kept(results) if f.get("pool") and not f.get("alternative_to")]
         for i, a in enumerate(findings):
-            for b in findings[i + 1:]:
+            for b in findings[i + 1 :]:
                 shared = set(a["pool"]) & set(b["pool"])
                 if not shared:
                     continue
@@ -83,37 +92,50 @@ def test_each_ledger_cause_is_claimed_at_most_once(analyzed):
             if not f.get("alternative_to"):
                 for cause, ms in (f.get("claimed") or {}).items():
                     drawn[cause] = drawn.get(cause, 0.0) + ms
-        over += [(name, cause, ms) for cause, ms in drawn.items()
-                 if ms > held.get(cause, 0.0) * (1 + 1e-6) + 1e-9]
+        over += [
+            (name, cause, ms) for cause, ms in drawn.items() if ms > held.get(cause, 0.0) * (1 + 1e-6) + 1e-9
+        ]
     assert not over
 
 
 def test_eager_dispatch_is_one_finding(analyzed):
     """Host-bound eager training: the launch gaps and the longer dispatch gaps (backward, optimizer step) are
     one finding; the larger batch is a note on it with its figure, not a ranked finding of its own."""
-    for name in ("precision/resnet50_default/run", "precision/vit_train_bf16/run",
-                 "runs/h200-hf-trainer-bf16", "runs/h200-simple_cnn"):
+    for name in (
+        "precision/resnet50_default/run",
+        "precision/vit_train_bf16/run",
+        "runs/h200-hf-trainer-bf16",
+        "runs/h200-simple_cnn",
+    ):
         results = analyzed[name]
         ids = [f["id"] for f in _kept(results)]
         assert results["diagnosis"]["primary_bottleneck"]["id"] == "launch.dispatch", name
         assert not {"cpu.preprocessing", "launch.bound", "batch.headroom"} & set(ids), name
         dispatch = next(f for f in _kept(results) if f["id"] == "launch.dispatch")
         held = results["ledger"]["ms_per_step"]
-        assert dispatch["time_lost_model_ms" if "time_lost_model_ms" in dispatch else "time_lost_ms"] \
+        assert (
+            dispatch["time_lost_model_ms" if "time_lost_model_ms" in dispatch else "time_lost_ms"]
             <= held["launch_gap"] + held["host_other"] + 1e-9
+        )
         note = [e for e in dispatch["evidence"] if e["label"].startswith("a doubled batch would save")]
         assert len(note) == 1 and note[0]["value"] > 0 and note[0]["source"] == "estimated", name
-        assert any("batch size" in a["text"] and "peak memory is" in a["condition"]
-                   for a in dispatch["advice"])
+        assert any(
+            "batch size" in a["text"] and "peak memory is" in a["condition"] for a in dispatch["advice"]
+        )
 
 
 def test_the_scripts_own_host_work_stays_its_own_finding(analyzed):
     """Where the longer host gaps outweigh the launch gaps (numpy augmentation, .item() per micro-step, a
     graph break) they are the script's host work: the planted primaries keep their finding."""
-    primary = {name: analyzed[f"planted/{name}/run"]["diagnosis"]["primary_bottleneck"]["id"]
-               for name in ("cpu_numpy_augment", "sync_item_per_microstep", "graph_breaks")}
-    assert primary == {"cpu_numpy_augment": "cpu.preprocessing",
-                       "sync_item_per_microstep": "cpu.preprocessing", "graph_breaks": "compile.graph_breaks"}
+    primary = {
+        name: analyzed[f"planted/{name}/run"]["diagnosis"]["primary_bottleneck"]["id"]
+        for name in ("cpu_numpy_augment", "sync_item_per_microstep", "graph_breaks")
+    }
+    assert primary == {
+        "cpu_numpy_augment": "cpu.preprocessing",
+        "sync_item_per_microstep": "cpu.preprocessing",
+        "graph_breaks": "compile.graph_breaks",
+    }
 
 
 def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
@@ -126,7 +148,9 @@ def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
     # The gelu chain's uncoalesced kernel is the memory finding's; the fusion draws on the rest of the chain.
     gelu = {f["id"]: f for f in _kept(analyzed["planted/roofline_unfused_gelu/run"])}
     fusion, loads = gelu["compile.fusible_elementwise"], gelu["memory.uncoalesced"]
-    assert not fusion["claimed"].get("uncoalesced") and loads["claimed"] == {"uncoalesced": loads["time_lost_ms"]}
+    assert not fusion["claimed"].get("uncoalesced") and loads["claimed"] == {
+        "uncoalesced": loads["time_lost_ms"]
+    }
     gpt2 = analyzed["bare/hf_generate_gpt2.sqlite"]
     fusion = next(f for f in _kept(gpt2) if f["id"] == "compile.fusible_elementwise")
     assert fusion["time_lost_ms"] < 0.12 and fusion["severity"] == "LOW"

@@ -38,20 +38,33 @@ class FakeProcess:
         FakeProcess.calls.append(list(argv))
         self.pid = 0
         self.stdout = io.StringIO("[hybrid] step 1/3\n")
-        inner = argv[argv.index("hybrid.inject.script"):]
+        inner = argv[argv.index("hybrid.inject.script") :]
         pass_name = inner[inner.index("--pass") + 1]
         out = Path(inner[inner.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
-        inject = json.loads((H200_RUN / pass_name / "inject.json").read_text()) if pass_name != "plain" else {}
+        inject = (
+            json.loads((H200_RUN / pass_name / "inject.json").read_text()) if pass_name != "plain" else {}
+        )
         measured = int(inner[inner.index("--steps") + 1])
-        inject.update(outcome="step_limit", exit_code=0, cuda_available=True, measured_steps=measured,
-                      steps_seen=4 + measured, warmup_dropped=4)
+        inject.update(
+            outcome="step_limit",
+            exit_code=0,
+            cuda_available=True,
+            measured_steps=measured,
+            steps_seen=4 + measured,
+            warmup_dropped=4,
+        )
         if "--plain-steps" in inner:
             # The real injector times these steps before torch.profiler starts (tests/test_cost_windows.py).
             plain = int(inner[inner.index("--plain-steps") + 1])
-            inject["plain_window"] = {"requested_steps": plain, "measured_steps": plain, "complete": True,
-                                      "step_end_ns": [2_000_000 * (i + 1) for i in range(plain)],
-                                      "window_ns": 2_000_000 * plain, "step_time_ms": 2.0}
+            inject["plain_window"] = {
+                "requested_steps": plain,
+                "measured_steps": plain,
+                "complete": True,
+                "step_end_ns": [2_000_000 * (i + 1) for i in range(plain)],
+                "window_ns": 2_000_000 * plain,
+                "step_time_ms": 2.0,
+            }
             inject["steps_seen"] += plain
         (out / "inject.json").write_text(json.dumps(inject))
         if pass_name == "nsys":
@@ -76,11 +89,14 @@ def patched(monkeypatch):
     monkeypatch.setattr(nsys, "find_nsys", lambda: NSYS)
     monkeypatch.setattr(nsys, "nsys_version", lambda _path: "2025.3.1.90")
     monkeypatch.setattr(nsys, "profile_help", lambda _path: NSYS_HELP)
-    monkeypatch.setattr(nsys, "export_sqlite", lambda _nsys, out_base, **_kw: FakeProcess.exports.append(out_base) or "")
+    monkeypatch.setattr(
+        nsys, "export_sqlite", lambda _nsys, out_base, **_kw: FakeProcess.exports.append(out_base) or ""
+    )
     monkeypatch.setattr(ncu, "find_ncu", lambda: NCU)
     monkeypatch.setattr(ncu, "ncu_version", lambda _path: "2025.3.1.0")
-    monkeypatch.setattr(ncu, "export_counters",
-                        lambda _ncu, report, csv_path: shutil.copy(report, csv_path) and "")
+    monkeypatch.setattr(
+        ncu, "export_counters", lambda _ncu, report, csv_path: shutil.copy(report, csv_path) and ""
+    )
     return FakeProcess
 
 
@@ -88,40 +104,101 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("pass\n")
     out = tmp_path / "run"
-    Orchestrator(Target([str(script), "--lr", "0.1"]), RunOptions(out_dir=out, mode="hybrid", warmup=2, steps=3,
-                                                                    nvtx_modules=True)).run()
+    Orchestrator(
+        Target([str(script), "--lr", "0.1"]),
+        RunOptions(out_dir=out, mode="hybrid", warmup=2, steps=3, nvtx_modules=True),
+    ).run()
     torch_argv, nsys_argv, ncu_argv = patched.calls
 
-    def inject(pass_name: str, steps: int, modules: bool, warmup: int = 2, more: tuple[str, ...] = ()) -> list[str]:
-        return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out / pass_name),
-                "--warmup", str(warmup), *more, "--steps", str(steps), *(["--nvtx-modules"] if modules else []),
-                "--", str(script), "--lr", "0.1"]
+    def inject(
+        pass_name: str, steps: int, modules: bool, warmup: int = 2, more: tuple[str, ...] = ()
+    ) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            pass_name,
+            "--out",
+            str(out / pass_name),
+            "--warmup",
+            str(warmup),
+            *more,
+            "--steps",
+            str(steps),
+            *(["--nvtx-modules"] if modules else []),
+            "--",
+            str(script),
+            "--lr",
+            "0.1",
+        ]
 
     # The plain reference is a window of the torch pass's process, timed before torch.profiler starts.
     window = ["--plain-steps", "10", "--plain-on-cpu"]  # on CPU-only runs too: the profiler's own slowdown
     assert torch_argv == inject("torch", 3, False)[:-4] + [*window, "--", str(script), "--lr", "0.1"]
     # Python sampling (--callsites python, the default): the report is exported apart, with its payloads.
     assert nsys_argv == [
-        str(NSYS), "profile", "-t", "cuda,nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-        "--export", "none", "-o", str(out / "nsys" / "profile"), "--force-overwrite", "true",
-        "--osrt-threshold=10000", "--osrt-backtrace-threshold=1000000000",
-        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-        "--python-sampling=true", "--python-sampling-frequency=1000", *inject("nsys", 3, True)]
+        str(NSYS),
+        "profile",
+        "-t",
+        "cuda,nvtx,osrt",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "--export",
+        "none",
+        "-o",
+        str(out / "nsys" / "profile"),
+        "--force-overwrite",
+        "true",
+        "--osrt-threshold=10000",
+        "--osrt-backtrace-threshold=1000000000",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--python-sampling=true",
+        "--python-sampling-frequency=1000",
+        *inject("nsys", 3, True),
+    ]
     assert patched.exports == [out / "nsys" / "profile"]
     selected = json.loads((out / "ncu" / "selected_kernels.json").read_text())
     assert selected, "kernels are selected from the nsys export"
-    prefix = [str(NCU), "--export", str(out / "ncu" / "report.ncu-rep"), "--force-overwrite", "--clock-control", "none", "--cache-control", "all",
-              "--target-processes", "all", "--metrics"]
-    assert ncu_argv[:len(prefix)] == prefix
-    rest = ncu_argv[len(prefix) + 1:]
-    assert rest == ["--kernel-name-base", "function", "--kernel-name", ncu.kernel_name_filter(selected),
-                    "--profile-from-start", "off",
-                    "--filter-mode", "per-launch-config", "--launch-count", "1",
-                    # The warmup the nsys pass dropped, exactly: ncu does not wait for steps to settle again.
-                    *inject("ncu", 1, True, warmup=4, more=("--fixed-warmup",))]
+    prefix = [
+        str(NCU),
+        "--export",
+        str(out / "ncu" / "report.ncu-rep"),
+        "--force-overwrite",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--target-processes",
+        "all",
+        "--metrics",
+    ]
+    assert ncu_argv[: len(prefix)] == prefix
+    rest = ncu_argv[len(prefix) + 1 :]
+    assert rest == [
+        "--kernel-name-base",
+        "function",
+        "--kernel-name",
+        ncu.kernel_name_filter(selected),
+        "--profile-from-start",
+        "off",
+        "--filter-mode",
+        "per-launch-config",
+        "--launch-count",
+        "1",
+        # The warmup the nsys pass dropped, exactly: ncu does not wait for steps to settle again.
+        *inject("ncu", 1, True, warmup=4, more=("--fixed-warmup",)),
+    ]
     run = json.loads((out / "run.json").read_text())
-    assert [(p["name"], p["process"]) for p in run["passes"]] == [("torch", None), ("plain", "torch"),
-                                                                  ("nsys", None), ("ncu", None)]
+    assert [(p["name"], p["process"]) for p in run["passes"]] == [
+        ("torch", None),
+        ("plain", "torch"),
+        ("nsys", None),
+        ("ncu", None),
+    ]
     assert run["passes"][1]["step_time_ms"] == 2.0 and run["passes"][1]["wall_s"] == 0.02
     assert "ncu_plan" not in run  # --mode hybrid runs every pass: no plan
     assert (out / "nsys" / "command.txt").read_text().startswith(str(NSYS))
@@ -136,7 +213,9 @@ def test_missing_nsys_falls_back_in_auto_and_fails_in_nsys_mode(patched, monkeyp
     assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch"]  # no Nsight pass ran
     assert any("nsys) was not found" in reason for reason in auto.mode_reasons)
     with pytest.raises(ProfilerError) as failed:
-        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
+        Orchestrator(
+            Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)
+        ).run()
     assert "--mode nsys needs it" in failed.value.cause and "HYBRID_NSYS" in failed.value.fix
     assert failed.value.exit_code == 4
 
@@ -150,10 +229,17 @@ def test_plain_reference_is_a_window_of_the_torch_pass_or_a_pass_of_its_own(patc
 
     def passes(**options) -> list[tuple[str, str, str | None]]:
         patched.calls = []
-        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / f"run{next(runs)}", steps=30,
-                                                       **options)).run()
-        return [(c[c.index("--pass") + 1], c[c.index("--steps") + 1],
-                 c[c.index("--plain-steps") + 1] if "--plain-steps" in c else None) for c in patched.calls]
+        Orchestrator(
+            Target([str(script)]), RunOptions(out_dir=tmp_path / f"run{next(runs)}", steps=30, **options)
+        ).run()
+        return [
+            (
+                c[c.index("--pass") + 1],
+                c[c.index("--steps") + 1],
+                c[c.index("--plain-steps") + 1] if "--plain-steps" in c else None,
+            )
+            for c in patched.calls
+        ]
 
     # --baseline: a plain pass of its own over every step, and no window in the torch pass.
     assert passes(baseline=True) == [("plain", "30", None), ("torch", "30", None)]
@@ -172,7 +258,9 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     script = tmp_path / "train.py"
     script.write_text("pass\n")
     out = tmp_path / "run"
-    orchestrator = Orchestrator(Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3))
+    orchestrator = Orchestrator(
+        Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3)
+    )
     orchestrator.run()
     assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "nsys"]
     run = json.loads((out / "run.json").read_text())
@@ -180,8 +268,11 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     assert ncu_pass["status"] == "skipped" and ncu_pass["wall_s"] == 0.0
     assert not run["ncu_plan"]["run"] and "counters cannot change the primary" in run["ncu_plan"]["reason"]
     assert ncu_pass["contributed"] == run["ncu_plan"]["reason"]
-    assert any(r.startswith("ncu pass skipped: faster kernels could save at most") and r.endswith(
-        "--mode hybrid runs it") for r in run["mode_reasons"])
+    assert any(
+        r.startswith("ncu pass skipped: faster kernels could save at most")
+        and r.endswith("--mode hybrid runs it")
+        for r in run["mode_reasons"]
+    )
     # The final analysis reuses the profiles the plan loaded: the same document as re-reading the directory.
     from hybrid.pipeline import analyze_run_dir
 
@@ -198,20 +289,26 @@ class FailsWhenRunAgain(FakeProcess):
 
     def __init__(self, argv, **kwargs) -> None:
         super().__init__(argv, **kwargs)
-        inner = argv[argv.index("hybrid.inject.script"):]
+        inner = argv[argv.index("hybrid.inject.script") :]
         self.pass_name = inner[inner.index("--pass") + 1]
         if self.pass_name == "nsys":
             out = Path(inner[inner.index("--out") + 1])
             inject = json.loads((out / "inject.json").read_text())
-            inject.update(outcome="exception", exit_code=1, measured_steps=0,
-                          traceback="FileExistsError: out/predictions.csv exists: remove it first")
+            inject.update(
+                outcome="exception",
+                exit_code=1,
+                measured_steps=0,
+                traceback="FileExistsError: out/predictions.csv exists: remove it first",
+            )
             (out / "inject.json").write_text(json.dumps(inject))
 
     def wait(self) -> int:
         return 1 if self.pass_name == "nsys" else 0
 
 
-def test_a_script_that_cannot_run_twice_keeps_the_windows_of_its_first_process(patched, monkeypatch, tmp_path):
+def test_a_script_that_cannot_run_twice_keeps_the_windows_of_its_first_process(
+    patched, monkeypatch, tmp_path
+):
     monkeypatch.setattr(orchestrate.subprocess, "Popen", FailsWhenRunAgain)
     script = tmp_path / "train.py"
     script.write_text("pass\n")
@@ -219,11 +316,21 @@ def test_a_script_that_cannot_run_twice_keeps_the_windows_of_its_first_process(p
     Orchestrator(Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3)).run()
     assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "nsys"]  # ncu never ran it again
     run = json.loads((out / "run.json").read_text())
-    assert [(p["name"], p["status"]) for p in run["passes"]] == [("torch", "ok"), ("plain", "ok"), ("nsys", "failed")]
+    assert [(p["name"], p["status"]) for p in run["passes"]] == [
+        ("torch", "ok"),
+        ("plain", "ok"),
+        ("nsys", "failed"),
+    ]
     reason = next(r for r in run["mode_reasons"] if "cannot run more than once" in r)
-    assert reason.startswith("the workload failed in the nsys pass (exit status 1): FileExistsError: "
-                             "out/predictions.csv exists: remove it first, after the torch pass had measured")
-    assert "not run: nsys, ncu" in reason and run["passes"][2]["message"] == "the workload failed when run again"
+    assert reason.startswith(
+        "the workload failed in the nsys pass (exit status 1): FileExistsError: "
+        "out/predictions.csv exists: remove it first, after the torch pass had measured"
+    )
+    assert (
+        "not run: nsys, ncu" in reason and run["passes"][2]["message"] == "the workload failed when run again"
+    )
     # An explicit mode fails instead: --mode nsys needs the nsys pass (exit 3, the workload's failure).
     with pytest.raises(WorkloadError):
-        Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)).run()
+        Orchestrator(
+            Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)
+        ).run()

@@ -24,8 +24,15 @@ SCRIPTS = ROOT / "tests" / "scripts"
 def hybrid(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path, NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True,
-                          check=False, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def digest(path: Path) -> str:
@@ -83,7 +90,7 @@ def test_an_output_path_that_is_not_a_regular_file_is_left_alone_without_hanging
     assert done.returncode == 0, done.stderr
     assert "is not a regular file" in done.stderr and "Traceback" not in done.stderr
     assert "Step time" in done.stdout  # the comparison itself is still printed
-    assert (page.is_fifo() if kind == "fifo" else (page / "inside.txt").read_text() == "keep\n")
+    assert page.is_fifo() if kind == "fifo" else (page / "inside.txt").read_text() == "keep\n"
 
 
 def test_reanalysis_keeps_every_earlier_report_file(tmp_path):
@@ -122,9 +129,22 @@ def test_a_run_rewrites_its_own_files_without_keeping_copies_of_them(tmp_path):
     """run.json is rewritten after each pass and results.json once: all made by this run, so no numbered
     copies appear in its directory."""
     out = tmp_path / "run"
-    done = hybrid("run", "--steps", "2", "--warmup", "1", "-q", "--out", str(out),
-                  str(SCRIPTS / "train_optimizer.py"), "--iters", "20", "--record",
-                  str(tmp_path / "record.json"), timeout=240)
+    done = hybrid(
+        "run",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "-q",
+        "--out",
+        str(out),
+        str(SCRIPTS / "train_optimizer.py"),
+        "--iters",
+        "20",
+        "--record",
+        str(tmp_path / "record.json"),
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "run.json").read_text())["passes"]
     assert [p.name for p in out.rglob("*.1.*")] == [] and "earlier files kept" not in done.stderr

@@ -25,8 +25,22 @@ def wheel(tmp_path_factory) -> Path:
     for folder in ("hybrid", "nsight", "sql"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(source)], check=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
+    )
     (built,) = out.glob("hybrid_gpu_diagnosis-*.whl")
     return built
 
@@ -37,8 +51,11 @@ def test_wheel_ships_packages_queries_and_console_script(wheel):
     assert sql_in_tree, "no queries in sql/"
     for query in sql_in_tree:
         assert f"sql/{query}" in names
-    in_tree = sorted(str(p.relative_to(ROOT)) for folder in ("hybrid", "nsight", "sql")
-                     for p in (ROOT / folder).rglob("*.py"))
+    in_tree = sorted(
+        str(p.relative_to(ROOT))
+        for folder in ("hybrid", "nsight", "sql")
+        for p in (ROOT / folder).rglob("*.py")
+    )
     assert "hybrid/ledger/build.py" in in_tree and "hybrid/replay/simulate.py" in in_tree
     assert [m for m in in_tree if m not in names] == []
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
@@ -49,13 +66,16 @@ def test_queries_load_from_the_installed_wheel(wheel, tmp_path):
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     # Run from an empty folder with only the unpacked wheel on the path: the source tree is invisible.
-    code = ("import nsight.sqlite_export as e, sql, pathlib, hybrid.pipeline; "
-            "assert 'site' in pathlib.Path(sql.__file__).parts, sql.__file__; "
-            "assert 'site' in pathlib.Path(hybrid.pipeline.__file__).parts, hybrid.pipeline.__file__; "
-            "q = e.load_query('kernels'); print(len(q.sql))")
+    code = (
+        "import nsight.sqlite_export as e, sql, pathlib, hybrid.pipeline; "
+        "assert 'site' in pathlib.Path(sql.__file__).parts, sql.__file__; "
+        "assert 'site' in pathlib.Path(hybrid.pipeline.__file__).parts, hybrid.pipeline.__file__; "
+        "q = e.load_query('kernels'); print(len(q.sql))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 50

@@ -37,7 +37,9 @@ KNOWN_CONTROL_ALARMS: set[str] = set()
 
 
 def _load_evaluator():
-    spec = importlib.util.spec_from_file_location("evaluate_planted", REPO / "benchmarks" / "evaluate_planted.py")
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_planted", REPO / "benchmarks" / "evaluate_planted.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -78,24 +80,37 @@ def test_step_time_follows_the_wall_clock_of_its_pass(name):
     for mode, pass_name in (("torch-only", "torch"), ("nsys", "nsys")):
         if mode in results and (name, pass_name) not in WINDOW_SKEWED:
             assert results[mode]["timing"]["step_time_ms"] == pytest.approx(
-                _inject_step_ms(name, pass_name), rel=STEP_TIME_REL_TOL, abs=STEP_TIME_ABS_TOL_MS)
+                _inject_step_ms(name, pass_name), rel=STEP_TIME_REL_TOL, abs=STEP_TIME_ABS_TOL_MS
+            )
 
 
-CONTROLS = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="see Notes in planted.md"))
-            if n in KNOWN_CONTROL_ALARMS else n for n in NAMES if ROWS[n]["expected"] == "none"]
+CONTROLS = [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="see Notes in planted.md"))
+    if n in KNOWN_CONTROL_ALARMS
+    else n
+    for n in NAMES
+    if ROWS[n]["expected"] == "none"
+]
 
 
 @pytest.mark.parametrize("name", CONTROLS)
 def test_controls_raise_nothing_severe(name):
     results = analyzed(name)
     mode = "hybrid" if "hybrid" in results else "nsys"
-    worst = max((SEVERITY_RANK[f["severity"]] for f in results[mode]["diagnosis"]["bottlenecks"]
-                 if not f["not_measured"]), default=-1)
+    worst = max(
+        (
+            SEVERITY_RANK[f["severity"]]
+            for f in results[mode]["diagnosis"]["bottlenecks"]
+            if not f["not_measured"]
+        ),
+        default=-1,
+    )
     assert worst < SEVERITY_RANK["SEVERE"]
 
 
 def _realized_ms(name: str) -> float:
     """Plain step time of the script minus that of its fixed twin (no collector in either)."""
+
     def plain(folder: str) -> float:
         return json.loads((FIXTURES / name / folder / "inject.json").read_text())["step_time_ms"]
 
@@ -111,8 +126,9 @@ def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
     sync, host = found["sync.per_step"], found["cpu.preprocessing"]
     # The rules' closed forms (the replay's figures are tested in test_replay_*).
     sync, host = ({**f, "time_lost_ms": f.get("time_lost_model_ms", f["time_lost_ms"])} for f in (sync, host))
-    assert m["idle_host_after_sync_ms"]["value"] > 0.5 * (m["idle_host_after_sync_ms"]["value"]
-                                                         + m["idle_host_other_ms"]["value"])
+    assert m["idle_host_after_sync_ms"]["value"] > 0.5 * (
+        m["idle_host_after_sync_ms"]["value"] + m["idle_host_other_ms"]["value"]
+    )
     # Removing the .item() calls saved 4.7 ms a step in plain runs; the estimate is within 30%.
     assert sync["time_lost_ms"] == pytest.approx(_realized_ms("sync_item_per_microstep"), rel=0.3)
     # The two findings split the ledger's waits and host work after them and elsewhere, without counting
@@ -122,6 +138,7 @@ def test_sync_owns_the_host_work_it_left_exposed_and_estimates_the_fix():
     assert sync["time_lost_ms"] + host["time_lost_ms"] == pytest.approx(explained, rel=1e-6)
     # The host's sampling (14.8 ms a step) outweighs the GPU time it could hide behind: host work leads.
     assert doc["diagnosis"]["primary_bottleneck"]["id"] == "cpu.preprocessing"
+
 
 def test_graph_breaks_own_the_device_idle_time_inside_the_compiled_regions():
     # graph_breaks: .item() in each of 8 compiled blocks; the eager code, syncs and graph switches at the
@@ -137,8 +154,16 @@ def test_graph_breaks_own_the_device_idle_time_inside_the_compiled_regions():
         # idle time the torch pass measured inside them, scaled to the analyzed step.
         pool = doc["ledger"]["ms_per_step"]["compiled_region_break"]
         assert breaks["time_lost_ms"] == pytest.approx(pool)
-        share = m["step_time_ms"]["value"] / m["torch_pass_step_time_ms"]["value"] if mode != "torch-only" else 1.0
-        assert 0.7 * m["compiled_region_idle_ms"]["value"] * share <= pool <= m["compiled_region_ms"]["value"] * share
+        share = (
+            m["step_time_ms"]["value"] / m["torch_pass_step_time_ms"]["value"]
+            if mode != "torch-only"
+            else 1.0
+        )
+        assert (
+            0.7 * m["compiled_region_idle_ms"]["value"] * share
+            <= pool
+            <= m["compiled_region_ms"]["value"] * share
+        )
         # Measured inside the regions, so the estimate does not rest on an assumption (no severity cap).
         assert not any(e["label"] == "time lost assumes" for e in breaks["evidence"])
 

@@ -26,8 +26,9 @@ RUN_TIMEOUT_S = 180
 
 
 def _run(argv: list[str], cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                          check=False, **kwargs)
+    return subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, **kwargs
+    )
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
@@ -63,8 +64,11 @@ def test_manifest_covers_every_single_gpu_category_and_has_healthy_controls() ->
 def test_twin_is_the_script_with_only_the_fix_changed(entry: dict) -> None:
     script = (PLANTED / entry["script"]).read_text().splitlines()
     twin = (PLANTED / entry["twin"]).read_text().splitlines()
-    changed = [line for line in difflib.unified_diff(script, twin, lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    changed = [
+        line
+        for line in difflib.unified_diff(script, twin, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
     assert 0 < len(changed) <= MAX_CHANGED_LINES_IN_TWIN, "\n".join(changed)
     planted_lines = [line for line in script if "PLANTED" in line]
     assert planted_lines, "the planted problem is marked in the script"
@@ -75,8 +79,10 @@ def test_twin_is_the_script_with_only_the_fix_changed(entry: dict) -> None:
 def test_script_runs_on_cpu_without_hybrid_installed() -> None:
     # hybrid blocked in sys.modules: `from hybrid import mark_step` raises ImportError, as it would
     # where hybrid is not installed, and the script must still run.
-    runner = ("import runpy, sys; sys.modules['hybrid'] = None; sys.argv = sys.argv[1:]; "
-              "sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]); runpy.run_path(sys.argv[0], run_name='__main__')")
+    runner = (
+        "import runpy, sys; sys.modules['hybrid'] = None; sys.argv = sys.argv[1:]; "
+        "sys.path.insert(0, sys.argv[0].rsplit('/', 1)[0]); runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
     script = PLANTED / "occ_few_row_cumsum.py"
     proc = _run([sys.executable, "-c", runner, str(script), "--device", "cpu", "--steps", "2"], cwd=PLANTED)
     assert proc.returncode == 0, proc.stderr
@@ -86,17 +92,38 @@ def test_script_runs_on_cpu_without_hybrid_installed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["cpu_roundtrip", "cpu_roundtrip_fixed", "data_loader_workers0_fixed"])
 def test_script_runs_standalone_on_cpu(name: str) -> None:
-    proc = _run([sys.executable, str(PLANTED / f"{name}.py"), "--device", "cpu", "--steps", "2"], cwd=Path("/"))
+    proc = _run(
+        [sys.executable, str(PLANTED / f"{name}.py"), "--device", "cpu", "--steps", "2"], cwd=Path("/")
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"{name}: 2 steps on cpu" in proc.stdout
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "step_source"), [("sync_item_per_microstep", "optimizer_hook"),
-                                                   ("mem_random_gather", "mark_step")])
+@pytest.mark.parametrize(
+    ("name", "step_source"),
+    [("sync_item_per_microstep", "optimizer_hook"), ("mem_random_gather", "mark_step")],
+)
 def test_injector_counts_the_scripts_steps(tmp_path: Path, name: str, step_source: str) -> None:
-    proc = _run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path),
-                 "--warmup", "1", "--steps", "2", "--", str(PLANTED / f"{name}.py"), "--device", "cpu"])
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            "plain",
+            "--out",
+            str(tmp_path),
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--",
+            str(PLANTED / f"{name}.py"),
+            "--device",
+            "cpu",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     inject = json.loads((tmp_path / "inject.json").read_text())
     assert inject["outcome"] == "step_limit"  # stopped after warmup + measured steps, not at loop end
@@ -111,15 +138,50 @@ def test_run_planted_keeps_going_past_a_failing_script(tmp_path: Path) -> None:
     for name in ("_planted.py", "healthy_bf16_gemm.py"):
         shutil.copy(PLANTED / name, suite / name)
     (suite / "crashes.py").write_text("raise RuntimeError('planted crash')\n")
-    (suite / "manifest.json").write_text(json.dumps({"scripts": [
-        {"name": "crashes", "script": "crashes.py", "twin": None, "expected_category": "SYNCHRONIZATION",
-         "problem": "raises at once", "fix": "none"},
-        {"name": "healthy_bf16_gemm", "script": "healthy_bf16_gemm.py", "twin": None,
-         "expected_category": "none", "max_severity": "MODERATE", "problem": "none", "fix": "none"},
-    ]}))
+    (suite / "manifest.json").write_text(
+        json.dumps(
+            {
+                "scripts": [
+                    {
+                        "name": "crashes",
+                        "script": "crashes.py",
+                        "twin": None,
+                        "expected_category": "SYNCHRONIZATION",
+                        "problem": "raises at once",
+                        "fix": "none",
+                    },
+                    {
+                        "name": "healthy_bf16_gemm",
+                        "script": "healthy_bf16_gemm.py",
+                        "twin": None,
+                        "expected_category": "none",
+                        "max_severity": "MODERATE",
+                        "problem": "none",
+                        "fix": "none",
+                    },
+                ]
+            }
+        )
+    )
     out = tmp_path / "results"
-    proc = _run([sys.executable, "benchmarks/run_planted.py", "--manifest", str(suite / "manifest.json"),
-                 "--modes", "torch", "--device", "cpu", "--warmup", "1", "--steps", "2", "--out", str(out)])
+    proc = _run(
+        [
+            sys.executable,
+            "benchmarks/run_planted.py",
+            "--manifest",
+            str(suite / "manifest.json"),
+            "--modes",
+            "torch",
+            "--device",
+            "cpu",
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "planted_torch.json").read_text())
     rows = {row["name"]: row for row in report["rows"]}

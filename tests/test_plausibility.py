@@ -25,8 +25,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PROBE = FIXTURES / "h200-probe" / "nsys_matmul_copy.sqlite"
 RUN = FIXTURES / "planted" / "tc_fp16_unaligned" / "run"
 INT64_MAX = 2**63 - 1
-FUZZ = settings(max_examples=8, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=8,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +69,12 @@ def test_corrupt_device_records_are_dropped_and_named(tmp_path, probe_util_pct, 
     export = tmp_path / "corrupt.sqlite"
     shutil.copyfile(PROBE, export)
     table = "CUPTI_ACTIVITY_KIND_MEMCPY" if kind == "negative_bytes" else "CUPTI_ACTIVITY_KIND_KERNEL"
-    change = {"end_int64_max": f"end = {INT64_MAX}", "end_before_start": "end = start - 1000",
-              "far_future": "start = start + 10000000000000000, end = end + 10000000000000000",
-              "negative_bytes": "bytes = -bytes"}[kind]
+    change = {
+        "end_int64_max": f"end = {INT64_MAX}",
+        "end_before_start": "end = start - 1000",
+        "far_future": "start = start + 10000000000000000, end = end + 10000000000000000",
+        "negative_bytes": "bytes = -bytes",
+    }[kind]
     with sqlite3.connect(export) as db:
         limit = db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         corrupted = sorted(r for r in rows if r <= limit)
@@ -89,8 +97,11 @@ def test_an_nvtx_step_range_that_ends_before_it_starts_is_dropped_and_named(tmp_
     export = tmp_path / "backwards.sqlite"
     shutil.copyfile(PROBE, export)
     with sqlite3.connect(export) as db:
-        db.execute("UPDATE NVTX_EVENTS SET end = start - 1 WHERE textId = "
-                   "(SELECT id FROM StringIds WHERE value = ?)", (f"step{step}",))
+        db.execute(
+            "UPDATE NVTX_EVENTS SET end = start - 1 WHERE textId = "
+            "(SELECT id FROM StringIds WHERE value = ?)",
+            (f"step{step}",),
+        )
     profile = load_nsys_export(export, step_range="step")
     assert f"step{step}" not in set(profile.steps["name"])
     assert (profile.steps["end_ns"] >= profile.steps["start_ns"]).all() and len(profile.steps) == 4
@@ -105,10 +116,20 @@ def _corrupted(counters, row: int, column: str, value) -> object:
 
 
 @FUZZ
-@given(row=st.integers(0, 15), case=st.sampled_from([
-    ("dram_read_bytes", "rate", 257.0), ("dram_write_bytes", "value", float("inf")),
-    ("dram_read_bytes", "value", -4096.0), ("tensor_pipe_pct", "value", 250.0),
-    ("l2_bytes", "value", float("-inf")), ("duration_ns", "value", 0.0), ("tensor_flops", "rate", 1e4)]))
+@given(
+    row=st.integers(0, 15),
+    case=st.sampled_from(
+        [
+            ("dram_read_bytes", "rate", 257.0),
+            ("dram_write_bytes", "value", float("inf")),
+            ("dram_read_bytes", "value", -4096.0),
+            ("tensor_pipe_pct", "value", 250.0),
+            ("l2_bytes", "value", float("-inf")),
+            ("duration_ns", "value", 0.0),
+            ("tensor_flops", "rate", 1e4),
+        ]
+    ),
+)
 def test_implausible_counters_are_dropped_and_named(run_profile, run_counters, row, case):
     column, how, amount = case
     peaks = peaks_for(run_profile.device)
@@ -125,8 +146,11 @@ def test_implausible_counters_are_dropped_and_named(run_profile, run_counters, r
     kept = attached.counters.reset_index(drop=True)
     assert np.isnan(kept.loc[row, column])
     # Nothing else in the row or the frame was touched.
-    others = [c for c in ("dram_read_bytes", "dram_write_bytes", "l2_bytes", "tensor_pipe_pct", "duration_ns")
-              if not (c == column or (how == "rate" and column.startswith("dram") and c.startswith("dram")))]
+    others = [
+        c
+        for c in ("dram_read_bytes", "dram_write_bytes", "l2_bytes", "tensor_pipe_pct", "duration_ns")
+        if not (c == column or (how == "rate" and column.startswith("dram") and c.startswith("dram")))
+    ]
     original = run_counters.frame.reset_index(drop=True)
     for other in others:
         assert kept[other].equals(original[other]), other

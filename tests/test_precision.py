@@ -1,4 +1,5 @@
-"""Kernel kinds and precisions (hybrid.analysis.kernel_classes) on every kernel name of the committed H200 captures, the
+"""Kernel kinds and precisions (hybrid.analysis.kernel_classes) on every kernel name of the committed H200
+captures, the
 measured precision against the name, and compute ceilings from a FLOP mix."""
 
 from __future__ import annotations
@@ -55,27 +56,42 @@ def fixture_kernel_names() -> frozenset[str]:
     names: set[str] = set()
     for export in FIXTURES.rglob("*.sqlite"):
         with sqlite3.connect(f"file:{export}?mode=ro", uri=True) as conn:
-            names |= {row[0] for row in conn.execute(
-                "SELECT value FROM StringIds WHERE id IN "
-                "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
+            names |= {
+                row[0]
+                for row in conn.execute(
+                    "SELECT value FROM StringIds WHERE id IN "
+                    "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+                )
+            }
     for export in FIXTURES.rglob("*.sqlite.gz"):
         # Read the string table the same way from a decompressed copy in memory.
         conn = sqlite3.connect(":memory:")
         conn.deserialize(gzip.decompress(export.read_bytes()))
-        names |= {row[0] for row in conn.execute(
-            "SELECT value FROM StringIds WHERE id IN "
-            "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)")}
+        names |= {
+            row[0]
+            for row in conn.execute(
+                "SELECT value FROM StringIds WHERE id IN "
+                "(SELECT DISTINCT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+            )
+        }
         conn.close()
     for counters in FIXTURES.rglob("counters.csv"):
         lines = [line for line in counters.read_text().splitlines() if not line.startswith("==")]
         names |= {row["Kernel Name"] for row in csv.DictReader(lines) if row.get("Kernel Name")}
-    for trace in [*FIXTURES.rglob("trace.json.gz"), *FIXTURES.rglob("trace.json"), *FIXTURES.rglob("torch_trace.json")]:
+    for trace in [
+        *FIXTURES.rglob("trace.json.gz"),
+        *FIXTURES.rglob("trace.json"),
+        *FIXTURES.rglob("torch_trace.json"),
+    ]:
         raw = gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes()
         names |= {json.loads(b'"' + match + b'"') for match in TRACE_KERNEL.findall(raw)}
     for doc in [*(REPO / "examples").rglob("results.json"), *(FIXTURES / "results").glob("*.json")]:
         results = json.loads(doc.read_text())
-        names |= {k["name"] for k in results.get("top_kernels", []) + (results.get("roofline") or {}).get("kernels", [])
-                  if not str(k["name"]).startswith("aten::")}
+        names |= {
+            k["name"]
+            for k in results.get("top_kernels", []) + (results.get("roofline") or {}).get("kernels", [])
+            if not str(k["name"]).startswith("aten::")
+        }
     return frozenset(names)
 
 
@@ -83,36 +99,94 @@ def test_every_kernel_name_in_the_fixtures_has_its_reviewed_class():
     reviewed, names = _reviewed(), fixture_kernel_names()
     assert len(names) > 400
     assert names == set(reviewed), "regenerate tests/fixtures/kernel_classes.tsv and review the new names"
-    wrong = {name: ((kernel_kind(name), name_precision(name)), expected) for name, expected in reviewed.items()
-             if (kernel_kind(name), name_precision(name)) != expected}
+    wrong = {
+        name: ((kernel_kind(name), name_precision(name)), expected)
+        for name, expected in reviewed.items()
+        if (kernel_kind(name), name_precision(name)) != expected
+    }
     assert not wrong
 
 
-@pytest.mark.parametrize(("name", "kind", "precision"), [
-    # The issue's resnet50 with TF32 on: cuDNN batch norm matched "cudnn" and "float" and was an FP32
-    # GEMM.
-    (("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>"
-      "(cudnnTensorStruct, float const*)"), "normalization", "fp32"),
-    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "normalization", "fp32"),
-    (("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_"
-     "segment_k_off_kernel__5x_cudnn"), "conv", "tf32"),
-    (("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel_"
-     "_5x_cublas"), "gemm", "fp32"),
-    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_256x128_16x3_nn_align1>(T1::Params)", "gemm", "tf32"),
-    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nn_align1>(T1::Params)", "gemm", "fp32"),
-    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "gemm", "bf16"),
-    ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm", "fp16"),
-    (("void at::native::<unnamed>::softmax_warp_forward<float, float, float, "
-      "(int)7, (bool)1, (bool)0>(T2 *, int)"), "softmax", "fp32"),
-    ("void at::native::<unnamed>::max_pool_forward_nhwc<c10::BFloat16, int>(const T1 *, int)", "pooling", "bf16"),
-    (("void at::native::reduce_kernel<(int)512, (int)1, "
-      "at::native::ReduceOp<float, at::native::MeanOps<float>>>(T3)"), "reduction", "fp32"),
-    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>(float*)", "reduction", "fp32"),
-    (("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
-      "(int, T2, T3)"), "elementwise", "fp32"),
-    ("triton_poi_fused_add_0", "elementwise", None),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", None),
-])
+@pytest.mark.parametrize(
+    ("name", "kind", "precision"),
+    [
+        # The issue's resnet50 with TF32 on: cuDNN batch norm matched "cudnn" and "float" and was an FP32
+        # GEMM.
+        (
+            (
+                "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>"
+                "(cudnnTensorStruct, float const*)"
+            ),
+            "normalization",
+            "fp32",
+        ),
+        (
+            "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)",
+            "normalization",
+            "fp32",
+        ),
+        (
+            (
+                "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32_warpgroupsize1x1x1_g1_execute_"
+                "segment_k_off_kernel__5x_cudnn"
+            ),
+            "conv",
+            "tf32",
+        ),
+        (
+            (
+                "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel_"
+                "_5x_cublas"
+            ),
+            "gemm",
+            "fp32",
+        ),
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_256x128_16x3_nn_align1>(T1::Params)",
+            "gemm",
+            "tf32",
+        ),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nn_align1>(T1::Params)", "gemm", "fp32"),
+        ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "gemm", "bf16"),
+        ("nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm", "fp16"),
+        (
+            (
+                "void at::native::<unnamed>::softmax_warp_forward<float, float, float, "
+                "(int)7, (bool)1, (bool)0>(T2 *, int)"
+            ),
+            "softmax",
+            "fp32",
+        ),
+        (
+            "void at::native::<unnamed>::max_pool_forward_nhwc<c10::BFloat16, int>(const T1 *, int)",
+            "pooling",
+            "bf16",
+        ),
+        (
+            (
+                "void at::native::reduce_kernel<(int)512, (int)1, "
+                "at::native::ReduceOp<float, at::native::MeanOps<float>>>(T3)"
+            ),
+            "reduction",
+            "fp32",
+        ),
+        (
+            "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false>(float*)",
+            "reduction",
+            "fp32",
+        ),
+        (
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+                "(int, T2, T3)"
+            ),
+            "elementwise",
+            "fp32",
+        ),
+        ("triton_poi_fused_add_0", "elementwise", None),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", None),
+    ],
+)
 def test_name_classifier(name, kind, precision):
     assert (kernel_kind(name), name_precision(name)) == (kind, precision)
 
@@ -145,8 +219,12 @@ def test_ncu_measures_the_precision_every_profiled_gemm_names():
 
 def test_a_kernel_without_measured_flops_keeps_its_name_class():
     classes = next(iter(measured_classes().values()))
-    unmeasured = classify_kernels(pd.Series(["sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize32x32x64"]), None, H200)
-    assert unmeasured["precision_source"].tolist() == [FROM_NAME] and unmeasured["precision"].tolist() == ["tf32"]
+    unmeasured = classify_kernels(
+        pd.Series(["sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize32x32x64"]), None, H200
+    )
+    assert unmeasured["precision_source"].tolist() == [FROM_NAME] and unmeasured["precision"].tolist() == [
+        "tf32"
+    ]
     assert set(classes["precision_source"]) <= {"measured:ncu", FROM_NAME}
 
 
@@ -158,13 +236,18 @@ def test_ceiling_of_one_precision_is_its_peak_and_a_mix_meets_each_unit_at_its_p
     assert compute_ceiling(mix, H200) == pytest.approx((1e12 + 1e9) / (1e12 / H200.flops("tf32")))
     # fp32 and scalar fp16 share the FMA units: their times add.
     shared = {"fp32": 1e9, "fp16": 1e9}
-    assert compute_ceiling(shared, H200) == pytest.approx(2e9 / (1e9 / H200.flops("fp32") + 1e9 / H200.flops("fp16_scalar")))
+    assert compute_ceiling(shared, H200) == pytest.approx(
+        2e9 / (1e9 / H200.flops("fp32") + 1e9 / H200.flops("fp16_scalar"))
+    )
     assert compute_ceiling({"tensor:fp8": 1.0}, peaks_for(DeviceInfo(name="NVIDIA A100-SXM4-80GB"))) is None
 
 
 # Captures with counters outside the planted suite (tests/test_planted_fixtures.py checks those).
-COUNTER_CAPTURES = [p.parent.parent for p in FIXTURES.rglob("counters.csv")
-                    if "planted" not in p.parts and (p.parent.parent / "nsys").is_dir()]
+COUNTER_CAPTURES = [
+    p.parent.parent
+    for p in FIXTURES.rglob("counters.csv")
+    if "planted" not in p.parts and (p.parent.parent / "nsys").is_dir()
+]
 
 
 @pytest.mark.parametrize("capture", COUNTER_CAPTURES, ids=lambda p: str(p.relative_to(FIXTURES)))
@@ -198,7 +281,9 @@ def test_resnet50_with_tf32_on_has_no_fp32_gemm_finding():
     assert m["gemm_fp32_ms"]["value"] == 0 and m["gemm_tf32_ms"]["value"] > 5
     assert m["gemm_tf32_conv_ms"]["value"] > 0 and m["gemm_tf32_matmul_ms"]["value"] > 0
     assert "tensor.fp32_gemm" not in {f["id"] for f in doc["diagnosis"]["bottlenecks"]}
-    assert not any("allow_tf32 = True" in s for f in doc["diagnosis"]["bottlenecks"] for s in f["suggestions"])
+    assert not any(
+        "allow_tf32 = True" in s for f in doc["diagnosis"]["bottlenecks"] for s in f["suggestions"]
+    )
 
 
 def test_vit_in_bf16_autocast_is_placed_under_its_bf16_mix():

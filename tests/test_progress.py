@@ -36,7 +36,9 @@ def test_a_log_gets_one_line_per_pass_start_and_end_and_no_per_launch_noise():
     view("ncu", "end", "ok")
     lines = out.getvalue().strip().splitlines()
     assert len(lines) == 2
-    assert lines[1].startswith("hybrid: Nsight Compute pass (hardware counters): ok, 3 launches replayed after")
+    assert lines[1].startswith(
+        "hybrid: Nsight Compute pass (hardware counters): ok, 3 launches replayed after"
+    )
 
 
 def test_more_launches_than_expected_drop_the_total_rather_than_read_71_of_69():
@@ -53,7 +55,9 @@ def test_a_kernel_name_with_control_characters_is_shown_escaped():
     # ncu's progress line quotes the kernel name as the program registered it.
     view, _ = _view(live=True)
     view("ncu", "start", "replaying")
-    view("ncu", "line", PROFILING_LINES[0].replace("vectorized_elementwise_kernel", "k\x1b]0;title\x07\x1b[2J"))
+    view(
+        "ncu", "line", PROFILING_LINES[0].replace("vectorized_elementwise_kernel", "k\x1b]0;title\x07\x1b[2J")
+    )
     shown = str(view.status.renderable.text)
     assert "\x1b" not in shown and "\x07" not in shown and "k\\x1b]0;title\\x07\\x1b[2J" in shown
     view("ncu", "end", "ok")

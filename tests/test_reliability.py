@@ -24,7 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
 H200_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
-OTHER_WORKLOAD_CSV = ROOT / "tests" / "fixtures" / "planted" / "tc_fp32_no_tf32" / "run" / "ncu" / "counters.csv"
+OTHER_WORKLOAD_CSV = (
+    ROOT / "tests" / "fixtures" / "planted" / "tc_fp32_no_tf32" / "run" / "ncu" / "counters.csv"
+)
 JOB = ROOT / "tests" / "fixtures" / "jobs" / "h200-ddp-healthy"
 
 
@@ -33,9 +35,19 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, NO_COLOR="1", **extra)
 
 
-def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=cwd or ROOT, env=_env(), timeout=timeout, preexec_fn=preexec)
+def hybrid(
+    *args: str, cwd: Path | None = None, timeout: float = 240, preexec=None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd or ROOT,
+        env=_env(),
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
 
 
 def _can_unshare_mounts() -> bool:
@@ -46,13 +58,21 @@ def _can_unshare_mounts() -> bool:
     return probe.returncode == 0
 
 
-def hybrid_on_mount(mount: str, target: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def hybrid_on_mount(
+    mount: str, target: Path, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess:
     """`hybrid ARGS` with `mount` (a `mount` command's options and source) mounted on `target`, in a
     private mount namespace that ends with the command."""
     command = " ".join([sys.executable, "-m", "hybrid", *(f"'{a}'" for a in args)])
     script = f"mount {mount} '{target}' && cd '{ROOT}' && exec {command}"
-    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, check=False,
-                          env=_env(), timeout=timeout)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_env(),
+        timeout=timeout,
+    )
 
 
 @pytest.fixture()
@@ -64,10 +84,21 @@ def h200_run(tmp_path) -> Path:
 
 # -- 1. run directories are never reused; re-analysis keeps every earlier results.json -----------------
 
+
 def test_out_onto_an_existing_run_directory_is_refused_and_leaves_it_untouched(h200_run):
     before = {p: p.read_bytes() for p in h200_run.rglob("*") if p.is_file()}
-    done = hybrid("run", "--steps", "2", "--warmup", "0", "--out", str(h200_run), str(SCRIPTS / "train_optimizer.py"),
-                  "--record", str(h200_run.parent / "record.json"))
+    done = hybrid(
+        "run",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--out",
+        str(h200_run),
+        str(SCRIPTS / "train_optimizer.py"),
+        "--record",
+        str(h200_run.parent / "record.json"),
+    )
     assert done.returncode == 2
     assert "already exists" in done.stderr and "--out" in done.stderr
     assert {p: p.read_bytes() for p in h200_run.rglob("*") if p.is_file()} == before
@@ -76,10 +107,31 @@ def test_out_onto_an_existing_run_directory_is_refused_and_leaves_it_untouched(h
 
 def test_runs_started_in_the_same_second_get_their_own_default_directory(tmp_path):
     env = _env()
-    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "2", "--warmup", "1", "-q",
-            str(SCRIPTS / "train_optimizer.py"), "--iters", "20"]
-    procs = [subprocess.Popen([*argv, "--record", str(tmp_path / f"record{i}.json")], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid",
+        "run",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "-q",
+        str(SCRIPTS / "train_optimizer.py"),
+        "--iters",
+        "20",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*argv, "--record", str(tmp_path / f"record{i}.json")],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     errors = [p.communicate(timeout=240)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     folders = sorted((tmp_path / "hybrid-runs").iterdir())
@@ -104,6 +156,7 @@ def test_every_reanalysis_keeps_each_earlier_results_json(h200_run):
 
 
 # -- 2. writes never follow links, honor the umask, and a read-only place still gets its report -------
+
 
 def test_reports_are_never_written_through_links_planted_in_a_run_directory(h200_run, tmp_path):
     victim = tmp_path / "victim.txt"
@@ -136,8 +189,10 @@ def test_written_files_honor_the_umask(h200_run):
         assert (h200_run / name).stat().st_mode & 0o777 == 0o664, name
 
 
-@pytest.mark.skipif(not _can_unshare_mounts() and os.geteuid() == 0,
-                    reason="as root, only a read-only mount makes a directory read-only")
+@pytest.mark.skipif(
+    not _can_unshare_mounts() and os.geteuid() == 0,
+    reason="as root, only a read-only mount makes a directory read-only",
+)
 def test_read_only_run_directory_still_gets_its_report_with_a_warning(h200_run):
     if _can_unshare_mounts():
         done = hybrid_on_mount(f"--bind -o ro '{h200_run}'", h200_run, "report", str(h200_run), "--json")
@@ -157,6 +212,7 @@ def test_read_only_run_directory_still_gets_its_report_with_a_warning(h200_run):
 
 # -- 4. signals and crashes ------------------------------------------------------------------------
 
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -170,9 +226,28 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path, stop):
     out, pid_file = tmp_path / "run", tmp_path / "workload.pid"
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1", "-q",
-                             "--out", str(out), str(SCRIPTS / "steps_slowly.py"), str(pid_file)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hybrid",
+            "run",
+            "--steps",
+            "5000",
+            "--warmup",
+            "1",
+            "-q",
+            "--out",
+            str(out),
+            str(SCRIPTS / "steps_slowly.py"),
+            str(pid_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
     # Into the measured steps: the injector has printed one (a fixed sleep is too short on a loaded box).
     log, deadline = out / "torch" / "console.log", time.monotonic() + 180
     while time.monotonic() < deadline and not (log.exists() and "[hybrid] torch step" in log.read_text()):
@@ -197,9 +272,27 @@ def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measur
     process group): the workload sees hybrid gone within about a second and ends as on SIGTERM,
     writing inject.json, instead of holding the GPU as an orphan."""
     out, pid_file = tmp_path / "run", tmp_path / "workload.pid"
-    proc = subprocess.Popen([sys.executable, "-m", "hybrid", "run", "--steps", "5000", "--warmup", "1", "-q",
-                             "--out", str(out), str(SCRIPTS / "steps_slowly.py"), str(pid_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hybrid",
+            "run",
+            "--steps",
+            "5000",
+            "--warmup",
+            "1",
+            "-q",
+            "--out",
+            str(out),
+            str(SCRIPTS / "steps_slowly.py"),
+            str(pid_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=ROOT,
+    )
     log, deadline = out / "torch" / "console.log", time.monotonic() + 180
     while time.monotonic() < deadline and not (log.exists() and "[hybrid] torch step" in log.read_text()):
         time.sleep(0.2)
@@ -217,7 +310,9 @@ def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measur
 @pytest.mark.parametrize(("name", "cause"), [("KILL", "out-of-memory"), ("SEGV", "native code")])
 def test_workload_killed_by_a_signal_is_exit_3_naming_it(tmp_path, name, cause):
     out = tmp_path / "run"
-    done = hybrid("run", "--steps", "5", "--warmup", "1", "--out", str(out), str(SCRIPTS / "killed_by_signal.py"), name)
+    done = hybrid(
+        "run", "--steps", "5", "--warmup", "1", "--out", str(out), str(SCRIPTS / "killed_by_signal.py"), name
+    )
     assert done.returncode == 3, done.stderr
     assert f"killed by SIG{name}" in done.stderr and cause in done.stderr
     assert "--mode torch" not in done.stderr
@@ -226,8 +321,17 @@ def test_workload_killed_by_a_signal_is_exit_3_naming_it(tmp_path, name, cause):
 
 def test_a_script_leaving_through_os_exit_is_not_run_again(tmp_path):
     runs = tmp_path / "starts.txt"
-    done = hybrid("run", "--steps", "5", "--warmup", "1", "--out", str(tmp_path / "run"),
-                  str(SCRIPTS / "calls_os_exit.py"), str(runs))
+    done = hybrid(
+        "run",
+        "--steps",
+        "5",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        str(SCRIPTS / "calls_os_exit.py"),
+        str(runs),
+    )
     # Nothing was measured (the script left during warmup): a documented failure, said, not a re-run.
     assert done.returncode in (3, 4), done.stderr
     assert "Traceback" not in done.stderr and "fix:" in done.stderr
@@ -235,6 +339,7 @@ def test_a_script_leaving_through_os_exit_is_not_run_again(tmp_path):
 
 
 # -- 5. a full disk never blocks the workload -------------------------------------------------------
+
 
 def _limit_file_size() -> None:
     # 256 KiB per file (ulimit -f): the console log of prints_a_lot.py outgrows it in a few steps.
@@ -245,7 +350,17 @@ def _limit_file_size() -> None:
 def test_a_full_disk_fails_the_pass_with_no_space_left_and_never_blocks_the_workload(tmp_path):
     out = tmp_path / "full" / "run"
     out.parent.mkdir()
-    args = ("run", "--steps", "30", "--warmup", "1", "-q", "--out", str(out), str(SCRIPTS / "prints_a_lot.py"))
+    args = (
+        "run",
+        "--steps",
+        "30",
+        "--warmup",
+        "1",
+        "-q",
+        "--out",
+        str(out),
+        str(SCRIPTS / "prints_a_lot.py"),
+    )
     if _can_unshare_mounts():  # a real full file system: a 256 KiB tmpfs
         done = hybrid_on_mount("-t tmpfs -o size=256k tmpfs", out.parent, *args, timeout=120)
     else:  # the file-size limit fails writes the same way (EFBIG)
@@ -256,6 +371,7 @@ def test_a_full_disk_fails_the_pass_with_no_space_left_and_never_blocks_the_work
 
 
 # -- 6. partial and malformed artifacts ----------------------------------------------------------
+
 
 def test_a_truncated_torch_trace_beside_an_intact_export_and_csv_is_analyzed_with_a_warning(h200_run):
     trace = h200_run / "torch" / "trace.json.gz"
@@ -289,10 +405,13 @@ def _trace_with(h200_run: Path, change) -> None:
     shutil.rmtree(h200_run / "nsys")  # the trace alone: its damage cannot be worked around
 
 
-@pytest.mark.parametrize(("damage", "said"), [
-    (lambda events: events.insert(7, [1, 2]), "traceEvents[7] is a JSON list"),
-    (lambda events: next(e for e in events if e.get("ph") == "X").update(ts="12:00"), "non-numeric 'ts'"),
-])
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda events: events.insert(7, [1, 2]), "traceEvents[7] is a JSON list"),
+        (lambda events: next(e for e in events if e.get("ph") == "X").update(ts="12:00"), "non-numeric 'ts'"),
+    ],
+)
 def test_malformed_trace_records_exit_2_naming_the_file_and_the_record(h200_run, damage, said):
     _trace_with(h200_run, damage)
     done = hybrid("report", str(h200_run))
@@ -306,8 +425,10 @@ def test_a_non_numeric_timestamp_in_an_nsys_export_is_exit_2_naming_the_table(tm
     export = tmp_path / "profile.sqlite"
     shutil.copy(H200_RUN / "nsys" / "profile.sqlite", export)
     with sqlite3.connect(export) as con:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = '12:00:01' WHERE rowid = "
-                    "(SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+        con.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = '12:00:01' WHERE rowid = "
+            "(SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+        )
     done = hybrid("report", str(export))
     assert done.returncode == 2, done.stderr
     assert "CUPTI_ACTIVITY_KIND_KERNEL" in done.stderr and "'12:00:01'" in done.stderr
@@ -317,8 +438,11 @@ def test_a_non_numeric_timestamp_in_an_nsys_export_is_exit_2_naming_the_table(tm
 @pytest.mark.parametrize("document", ["[1, 2]", '"results"', "3"])
 def test_compare_refuses_a_document_that_is_not_results_json(tmp_path, document):
     (tmp_path / "b.json").write_text(document)
-    done = hybrid("compare", str(ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"),
-                  str(tmp_path / "b.json"))
+    done = hybrid(
+        "compare",
+        str(ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"),
+        str(tmp_path / "b.json"),
+    )
     assert done.returncode == 2, done.stderr
     assert "b.json" in done.stderr and "Traceback" not in done.stderr
 
@@ -338,8 +462,12 @@ def _rewrite_csv(path: Path, change) -> None:
 def _without_column(metric: str):
     def change(header, units, rows):
         i = header.index(metric)
-        return ([c for j, c in enumerate(header) if j != i], [c for j, c in enumerate(units) if j != i],
-                [[c for j, c in enumerate(r) if j != i] for r in rows])
+        return (
+            [c for j, c in enumerate(header) if j != i],
+            [c for j, c in enumerate(units) if j != i],
+            [[c for j, c in enumerate(r) if j != i] for r in rows],
+        )
+
     return change
 
 
@@ -366,7 +494,10 @@ def test_ncu_csv_holding_n_a_for_one_kernel_keeps_that_kernel_off_the_roofline(h
     assert any("n/a" in w and "gpu__time_duration.sum on 1 of 9 kernels" in w for w in results["warnings"])
     roof = results["roofline"]
     assert roof["source"] == "measured:ncu"
-    assert all(k["achieved_pct_of_attainable"] is None or k["achieved_pct_of_attainable"] <= 100 for k in roof["kernels"])
+    assert all(
+        k["achieved_pct_of_attainable"] is None or k["achieved_pct_of_attainable"] <= 100
+        for k in roof["kernels"]
+    )
 
 
 def test_counters_of_another_workload_are_refused(h200_run):
@@ -405,15 +536,22 @@ def test_ncu_option_on_a_job_directory_asks_for_a_rank(tmp_path):
 
 # -- 8. arguments are checked before anything runs -------------------------------------------------
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["diagnose", "--model", "simple_cnn", "--steps", "0"], "--steps must be at least 1"),
-    (["diagnose", "--model", "simple_cnn", "--batch-size", "0"], "--batch-size must be at least 1"),
-    (["diagnose", "--model", "simple_cnn", "--batch-size", "-4"], "--batch-size must be at least 1"),
-    (["diagnose", "--model", "simple_cnn", "--device", "tpu"], "unsupported device 'tpu'"),
-    (["diagnose", "--model", "simple_cnn", "--ncu-kernels", "-1"], "--ncu-kernels must be at least 1"),
-    (["run", "--ncu-kernels", "0", str(SCRIPTS / "train_optimizer.py")], "--ncu-kernels must be at least 1"),
-    (["run", str(SCRIPTS)], "is a directory, not a script"),
-])
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["diagnose", "--model", "simple_cnn", "--steps", "0"], "--steps must be at least 1"),
+        (["diagnose", "--model", "simple_cnn", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (["diagnose", "--model", "simple_cnn", "--batch-size", "-4"], "--batch-size must be at least 1"),
+        (["diagnose", "--model", "simple_cnn", "--device", "tpu"], "unsupported device 'tpu'"),
+        (["diagnose", "--model", "simple_cnn", "--ncu-kernels", "-1"], "--ncu-kernels must be at least 1"),
+        (
+            ["run", "--ncu-kernels", "0", str(SCRIPTS / "train_optimizer.py")],
+            "--ncu-kernels must be at least 1",
+        ),
+        (["run", str(SCRIPTS)], "is a directory, not a script"),
+    ],
+)
 def test_bad_arguments_are_exit_2_with_the_reason_and_leave_nothing_behind(tmp_path, args, said):
     out = tmp_path / "run"
     done = hybrid(*args[:1], "--out", str(out), *args[1:])
@@ -446,7 +584,9 @@ def test_a_hand_edited_results_json_is_rendered_or_refused_never_a_traceback(tmp
     shown = json.loads(done.stdout)
     assert len(shown["diagnosis"]["bottlenecks"]) == kept
     assert any("has no id, left out" in w for w in shown["warnings"])
-    document["metrics"] = {name: 5 for name in document["metrics"]}  # numbers where {value, unit, source} belong
+    document["metrics"] = {
+        name: 5 for name in document["metrics"]
+    }  # numbers where {value, unit, source} belong
     edited.write_text(json.dumps(document))
     done = hybrid("report", str(edited))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -17,8 +17,14 @@ from hybrid.replay.graph import ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
 
 FIXTURES = Path(__file__).parent / "fixtures"
-EXPORTS = sorted([*FIXTURES.glob("planted/*/run/nsys/profile.sqlite"), *FIXTURES.glob("runs/*/nsys/profile.sqlite"),
-                  *FIXTURES.glob("jobs/*/rank-*/nsys/profile.sqlite"), FIXTURES / "h200-probe" / "nsys_matmul_copy.sqlite"])
+EXPORTS = sorted(
+    [
+        *FIXTURES.glob("planted/*/run/nsys/profile.sqlite"),
+        *FIXTURES.glob("runs/*/nsys/profile.sqlite"),
+        *FIXTURES.glob("jobs/*/rank-*/nsys/profile.sqlite"),
+        FIXTURES / "h200-probe" / "nsys_matmul_copy.sqlite",
+    ]
+)
 TOLERANCE = 0.03
 
 
@@ -40,7 +46,9 @@ def test_baseline_replay_reproduces_each_measured_step(export):
 def test_measured_windows_match_the_metrics_step_windows():
     from hybrid.analysis.metrics import step_windows
 
-    profile = load_nsys_export(FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite")
+    profile = load_nsys_export(
+        FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite"
+    )
     graph = build_graph(profile)
     assert np.allclose(graph.measured_step_ns, step_windows(profile)["dur_ns"].to_numpy(), rtol=1e-9)
 

@@ -49,9 +49,13 @@ def test_top_shapes_of_a_real_trace_rank_gemms_by_device_time():
 
 
 def test_speedup_is_weighted_by_each_shapes_share():
-    calibration = {"device": "gpu", "shapes": [
-        {"key": "a", "dtype": "fp32", "share": 0.75, "us": {"current": 40.0, "tf32": 10.0}},
-        {"key": "b", "dtype": "fp32", "share": 0.25, "us": {"current": 10.0, "tf32": 10.0}}]}
+    calibration = {
+        "device": "gpu",
+        "shapes": [
+            {"key": "a", "dtype": "fp32", "share": 0.75, "us": {"current": 40.0, "tf32": 10.0}},
+            {"key": "b", "dtype": "fp32", "share": 0.25, "us": {"current": 10.0, "tf32": 10.0}},
+        ],
+    }
     speedup, basis = calibrated_speedup(calibration, "fp32", "tf32")
     assert speedup == pytest.approx(1 / (0.75 * 0.25 + 0.25 * 1.0))
     assert "40 -> 10 µs" in basis
@@ -62,6 +66,18 @@ def test_the_cli_refuses_cuda_without_a_gpu_and_names_the_fix(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    done = subprocess.run([sys.executable, "-m", "hybrid.replay.calibrate", str(FIXTURES / "runs" / "h200-simple_cnn"),
-                           "--cache", str(tmp_path / "c.json")], capture_output=True, text=True, cwd=ROOT, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.replay.calibrate",
+            str(FIXTURES / "runs" / "h200-simple_cnn"),
+            "--cache",
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert done.returncode == 2 and "--device cpu" in done.stderr

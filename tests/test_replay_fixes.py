@@ -47,11 +47,14 @@ def _predicted_and_realized(name: str, fix: Fix) -> tuple[float, float]:
     return fitted - fixed, plain - _plain_ms(name, "plain_twin")
 
 
-@pytest.mark.parametrize(("name", "fix"), [
-    ("sync_item_per_microstep", Fix("no_syncs", "loss read once per log interval")),
-    ("launch_per_sample_loss", Fix("graph_launch", "one graph launch per step")),
-    ("cpu_roundtrip", Fix("less_host_work", "mining on the GPU")),
-])
+@pytest.mark.parametrize(
+    ("name", "fix"),
+    [
+        ("sync_item_per_microstep", Fix("no_syncs", "loss read once per log interval")),
+        ("launch_per_sample_loss", Fix("graph_launch", "one graph launch per step")),
+        ("cpu_roundtrip", Fix("less_host_work", "mining on the GPU")),
+    ],
+)
 def test_replayed_fix_predicts_the_twins_saving_within_20_percent(name, fix):
     predicted, realized = _predicted_and_realized(name, fix)
     assert predicted == pytest.approx(realized, rel=0.20)
@@ -111,7 +114,9 @@ def test_faster_gemms_shrink_only_fp32_gemm_kernels_and_a_device_bound_step_foll
     fixed = apply(graph, Fix("faster_gemms", "tf32", {"speedup": 2.0, "precisions": ("fp32",)}))
     changed = fixed.d_dur != graph.d_dur
     assert changed.any() and np.allclose(fixed.d_dur[changed], graph.d_dur[changed] / 2)
-    assert all("gemm" in n.lower() or "sgemm" in n.lower() or "cutlass" in n.lower() for n in graph.d_name[changed])
+    assert all(
+        "gemm" in n.lower() or "sgemm" in n.lower() or "cutlass" in n.lower() for n in graph.d_name[changed]
+    )
     gemm_ms = graph.d_dur[changed].sum() / len(graph.step_ids) / 1e6
     saved = replay_step(graph).step_time_ms - replay_step(fixed).step_time_ms
     # The host queues the whole step ahead of the device: nearly all GEMM time saved is step time.
@@ -123,7 +128,9 @@ def test_fused_chains_lose_their_extra_kernels_and_launch_gaps():
     fixed = apply(graph, Fix("fused_elementwise", ""))
     assert (fixed.d_dur == 0).sum() > 0 and fixed.d_dur.sum() < graph.d_dur.sum()
     saved = replay_step(graph).step_time_ms - replay_step(fixed).step_time_ms
-    realized = _plain_ms("roofline_unfused_gelu", "plain_script") - _plain_ms("roofline_unfused_gelu", "plain_twin")
+    realized = _plain_ms("roofline_unfused_gelu", "plain_script") - _plain_ms(
+        "roofline_unfused_gelu", "plain_twin"
+    )
     assert saved == pytest.approx(realized, rel=0.20)
 
 
@@ -144,19 +151,26 @@ def test_a_device_bound_multi_stream_step_passes_a_gemm_speedup_on():
     # resnet50 b32 fp32 (4 streams, cuDNN's side streams): the device bounds the step, so shorter
     # GEMM/conv kernels shorten it; ops held back by waits the export does not name must follow
     # their predecessors, not stay pinned to their measured start.
-    graph = build_graph(load_nsys_export(Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50" / "nsys"
-                                         / "profile.sqlite"))
+    graph = build_graph(
+        load_nsys_export(
+            Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50" / "nsys" / "profile.sqlite"
+        )
+    )
     fixed = apply(graph, Fix("faster_gemms", "", {"speedup": 2.0, "precisions": ("fp32",)}))
     halved_ms = (graph.d_dur - fixed.d_dur).sum() / len(graph.step_ids) / 1e6
     base = replay_step(graph).step_time_ms
     saved = base - replay_step(fixed).step_time_ms
     # The host's own pace (every kernel instant) is the floor the faster device runs into.
-    host_floor = replay_step(apply(graph, Fix("faster_kernels", "", {"saved_ns_per_step": 1e12}))).step_time_ms
+    host_floor = replay_step(
+        apply(graph, Fix("faster_kernels", "", {"saved_ns_per_step": 1e12}))
+    ).step_time_ms
     assert halved_ms > 10 and host_floor < base - 5
     assert saved == pytest.approx(min(halved_ms, base - host_floor), rel=0.15)
 
 
-@pytest.mark.parametrize("name", ["cpu_numpy_augment", "graph_breaks", "healthy_pipelined_input", "tc_fp16_unaligned"])
+@pytest.mark.parametrize(
+    "name", ["cpu_numpy_augment", "graph_breaks", "healthy_pipelined_input", "tc_fp16_unaligned"]
+)
 def test_every_finding_gets_a_fix_or_a_reason_and_no_fix_slows_the_step(name):
     from hybrid.replay.predict import fix_for, run_fix_inputs
     from hybrid.rules.base import NoFix
@@ -181,10 +195,15 @@ def test_resnet50_tf32_and_bf16_predictions_from_the_gpus_own_speedups():
     import importlib.util
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("evaluate_replay", root / "benchmarks" / "evaluate_replay.py")
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_replay", root / "benchmarks" / "evaluate_replay.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = {r["fix"]: r for r in module.precision_rows(module.DEFAULT_PRECISION_RUN, module.DEFAULT_PRECISION_DATA)}
+    rows = {
+        r["fix"]: r
+        for r in module.precision_rows(module.DEFAULT_PRECISION_RUN, module.DEFAULT_PRECISION_DATA)
+    }
     assert set(rows) == {"tf32", "bf16-amp"}
     for row in rows.values():
         assert row["speedup"] > 2 and "measured on this GPU (NVIDIA H200" in row["basis"]

@@ -29,24 +29,33 @@ def test_results_carry_the_replay(sync_results):
     assert {f["time_lost_method"] for f in findings} <= {"replay", "model"}
     sync = next(f for f in findings if f["id"] == "sync.per_step")
     assert sync["time_lost_method"] == "replay" and sync["replay"]["fix"] == "no_syncs"
-    assert sync["time_lost_ms"] == pytest.approx(timing["replay_step_time_ms"] - sync["replay"]["step_time_ms"])
+    assert sync["time_lost_ms"] == pytest.approx(
+        timing["replay_step_time_ms"] - sync["replay"]["step_time_ms"]
+    )
     assert "time_lost_model_ms" in sync and any(e["label"] == "replayed fix" for e in sync["evidence"])
     together = sync_results["diagnosis"]["replay_all_fixes"]
     assert "sync.per_step" in together["findings"]
-    assert together["saved_ms"] >= max(f["time_lost_ms"] for f in findings if f["time_lost_method"] == "replay") - 1e-6
+    assert (
+        together["saved_ms"]
+        >= max(f["time_lost_ms"] for f in findings if f["time_lost_method"] == "replay") - 1e-6
+    )
     assert not missing_keys(sync_results)
 
 
 def test_primary_is_the_largest_saving_and_the_ranking_follows(sync_results):
     findings = [f for f in sync_results["diagnosis"]["bottlenecks"] if not f["not_measured"]]
-    assert [f["time_lost_ms"] for f in findings] == sorted((f["time_lost_ms"] for f in findings), reverse=True)
+    assert [f["time_lost_ms"] for f in findings] == sorted(
+        (f["time_lost_ms"] for f in findings), reverse=True
+    )
     assert sync_results["diagnosis"]["primary_bottleneck"]["id"] == findings[0]["id"]
     assert render_terminal(sync_results, verbose=True, color=False)  # the renderers take the new fields
 
 
 def test_without_an_nsys_timeline_every_finding_keeps_its_closed_form(tmp_path):
     run = tmp_path / "run"
-    shutil.copytree(PLANTED / "data_loader_workers0" / "run", run, ignore=shutil.ignore_patterns("nsys", "ncu"))
+    shutil.copytree(
+        PLANTED / "data_loader_workers0" / "run", run, ignore=shutil.ignore_patterns("nsys", "ncu")
+    )
     results = analyze_run_dir(run)
     assert results["timing"]["replay_step_time_ms"] is None
     assert {f["time_lost_method"] for f in results["diagnosis"]["bottlenecks"]} == {"model"}
@@ -61,11 +70,28 @@ def test_a_calibration_file_in_the_run_replays_the_tf32_finding(tmp_path):
     before = analyze_run_dir(run)
     fp32 = next(f for f in before["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
     assert fp32["time_lost_method"] == "model" and "calibrate" in fp32["replay_reason"]
-    calibration = {"device": "NVIDIA H200 | torch 2.11.0", "pinned_copy_bytes_per_s": 5.0e10, "shapes": [
-        {"key": "mm:8192x4096x4096:fp32", "op": "mm", "dims": [8192, 4096, 4096], "dtype": "fp32", "share": 0.64,
-         "us": {"current": 5400.0, "tf32": 1800.0, "bf16": 900.0}},
-        {"key": "mm:4096x4096x8192:fp32", "op": "mm", "dims": [4096, 4096, 8192], "dtype": "fp32", "share": 0.36,
-         "us": {"current": 5400.0, "tf32": 1800.0, "bf16": 900.0}}]}
+    calibration = {
+        "device": "NVIDIA H200 | torch 2.11.0",
+        "pinned_copy_bytes_per_s": 5.0e10,
+        "shapes": [
+            {
+                "key": "mm:8192x4096x4096:fp32",
+                "op": "mm",
+                "dims": [8192, 4096, 4096],
+                "dtype": "fp32",
+                "share": 0.64,
+                "us": {"current": 5400.0, "tf32": 1800.0, "bf16": 900.0},
+            },
+            {
+                "key": "mm:4096x4096x8192:fp32",
+                "op": "mm",
+                "dims": [4096, 4096, 8192],
+                "dtype": "fp32",
+                "share": 0.36,
+                "us": {"current": 5400.0, "tf32": 1800.0, "bf16": 900.0},
+            },
+        ],
+    }
     (run / CALIBRATION_FILE).write_text(json.dumps(calibration))
     after = analyze_run_dir(run)
     fp32 = next(f for f in after["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")

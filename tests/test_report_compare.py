@@ -85,8 +85,11 @@ def _scaled(results: dict, factor: float, samples: list[float] | None = None) ->
         scaled["timing"].pop(key, None)
     steps = [x * factor for x in (samples if samples is not None else results["timing"]["step_times_ms"])]
     mean = sum(steps) / len(steps)
-    scaled["timing"].update(step_times_ms=steps, step_time_ms=mean,
-                            step_time_std_ms=(sum((x - mean) ** 2 for x in steps) / len(steps)) ** 0.5)
+    scaled["timing"].update(
+        step_times_ms=steps,
+        step_time_ms=mean,
+        step_time_std_ms=(sum((x - mean) ** 2 for x in steps) / len(steps)) ** 0.5,
+    )
     scaled["workload"]["steps_measured"] = len(steps)
     return scaled
 
@@ -115,10 +118,12 @@ def test_the_gate_catches_ten_percent_over_twenty_steps_and_stays_quiet_on_one_c
     steps = results["timing"]["step_times_ms"]
     assert len(steps) >= 41
     for offset in range(10):
-        window_a, window_b = steps[offset::2][:20], steps[offset + 1::2][:20]
+        window_a, window_b = steps[offset::2][:20], steps[offset + 1 :: 2][:20]
         a = _scaled(results, 1.0, window_a)
-        quiet, shifted = gate(compare_results(a, _scaled(results, 1.0, window_b)), 5.0), \
-            gate(compare_results(a, _scaled(results, 1.1, window_b)), 5.0)
+        quiet, shifted = (
+            gate(compare_results(a, _scaled(results, 1.0, window_b)), 5.0),
+            gate(compare_results(a, _scaled(results, 1.1, window_b)), 5.0),
+        )
         assert quiet["outcome"] == "pass", quiet["reason"]
         if run == "h200-simple_cnn" and offset == 0:
             assert shifted["outcome"] == "inconclusive" and "steps per run would tell" in shifted["reason"]
@@ -134,12 +139,14 @@ def test_the_gate_on_plain_pass_windows_of_one_capture():
 
     def window(samples: list[float], factor: float) -> dict:
         document = copy.deepcopy(results)
-        document["timing"].update(baseline_step_times_ms=[x * factor for x in samples],
-                                  baseline_step_time_ms=factor * sum(samples) / len(samples))
+        document["timing"].update(
+            baseline_step_times_ms=[x * factor for x in samples],
+            baseline_step_time_ms=factor * sum(samples) / len(samples),
+        )
         return document
 
     for offset in range(4):
-        a, b = plain[offset::2][:20], plain[offset + 1::2][:20]
+        a, b = plain[offset::2][:20], plain[offset + 1 :: 2][:20]
         assert gate(compare_results(window(a, 1.0), window(b, 1.0)), 5.0)["outcome"] == "pass"
         shifted = compare_results(window(a, 1.0), window(b, 1.1))
         assert shifted["step_time_ms"]["basis"] == "plain"
@@ -159,8 +166,9 @@ def test_the_review_case_of_a_26_percent_slowdown_over_50_steps_is_a_regression(
 
 def test_an_estimate_above_the_threshold_inside_the_noise_is_inconclusive():
     # The planted cpu_numpy_augment run varies 20.8% from step to step (CV) over 5 steps.
-    noisy = json.loads((ROOT / "tests" / "fixtures" / "results" / "h200_planted_cpu_numpy_augment.json")
-                       .read_text())
+    noisy = json.loads(
+        (ROOT / "tests" / "fixtures" / "results" / "h200_planted_cpu_numpy_augment.json").read_text()
+    )
     after = copy.deepcopy(noisy)
     after["timing"]["step_time_ms"] *= 1.05
     diff = compare_results(noisy, after)
@@ -207,8 +215,9 @@ def test_a_candidate_without_a_step_time_is_inconclusive(resnet_runs):
 def test_compare_uses_the_plain_pass_steps_where_both_runs_have_them():
     """resnet50 at fp32, then at PyTorch's default precision (TF32 convolutions): -29% by the profiled
     (nsys) steps, -46% by the plain steps both runs recorded, which no collector slowed."""
-    fp32, default = (analyze_run_dir(RUNS / name)
-                     for name in ("h200-resnet50-50steps", "h200-resnet50-default"))
+    fp32, default = (
+        analyze_run_dir(RUNS / name) for name in ("h200-resnet50-50steps", "h200-resnet50-default")
+    )
     step = compare_results(fp32, default)["step_time_ms"]
     profiled = 100 * (default["timing"]["step_time_ms"] / fp32["timing"]["step_time_ms"] - 1)
     assert step["basis"] == "plain" and step["verdict"] == "faster"
@@ -221,8 +230,9 @@ def test_compare_uses_the_plain_pass_steps_where_both_runs_have_them():
 def test_kernels_outside_a_runs_stored_top_list_are_not_stored_rather_than_gone_or_new():
     """The review saw "n/a -> 796 µs" for bn_fw_tr_1C11_kernel_NCHW: it ran in the fp32 run, below its
     stored top 10. Its step timeline says so; a kernel in neither the list nor a complete timeline is gone."""
-    fp32, default = (analyze_run_dir(RUNS / name)
-                     for name in ("h200-resnet50-50steps", "h200-resnet50-default"))
+    fp32, default = (
+        analyze_run_dir(RUNS / name) for name in ("h200-resnet50-50steps", "h200-resnet50-default")
+    )
     diff = compare_results(fp32, default)
     rows = {row["name"]: row for row in diff["top_kernels"]}
     below = next(row for name, row in rows.items() if "bn_fw_tr_1C11_kernel_NCHW" in name)
@@ -240,8 +250,9 @@ def test_the_html_page_carries_the_same_comparison(resnet_runs):
     assert "no significant change (95% CI" in page
     assert "Content-Security-Policy" in page and "<script" not in page
     example = json.loads(OLD_ANALYSIS.read_text())
-    page = render_compare_html(compare_results(example, resnet_runs[1]),
-                               ("session 2", "runs/h200-resnet50-50steps"))
+    page = render_compare_html(
+        compare_results(example, resnet_runs[1]), ("session 2", "runs/h200-resnet50-50steps")
+    )
     assert "Not checked in B" in page
 
 

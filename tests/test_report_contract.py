@@ -44,8 +44,12 @@ def _as_json_text(text: str) -> str:
 # name -> (render, how a string from the results appears in the output, how a source is worded,
 #          how many ranked findings are listed, how many show evidence and how many items each: None for all)
 RENDERERS = {
-    "terminal": (lambda r: render_terminal(r, color=False), str, source_label,
-                 (FINDING_ROWS_DEFAULT, FULL_FINDINGS_DEFAULT, EVIDENCE_DEFAULT)),
+    "terminal": (
+        lambda r: render_terminal(r, color=False),
+        str,
+        source_label,
+        (FINDING_ROWS_DEFAULT, FULL_FINDINGS_DEFAULT, EVIDENCE_DEFAULT),
+    ),
     "terminal-verbose": (lambda r: render_terminal(r, color=False, verbose=True), str, source_label, None),
     "json": (results_to_json, _as_json_text, str, None),
     "html": (render_html, html.escape, source_label, None),
@@ -66,8 +70,9 @@ def _load(path: Path) -> dict:
 def test_there_are_results_documents_to_render():
     documents = [_load(path) for path in RESULT_FILES]
     assert {doc["mode"] for doc in documents} >= {"hybrid", "cpu-only"}, "a GPU run and a CPU run at least"
-    assert any(len(doc["diagnosis"]["bottlenecks"]) > 2 * FULL_FINDINGS_DEFAULT for doc in documents), \
+    assert any(len(doc["diagnosis"]["bottlenecks"]) > 2 * FULL_FINDINGS_DEFAULT for doc in documents), (
         "one document should have more findings than the default report expands"
+    )
 
 
 @pytest.fixture(params=RESULT_FILES, ids=lambda p: p.stem)
@@ -87,7 +92,9 @@ def test_every_finding_and_source_is_rendered(results, renderer):
         for key in ("title", "category", "severity"):
             assert encode(finding[key]) in output, f"{renderer} lost {key} of {finding['id']}"
         if renderer != "json":
-            assert format_value(finding["time_lost_ms"], "ms") in output, f"{renderer} lost time lost of {finding['id']}"
+            assert format_value(finding["time_lost_ms"], "ms") in output, (
+                f"{renderer} lost time lost of {finding['id']}"
+            )
         if number <= expanded:
             for evidence in finding["evidence"][:evidence_items]:
                 assert wording(evidence["source"]) in output, f"{renderer} lost source {evidence['source']}"
@@ -101,29 +108,71 @@ def _with_hostile_names(results: dict) -> dict:
     """The document with program strings that are markup in rich and in HTML, in every place a renderer
     shows a name: top kernels, roofline kernels, layers, a finding's evidence."""
     doc = copy.deepcopy(results)
-    doc["top_kernels"] = [{"name": LAMBDA_KERNEL, "calls_per_step": 4.0, "total_ms_per_step": 1.2, "mean_us": 300.0,
-                           "share_pct": 10.0, "source": "measured:nsys"}, *doc["top_kernels"][1:]]
-    doc["roofline"]["kernels"] = [{"name": LAMBDA_KERNEL, "ai": 2.0, "l2_ai": 1.0, "flops_per_s": 1e12,
-                                   "bytes_per_s": 5e11, "time_ms": 0.5, "bound": "memory", "precision": "fp32",
-                                   "achieved_pct_of_attainable": 10.0, "source": "measured:ncu"},
-                                  *doc["roofline"]["kernels"][1:]]
-    doc["layers"] = [{"name": HOSTILE_LAYER, "gpu_ms": 1.5, "kernels": 3, "share_of_step_pct": 40.0,
-                      "source": "measured:nsys"}]
-    evidence = [{"label": "slowest layer", "value": HOSTILE_LAYER, "unit": "", "source": "measured:nsys"},
-                {"label": "slowest kernel", "value": LAMBDA_KERNEL, "unit": "", "source": "measured:nsys"}]
+    doc["top_kernels"] = [
+        {
+            "name": LAMBDA_KERNEL,
+            "calls_per_step": 4.0,
+            "total_ms_per_step": 1.2,
+            "mean_us": 300.0,
+            "share_pct": 10.0,
+            "source": "measured:nsys",
+        },
+        *doc["top_kernels"][1:],
+    ]
+    doc["roofline"]["kernels"] = [
+        {
+            "name": LAMBDA_KERNEL,
+            "ai": 2.0,
+            "l2_ai": 1.0,
+            "flops_per_s": 1e12,
+            "bytes_per_s": 5e11,
+            "time_ms": 0.5,
+            "bound": "memory",
+            "precision": "fp32",
+            "achieved_pct_of_attainable": 10.0,
+            "source": "measured:ncu",
+        },
+        *doc["roofline"]["kernels"][1:],
+    ]
+    doc["layers"] = [
+        {
+            "name": HOSTILE_LAYER,
+            "gpu_ms": 1.5,
+            "kernels": 3,
+            "share_of_step_pct": 40.0,
+            "source": "measured:nsys",
+        }
+    ]
+    evidence = [
+        {"label": "slowest layer", "value": HOSTILE_LAYER, "unit": "", "source": "measured:nsys"},
+        {"label": "slowest kernel", "value": LAMBDA_KERNEL, "unit": "", "source": "measured:nsys"},
+    ]
     findings = doc["diagnosis"]["bottlenecks"]
     if findings:
         findings[0]["evidence"][:0] = evidence
     else:
-        findings.append({"id": "test.hostile", "title": "hostile", "category": "KERNEL_LAUNCH", "severity": "LOW",
-                         "evidence": evidence, "explanation": "", "suggestions": [], "time_lost_ms": 0.0,
-                         "time_lost_pct": 0.0})
+        findings.append(
+            {
+                "id": "test.hostile",
+                "title": "hostile",
+                "category": "KERNEL_LAUNCH",
+                "severity": "LOW",
+                "evidence": evidence,
+                "explanation": "",
+                "suggestions": [],
+                "time_lost_ms": 0.0,
+                "time_lost_pct": 0.0,
+            }
+        )
     return doc
 
 
 def test_terminal_prints_program_names_literally(results):
     doc = _with_hostile_names(results)
-    for output in (render_terminal(doc, color=False, verbose=True), render_terminal(doc, color=True, verbose=True)):
+    for output in (
+        render_terminal(doc, color=False, verbose=True),
+        render_terminal(doc, color=True, verbose=True),
+    ):
         plain = re.sub(r"\x1b\[[0-9;]*m", "", output)
         assert LAMBDA_KERNEL in plain  # rich markup would have eaten "[lambda() (instance 1)]"
         assert HOSTILE_LAYER in plain
@@ -152,7 +201,9 @@ def test_html_escapes_program_names(results):
 
 
 def test_no_color_means_no_ansi(results, monkeypatch):
-    assert ANSI.search(render_terminal(results, color=True)), "colour on must emit ANSI, else this test is moot"
+    assert ANSI.search(render_terminal(results, color=True)), (
+        "colour on must emit ANSI, else this test is moot"
+    )
     monkeypatch.setenv("NO_COLOR", "1")
     assert not ANSI.search(render_terminal(results, color=None))
     assert not ANSI.search(render_terminal(results, color=True, verbose=True))

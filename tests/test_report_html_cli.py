@@ -17,8 +17,14 @@ SOURCE_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
 
 
 def _report_html(run_dir: Path, *options: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "hybrid", "report", str(run_dir), "--html", *options], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html", *options],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return (run_dir / "report.html").read_text()
 

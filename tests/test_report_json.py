@@ -24,15 +24,36 @@ def test_round_trip_of_a_results_document(tmp_path):
 
 
 def test_nan_inf_and_numpy_values_become_plain_json():
-    finding = Finding("sync.per_step", "t", "SYNCHRONIZATION", "LOW",
-                      [Evidence("blocked", np.float32(1.5), "ms", "measured:nsys")], "e", [])
-    text = results_to_json({"a": float("nan"), "b": np.float64("inf"), "c": np.int64(7), "d": np.array([1, 2]),
-                            "e": np.bool_(True), "f": [finding], "g": -float("inf")})
+    finding = Finding(
+        "sync.per_step",
+        "t",
+        "SYNCHRONIZATION",
+        "LOW",
+        [Evidence("blocked", np.float32(1.5), "ms", "measured:nsys")],
+        "e",
+        [],
+    )
+    text = results_to_json(
+        {
+            "a": float("nan"),
+            "b": np.float64("inf"),
+            "c": np.int64(7),
+            "d": np.array([1, 2]),
+            "e": np.bool_(True),
+            "f": [finding],
+            "g": -float("inf"),
+        }
+    )
     assert "NaN" not in text and "Infinity" not in text
     parsed = json.loads(text)
     assert parsed["a"] is None and parsed["b"] is None and parsed["g"] is None
     assert parsed["c"] == 7 and parsed["d"] == [1, 2] and parsed["e"] is True
-    assert parsed["f"][0]["evidence"][0] == {"label": "blocked", "value": 1.5, "unit": "ms", "source": "measured:nsys"}
+    assert parsed["f"][0]["evidence"][0] == {
+        "label": "blocked",
+        "value": 1.5,
+        "unit": "ms",
+        "source": "measured:nsys",
+    }
 
 
 def test_rewrite_replaces_the_previous_file(tmp_path):

@@ -51,7 +51,9 @@ def test_a_collector_that_slowed_the_step_is_said():
 def test_low_step_confidence_is_said_and_its_absence_tolerated(resnet):
     assert "confidence" not in render_terminal(resnet, color=False)
     unsure = copy.deepcopy(resnet)
-    unsure["workload"].update(step_source="periodicity", step_confidence="low", step_reason="no marks, no optimizer")
+    unsure["workload"].update(
+        step_source="periodicity", step_confidence="low", step_reason="no marks, no optimizer"
+    )
     text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", render_html(unsure))).split())
     assert "warning: steps found by periodicity with low confidence (no marks, no optimizer)" in text
     assert "warning: steps found by periodicity" in " ".join(render_terminal(unsure, color=False).split())
@@ -72,15 +74,35 @@ def test_not_measured_placeholders_are_limitations_not_bottlenecks():
 
 def hybrid(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_a_run_without_a_gpu_reports_no_gpu_finding(tmp_path):
     # The planted script draws tensors on the host and moves them to the device: with no GPU, "moved to the
     # GPU" cannot hold (it did, failing --fail-on LOW, before the guard).
-    done = hybrid("run", "--steps", "3", "--warmup", "1", "--quiet", "--json", "--fail-on", "LOW",
-                  "-o", str(tmp_path / "run"), "cpu_tensors_then_moved.py", cwd=ROOT / "benchmarks" / "planted")
+    done = hybrid(
+        "run",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--quiet",
+        "--json",
+        "--fail-on",
+        "LOW",
+        "-o",
+        str(tmp_path / "run"),
+        "cpu_tensors_then_moved.py",
+        cwd=ROOT / "benchmarks" / "planted",
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["mode"] == "cpu-only" and results["diagnosis"]["bottlenecks"] == []
@@ -109,11 +131,15 @@ def test_the_timeline_is_the_median_steady_step_of_the_profile(resnet):
     assert timeline["duration_us"] * 1e3 == pytest.approx(durations[(len(durations) - 1) // 2], abs=10)
     assert len(timeline["events"]) <= MAX_EVENTS and timeline["events_total"] == len(timeline["events"])
     window = (int(step["start_ns"]), int(step["end_ns"]))
-    kernels = profile.kernels[(profile.kernels["end_ns"] > window[0]) & (profile.kernels["start_ns"] < window[1])]
+    kernels = profile.kernels[
+        (profile.kernels["end_ns"] > window[0]) & (profile.kernels["start_ns"] < window[1])
+    ]
     drawn = [e for e in timeline["events"] if e[1] == "kernel"]
     assert len(drawn) == len(kernels)
-    assert all(0 <= e[2] and e[2] + e[3] <= timeline["duration_us"] + 0.01 for e in timeline["events"])
-    assert timeline["lanes"][0].startswith("host thread") and any(lane.startswith("stream") for lane in timeline["lanes"])
+    assert all(e[2] >= 0 and e[2] + e[3] <= timeline["duration_us"] + 0.01 for e in timeline["events"])
+    assert timeline["lanes"][0].startswith("host thread") and any(
+        lane.startswith("stream") for lane in timeline["lanes"]
+    )
     # The FP32 GEMMs the primary finding is about are the kernels drawn in colour.
     page = render_html(resnet)
     assert "In colour: the GEMM and convolution kernels" in page and 'class="tl-kernel lit"' in page

@@ -19,9 +19,13 @@ EXPORT = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.s
 
 def _kernel_names() -> list[str]:
     with sqlite3.connect(f"file:{EXPORT}?mode=ro", uri=True) as db:
-        return [row[0] for row in db.execute(
-            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-            "JOIN StringIds s ON s.id = k.demangledName")]
+        return [
+            row[0]
+            for row in db.execute(
+                "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.demangledName"
+            )
+        ]
 
 
 def test_long_template_names_keep_the_identifying_part():
@@ -62,7 +66,9 @@ def test_metric_count_line_matches_the_metrics(gpu_results):
     summary = _summary(render_terminal(gpu_results, color=False))
     assert f"Metrics: {measured} measured (" in summary
     for source, count in sources.items():
-        expected = f"{source.split(':')[1]} {count}" if source.startswith("measured:") else f"{count} {source}"
+        expected = (
+            f"{source.split(':')[1]} {count}" if source.startswith("measured:") else f"{count} {source}"
+        )
         assert expected in summary
     assert "estimated:" not in summary  # no list of metric names
 
@@ -70,8 +76,10 @@ def test_metric_count_line_matches_the_metrics(gpu_results):
 def test_ncu_pass_reads_as_replay_not_overhead(gpu_results):
     output = re.sub(r"\s+", " ", render_terminal(gpu_results, color=False))
     passes = {p["name"]: p for p in gpu_results["passes"]}
-    assert f"ncu ({format_value(passes['ncu']['wall_s'], 's')}, replay " \
-           f"{format_value(passes['ncu']['step_time_ms'] / 1000, 's')}/step)" in output
+    assert (
+        f"ncu ({format_value(passes['ncu']['wall_s'], 's')}, replay "
+        f"{format_value(passes['ncu']['step_time_ms'] / 1000, 's')}/step)" in output
+    )
     overhead = passes["nsys"]["overhead_pct"]
     if overhead is None:  # measured only against a plain pass (--baseline)
         assert not re.search(r"overhead [+-]\d", output)
@@ -83,7 +91,9 @@ def test_verbose_tables_use_the_real_columns(gpu_results):
     verbose = render_terminal(gpu_results, color=False, verbose=True)
     first = gpu_results["top_kernels"][0]
     row = next(line for line in verbose.splitlines() if line.startswith(short_name(first["name"], 60)[:30]))
-    assert format_value(first["total_ms_per_step"], "ms") in row and format_value(first["share_pct"], "%") in row
+    assert (
+        format_value(first["total_ms_per_step"], "ms") in row and format_value(first["share_pct"], "%") in row
+    )
     for layer in gpu_results["layers"][:5]:
         row = next(line for line in verbose.splitlines() if line.split(" ")[0] == layer["name"])
         assert format_value(layer["share_of_step_pct"], "%") in row

@@ -19,19 +19,42 @@ from hybrid.report.units import format_pp, significant
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 # A full hybrid run, a planted run whose slowest step is quoted as text, an nsys-only run with placeholders.
-RUNS = [FIXTURES / "runs" / "h200-resnet50", FIXTURES / "planted" / "cpu_numpy_augment" / "run",
-        FIXTURES / "planted" / "healthy_bf16_gemm" / "run"]
+RUNS = [
+    FIXTURES / "runs" / "h200-resnet50",
+    FIXTURES / "planted" / "cpu_numpy_augment" / "run",
+    FIXTURES / "planted" / "healthy_bf16_gemm" / "run",
+]
 
 
-@pytest.mark.parametrize(("value", "unit", "shown"), [
-    (12175.2, "ms", "12.2 s"), (0.00147, "ms", "1.47 µs"), (0.348, "ms", "348 µs"), (999.96, "us", "1 ms"),
-    (0.00107, "%", "<0.1%"), (92.812, "%", "92.8%"), (100.0, "%", "100%"),
-    (2730.7, "FLOP/B", "2,730 FLOP/B"), (7.65e14, "FLOP/s", "765 TFLOP/s"), (1.979e15, "FLOP/s", "1.98 PFLOP/s"),
-    (4.81e12, "B/s", "4.81 TB/s"), (2.04e6, "B/s", "2.04 MB/s"), (33554432, "B", "33.6 MB"), (4, "B", "4 B"),
-    (999999, "B", "1 MB"), (1, "breaks", "1 break"), (2, "breaks", "2 breaks"), (1, "copies", "1 copy"),
-    (4.2, "syncs", "4.2 syncs"), (1234, "kernels", "1,234 kernels"), (3.5, "x", "3.5x"),
-    (None, "ms", "n/a"), (float("nan"), "ms", "n/a"), (0.0, "ms", "0 ms"),
-])
+@pytest.mark.parametrize(
+    ("value", "unit", "shown"),
+    [
+        (12175.2, "ms", "12.2 s"),
+        (0.00147, "ms", "1.47 µs"),
+        (0.348, "ms", "348 µs"),
+        (999.96, "us", "1 ms"),
+        (0.00107, "%", "<0.1%"),
+        (92.812, "%", "92.8%"),
+        (100.0, "%", "100%"),
+        (2730.7, "FLOP/B", "2,730 FLOP/B"),
+        (7.65e14, "FLOP/s", "765 TFLOP/s"),
+        (1.979e15, "FLOP/s", "1.98 PFLOP/s"),
+        (4.81e12, "B/s", "4.81 TB/s"),
+        (2.04e6, "B/s", "2.04 MB/s"),
+        (33554432, "B", "33.6 MB"),
+        (4, "B", "4 B"),
+        (999999, "B", "1 MB"),
+        (1, "breaks", "1 break"),
+        (2, "breaks", "2 breaks"),
+        (1, "copies", "1 copy"),
+        (4.2, "syncs", "4.2 syncs"),
+        (1234, "kernels", "1,234 kernels"),
+        (3.5, "x", "3.5x"),
+        (None, "ms", "n/a"),
+        (float("nan"), "ms", "n/a"),
+        (0.0, "ms", "0 ms"),
+    ],
+)
 def test_readings(value, unit, shown):
     assert format_value(value, unit) == shown
 
@@ -68,7 +91,12 @@ def test_real_reports_write_three_significant_digits(run):
 
 
 def test_significant_keeps_three_digits():
-    assert [significant(v) for v in (0.0123456, 1.23456, 123.456, 123456.0)] == ["0.0123", "1.23", "123", "123,000"]
+    assert [significant(v) for v in (0.0123456, 1.23456, 123.456, 123456.0)] == [
+        "0.0123",
+        "1.23",
+        "123",
+        "123,000",
+    ]
 
 
 def test_a_copy_of_a_few_bytes_has_no_bandwidth():

@@ -20,7 +20,7 @@ def test_fp16_gemm_from_torch_ops_is_compute_bound_near_the_tensor_peak():
     roof = roofline(profile, peaks)
     mm = next(p for p in roof["kernels"] if p["name"] == "aten::mm")
     # 2*4096^3 FLOPs over A + B + C of 4096^2 halves each
-    assert mm["ai"] == pytest.approx(2 * 4096 ** 3 / (3 * 4096 ** 2 * 2))
+    assert mm["ai"] == pytest.approx(2 * 4096**3 / (3 * 4096**2 * 2))
     assert mm["bound"] == "compute" and mm["precision"] == "fp16" and mm["source"] == ESTIMATED
     # 3 calls of ~178 us: 137 GFLOP each, ~770 TFLOP/s, i.e. ~78% of the 989 TFLOP/s dense fp16 peak
     assert 70 < mm["achieved_pct_of_attainable"] < 85
@@ -30,7 +30,8 @@ def test_fp16_gemm_from_torch_ops_is_compute_bound_near_the_tensor_peak():
     points = [p for p in roof["kernels"] if sum(p["flops_by_precision"].values()) > 0]
     need_s = sum(sum(p["flops_by_precision"].values()) / p["ceiling_flops_per_s"] for p in points)
     assert roof["ceiling_flops_per_s"] == pytest.approx(
-        sum(sum(p["flops_by_precision"].values()) for p in points) / need_s)
+        sum(sum(p["flops_by_precision"].values()) for p in points) / need_s
+    )
     assert roof["ceiling_flops_per_s"] == pytest.approx(peaks.flops("fp16"))
     assert roof["precision_mix_pct"] == {"fp16": 100.0} and "one after another" in roof["ceiling_method"]
     assert roof["ridge_point"] == pytest.approx(roof["ceiling_flops_per_s"] / peaks.dram)
@@ -46,8 +47,10 @@ def test_nsys_only_places_nothing_and_says_why():
 
 def test_counters_without_flop_metrics_are_not_placed_at_zero_intensity():
     # The probe's ncu run collected DRAM bytes and tensor-pipe activity but no FLOP counts.
-    profile = attach_counters(load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"),
-                              read_ncu_csv(FIXTURES / "ncu_metrics_stdout.csv"))
+    profile = attach_counters(
+        load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite"),
+        read_ncu_csv(FIXTURES / "ncu_metrics_stdout.csv"),
+    )
     assert not profile.counters.empty
     roof = roofline(profile, peaks_for(profile.device))
     assert roof["kernels"] == [] and roof["bound"] is None
@@ -117,10 +120,13 @@ def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50
         if math.isnan(c["tensor_flops"]) or math.isnan(c["dram_read_bytes"]):  # not placed without them
             continue
         acc = expected.setdefault(kernel.layer, {"flops": 0.0, "bytes": 0.0, "ns": 0.0, "rate_ns": 0.0})
-        acc["flops"] += sum(0.0 if math.isnan(v) else float(v) for v in
-                            (c["tensor_flops"], c["fp64_flops"], c["fp32_flops"], c["fp16_flops"]))
-        acc["bytes"] += float(c["dram_read_bytes"]) + (0.0 if math.isnan(c["dram_write_bytes"])
-                                                       else float(c["dram_write_bytes"]))
+        acc["flops"] += sum(
+            0.0 if math.isnan(v) else float(v)
+            for v in (c["tensor_flops"], c["fp64_flops"], c["fp32_flops"], c["fp16_flops"])
+        )
+        acc["bytes"] += float(c["dram_read_bytes"]) + (
+            0.0 if math.isnan(c["dram_write_bytes"]) else float(c["dram_write_bytes"])
+        )
         acc["ns"] += kernel.end_ns - kernel.start_ns
         acc["rate_ns"] += float(c["duration_ns"])
 
@@ -142,8 +148,10 @@ def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50
 
 
 def test_no_layer_points_without_counters_and_the_block_says_why():
-    torch_only = roofline(load_torch_trace(FIXTURES / "torch_trace.json"),
-                          peaks_for(load_torch_trace(FIXTURES / "torch_trace.json").device))
+    torch_only = roofline(
+        load_torch_trace(FIXTURES / "torch_trace.json"),
+        peaks_for(load_torch_trace(FIXTURES / "torch_trace.json").device),
+    )
     assert torch_only["layers"] == [] and "ncu counters" in torch_only["layers_reason"]
     nsys_only = load_nsys_export(FIXTURES / "nsys_matmul_copy.sqlite")
     roof = roofline(nsys_only, peaks_for(nsys_only.device))
@@ -168,6 +176,7 @@ def test_precision_mix_is_by_flops_and_the_ceiling_what_the_mix_reaches(analyzed
     assert fp32 < roof["ceiling_flops_per_s"] <= tf32
     share = mix["tf32"] / 100
     assert roof["ceiling_flops_per_s"] >= 1 / (share / tf32 + (1 - share) / fp32) * 0.9
-    assert roof["ridge_point"] == pytest.approx(roof["ceiling_flops_per_s"] / results["device"]["peaks"]
-                                                ["dram_bytes_per_s"]["value"])
+    assert roof["ridge_point"] == pytest.approx(
+        roof["ceiling_flops_per_s"] / results["device"]["peaks"]["dram_bytes_per_s"]["value"]
+    )
     assert roof["ceiling_method"].startswith("the step's FLOPs (tf32 ")

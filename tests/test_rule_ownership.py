@@ -23,8 +23,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RUNS = FIXTURES / "runs"
 PLANTED = FIXTURES / "planted"
 # Findings whose time lost is GPU idle time inside the step (batch.headroom is an alternative remedy for it).
-IDLE_FINDINGS = {"launch.bound", "launch.dispatch", "compile.graph_breaks", "sync.per_step", "cpu.preprocessing",
-                 "data.loader_stall", "cpu.heavy_ops"}
+IDLE_FINDINGS = {
+    "launch.bound",
+    "launch.dispatch",
+    "compile.graph_breaks",
+    "sync.per_step",
+    "cpu.preprocessing",
+    "data.loader_stall",
+    "cpu.heavy_ops",
+}
 
 
 @cache
@@ -100,7 +107,9 @@ def test_misaligned_gemms_own_their_time_and_leave_the_idle_pipe_finding_only_th
     assert "tensor.pipe_idle" not in found
     # 5 forward addmm (2 blocks x 2 Linear + the vocabulary head) and 10 backward mm a step.
     assert m["misaligned_gemms_per_step"]["value"] == 15
-    assert "aten::addmm [[50257], [8192, 1020], [1020, 50257], [], []]" in m["misaligned_gemm_shapes"]["value"]
+    assert (
+        "aten::addmm [[50257], [8192, 1020], [1020, 50257], [], []]" in m["misaligned_gemm_shapes"]["value"]
+    )
 
 
 def test_fp32_gemms_are_not_also_an_idle_tensor_pipe():
@@ -128,21 +137,34 @@ def simple_cnn_context() -> Context:
     profile, _ = merged_profile(*load_run_dir(RUNS / "h200-simple_cnn"))
     analyzed = analyze(profile).analyzed
     peaks = analyzed.peaks
-    return Context(metrics=analyzed.metrics, pools=analyzed.ledger.ms_per_step(),
-                   roofline=roofline(profile, peaks), peaks=_rule_peaks(peaks), has_counters=True)
+    return Context(
+        metrics=analyzed.metrics,
+        pools=analyzed.ledger.ms_per_step(),
+        roofline=roofline(profile, peaks),
+        peaks=_rule_peaks(peaks),
+        has_counters=True,
+    )
 
 
 def test_an_estimate_on_an_unmeasured_premise_says_so_and_stays_below_severe(simple_cnn_context):
     half_step = 0.5 * simple_cnn_context.value("step_time_ms")
     rule = next(r for r in RULES if r.id == "launch.bound")
     plain = Report(title="x", pairs=[], explanation="", suggestions=[])
-    assumed_report = Report(title="x", pairs=[], explanation="", suggestions=[], assumes="the batch can double")
+    assumed_report = Report(
+        title="x", pairs=[], explanation="", suggestions=[], assumes="the batch can double"
+    )
     measured = engine.build_finding(simple_cnn_context, rule, plain, half_step, missing=[], alternative_to=[])
-    assumed = engine.build_finding(simple_cnn_context, rule, assumed_report, half_step, missing=[], alternative_to=[])
+    assumed = engine.build_finding(
+        simple_cnn_context, rule, assumed_report, half_step, missing=[], alternative_to=[]
+    )
     assert measured.severity == "CRITICAL" and assumed.severity == ASSUMED_SEVERITY_CAP
     assert assumed.time_lost_ms == measured.time_lost_ms  # the estimate stands; only its rank is capped
     premise = assumed.evidence[-1]
-    assert (premise.label, premise.value, premise.source) == ("time lost assumes", "the batch can double", "estimated")
+    assert (premise.label, premise.value, premise.source) == (
+        "time lost assumes",
+        "the batch can double",
+        "estimated",
+    )
 
 
 def test_batch_headroom_is_ranked_only_where_it_saves_more_than_the_gaps_owners(simple_cnn_context):

@@ -52,8 +52,9 @@ def test_misaligned_saving_is_the_time_beyond_the_practical_roofline():
     assert misaligned_lost_ms(10.0, None) == pytest.approx(5.0)  # no FLOPs: the guide's ~2x slowdown
 
 
-@pytest.mark.parametrize("pct, severity", [(45, "CRITICAL"), (30, "CRITICAL"), (20, "SEVERE"), (6, "MODERATE"),
-                                           (1, "LOW")])
+@pytest.mark.parametrize(
+    "pct, severity", [(45, "CRITICAL"), (30, "CRITICAL"), (20, "SEVERE"), (6, "MODERATE"), (1, "LOW")]
+)
 def test_severity_follows_share_of_step_lost(pct, severity):
     assert severity_for(pct) == severity
 
@@ -74,25 +75,46 @@ def _rule(rule_id, lost, *, pool=(), floor=0.0, optional=(), alternative=False, 
     def report(ctx, lost_ms):
         return Report(title=rule_id, pairs=[("step", "step_time_ms")], explanation="", suggestions=[])
 
-    return Rule(rule_id, "KERNEL_LAUNCH", ("step_time_ms",), model, report, optional=optional, pool=pool,
-                floor_pct=floor, alternative=alternative)
+    return Rule(
+        rule_id,
+        "KERNEL_LAUNCH",
+        ("step_time_ms",),
+        model,
+        report,
+        optional=optional,
+        pool=pool,
+        floor_pct=floor,
+        alternative=alternative,
+    )
 
 
 def _ctx(pools):
-    return Context(metrics={"step_time_ms": Metric(10.0, "ms", "measured:nsys"),
-                            "idle_launch_ms": Metric(None, "ms", "measured:nsys")}, pools=pools)
+    return Context(
+        metrics={
+            "step_time_ms": Metric(10.0, "ms", "measured:nsys"),
+            "idle_launch_ms": Metric(None, "ms", "measured:nsys"),
+        },
+        pools=pools,
+    )
 
 
 def test_a_pool_bounds_the_saving_and_is_drawn_once_in_rule_order():
-    found = engine.run([_rule("a", 3.0, pool=("launch_gap", "host_other")), _rule("b", 5.0, pool=("host_other",))],
-                       _ctx({"launch_gap": 1.0, "host_other": 4.0}))
-    assert [(f.id, f.time_lost_ms) for f in found] == [("a", 3.0), ("b", 2.0)]  # a took 1 + 2, b what was left
+    found = engine.run(
+        [_rule("a", 3.0, pool=("launch_gap", "host_other")), _rule("b", 5.0, pool=("host_other",))],
+        _ctx({"launch_gap": 1.0, "host_other": 4.0}),
+    )
+    assert [(f.id, f.time_lost_ms) for f in found] == [
+        ("a", 3.0),
+        ("b", 2.0),
+    ]  # a took 1 + 2, b what was left
     assert found[0].pool == ["launch_gap", "host_other"]
 
 
 def test_a_finding_under_its_floor_draws_nothing():
-    found = engine.run([_rule("small", 0.5, pool=("host_other",), floor=10.0), _rule("next", 9.0, pool=("host_other",))],
-                       _ctx({"host_other": 4.0}))
+    found = engine.run(
+        [_rule("small", 0.5, pool=("host_other",), floor=10.0), _rule("next", 9.0, pool=("host_other",))],
+        _ctx({"host_other": 4.0}),
+    )
     assert [(f.id, f.time_lost_ms) for f in found] == [("next", 4.0)]
 
 
@@ -106,8 +128,10 @@ def test_absent_optional_inputs_reach_the_model_as_none_and_are_listed():
 
 
 def test_an_alternative_reads_the_whole_pool_draws_nothing_and_names_what_it_replaces():
-    rules = [_rule("alt", lambda inp: inp.pool_ms / 2, pool=("launch_gap",), alternative=True),
-             _rule("owner", 2.0, pool=("launch_gap",))]
+    rules = [
+        _rule("alt", lambda inp: inp.pool_ms / 2, pool=("launch_gap",), alternative=True),
+        _rule("owner", 2.0, pool=("launch_gap",)),
+    ]
     found = {f.id: f for f in engine.run(rules, _ctx({"launch_gap": 3.0}))}
     assert found["owner"].time_lost_ms == 2.0 and found["alt"].time_lost_ms == 1.5
     assert found["alt"].alternative_to == ["owner"] and found["alt"].alternative

@@ -1,4 +1,5 @@
-"""hybrid.inject.run_config in real profiled processes: the injector records what tests/scripts/config_probe.py
+"""hybrid.inject.run_config in real profiled processes: the injector records what
+tests/scripts/config_probe.py
 switched on (and nothing it did not), and the script's result is the same with and without the observers."""
 
 from __future__ import annotations
@@ -19,9 +20,23 @@ TIMEOUT_S = 180
 
 CASES = {
     "plain": (),
-    "tuned": ("--tf32", "--autocast", "bfloat16", "--compile", "max-autotune", "--optimizer", "adamw", "--fused",
-              "--channels-last", "--scaler", "--pin-memory"),
-    "workers": ("--workers", "2",),
+    "tuned": (
+        "--tf32",
+        "--autocast",
+        "bfloat16",
+        "--compile",
+        "max-autotune",
+        "--optimizer",
+        "adamw",
+        "--fused",
+        "--channels-last",
+        "--scaler",
+        "--pin-memory",
+    ),
+    "workers": (
+        "--workers",
+        "2",
+    ),
 }
 
 
@@ -29,8 +44,23 @@ def _run(case: str, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     # --fixed-warmup: the probe runs exactly warmup + steps iterations, so it must stop at the step limit,
     # with its objects alive, whatever the box's load does to step times.
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(out), "--warmup", "1",
-            "--steps", "3", "--fixed-warmup", "--", str(PROBE), *CASES[case]]
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        "plain",
+        "--out",
+        str(out),
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--fixed-warmup",
+        "--",
+        str(PROBE),
+        *CASES[case],
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads((out / "inject.json").read_text())
@@ -45,7 +75,9 @@ def recorded(tmp_root: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory) -> dict[str, dict]:
-    return {case: inject["config"] for case, inject in recorded(str(tmp_path_factory.mktemp("config"))).items()}
+    return {
+        case: inject["config"] for case, inject in recorded(str(tmp_path_factory.mktemp("config"))).items()
+    }
 
 
 def test_nothing_switched_on_is_recorded_as_off(configs):
@@ -87,11 +119,37 @@ def test_the_observers_do_not_change_the_result(tmp_path):
     """The tuned loop run to its end under the injector (more steps asked than the script has) prints the
     same final loss as the script run alone."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    alone = subprocess.run([sys.executable, str(PROBE), *CASES["tuned"]], env=env, capture_output=True, text=True,
-                           timeout=TIMEOUT_S, check=False)
-    injected = subprocess.run([sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path),
-                               "--warmup", "1", "--steps", "50", "--", str(PROBE), *CASES["tuned"]], env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    alone = subprocess.run(
+        [sys.executable, str(PROBE), *CASES["tuned"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    injected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            "plain",
+            "--out",
+            str(tmp_path),
+            "--warmup",
+            "1",
+            "--steps",
+            "50",
+            "--",
+            str(PROBE),
+            *CASES["tuned"],
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert alone.returncode == 0 and injected.returncode == 0, alone.stderr + injected.stderr
     loss = [line for line in alone.stdout.splitlines() if line.startswith("final loss")]
     assert loss and loss == [line for line in injected.stdout.splitlines() if line.startswith("final loss")]
@@ -100,14 +158,35 @@ def test_the_observers_do_not_change_the_result(tmp_path):
 @pytest.mark.gpu
 def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path), "--warmup", "1",
-            "--steps", "3", "--", str(PROBE), "--device", "cuda", "--tf32", "--autocast", "bfloat16", "--optimizer",
-            "adamw"]
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        "plain",
+        "--out",
+        str(tmp_path),
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--",
+        str(PROBE),
+        "--device",
+        "cuda",
+        "--tf32",
+        "--autocast",
+        "bfloat16",
+        "--optimizer",
+        "adamw",
+    ]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "inject.json").read_text())["config"]
     assert config["errors"] == []
-    assert {(r["device"], r["dtype"]) for r in config["autocast"]["regions"] if r["enabled"]} == {("cuda", "bfloat16")}
+    assert {(r["device"], r["dtype"]) for r in config["autocast"]["regions"] if r["enabled"]} == {
+        ("cuda", "bfloat16")
+    }
     assert config["precision"]["tf32_matmul"] and config["precision"]["tf32_conv"]
     # AdamW with foreach left to torch takes the multi-tensor path on CUDA parameters.
     assert config["optimizers"][0]["foreach_effective"] is True
@@ -116,10 +195,37 @@ def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
 def test_results_json_carries_the_config_of_the_run(tmp_path):
     """`hybrid run` end to end (torch pass, CPU): results.json has the injector's config at top level."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
-    done = subprocess.run([sys.executable, "-m", "hybrid", "run", "--mode", "torch", "--warmup", "1", "--steps", "3",
-                           "--json", "--out", str(tmp_path / "run"), str(PROBE), "--optimizer", "adamw", "--fused",
-                           "--steps", "40"], env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybrid",
+            "run",
+            "--mode",
+            "torch",
+            "--warmup",
+            "1",
+            "--steps",
+            "3",
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            str(PROBE),
+            "--optimizer",
+            "adamw",
+            "--fused",
+            "--steps",
+            "40",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
-    assert results["config"]["optimizers"][0]["class"] == "AdamW" and results["config"]["optimizers"][0]["fused"]
+    assert (
+        results["config"]["optimizers"][0]["class"] == "AdamW" and results["config"]["optimizers"][0]["fused"]
+    )
     assert results["config"] == json.loads((tmp_path / "run" / "torch" / "inject.json").read_text())["config"]

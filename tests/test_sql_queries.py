@@ -30,8 +30,19 @@ PARAMS = {
 
 
 def test_every_query_is_found():
-    assert {"kernels", "runtime_calls", "memcpys", "memsets", "sync_events", "nvtx_ranges", "gpu_info",
-            "osrt_blocking", "profiler_overhead", "export_meta", "strings"} <= set(QUERIES)
+    assert {
+        "kernels",
+        "runtime_calls",
+        "memcpys",
+        "memsets",
+        "sync_events",
+        "nvtx_ranges",
+        "gpu_info",
+        "osrt_blocking",
+        "profiler_overhead",
+        "export_meta",
+        "strings",
+    } <= set(QUERIES)
 
 
 @pytest.mark.parametrize("name", QUERIES)
@@ -86,5 +97,10 @@ def test_columnar_queries_match_row_counts():
         # launches (17 runtime + 5 driver), 10 async copies, 10 memsets, 11 syncs
         assert len(calls["start_ns"]) == 22 + 10 + 10 + 11
         assert {n.split("_v")[0] for n in names.values()} == {
-            "cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync",
-            "cudaStreamSynchronize", "cudaDeviceSynchronize"}
+            "cudaLaunchKernel",
+            "cuLaunchKernelEx",
+            "cudaMemcpyAsync",
+            "cudaMemsetAsync",
+            "cudaStreamSynchronize",
+            "cudaDeviceSynchronize",
+        }

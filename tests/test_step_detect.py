@@ -1,4 +1,5 @@
-"""Steps of scripts with no marks and no optimizer, found while they run: real `python -m hybrid.inject.script`
+"""Steps of scripts with no marks and no optimizer, found while they run: real `python -m
+hybrid.inject.script`
 subprocesses (CPU) on the scripts in tests/scripts/unmarked, one per detector and per bad input."""
 
 from __future__ import annotations
@@ -51,16 +52,38 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     for name, (pass_name, script, args, warmup, steps) in SCENARIOS.items():
         out = tmp_path_factory.mktemp(name) / pass_name
         args = [str(out.parent / "record.json") if a == "RECORD" else a for a in args]
-        argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out), "--warmup",
-                str(warmup), "--steps", str(steps), "--", str(UNMARKED / script), *args]
-        started[name] = (subprocess.Popen(argv, cwd=out.parent, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True), argv, out)
+        argv = [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            pass_name,
+            "--out",
+            str(out),
+            "--warmup",
+            str(warmup),
+            "--steps",
+            str(steps),
+            "--",
+            str(UNMARKED / script),
+            *args,
+        ]
+        started[name] = (
+            subprocess.Popen(
+                argv, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ),
+            argv,
+            out,
+        )
     results = {}
     for name, (child, argv, out) in started.items():
         stdout, stderr = child.communicate(timeout=TIMEOUT_S)
         report = out / INJECT_FILE
-        results[name] = Run(subprocess.CompletedProcess(argv, child.returncode, stdout, stderr),
-                            json.loads(report.read_text()) if report.exists() else None, out)
+        results[name] = Run(
+            subprocess.CompletedProcess(argv, child.returncode, stdout, stderr),
+            json.loads(report.read_text()) if report.exists() else None,
+            out,
+        )
     return results
 
 
@@ -86,8 +109,9 @@ def test_generate_is_one_decode_step_per_top_level_forward(runs):
     # The torch pass names its measured steps as torch.profiler does, and each holds one forward:
     # the embedding, three block Linears and the head.
     trace = json.loads((run.out / TRACE_FILE).read_text())["traceEvents"]
-    assert sorted(e["name"] for e in trace if e.get("name", "").startswith("ProfilerStep#")) == \
-        [f"ProfilerStep#{i}" for i in range(5)]
+    assert sorted(e["name"] for e in trace if e.get("name", "").startswith("ProfilerStep#")) == [
+        f"ProfilerStep#{i}" for i in range(5)
+    ]
     profile = load_torch_trace(run.out / TRACE_FILE)
     assert list(profile.steps["step"]) == [0, 1, 2, 3, 4]
     linears = profile.ops[profile.ops["name"] == "aten::addmm"]
@@ -169,17 +193,19 @@ def test_comprehensions_are_not_loops_on_any_python(tmp_path):
     """On 3.12+ comprehensions are inlined into the enclosing code, on 3.10/3.11 they are code objects of
     their own: either way only the `for`/`while` statements are loops, also where a comprehension shares
     their line."""
-    source = ("xs = [a * 2 for a in range(3)]\n"
-              "ys = {a: b for a in range(2)\n"
-              "      for b in range(2)}\n"
-              "for i in range(\n"
-              "        3):\n"
-              "    zs = [q for q in range(i) if q]\n"
-              "n = 0\n"
-              "while n < 3:\n"
-              "    n += 1\n"
-              "g = sum(v for v in range(4))\n"
-              "for x in [m for m in range(2)]: pass\n")
+    source = (
+        "xs = [a * 2 for a in range(3)]\n"
+        "ys = {a: b for a in range(2)\n"
+        "      for b in range(2)}\n"
+        "for i in range(\n"
+        "        3):\n"
+        "    zs = [q for q in range(i) if q]\n"
+        "n = 0\n"
+        "while n < 3:\n"
+        "    n += 1\n"
+        "g = sum(v for v in range(4))\n"
+        "for x in [m for m in range(2)]: pass\n"
+    )
     script = tmp_path / "comprehensions.py"
     script.write_text(source)
     code = compile(source, str(script), "exec")
@@ -210,6 +236,7 @@ def test_tracer_cost_per_python_call_is_bounded():
     """The cost the detection tracer adds to code it does not trace (the libraries the script calls):
     on 3.10/3.11 a callback per Python call, on 3.12+ one event per code object. Measured, and bounded
     loosely so a loaded CI core does not fail it: under 20 us per call."""
+
     def leaf(x: int) -> int:
         return x + 1
 

@@ -28,7 +28,8 @@ def _plant(export: Path) -> None:
     with sqlite3.connect(export) as db:
         (busiest,) = db.execute(
             "SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName "
-            "ORDER BY sum(end - start) DESC LIMIT 1").fetchone()
+            "ORDER BY sum(end - start) DESC LIMIT 1"
+        ).fetchone()
         db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (KERNEL, busiest))
         renamed = db.execute("UPDATE StringIds SET value = ? WHERE value = 'features.1'", (LAYER,)).rowcount
     assert renamed == 1
@@ -36,8 +37,15 @@ def _plant(export: Path) -> None:
 
 def hybrid(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "hybrid", *args], capture_output=True, text=True, check=False,
-                          cwd=ROOT, env=env, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=240,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,8 @@ def test_kernels_gemm_and_reduce_with_launch_config(probe, raw_events):
     assert (names.str.contains("reduce_kernel")).sum() == MATMULS  # one .sum() per iteration
     assert len(probe.kernels) == sum(e.get("cat") == "kernel" for e in raw_events)
     # nvjet's launch config as the trace reports it for each GEMM
-    assert set(zip(gemm.grid_x, gemm.grid_y, gemm.grid_z)) == {(2, 66, 1)}
-    assert set(zip(gemm.block_x, gemm.block_y, gemm.block_z)) == {(384, 1, 1)}
+    assert set(zip(gemm.grid_x, gemm.grid_y, gemm.grid_z, strict=False)) == {(2, 66, 1)}
+    assert set(zip(gemm.block_x, gemm.block_y, gemm.block_z, strict=False)) == {(384, 1, 1)}
     assert set(gemm["registers"]) == {168}
     assert (gemm["shared_bytes"] > 48 * 1024).all()  # opt-in shared memory beyond the 48 KiB default
 
@@ -99,7 +99,8 @@ def test_ops_nesting_self_time_and_device_time(probe):
     top = ops[ops["top_level"]]
     # per iteration: matmul, sum, item, to (the .cpu())
     assert sorted(top["name"].value_counts().to_dict().items()) == sorted(
-        {"aten::matmul": MATMULS, "aten::sum": MATMULS, "aten::item": MATMULS, "aten::to": MATMULS}.items())
+        {"aten::matmul": MATMULS, "aten::sum": MATMULS, "aten::item": MATMULS, "aten::to": MATMULS}.items()
+    )
     # Self times partition the top-level time exactly: every nanosecond is one op's own.
     assert ops["cpu_self_ns"].sum() == (top["end_ns"] - top["start_ns"]).sum()
     # Each kernel is charged once, to the innermost op that launched it.
@@ -143,16 +144,24 @@ def test_gzipped_trace_loads_the_same(tmp_path, probe):
     assert loaded.syncs.equals(probe.syncs)
 
 
-@pytest.mark.parametrize("content, cause", [
-    (b"", "not JSON"),
-    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op"', "not JSON"),  # truncated mid-write
-    (b"\xff\xfe garbage", "not JSON"),
-    (b'{"schemaVersion": 1}', "no `traceEvents`"),
-    (b"[1, 2, 3]", "no `traceEvents`"),
-    # A Chrome trace from another tool (XLA/TensorBoard style)
-    ((b'{"traceEvents": [{"ph": "X", "cat": "XLA Ops", "name": "fusion.1", '
-      b'"pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'), "not one from torch.profiler"),
-])
+@pytest.mark.parametrize(
+    "content, cause",
+    [
+        (b"", "not JSON"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op"', "not JSON"),  # truncated mid-write
+        (b"\xff\xfe garbage", "not JSON"),
+        (b'{"schemaVersion": 1}', "no `traceEvents`"),
+        (b"[1, 2, 3]", "no `traceEvents`"),
+        # A Chrome trace from another tool (XLA/TensorBoard style)
+        (
+            (
+                b'{"traceEvents": [{"ph": "X", "cat": "XLA Ops", "name": "fusion.1", '
+                b'"pid": 1, "tid": 1, "ts": 1, "dur": 2}]}'
+            ),
+            "not one from torch.profiler",
+        ),
+    ],
+)
 def test_bad_input_names_file_cause_and_fix(tmp_path, content, cause):
     path = tmp_path / "trace.json"
     path.write_bytes(content)
@@ -170,12 +179,14 @@ def test_missing_file_is_an_input_error(tmp_path):
 
 # -- CPU traces written by the injector's session --------------------------------------------------
 
+
 def _train(iterations: int, *, pass_dir: Path, warmup: int, steps: int) -> dict:
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.randn(16, 32)
-    session = StepSession(SessionConfig(pass_name="torch", out_dir=pass_dir, warmup_steps=warmup,
-                                        measured_steps=steps))
+    session = StepSession(
+        SessionConfig(pass_name="torch", out_dir=pass_dir, warmup_steps=warmup, measured_steps=steps)
+    )
     with session:
         for _ in range(iterations):
             optimizer.zero_grad()
@@ -217,7 +228,7 @@ def test_cpu_trace_flops_come_from_the_saved_file_and_match_shapes(cpu_run):
     _, profile = cpu_run
     addmm = profile.ops[profile.ops["name"] == "aten::addmm"]
     assert len(addmm) == 8
-    for shapes, flops in zip(addmm["shapes"], addmm["flops"]):
+    for shapes, flops in zip(addmm["shapes"], addmm["flops"], strict=False):
         (_bias, (m, k), (_k, n), *_scalars) = shapes
         assert flops == 2 * m * k * n
 

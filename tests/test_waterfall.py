@@ -1,4 +1,4 @@
-""""Where the step went" in the terminal (--verbose) and the HTML report, from a real H200 run's ledger."""
+""" "Where the step went" in the terminal (--verbose) and the HTML report, from a real H200 run's ledger."""
 
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ def test_verbose_terminal_report_shows_one_line_per_cause_within_the_width():
     text = render_terminal(results(), verbose=True, color=False)
     lines = text.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith(TITLE))
-    shown = lines[first + 1:first + 1 + len(rows)]
+    shown = lines[first + 1 : first + 1 + len(rows)]
     assert [line.split()[0] for line in shown] == [row["state"] for row in rows]
     assert all(row["label"] in line for row, line in zip(rows, shown, strict=True))
-    assert all(len(line) <= REPORT_WIDTH for line in lines[first:first + 1 + len(rows)])
+    assert all(len(line) <= REPORT_WIDTH for line in lines[first : first + 1 + len(rows)])
     assert TITLE not in render_terminal(results(), verbose=False, color=False)
 
 
 def test_html_report_has_the_waterfall_with_a_bar_per_cause():
     doc = render_html(results())
-    section = doc[doc.index(f"<h2>{TITLE}</h2>"):]
-    section = section[:section.index("</table>")]
+    section = doc[doc.index(f"<h2>{TITLE}</h2>") :]
+    section = section[: section.index("</table>")]
     rows = results()["ledger"]["waterfall"]
     assert section.count("<rect ") == len(rows)
     assert all(row["label"] in section for row in rows)

@@ -18,11 +18,17 @@ BASELINE = ROOT / "tools" / "mypy-baseline.txt"
 
 def error_count() -> tuple[int, str]:
     """mypy's error count with the project's configuration (pyproject.toml [tool.mypy]), and its output."""
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--show-error-codes"],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--show-error-codes"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode not in (0, 1):
-        raise SystemExit(f"mypy could not check the code (exit {done.returncode}):\n"
-                         f"{done.stderr or done.stdout}")
+        raise SystemExit(
+            f"mypy could not check the code (exit {done.returncode}):\n{done.stderr or done.stdout}"
+        )
     errors = [line for line in done.stdout.splitlines() if ": error: " in line]
     return len(errors), done.stdout
 
@@ -42,8 +48,10 @@ def main() -> int:
         return 0
     if count > baseline:
         print(output, end="")
-        print(f"mypy: {count} errors, {count - baseline} more than the baseline of {baseline} "
-              f"({BASELINE.relative_to(ROOT)}): type the new code")
+        print(
+            f"mypy: {count} errors, {count - baseline} more than the baseline of {baseline} "
+            f"({BASELINE.relative_to(ROOT)}): type the new code"
+        )
         return 1
     update = f"; lower the baseline: python {Path(__file__).relative_to(ROOT)} --update"
     note = update if count < baseline else ""

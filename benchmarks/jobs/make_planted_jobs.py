@@ -17,14 +17,21 @@ WARMUP, STEPS, PLAIN_STEPS = 3, 5, 10
 
 
 def plain(script: str, out: str) -> str:
-    return (f"python3 -m hybrid.inject.script --pass plain --out $RUN/{out} --warmup {WARMUP} --steps {PLAIN_STEPS} "
-            f"-- {PLANTED / script} > $RUN/{out}.log 2>&1")
+    return (
+        f"python3 -m hybrid.inject.script --pass plain --out $RUN/{out} "
+        f"--warmup {WARMUP} --steps {PLAIN_STEPS} "
+        f"-- {PLANTED / script} > $RUN/{out}.log 2>&1"
+    )
 
 
 def job(entry: dict) -> str:
-    parts = [(f"python3 -m hybrid run --mode hybrid --warmup {WARMUP} --steps {STEPS} --quiet --out $RUN/run "
-              f"{PLANTED / entry['script']} > $RUN/hybrid.log 2>&1; rc=$?"),
-             plain(entry["script"], "plain_script")]
+    parts = [
+        (
+            f"python3 -m hybrid run --mode hybrid --warmup {WARMUP} --steps {STEPS} --quiet --out $RUN/run "
+            f"{PLANTED / entry['script']} > $RUN/hybrid.log 2>&1; rc=$?"
+        ),
+        plain(entry["script"], "plain_script"),
+    ]
     if entry.get("twin"):
         parts.append(plain(entry["twin"], "plain_twin"))
     parts.append("tail -3 $RUN/hybrid.log; exit $rc")

@@ -1,6 +1,7 @@
 """Checks on the GPU machine how ncu's NVTX include filter matches our `hybrid` domain push/pop ranges.
 Run: ncu --clock-control none --nvtx --nvtx-include 'hybrid@step 1/'
     python benchmarks/probe/nvtx_filter_probe.py"""
+
 import nvtx
 import torch
 

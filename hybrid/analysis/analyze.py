@@ -39,8 +39,9 @@ def _rule_peaks(peaks: Peaks) -> dict:
 
 
 def run_rules(ctx: Context, gpu: bool) -> list[Finding]:
-    return engine.run([rule for rule in RULES
-                       if gpu or rule.host_side or rule.category not in GPU_CATEGORIES], ctx)
+    return engine.run(
+        [rule for rule in RULES if gpu or rule.host_side or rule.category not in GPU_CATEGORIES], ctx
+    )
 
 
 # Families whose findings are about a GPU: its kernels, copies and idle time, or work left on the host that
@@ -61,10 +62,15 @@ def _timing(metrics: dict[str, Metric]) -> dict:
         return None if m is None else m.value
 
     return {
-        "step_time_ms": v("step_time_ms"), "step_time_std_ms": v("step_time_std_ms"),
-        "step_time_median_ms": v("step_time_median_ms"), "step_time_cv_pct": v("step_time_cv_pct"),
-        "slowest_step": v("slowest_step"), "steps_excluded": v("steps_excluded"),
-        "gpu_busy_ms": v("gpu_busy_ms"), "gpu_idle_ms": v("gpu_idle_ms"), "gpu_util_pct": v("gpu_util_pct"),
+        "step_time_ms": v("step_time_ms"),
+        "step_time_std_ms": v("step_time_std_ms"),
+        "step_time_median_ms": v("step_time_median_ms"),
+        "step_time_cv_pct": v("step_time_cv_pct"),
+        "slowest_step": v("slowest_step"),
+        "steps_excluded": v("steps_excluded"),
+        "gpu_busy_ms": v("gpu_busy_ms"),
+        "gpu_idle_ms": v("gpu_idle_ms"),
+        "gpu_util_pct": v("gpu_util_pct"),
         "idle_breakdown_ms": {cause: v(f"idle_{cause}_ms") for cause in IDLE_ORDER},
         "source": metrics["step_time_ms"].source if "step_time_ms" in metrics else None,
     }
@@ -77,28 +83,40 @@ def _step_samples_ms(profile: Profile) -> list[float]:
     return [] if steps.empty else [round(float(ns) / 1e6, 6) for ns in steps["dur_ns"]]
 
 
-def _limitations(profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roof: dict, gpu: bool) -> list[str]:
+def _limitations(
+    profile: Profile, peaks: Peaks, metrics: dict[str, Metric], roof: dict, gpu: bool
+) -> list[str]:
     out = []
     if not gpu:
-        out.append("No CUDA GPU was used: GPU analysis (kernels, copies, syncs, roofline) was not possible; "
-                   "only host-side timing and host-side findings (the DataLoader) are reported.")
+        out.append(
+            "No CUDA GPU was used: GPU analysis (kernels, copies, syncs, roofline) was not possible; "
+            "only host-side timing and host-side findings (the DataLoader) are reported."
+        )
     if profile.steps.empty:
         out.append("No measured steps were found: mark steps with hybrid.mark_step() or pass --step-range.")
     if gpu and profile.counters.empty:
-        out.append("No hardware counters (ncu): DRAM bytes, cache hit rates, occupancy and tensor-pipe use are "
-                   "not measured; FLOPs and bytes are estimated from operator shapes where the torch pass ran.")
+        out.append(
+            "No hardware counters (ncu): DRAM bytes, cache hit rates, occupancy and tensor-pipe use are "
+            "not measured; FLOPs and bytes are estimated from operator shapes where the torch pass ran."
+        )
     if gpu and peaks.unknown:
-        out.append(f"Unknown peaks for {profile.device.name!r}: {', '.join(peaks.unknown)}; "
-                   "percent-of-peak figures that need them are omitted.")
+        out.append(
+            f"Unknown peaks for {profile.device.name!r}: {', '.join(peaks.unknown)}; "
+            "percent-of-peak figures that need them are omitted."
+        )
     if roof.get("reason"):
         out.append(f"Roofline not placed: {roof['reason']}.")
     excluded = metrics.get("steps_excluded")
     if excluded is not None and excluded.value:
-        out.append(f"{excluded.value} outlier step(s) (over 3x the median, slowest: "
-                   f"{metrics['slowest_step'].value}) are excluded from per-step averages.")
+        out.append(
+            f"{excluded.value} outlier step(s) (over 3x the median, slowest: "
+            f"{metrics['slowest_step'].value}) are excluded from per-step averages."
+        )
     if gpu and profile.ops.empty:
-        out.append("No torch operator data: CPU-residency checks (CPU-heavy ops, tensors created on the CPU), "
-                   "matmul shapes and FLOP estimates need the torch pass.")
+        out.append(
+            "No torch operator data: CPU-residency checks (CPU-heavy ops, tensors created on the CPU), "
+            "matmul shapes and FLOP estimates need the torch pass."
+        )
     return out
 
 
@@ -114,24 +132,44 @@ def analyze(profile: Profile) -> Analysis:
     gpu = _has_gpu(profile)
     peaks = peaks_for(profile.device)
     metrics = compute_metrics(profile, peaks)
-    roof = roofline(profile, peaks) if gpu else {
-        "bound": None, "arithmetic_intensity": None, "ridge_point": None, "achieved_pct_of_attainable": None,
-        "source": None, "kernels": [], "reason": "no GPU"}
+    roof = (
+        roofline(profile, peaks)
+        if gpu
+        else {
+            "bound": None,
+            "arithmetic_intensity": None,
+            "ridge_point": None,
+            "achieved_pct_of_attainable": None,
+            "source": None,
+            "kernels": [],
+            "reason": "no GPU",
+        }
+    )
     ledger = build_ledger(profile, peaks) if gpu else None
     if ledger is not None:
         metrics.update(ledger.idle_metrics(frame_source(profile, "kernels")))
-    ctx = Context(metrics=metrics, pools=ledger.ms_per_step() if ledger else {}, roofline=roof,
-                  peaks=_rule_peaks(peaks), has_counters=not profile.counters.empty,
-                  config=config_of(profile.extras, observed_config(metrics)),
-                  pass_status=profile.extras.get("pass_status") or {},
-                  op_names=frozenset(profile.ops["name"].astype(str)))
+    ctx = Context(
+        metrics=metrics,
+        pools=ledger.ms_per_step() if ledger else {},
+        roofline=roof,
+        peaks=_rule_peaks(peaks),
+        has_counters=not profile.counters.empty,
+        config=config_of(profile.extras, observed_config(metrics)),
+        pass_status=profile.extras.get("pass_status") or {},
+        op_names=frozenset(profile.ops["name"].astype(str)),
+    )
     findings = applicable(run_rules(ctx, gpu), gpu)
     device = profile.device
     timing = {**_timing(metrics), "step_times_ms": _step_samples_ms(profile)}
     document = {
-        "device": {"name": device.name, "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
-                   "compute_capability": device.compute_capability, "memory_bytes": device.memory_bytes,
-                   "peaks": peaks.to_dict(), "source": device.source},
+        "device": {
+            "name": device.name,
+            "sm_count": device.sm_count or (peaks.sm_count.value if peaks.sm_count else None),
+            "compute_capability": device.compute_capability,
+            "memory_bytes": device.memory_bytes,
+            "peaks": peaks.to_dict(),
+            "source": device.source,
+        },
         "timing": timing,
         # Where each step went on the device; with no GPU there is no device time to partition.
         "ledger": ledger.to_dict() if ledger else None,
@@ -145,8 +183,9 @@ def analyze(profile: Profile) -> Analysis:
         # What the run had switched on, as the injector recorded it (None for captures without it).
         "config": profile.extras.get("config"),
     }
-    diagnosis = Diagnosis(findings, timing=timing,
-                          limitations=_limitations(profile, peaks, metrics, roof, gpu))
+    diagnosis = Diagnosis(
+        findings, timing=timing, limitations=_limitations(profile, peaks, metrics, roof, gpu)
+    )
     diagnosis.to_results(document)
     analyzed = Analyzed(profile=profile, metrics=metrics, peaks=peaks, ledger=ledger)
     return Analysis(document, diagnosis, analyzed)

@@ -62,7 +62,9 @@ def _inside(frame: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> pd.Dat
 Segments = tuple[np.ndarray, np.ndarray, np.ndarray]  # owner start, owner end, weight (ns)
 
 
-def _claimed_segments(finding: Finding, ledger: Ledger, profile: Profile, copies: CopyFilter | None) -> Segments:
+def _claimed_segments(
+    finding: Finding, ledger: Ledger, profile: Profile, copies: CopyFilter | None
+) -> Segments:
     """The ledger segments of the causes the finding drew on, where the host explains them (idle time and
     copies, not kernel time), each weighted by its duration: the engine draws a share of a cause, not
     chosen segments of it, so every segment of the cause is the finding's in part. (Weighting them by
@@ -70,7 +72,9 @@ def _claimed_segments(finding: Finding, ledger: Ledger, profile: Profile, copies
     whose host work after the sync the sync finding drew first.) A segment that names a sync (host
     blocked in it, or host work after it drained the queue) is owned by that sync's host interval; copies
     are narrowed to those the finding is about (pageable or pinned, by direction)."""
-    causes = [cause for cause, ms in finding.claimed.items() if ms > 0 and (STATE[cause] == IDLE or cause == "copy")]
+    causes = [
+        cause for cause, ms in finding.claimed.items() if ms > 0 and (STATE[cause] == IDLE or cause == "copy")
+    ]
     segments = ledger.segments[ledger.segments["cause"].isin(causes)]
     frame, row = segments["ref_frame"].astype(object), segments["ref_row"].to_numpy(np.int64)
     if copies is not None:
@@ -81,7 +85,8 @@ def _claimed_segments(finding: Finding, ledger: Ledger, profile: Profile, copies
         kinds = memcpys["kind"].astype(str).to_numpy(object)[rows]
         pinned = memcpys["host_pinned"].to_numpy(object)[rows]
         keep[is_copy] = np.isin(kinds, copies.kinds) & (
-            True if copies.pinned is None else np.array([p is copies.pinned for p in pinned], bool))
+            True if copies.pinned is None else np.array([p is copies.pinned for p in pinned], bool)
+        )
         segments, frame, row = segments[keep], frame[keep], row[keep]
     a, b = segments["start_ns"].to_numpy(np.int64), segments["end_ns"].to_numpy(np.int64)
     weight = b - a
@@ -101,7 +106,9 @@ class _Samples:
         samples = _inside(profile.samples, *_steady_window(profile))
         self.frames = samples.sort_values(["tid", "start_ns"], kind="stable").reset_index(drop=True)
         keys = self.frames["file"].astype(object).where(self.frames["file"].notna(), None)
-        codes, self.keys = pd.factorize(pd.Series(list(zip(keys, self.frames["line"]))), use_na_sentinel=True)
+        codes, self.keys = pd.factorize(
+            pd.Series(list(zip(keys, self.frames["line"], strict=False))), use_na_sentinel=True
+        )
         self.code = np.where(keys.isna().to_numpy(), -1, codes)
         launch_tids = set(profile.launches["tid"].unique().tolist())
         self.tids = self.frames["tid"].unique().tolist()
@@ -109,8 +116,11 @@ class _Samples:
 
     def _thread(self, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows = np.flatnonzero(self.frames["tid"].to_numpy() == tid)
-        return (self.frames["start_ns"].to_numpy(np.int64)[rows], self.frames["end_ns"].to_numpy(np.int64)[rows],
-                self.code[rows])
+        return (
+            self.frames["start_ns"].to_numpy(np.int64)[rows],
+            self.frames["end_ns"].to_numpy(np.int64)[rows],
+            self.code[rows],
+        )
 
     def weights(self, segments: Segments) -> tuple[np.ndarray, int]:
         """Weight (ns) of each frame code over `segments` on the host thread that ran user code in
@@ -119,15 +129,16 @@ class _Samples:
         total = int(w.sum())
         best = np.zeros(len(self.keys))
         best_user = 0.0
-        for tid in (self.launching or self.tids):
+        for tid in self.launching or self.tids:
             by_code = self._split(a, b, w, *self._thread(tid))
             user = by_code.sum()
             if user > best_user:
                 best, best_user = by_code, user
         return best, total
 
-    def _split(self, a: np.ndarray, b: np.ndarray, w: np.ndarray, s: np.ndarray, e: np.ndarray,
-               code: np.ndarray) -> np.ndarray:
+    def _split(
+        self, a: np.ndarray, b: np.ndarray, w: np.ndarray, s: np.ndarray, e: np.ndarray, code: np.ndarray
+    ) -> np.ndarray:
         """Each segment's weight, split between the frames sampled in its owner interval in
         proportion to the sampled time (sample spans of one thread are disjoint and sorted)."""
         out = np.zeros(len(self.keys))
@@ -168,8 +179,11 @@ class _Paths:
         if not script:
             return
         given = PurePosixPath(os.path.normpath(script).replace(os.sep, "/"))
-        matches = [PurePosixPath(path) for path in recorded
-                   if path == str(given) or path.endswith("/" + str(given).lstrip("/"))]
+        matches = [
+            PurePosixPath(path)
+            for path in recorded
+            if path == str(given) or path.endswith("/" + str(given).lstrip("/"))
+        ]
         absolute = [m for m in matches if m.is_absolute()]
         # A script's paths are shown from its folder; a module's (`-m pkg.mod`, given as pkg/mod.py) from
         # the folder its package sits in, so they read pkg/mod.py:42.
@@ -208,17 +222,24 @@ class _Paths:
         return None
 
     def callsite(self, path: str, line: int, function: str | None, share_pct: float) -> dict:
-        return {"file": self.shown(path), "line": int(line), "function": function,
-                "share_pct": round(float(share_pct), 1), "source_line": self.source_line(path, int(line)),
-                "path": path}
+        return {
+            "file": self.shown(path),
+            "line": int(line),
+            "function": function,
+            "share_pct": round(float(share_pct), 1),
+            "source_line": self.source_line(path, int(line)),
+            "path": path,
+        }
 
 
 def _ranked(weights: np.ndarray, total: int, samples: _Samples, paths: _Paths) -> list[dict]:
     if total <= 0 or not weights.any():
         return []
     top = [int(c) for c in np.argsort(-weights, kind="stable")[:TOP_CALLSITES] if weights[c] > 0]
-    return [paths.callsite(samples.keys[c][0], samples.keys[c][1], samples.function(c), 100 * weights[c] / total)
-            for c in top]
+    return [
+        paths.callsite(samples.keys[c][0], samples.keys[c][1], samples.function(c), 100 * weights[c] / total)
+        for c in top
+    ]
 
 
 def _op_callsites(profile: Profile, ops: set[str], paths: _Paths) -> list[dict]:
@@ -228,10 +249,15 @@ def _op_callsites(profile: Profile, ops: set[str], paths: _Paths) -> list[dict]:
     if total <= 0:
         return []
     placed = calls[calls["file"].notna()]
-    lines = (placed.groupby(["file", "line"], sort=False)
-             .agg(ns=("ns", "sum"), function=("function", "first")).sort_values("ns", ascending=False))
-    return [paths.callsite(file, line, row["function"], 100 * row["ns"] / total)
-            for (file, line), row in lines.head(TOP_CALLSITES).iterrows()]
+    lines = (
+        placed.groupby(["file", "line"], sort=False)
+        .agg(ns=("ns", "sum"), function=("function", "first"))
+        .sort_values("ns", ascending=False)
+    )
+    return [
+        paths.callsite(file, line, row["function"], 100 * row["ns"] / total)
+        for (file, line), row in lines.head(TOP_CALLSITES).iterrows()
+    ]
 
 
 def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
@@ -247,13 +273,25 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
         entry = entry if isinstance(entry, dict) else {"reason": str(entry)}
         count = int(entry.get("count") or 1)
         total += count
-        site = ((entry["file"], int(entry["line"]), entry.get("function")) if entry.get("file") and entry.get("line")
-                else next(((f, int(n), fn or None) for f, n, fn in reversed(TRACEBACK_FRAME.findall(entry.get("reason", "")))
-                           if is_user_file(f)), None))
+        site = (
+            (entry["file"], int(entry["line"]), entry.get("function"))
+            if entry.get("file") and entry.get("line")
+            else next(
+                (
+                    (f, int(n), fn or None)
+                    for f, n, fn in reversed(TRACEBACK_FRAME.findall(entry.get("reason", "")))
+                    if is_user_file(f)
+                ),
+                None,
+            )
+        )
         if site is not None and is_user_file(site[0]):
             counts.setdefault(site[:2], [site[2], 0])[1] += count
     ranked = sorted(counts.items(), key=lambda item: -item[1][1])[:TOP_CALLSITES]
-    return [paths.callsite(file, line, function, 100 * count / total) for (file, line), (function, count) in ranked]
+    return [
+        paths.callsite(file, line, function, 100 * count / total)
+        for (file, line), (function, count) in ranked
+    ]
 
 
 def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
@@ -269,8 +307,15 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     stacked = next((p for p in profiles if not p.op_callsites.empty), profiles[0])
     samples = _Samples(sampled)
     breaks = profiles[0].extras.get("graph_breaks")
-    recorded = [*samples.frames["file"].dropna().unique().tolist(), *stacked.op_callsites["file"].dropna().unique(),
-                *(b["file"] for b in (breaks if isinstance(breaks, list) else []) if isinstance(b, dict) and b.get("file"))]
+    recorded = [
+        *samples.frames["file"].dropna().unique().tolist(),
+        *stacked.op_callsites["file"].dropna().unique(),
+        *(
+            b["file"]
+            for b in (breaks if isinstance(breaks, list) else [])
+            if isinstance(b, dict) and b.get("file")
+        ),
+    ]
     paths = _Paths(script, recorded, module=module)
     # The samples lie on the sampled profile's clock: its own ledger places them (the torch pass's, when
     # only it was sampled).
@@ -299,26 +344,45 @@ def _drop_locating_advice(finding: Finding) -> None:
 
 
 def _missing_note(profiles: list[Profile]) -> str:
-    stackless = max((p.extras.get("nsys", {}).get("python_samples_without_stack") or 0 for p in profiles), default=0)
+    stackless = max(
+        (p.extras.get("nsys", {}).get("python_samples_without_stack") or 0 for p in profiles), default=0
+    )
     if stackless:
-        return (f"{NO_STACKS_NOTE} ({stackless} samples; `nsys profile --export sqlite` drops NVTX payloads): "
-                "export the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`.")
+        return (
+            f"{NO_STACKS_NOTE} ({stackless} samples; `nsys profile --export sqlite` drops NVTX payloads): "
+            "export the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`."
+        )
     if not any(p.extras.get("nsys") for p in profiles):
         # No nsys capture (torch-only run, no GPU): sampling is not possible, operator stacks are.
-        return (f"{NO_SAMPLES_NOTE} (no Nsight Systems capture to sample): findings do not name the script's "
-                "lines; `hybrid run --torch-stacks` records operators' Python stacks in the torch pass instead.")
-    return (f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or has no such option): findings do not "
-            "name the script's lines; rerun with `hybrid run --callsites python`.")
+        return (
+            f"{NO_SAMPLES_NOTE} (no Nsight Systems capture to sample): findings do not name the script's "
+            "lines; `hybrid run --torch-stacks` records operators' Python stacks in the torch pass instead."
+        )
+    return (
+        f"{NO_SAMPLES_NOTE} (nsys ran without --python-sampling, or has no such option): findings do not "
+        "name the script's lines; rerun with `hybrid run --callsites python`."
+    )
 
 
 def _evidence_ops(finding: Finding) -> set[str]:
     """Operator names the finding's evidence lists ('aten::to, aten::copy_')."""
-    return {name.strip() for item in finding.evidence if isinstance(item.value, str)
-            for name in item.value.split(",") if "::" in name}
+    return {
+        name.strip()
+        for item in finding.evidence
+        if isinstance(item.value, str)
+        for name in item.value.split(",")
+        if "::" in name
+    }
 
 
-def _for_finding(finding: Finding, profile: Profile, ledger: Ledger | None, stacked: Profile, samples: _Samples,
-                 paths: _Paths) -> list[dict]:
+def _for_finding(
+    finding: Finding,
+    profile: Profile,
+    ledger: Ledger | None,
+    stacked: Profile,
+    samples: _Samples,
+    paths: _Paths,
+) -> list[dict]:
     rule = RULE_BY_ID.get(finding.id)
     if rule is not None and rule.callsite_ops is not None:
         placed = _op_callsites(stacked, _evidence_ops(finding) or set(rule.callsite_ops), paths)
@@ -329,6 +393,11 @@ def _for_finding(finding: Finding, profile: Profile, ledger: Ledger | None, stac
     owners = _claimed_segments(finding, ledger, profile, rule.copies if rule is not None else None)
     window = _steady_window(profile)
     inside = _inside(pd.DataFrame({"start_ns": owners[0], "end_ns": owners[1], "w": owners[2]}), *window)
-    weights, total = samples.weights((inside["start_ns"].to_numpy(np.int64), inside["end_ns"].to_numpy(np.int64),
-                                      inside["w"].to_numpy(np.int64)))
+    weights, total = samples.weights(
+        (
+            inside["start_ns"].to_numpy(np.int64),
+            inside["end_ns"].to_numpy(np.int64),
+            inside["w"].to_numpy(np.int64),
+        )
+    )
     return _ranked(weights, total, samples, paths)

@@ -64,13 +64,23 @@ class Diagnosis:
 
     def ordered(self) -> list[Finding]:
         """Severity first, then the time a fix saves; `not_measured` notes last."""
-        return sorted(self.findings, key=lambda f: (f.not_measured, -SEVERITY_RANK.get(f.severity, -1),
-                                                    -self.weighed_lost_ms(f), f.id))
+        return sorted(
+            self.findings,
+            key=lambda f: (
+                f.not_measured,
+                -SEVERITY_RANK.get(f.severity, -1),
+                -self.weighed_lost_ms(f),
+                f.id,
+            ),
+        )
 
     def primary(self) -> Finding | None:
         """The finding whose fix saves most; an alternative remedy for time other findings own is none."""
-        candidates = [f for f in self.findings if not f.not_measured and not f.alternative
-                      and self.weighed_lost_ms(f) > 0]
+        candidates = [
+            f
+            for f in self.findings
+            if not f.not_measured and not f.alternative and self.weighed_lost_ms(f) > 0
+        ]
         return max(candidates, key=self.weighed_lost_ms) if candidates else None
 
     def to_dict(self) -> dict:
@@ -92,8 +102,9 @@ class Diagnosis:
         results["limitations"] = self.limitations
 
     @staticmethod
-    def combine(representative: Diagnosis, ranks: Mapping[int, Diagnosis], job: list[Finding],
-                job_ranks: list[int]) -> Diagnosis:
+    def combine(
+        representative: Diagnosis, ranks: Mapping[int, Diagnosis], job: list[Finding], job_ranks: list[int]
+    ) -> Diagnosis:
         """A torchrun job's diagnosis: the job's own findings (communication, straggler), and each rank's
         findings once per rule, from the rank where it costs most (ranks in lockstep gain what the fix
         saves on the rank that gates the step), weighed and ordered as a single run's on the
@@ -111,9 +122,13 @@ class Diagnosis:
         for finding in job:
             # The job's own communication findings are closed forms, not replayed.
             finding.rank, finding.ranks, finding.time_lost_method = None, list(job_ranks), "model"
-        return Diagnosis(findings=[*job, *merged.values()], timing=representative.timing,
-                         limitations=representative.limitations, below_floor=representative.below_floor,
-                         replay_all=representative.replay_all)
+        return Diagnosis(
+            findings=[*job, *merged.values()],
+            timing=representative.timing,
+            limitations=representative.limitations,
+            below_floor=representative.below_floor,
+            replay_all=representative.replay_all,
+        )
 
 
 def _weighed_step_ms(timing: dict) -> float | None:
@@ -162,10 +177,17 @@ def grade(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         assumed = any(item.label == ASSUMES_LABEL for item in finding.evidence)
         finding.severity = severity_for(share, assumed=assumed)
         if share < (finding.floor_pct or 0.0):
-            diagnosis.below_floor.append({"id": finding.id, "title": finding.title,
-                                          "time_lost_ms": finding.time_lost_ms, "weighed_lost_ms": weighed,
-                                          "weighed_pct": share, "floor_pct": finding.floor_pct,
-                                          "time_lost_method": finding.time_lost_method})
+            diagnosis.below_floor.append(
+                {
+                    "id": finding.id,
+                    "title": finding.title,
+                    "time_lost_ms": finding.time_lost_ms,
+                    "weighed_lost_ms": weighed,
+                    "weighed_pct": share,
+                    "floor_pct": finding.floor_pct,
+                    "time_lost_method": finding.time_lost_method,
+                }
+            )
         else:
             kept.append(finding)
     diagnosis.findings = kept

@@ -42,9 +42,18 @@ BARRIER_OPS = ("c10d::barrier", "gloo:barrier", "nccl:barrier")
 # Collective kinds by the words their names contain (NCCL kernels: ncclDevKernel_AllReduce_Sum_f32_RING_LL;
 # gloo ranges: gloo:all_reduce; NVTX/record_function: nccl:all_gather). Longest first: "reduce" is
 # in "all_reduce" and "reduce_scatter".
-COLLECTIVE_KINDS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
-                    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
-                    ("sendrecv", "send_recv"), ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"))
+COLLECTIVE_KINDS = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("sendrecv", "send_recv"),
+    ("send", "send_recv"),
+    ("recv", "send_recv"),
+    ("reduce", "reduce"),
+)
 
 
 def collective_kind(name: str) -> str:
@@ -77,6 +86,7 @@ def rank_dir_name(rank: int) -> str:
 
 # -- interval arithmetic on int64 ns -------------------------------------------------------------
 
+
 def union(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Merged, sorted (n, 2) intervals covering the given ones."""
     return np.column_stack(interval_union(np.asarray(starts, np.int64), np.asarray(ends, np.int64)))
@@ -95,6 +105,7 @@ def uncovered_ns(intervals: np.ndarray, cover: np.ndarray) -> int:
 
 
 # -- one rank ------------------------------------------------------------------------------------
+
 
 @dataclass
 class RankTimeline:
@@ -176,7 +187,8 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
         gloo = gloo.assign(step=_step_of(gloo["start_ns"].to_numpy(), host_steps))
         barrier = events[names.isin(BARRIER_OPS)]
         barriers = barrier.assign(step=_step_of(barrier["start_ns"].to_numpy(), host_steps))[
-            ["step", "name", "start_ns", "end_ns"]]
+            ["step", "name", "start_ns", "end_ns"]
+        ]
         if used_cuda:
             host_collectives_on_cuda = int((gloo["step"] >= 0).sum())
         elif comm.empty:
@@ -184,9 +196,18 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
             steps = host_steps
             comm = gloo[["step", "name", "start_ns", "end_ns"]]
             compute = _host_compute(events, gloo, steps)
-    return RankTimeline(rank=rank, steps=steps, comm=_sequenced(comm), compute=compute, barriers=barriers,
-                        source=source, backend=_backend_name(info), used_cuda=used_cuda,
-                        host_collectives_on_cuda=host_collectives_on_cuda, warnings=warnings)
+    return RankTimeline(
+        rank=rank,
+        steps=steps,
+        comm=_sequenced(comm),
+        compute=compute,
+        barriers=barriers,
+        source=source,
+        backend=_backend_name(info),
+        used_cuda=used_cuda,
+        host_collectives_on_cuda=host_collectives_on_cuda,
+        warnings=warnings,
+    )
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
@@ -196,8 +217,13 @@ def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
     finished = [a.get("finished", True) is not False for a in marked["args"]]
     marked = marked[finished]
     index = marked["name"].str.extract(TORCH_STEP_NAME, expand=False)
-    return pd.DataFrame({"step": index.astype("int64").to_numpy(),
-                         "start_ns": marked["start_ns"].to_numpy(), "end_ns": marked["end_ns"].to_numpy()})
+    return pd.DataFrame(
+        {
+            "step": index.astype("int64").to_numpy(),
+            "start_ns": marked["start_ns"].to_numpy(),
+            "end_ns": marked["end_ns"].to_numpy(),
+        }
+    )
 
 
 def _host_compute(events: pd.DataFrame, gloo: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -234,6 +260,7 @@ def _subtract(intervals: np.ndarray, cut: np.ndarray) -> list[tuple[int, int]]:
 
 # -- per-rank metrics ----------------------------------------------------------------------------
 
+
 def rank_comm_metrics(timeline: RankTimeline) -> dict:
     """Per step means (ms): time in collectives, compute, exposed communication (in flight while no
     compute runs), overlap %, and time per collective kind."""
@@ -248,8 +275,11 @@ def rank_comm_metrics(timeline: RankTimeline) -> dict:
         compute_ns += covered_ns(compute_cover)
         exposed_ns += uncovered_ns(comm_cover, compute_cover)
     n = max(1, len(steps))
-    by_kind = ((timeline.comm["end_ns"] - timeline.comm["start_ns"]).groupby(timeline.comm["collective"]).sum()
-               / n / 1e6)
+    by_kind = (
+        (timeline.comm["end_ns"] - timeline.comm["start_ns"]).groupby(timeline.comm["collective"]).sum()
+        / n
+        / 1e6
+    )
     barriers = timeline.barriers[timeline.barriers["step"] >= 0]
     return {
         "steps": len(steps),
@@ -266,6 +296,7 @@ def rank_comm_metrics(timeline: RankTimeline) -> dict:
 
 # -- across ranks --------------------------------------------------------------------------------
 
+
 def collective_waits(timelines: list[RankTimeline]) -> tuple[pd.DataFrame, list[str]]:
     """One row per collective every rank ran (same step, same place in the step, same kind):
     step, seq, collective, and per rank `d<r>` its duration and `w<r>` the time it waited (its
@@ -277,10 +308,14 @@ def collective_waits(timelines: list[RankTimeline]) -> tuple[pd.DataFrame, list[
     counts = pd.DataFrame({t.rank: t.comm.groupby("step").size() for t in timelines}).fillna(0).astype(int)
     uneven = counts[counts.nunique(axis=1) > 1]
     if len(uneven):
-        detail = "; ".join(f"step {step}: " + ", ".join(f"rank {r} {n}" for r, n in row.items())
-                           for step, row in uneven.head(3).iterrows())
-        warnings.append(f"ranks ran different numbers of collectives in {len(uneven)} step(s) ({detail}); "
-                        "those steps are left out of the wait and straggler figures")
+        detail = "; ".join(
+            f"step {step}: " + ", ".join(f"rank {r} {n}" for r, n in row.items())
+            for step, row in uneven.head(3).iterrows()
+        )
+        warnings.append(
+            f"ranks ran different numbers of collectives in {len(uneven)} step(s) ({detail}); "
+            "those steps are left out of the wait and straggler figures"
+        )
     common = keyed[0].index
     for frame in keyed[1:]:
         common = common.intersection(frame.index)
@@ -288,14 +323,18 @@ def collective_waits(timelines: list[RankTimeline]) -> tuple[pd.DataFrame, list[
     if not common:
         return pd.DataFrame(), warnings
     table = pd.DataFrame(index=pd.MultiIndex.from_tuples(sorted(common), names=["step", "seq"]))
-    kinds = pd.DataFrame({t.rank: frame.loc[table.index, "collective"] for t, frame in zip(timelines, keyed)})
+    kinds = pd.DataFrame(
+        {t.rank: frame.loc[table.index, "collective"] for t, frame in zip(timelines, keyed, strict=False)}
+    )
     mismatched = kinds.nunique(axis=1) > 1
     if mismatched.any():
-        warnings.append(f"{int(mismatched.sum())} collective(s) differ in kind across ranks at the same place "
-                        "in a step (ranks took different code paths); they are left out")
+        warnings.append(
+            f"{int(mismatched.sum())} collective(s) differ in kind across ranks at the same place "
+            "in a step (ranks took different code paths); they are left out"
+        )
     table = table[~mismatched.to_numpy()]
     table["collective"] = kinds.loc[table.index].iloc[:, 0]
-    for timeline, frame in zip(timelines, keyed):
+    for timeline, frame in zip(timelines, keyed, strict=False):
         rows = frame.loc[table.index]
         table[f"d{timeline.rank}"] = (rows["end_ns"] - rows["start_ns"]).to_numpy()
     durations = table[[f"d{t.rank}" for t in timelines]]
@@ -335,8 +374,9 @@ def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
 
 
 def _metric(value, unit: str, source: str) -> dict:
-    return Metric(None if value is None else (round(value, 4) if isinstance(value, float) else value),
-                  unit, source).to_dict()
+    return Metric(
+        None if value is None else (round(value, 4) if isinstance(value, float) else value), unit, source
+    ).to_dict()
 
 
 def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> tuple[dict, list[str]]:
@@ -362,9 +402,12 @@ def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> t
 
     metrics = {
         "step_time_ms": _metric(job_step, "ms", source),
-        "step_time_spread_ms": _metric(max(known.values()) - min(known.values()) if known else None, "ms", source),
-        "step_time_spread_pct": _metric(100.0 * (max(known.values()) - min(known.values())) / job_step
-                                        if job_step else None, "%", source),
+        "step_time_spread_ms": _metric(
+            max(known.values()) - min(known.values()) if known else None, "ms", source
+        ),
+        "step_time_spread_pct": _metric(
+            100.0 * (max(known.values()) - min(known.values())) / job_step if job_step else None, "%", source
+        ),
         "compute_ms": _metric(mean("compute_ms"), "ms", source),
         "comm_ms": _metric(mean("comm_ms"), "ms", source),
         "exposed_comm_ms": _metric(mean("exposed_comm_ms"), "ms", source),
@@ -373,8 +416,12 @@ def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> t
         "barrier_ms": _metric(mean("barrier_ms"), "ms", source),
         "barriers_per_step": _metric(mean("barriers_per_step"), "count", source),
         "host_collectives_on_cuda_per_step": _metric(
-            float(np.mean([t.host_collectives_on_cuda / max(1, per_rank[t.rank]["steps"]) for t in timelines])),
-            "count", MEASURED_TORCH),
+            float(
+                np.mean([t.host_collectives_on_cuda / max(1, per_rank[t.rank]["steps"]) for t in timelines])
+            ),
+            "count",
+            MEASURED_TORCH,
+        ),
     }
     if late is not None:
         metrics["straggler_rank"] = _metric(late["rank"], "rank", source)
@@ -392,9 +439,13 @@ def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> t
         "slowest_rank": slowest,
         "straggler": late,
         "collectives_matched": len(waits),
-        "comm_by_collective_ms": {k: round(v, 4) for k, v in sorted(by_collective.items(), key=lambda kv: -kv[1])},
+        "comm_by_collective_ms": {
+            k: round(v, 4) for k, v in sorted(by_collective.items(), key=lambda kv: -kv[1])
+        },
         "metrics": metrics,
-        "per_rank": {str(r): {k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()}
-                     for r, m in per_rank.items()},
+        "per_rank": {
+            str(r): {k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()}
+            for r, m in per_rank.items()
+        },
     }
     return block, warnings

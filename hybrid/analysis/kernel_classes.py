@@ -32,45 +32,74 @@ from nsight.ncu import function_base_name
 FROM_NAME = "kernel name"
 
 MATMUL_KINDS = ("gemm", "conv", "attention")
-KINDS = ("communication", *MATMUL_KINDS, "gemv", "normalization", "softmax", "pooling", "reduction", "copy",
-         "elementwise", "other")
+KINDS = (
+    "communication",
+    *MATMUL_KINDS,
+    "gemv",
+    "normalization",
+    "softmax",
+    "pooling",
+    "reduction",
+    "copy",
+    "elementwise",
+    "other",
+)
 
 # Checked in order; the first that matches names the kind. Helpers that sit beside GEMMs in cuBLAS/cuDNN
 # (split-K reductions, epilogues, layout transforms, workspace init) come before the GEMM patterns.
-_KIND_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple((kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in (
-    ("communication", r"^(?:void )?nccl"),
-    ("reduction", r"^triton_(?:red|per)_"),
-    ("elementwise", r"^triton_poi_"),
-    ("gemm", r"^triton_tem_.*(?:mm|gemm)"),
-    ("conv", r"^triton_tem_.*conv"),
-    ("attention", r"fmha|flash_fwd|flash_bwd|flash::|attention|_sdpa"),
-    ("normalization", (r"batch_?norm|\bbn_(?:fw|bw)|::bn_|layer_?norm|group_?norm|rms_?norm|instance_?norm"
-                      r"|GammaBetaBackward")),
-    ("softmax", r"softmax"),
-    ("pooling", r"pool|adaptive_average_gradinput"),
-    ("reduction", r"splitKreduce|ReduceSplitK|reduce_wgrad"),
-    ("elementwise", r"cublasLt::epilogue|\bscal_kernel|scalePackedTensor"),
-    ("other", r"init_device_workspace"),
-    ("copy", r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|flip_filter|direct_copy|CatArray|transpose"),
-    ("conv", r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d_"),
-    ("gemv", r"gemv"),
-    ("gemm", r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|matmul"),
-    ("reduction", r"reduce|reduction|scan|cumsum|nll_loss|argmax|argmin|radix_sort::DeviceRadixSortExclusiveSum"),
-    ("elementwise", (r"elementwise|vectorized|unrolled|multi_tensor_apply|pointwise|FillFunctor|amp_update_scale"
-                    r"|amp_foreach|distribution_|dropout|_kernel_cuda")),
-))
+_KIND_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE))
+    for kind, pattern in (
+        ("communication", r"^(?:void )?nccl"),
+        ("reduction", r"^triton_(?:red|per)_"),
+        ("elementwise", r"^triton_poi_"),
+        ("gemm", r"^triton_tem_.*(?:mm|gemm)"),
+        ("conv", r"^triton_tem_.*conv"),
+        ("attention", r"fmha|flash_fwd|flash_bwd|flash::|attention|_sdpa"),
+        (
+            "normalization",
+            (
+                r"batch_?norm|\bbn_(?:fw|bw)|::bn_|layer_?norm|group_?norm|rms_?norm|instance_?norm"
+                r"|GammaBetaBackward"
+            ),
+        ),
+        ("softmax", r"softmax"),
+        ("pooling", r"pool|adaptive_average_gradinput"),
+        ("reduction", r"splitKreduce|ReduceSplitK|reduce_wgrad"),
+        ("elementwise", r"cublasLt::epilogue|\bscal_kernel|scalePackedTensor"),
+        ("other", r"init_device_workspace"),
+        ("copy", r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|flip_filter|direct_copy|CatArray|transpose"),
+        ("conv", r"conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d_"),
+        ("gemv", r"gemv"),
+        ("gemm", r"gemm|nvjet|cutlass|cublas|xmma|wgmma|hgmma|matmul"),
+        (
+            "reduction",
+            r"reduce|reduction|scan|cumsum|nll_loss|argmax|argmin|radix_sort::DeviceRadixSortExclusiveSum",
+        ),
+        (
+            "elementwise",
+            (
+                r"elementwise|vectorized|unrolled|multi_tensor_apply|pointwise|FillFunctor|amp_update_scale"
+                r"|amp_foreach|distribution_|dropout|_kernel_cuda"
+            ),
+        ),
+    )
+)
 
 # A GEMM or convolution name carries several types (inputs, math, accumulator, output): the narrowest
 # tensor-core type present is the one its math ran in (`f32f32_tf32f32_f32`: fp32 in, TF32 math).
-_MATMUL_PRECISION = tuple((p, re.compile(rx, re.IGNORECASE)) for p, rx in (
-    ("fp8", r"e4m3|e5m2|fp8|float8|qgmma"),
-    ("int8", r"i8i8|int8|imma"),
-    ("bf16", r"bf16|bfloat16"),
-    ("fp16", r"f16|fp16|half|hgemm|h1688|h16816|h884|hmma"),
-    ("tf32", r"tf32|tfloat32|tensorop_s\d"),
-    ("fp64", r"f64|fp64|double|dgemm|d884|dmma"),
-    ("fp32", r"f32|fp32|float|sgemm|ffma|simt_s|single"),
-))
+_MATMUL_PRECISION = tuple(
+    (p, re.compile(rx, re.IGNORECASE))
+    for p, rx in (
+        ("fp8", r"e4m3|e5m2|fp8|float8|qgmma"),
+        ("int8", r"i8i8|int8|imma"),
+        ("bf16", r"bf16|bfloat16"),
+        ("fp16", r"f16|fp16|half|hgemm|h1688|h16816|h884|hmma"),
+        ("tf32", r"tf32|tfloat32|tensorop_s\d"),
+        ("fp64", r"f64|fp64|double|dgemm|d884|dmma"),
+        ("fp32", r"f32|fp32|float|sgemm|ffma|simt_s|single"),
+    )
+)
 # nvjet (cuBLAS on Hopper) names start with a type code (A/B, compute, C/D): `hsh` is fp16 in and out with
 # fp32 compute, `tst` bf16 (ncu measured bf16 tensor FLOPs in nvjet_sm90_tst kernels of two bf16 captures,
 # graph_unfused_small_ops and healthy_bf16_gemm; it is not TF32). Codes no capture has shown stay unread.
@@ -87,16 +116,23 @@ _MEM_EFFICIENT_F32 = re.compile(r"fmha_cutlass[FB]_f32_", re.IGNORECASE)
 # Any other kernel: the first element type in its name (template arguments list the stored type before
 # the accumulator: `softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, ...>` is bf16). bfloat16 and
 # tfloat32 are tried before the float inside them.
-_ELEMENT_TYPE = re.compile(r"(?P<fp8>float8|e4m3|e5m2)|(?P<bf16>bfloat16|bf16)|(?P<tf32>tfloat32|tf32)"
-                           r"|(?P<fp16>float16|half\b|c10::Half|__half|fp16)|(?P<fp64>double|f64\b)"
-                           r"|(?P<fp32>float|f32\b)", re.IGNORECASE)
+_ELEMENT_TYPE = re.compile(
+    r"(?P<fp8>float8|e4m3|e5m2)|(?P<bf16>bfloat16|bf16)|(?P<tf32>tfloat32|tf32)"
+    r"|(?P<fp16>float16|half\b|c10::Half|__half|fp16)|(?P<fp64>double|f64\b)"
+    r"|(?P<fp32>float|f32\b)",
+    re.IGNORECASE,
+)
 
 _LAMBDA_PARAMS = re.compile(r"lambda\(([^()]+)\)")
 
 # Pipes whose executed FLOPs ncu counts (hybrid.profile COUNTER_COLUMNS), with the peak (hardware.Peaks key)
 # each runs at and the precision it stands for.
 TENSOR_PIPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "tf32", "fp8": "fp8", "fp64": "fp64_tensor"}
-SCALAR_PIPES = {"fp32_flops": ("fp32", "fp32"), "fp64_flops": ("fp64", "fp64"), "fp16_flops": ("fp16_scalar", "fp16")}
+SCALAR_PIPES = {
+    "fp32_flops": ("fp32", "fp32"),
+    "fp64_flops": ("fp64", "fp64"),
+    "fp16_flops": ("fp16_scalar", "fp16"),
+}
 
 
 _GENERIC_WRAPPERS = ("kernel", "kernel2")
@@ -114,7 +150,9 @@ def kernel_label(name: str) -> str:
     return base
 
 
-@functools.lru_cache(maxsize=1 << 16)  # pure in the name: each distinct name is classified once, not per reader
+@functools.lru_cache(
+    maxsize=1 << 16
+)  # pure in the name: each distinct name is classified once, not per reader
 def kernel_kind(name: str) -> str:
     for kind, pattern in _KIND_PATTERNS:
         if pattern.search(name):
@@ -228,15 +266,24 @@ def measured_class(row: Mapping, peaks: Peaks | None) -> tuple[str | None, bool 
     return pipe_precision(pipe), pipe.startswith("tensor:")
 
 
-def classify_kernels(names: pd.Series, counters: pd.DataFrame | None = None,
-                     peaks: Peaks | None = None) -> pd.DataFrame:
+def classify_kernels(
+    names: pd.Series, counters: pd.DataFrame | None = None, peaks: Peaks | None = None
+) -> pd.DataFrame:
     """Per kernel name (the index of the result, unique): `kind`, `precision`, `precision_source`
     (measured:ncu where a counter row of that name measured FLOPs, else the kernel name) and `tensor_core`
     (measured only). Counter rows of one name are pooled, FLOPs summed per pipe."""
     unique = pd.Index(pd.unique(pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)))
     kinds = [kernel_kind(n) for n in unique]
-    frame = pd.DataFrame({"kind": kinds, "precision": [name_precision(n, k) for n, k in zip(unique, kinds)],
-                          "precision_source": FROM_NAME, "tensor_core": None}, index=unique, dtype=object)
+    frame = pd.DataFrame(
+        {
+            "kind": kinds,
+            "precision": [name_precision(n, k) for n, k in zip(unique, kinds, strict=False)],
+            "precision_source": FROM_NAME,
+            "tensor_core": None,
+        },
+        index=unique,
+        dtype=object,
+    )
     if counters is None or counters.empty:
         return frame
     pooled: dict[str, dict[str, float]] = {}
@@ -251,8 +298,11 @@ def classify_kernels(names: pd.Series, counters: pd.DataFrame | None = None,
         pipe = dominant_pipe(by_pipe, peaks)
         if pipe is None:
             continue
-        frame.loc[name, ["precision", "precision_source", "tensor_core"]] = \
-            [pipe_precision(pipe), MEASURED_NCU, pipe.startswith("tensor:")]
+        frame.loc[name, ["precision", "precision_source", "tensor_core"]] = [
+            pipe_precision(pipe),
+            MEASURED_NCU,
+            pipe.startswith("tensor:"),
+        ]
     return frame
 
 

@@ -42,24 +42,67 @@ LAUNCH_GAP_MAX_NS = 100_000
 # CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
 CPU_HEAVY_RATIO = 10.0
 
-BANDWIDTH_MIN_COPY_BYTES = 1024  # mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s)
-OP_DTYPE_PRECISION = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16", "double": "fp64",
-                      "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8"}
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "long int": 8, "int": 4,
-               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-               "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::complex<float>": 8}
+# Mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s).
+BANDWIDTH_MIN_COPY_BYTES = 1024
+OP_DTYPE_PRECISION = {
+    "float": "fp32",
+    "c10::half": "fp16",
+    "c10::bfloat16": "bf16",
+    "double": "fp64",
+    "c10::float8_e4m3fn": "fp8",
+    "c10::float8_e5m2": "fp8",
+}
+DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "c10::half": 2,
+    "c10::bfloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+    "c10::complex<float>": 8,
+}
 # Ops whose GEMM dims we check (leaf ops only: linear/matmul decompose into these).
 # Reductions write a tensor much smaller than their input: bytes are the inputs only.
-REDUCTION_OPS = {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::norm",
-                 "aten::linalg_vector_norm", "aten::argmax", "aten::argmin", "aten::var", "aten::std"}
+REDUCTION_OPS = {
+    "aten::sum",
+    "aten::mean",
+    "aten::amax",
+    "aten::amin",
+    "aten::max",
+    "aten::min",
+    "aten::norm",
+    "aten::linalg_vector_norm",
+    "aten::argmax",
+    "aten::argmin",
+    "aten::var",
+    "aten::std",
+}
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"}
 CONV_OPS = {"aten::convolution"}
 # Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
 # Multiplication Background" user guide, "Tensor Core Requirements").
 TENSOR_CORE_MULTIPLE = 8
-CREATE_OPS = {"aten::randn", "aten::rand", "aten::randint", "aten::zeros", "aten::ones", "aten::full",
-              "aten::empty", "aten::tensor", "aten::from_numpy", "aten::arange", "aten::linspace",
-              "aten::lift_fresh", "aten::scalar_tensor"}
+CREATE_OPS = {
+    "aten::randn",
+    "aten::rand",
+    "aten::randint",
+    "aten::zeros",
+    "aten::ones",
+    "aten::full",
+    "aten::empty",
+    "aten::tensor",
+    "aten::from_numpy",
+    "aten::arange",
+    "aten::linspace",
+    "aten::lift_fresh",
+    "aten::scalar_tensor",
+}
 MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
 DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 # torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
@@ -106,9 +149,12 @@ def _step_windows(profile: Profile) -> pd.DataFrame:
     out = steps.assign(host_start_ns=steps["start_ns"], host_end_ns=steps["end_ns"])
     if steps.empty:
         return out.assign(dur_ns=pd.Series(dtype="int64"))
-    device_ends = [f.groupby("step")["end_ns"].max() for f in (profile.kernels, profile.memcpys, profile.memsets)
-                   if not f.empty]
-    device_end = (pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64"))
+    device_ends = [
+        f.groupby("step")["end_ns"].max()
+        for f in (profile.kernels, profile.memcpys, profile.memsets)
+        if not f.empty
+    ]
+    device_end = pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64")
     device_end = device_end.reindex(steps["step"]).to_numpy(dtype=float)
     ends = np.fmax(steps["end_ns"].to_numpy(np.int64), device_end).astype(np.int64)
     starts = steps["start_ns"].to_numpy(np.int64).copy()
@@ -143,7 +189,8 @@ def _distinct(names: pd.Series) -> pd.Series:
 
 
 def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
-    """hybrid.analysis.kernel_classes.classify_kernels for these kernel names, measured from the profile's counter rows
+    """hybrid.analysis.kernel_classes.classify_kernels for these kernel names, measured from the profile's
+    counter rows
     (named as the timeline names the kernels they matched by launch or configuration) where ncu ran.
     Every name of the profile's kernels and counter rows is classified once, on the first call (metrics,
     roofline and ledger asked 3 times per resnet50 analysis); the result is indexed by name, a superset of
@@ -184,7 +231,9 @@ def _dtype_bytes(dtype: str) -> int:
 def op_bytes(name: str, shapes: list, dtypes: list) -> float:
     """Estimated DRAM bytes of one op call from its input shapes and dtypes (each tensor touched once;
     for matmuls A + B + C, otherwise inputs plus an output as large as the largest input)."""
-    tensors = [(s, d) for s, d in zip(shapes or [], dtypes or []) if isinstance(s, list) and s and d]
+    tensors = [
+        (s, d) for s, d in zip(shapes or [], dtypes or [], strict=False) if isinstance(s, list) and s and d
+    ]
     if not tensors:
         return 0.0
     sizes = [_numel(s) * _dtype_bytes(d) for s, d in tensors]
@@ -300,14 +349,19 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
         "mean_kernel_us": Metric(float(dur.mean()) / NS_PER_US, "us", src),
         "small_kernel_share_pct": Metric(100 * float((dur < SMALL_KERNEL_NS).mean()), "%", src),
         "launch_rate_per_s": Metric(float(len(k) / step_s) if step_s else 0.0, "kernels/s", src),
-        "distinct_kernels_per_step": Metric(float(k.groupby("step")["name"].nunique().mean()), "kernels", src),
+        "distinct_kernels_per_step": Metric(
+            float(k.groupby("step")["name"].nunique().mean()), "kernels", src
+        ),
     }
     launches = _in_steps(profile.launches, steps)
     if not launches.empty:
         launch_ns = (launches["end_ns"] - launches["start_ns"]).sum()
-        out["launch_api_ms"] = Metric(_per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches"))
-        out["launch_api_to_kernel_ratio"] = Metric(float(launch_ns / dur.sum()) if dur.sum() else 0.0, "x",
-                                                   frame_source(profile, "launches"))
+        out["launch_api_ms"] = Metric(
+            _per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches")
+        )
+        out["launch_api_to_kernel_ratio"] = Metric(
+            float(launch_ns / dur.sum()) if dur.sum() else 0.0, "x", frame_source(profile, "launches")
+        )
     sm = peaks.sm_count.value if peaks.sm_count else None
     if sm:
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
@@ -327,9 +381,13 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     gemm = np.isin(kind, MATMUL_KINDS)
     out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
     if gemm.any():
-        # Where each GEMM's precision came from: ncu's FLOP counters, else its name (hybrid.analysis.kernel_classes).
-        out["gemm_precision_measured_pct"] = Metric(100 * float(dur[gemm & measured].sum() / dur[gemm].sum()), "%",
-                                                    MEASURED_NCU if (gemm & measured).any() else src)
+        # Where each GEMM's precision came from: ncu's FLOP counters, else its name
+        # (hybrid.analysis.kernel_classes).
+        out["gemm_precision_measured_pct"] = Metric(
+            100 * float(dur[gemm & measured].sum() / dur[gemm].sum()),
+            "%",
+            MEASURED_NCU if (gemm & measured).any() else src,
+        )
     for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         ns = dur[gemm & (precision == p)].sum()
         out[f"gemm_{p}_ms"] = Metric(_per_step(ns, n) / NS_PER_MS, "ms", src)
@@ -344,8 +402,11 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     out["gemm_fp32_matmul_ms"] = Metric(_per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
     out["gemm_fp32_conv_ms"] = Metric(_per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
     if fp32.any():
-        out["gemm_fp32_measured_pct"] = Metric(100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()), "%",
-                                               MEASURED_NCU if (fp32 & measured).any() else src)
+        out["gemm_fp32_measured_pct"] = Metric(
+            100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()),
+            "%",
+            MEASURED_NCU if (fp32 & measured).any() else src,
+        )
         base = k["name"].map(kernel_label).astype(str).to_numpy()  # categorical: once per distinct name
         out["gemm_fp32_kernels"] = Metric(_top_names(dur[fp32], base[fp32]), "", src)
         layers = k["layer"].to_numpy(dtype=object)
@@ -365,7 +426,9 @@ def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     stream = k["stream"].to_numpy()
     step = k["step"].to_numpy()
     same = np.zeros(len(k), bool)
-    same[1:] = ew[1:] & ew[:-1] & (grid[1:] == grid[:-1]) & (stream[1:] == stream[:-1]) & (step[1:] == step[:-1])
+    same[1:] = (
+        ew[1:] & ew[:-1] & (grid[1:] == grid[:-1]) & (stream[1:] == stream[:-1]) & (step[1:] == step[:-1])
+    )
     chain_id = np.cumsum(~same)
     dur = (k["end_ns"] - k["start_ns"]).to_numpy()
     frame = pd.DataFrame({"chain": chain_id[ew], "ns": dur[ew]})
@@ -404,11 +467,15 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     host = m[m["kind"].isin(["HtoD", "DtoH"])]
     pageable = host[host["host_pinned"].eq(False)]
     if host["bytes"].sum() > 0:
-        out["pageable_copy_share_pct"] = Metric(100 * float(pageable["bytes"].sum() / host["bytes"].sum()), "%", src)
+        out["pageable_copy_share_pct"] = Metric(
+            100 * float(pageable["bytes"].sum() / host["bytes"].sum()), "%", src
+        )
     out["pageable_copies_per_step"] = Metric(_per_step(len(pageable), n), "copies", src)
     out["pageable_copy_ms"] = Metric(_per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
     if pageable["ns"].sum() > 0:
-        out["pageable_bytes_per_s"] = Metric(float(pageable["bytes"].sum() / (pageable["ns"].sum() / 1e9)), "B/s", src)
+        out["pageable_bytes_per_s"] = Metric(
+            float(pageable["bytes"].sum() / (pageable["ns"].sum() / 1e9)), "B/s", src
+        )
     ks = profile.kernels
     kus, kue = interval_union(ks["start_ns"].to_numpy(np.int64), ks["end_ns"].to_numpy(np.int64))
     overlap = covered(kus, kue, host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
@@ -417,7 +484,8 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     out["exposed_copy_ms"] = Metric(_per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
     pageable_overlap = covered(kus, kue, pageable["start_ns"].to_numpy(), pageable["end_ns"].to_numpy())
     out["exposed_pageable_copy_ms"] = Metric(
-        _per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src)
+        _per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src
+    )
     return out
 
 
@@ -461,7 +529,9 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
-        "data_loader_ms": Metric(_per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "data_loader_ms": Metric(
+            _per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+        ),
         "data_loader_idle_ms": Metric(_per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
         "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
     }
@@ -475,7 +545,9 @@ COMPILED_REGION_PREFIX = "Torch-Compiled Region"
 def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     """Rows not nested in an earlier row of the same thread (ranges of one thread nest or follow)."""
     ops = ops.sort_values(["tid", "start_ns"], kind="stable")
-    reach = ops.groupby("tid")["end_ns"].transform(lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min))
+    reach = ops.groupby("tid")["end_ns"].transform(
+        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
+    )
     return ops[ops["start_ns"].to_numpy() >= reach.to_numpy()]
 
 
@@ -492,7 +564,9 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
-        "compiled_region_ms": Metric(_per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "compiled_region_ms": Metric(
+            _per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+        ),
         "compiled_region_idle_ms": Metric(_per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
     }
 
@@ -510,7 +584,9 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     top["cpu_ns"] = top["end_ns"] - top["start_ns"]
 
     gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
-    heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values("cpu_ns", ascending=False)
+    heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values(
+        "cpu_ns", ascending=False
+    )
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
@@ -519,27 +595,42 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     no_gpu = top[top["device_total_ns"] == 0]
     out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # DistributedDataParallel's own ranges and reducer ops: the model is DDP-wrapped (hybrid.rules.advice).
-    out["ddp_ops_per_step"] = Metric(_per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src)
+    out["ddp_ops_per_step"] = Metric(
+        _per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
+    )
     longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
     out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)
 
     ordered = top.sort_values(["tid", "start_ns"])
     nxt = ordered["name"].shift(-1)
     same_tid = ordered["tid"].eq(ordered["tid"].shift(-1))
-    moved = ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
+    moved = (
+        ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
+    )
     out["created_on_cpu_then_moved"] = Metric(_per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
     # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
-    flops = pd.Series([op_flops(name, shapes, f) for name, shapes, f in
-                       zip(ops["name"], ops["shapes"], ops["flops"])], index=ops.index, dtype=float) \
-        if ops["flops"].isna().any() else ops["flops"]
+    flops = (
+        pd.Series(
+            [
+                op_flops(name, shapes, f)
+                for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"], strict=False)
+            ],
+            index=ops.index,
+            dtype=float,
+        )
+        if ops["flops"].isna().any()
+        else ops["flops"]
+    )
     out["est_flops_per_step"] = Metric(_per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)
     first = leaf.groupby(keys, sort=False).head(1)
-    per_key = {key: op_bytes(r.name, r.shapes, r.dtypes)
-               for key, r in zip(keys.loc[first.index], first.itertuples(index=False))}
+    per_key = {
+        key: op_bytes(r.name, r.shapes, r.dtypes)
+        for key, r in zip(keys.loc[first.index], first.itertuples(index=False), strict=False)
+    }
     out["est_bytes_per_step"] = Metric(_per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
 
     with_flops = ops[flops > 0]
@@ -560,25 +651,39 @@ def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
         return {"misaligned_gemms_per_step": Metric(0.0, "calls", src)}
     keys = gemm["name"] + "|" + gemm["shapes"].astype(str)
     first = gemm.groupby(keys, sort=False).head(1)
-    bad = {key: any(d % TENSOR_CORE_MULTIPLE for d in op_gemm_dims(name, shapes))
-           for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"])}
+    bad = {
+        key: any(d % TENSOR_CORE_MULTIPLE for d in op_gemm_dims(name, shapes))
+        for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"], strict=False)
+    }
     flags = keys.map(bad)
-    examples = [f"{name} {shapes}" for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"])
-                if bad[key]][:3]
+    examples = [
+        f"{name} {shapes}"
+        for key, name, shapes in zip(keys.loc[first.index], first["name"], first["shapes"], strict=False)
+        if bad[key]
+    ][:3]
     bad_calls = gemm[flags.to_numpy(bool)]
     # FLOPs and modeled bytes of those calls place them on the roofline (tensor_core rule).
-    flops = sum(op_flops(name, shapes, f) for name, shapes, f in
-                zip(bad_calls["name"], bad_calls["shapes"], bad_calls["flops"]))
-    nbytes = sum(op_bytes(name, shapes, dtypes) for name, shapes, dtypes in
-                 zip(bad_calls["name"], bad_calls["shapes"], bad_calls["dtypes"]))
+    flops = sum(
+        op_flops(name, shapes, f)
+        for name, shapes, f in zip(bad_calls["name"], bad_calls["shapes"], bad_calls["flops"], strict=False)
+    )
+    nbytes = sum(
+        op_bytes(name, shapes, dtypes)
+        for name, shapes, dtypes in zip(
+            bad_calls["name"], bad_calls["shapes"], bad_calls["dtypes"], strict=False
+        )
+    )
     return {
         "misaligned_gemms_per_step": Metric(_per_step(flags.sum(), n), "calls", src),
-        "misaligned_gemm_device_ms": Metric(_per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "misaligned_gemm_device_ms": Metric(
+            _per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src
+        ),
         "misaligned_gemm_shapes": Metric("; ".join(examples), "", src),
         "misaligned_gemm_flops": Metric(_per_step(flops, n), "FLOP", ESTIMATED),
         "misaligned_gemm_bytes": Metric(_per_step(nbytes, n), "B", ESTIMATED),
-        "misaligned_gemm_precision": Metric(str(precision.loc[bad_calls.index].mode().iloc[0]) if flags.any() else "",
-                                            "", src),
+        "misaligned_gemm_precision": Metric(
+            str(precision.loc[bad_calls.index].mode().iloc[0]) if flags.any() else "", "", src
+        ),
     }
 
 
@@ -605,7 +710,9 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         text = [r.get("reason", str(r)) if isinstance(r, dict) else str(r) for r in reasons[:3]]
         out["graph_break_reasons"] = Metric("; ".join(text), "", src)
     if extras.get(OPS_CLOCK_STEP_NS):
-        out["torch_pass_step_time_ms"] = Metric(float(extras[OPS_CLOCK_STEP_NS]) / NS_PER_MS, "ms", MEASURED_TORCH)
+        out["torch_pass_step_time_ms"] = Metric(
+            float(extras[OPS_CLOCK_STEP_NS]) / NS_PER_MS, "ms", MEASURED_TORCH
+        )
     if extras.get("batch_size") is not None:
         out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
     if extras.get("uses_compile") is not None:
@@ -652,8 +759,10 @@ def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
 
 # Averages of per-kernel ncu figures: (metric name, counter column, unit).
 COUNTER_AVERAGES = (
-    ("ncu_l2_hit_pct", "l2_hit_pct", "%"), ("ncu_l1_hit_pct", "l1_hit_pct", "%"),
-    ("ncu_tensor_pipe_pct", "tensor_pipe_pct", "%"), ("ncu_sm_throughput_pct", "sm_throughput_pct", "%"),
+    ("ncu_l2_hit_pct", "l2_hit_pct", "%"),
+    ("ncu_l1_hit_pct", "l1_hit_pct", "%"),
+    ("ncu_tensor_pipe_pct", "tensor_pipe_pct", "%"),
+    ("ncu_sm_throughput_pct", "sm_throughput_pct", "%"),
     ("ncu_memory_throughput_pct", "memory_throughput_pct", "%"),
     ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct", "%"),
     ("ncu_sectors_per_request", "global_load_sectors_per_request", "sectors/req"),
@@ -666,14 +775,18 @@ def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | N
 
 def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
     """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
-    dilute it), and of those not FP32 (hybrid.analysis.kernel_classes: measured where ncu counted their FLOPs): FP32 GEMMs
+    dilute it), and of those not FP32 (hybrid.analysis.kernel_classes: measured where ncu counted their
+    FLOPs): FP32 GEMMs
     cannot use the tensor pipe at all, which the FP32 finding already explains; the rest is what the
     idle-pipe finding judges."""
     names = c["name"].astype(str)
     gemm = pd.Series(np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS), index=c.index)
     not_fp32 = pd.Series(per_kernel(names, classes, "precision") != "fp32", index=c.index)
     out: dict[str, Metric] = {}
-    for name, mask in (("ncu_gemm_tensor_pipe_pct", gemm), ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & not_fp32)):
+    for name, mask in (
+        ("ncu_gemm_tensor_pipe_pct", gemm),
+        ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & not_fp32),
+    ):
         value = _counter_average(c[mask], "tensor_pipe_pct", weights[mask])
         if value is not None:
             out[name] = Metric(value, "%", MEASURED_NCU)
@@ -705,8 +818,9 @@ def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, 
         # Bytes and duration of each replayed launch, counted as often as its kernel runs in a step.
         launches = per_step["launches"]
         moved_ns = float((c["duration_ns"].fillna(0) * launches).sum())
-        out["ncu_dram_bytes_per_s"] = Metric(float((dram * launches).sum() / (moved_ns / 1e9)) if moved_ns else 0.0,
-                                             "B/s", src)
+        out["ncu_dram_bytes_per_s"] = Metric(
+            float((dram * launches).sum() / (moved_ns / 1e9)) if moved_ns else 0.0, "B/s", src
+        )
     by_precision: dict[str, float] = {}
     for d in c["tensor_flops_by_precision"].dropna():
         for p, v in dict(d).items():
@@ -751,10 +865,18 @@ def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
     total = g["sum"].sum()
     src = frame_source(profile, "kernels")
     launches = launch_configs(k[k["name"].isin(g.head(limit).index)])
-    return [{"name": name, "calls_per_step": row["size"] / n, "total_ms_per_step": row["sum"] / n / NS_PER_MS,
-             "mean_us": row["mean"] / NS_PER_US, "share_pct": 100 * row["sum"] / total, "source": src,
-             **launches.get(name, {})}
-            for name, row in g.head(limit).iterrows()]
+    return [
+        {
+            "name": name,
+            "calls_per_step": row["size"] / n,
+            "total_ms_per_step": row["sum"] / n / NS_PER_MS,
+            "mean_us": row["mean"] / NS_PER_US,
+            "share_pct": 100 * row["sum"] / total,
+            "source": src,
+            **launches.get(name, {}),
+        }
+        for name, row in g.head(limit).iterrows()
+    ]
 
 
 LAUNCH_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
@@ -771,8 +893,11 @@ def launch_configs(kernels: pd.DataFrame) -> dict[str, dict]:
     out = {}
     for name, configs in by_config.groupby("name"):
         top = configs.loc[configs["ns"].idxmax()]
-        out[name] = {"grid": [int(top[c]) for c in LAUNCH_COLUMNS[:3]],
-                     "block": [int(top[c]) for c in LAUNCH_COLUMNS[3:]], "launch_configs": len(configs)}
+        out[name] = {
+            "grid": [int(top[c]) for c in LAUNCH_COLUMNS[:3]],
+            "block": [int(top[c]) for c in LAUNCH_COLUMNS[3:]],
+            "launch_configs": len(configs),
+        }
     return out
 
 
@@ -788,6 +913,13 @@ def layer_table(profile: Profile, limit: int = 30) -> list[dict]:
     k = k.assign(ns=k["end_ns"] - k["start_ns"])
     g = k.groupby("layer")["ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     src = frame_source(profile, "kernels")
-    return [{"name": name, "gpu_ms": row["sum"] / n / NS_PER_MS, "kernels": row["size"] / n,
-             "share_of_step_pct": 100 * row["sum"] / n / step_ns, "source": src}
-            for name, row in g.head(limit).iterrows()]
+    return [
+        {
+            "name": name,
+            "gpu_ms": row["sum"] / n / NS_PER_MS,
+            "kernels": row["size"] / n,
+            "share_of_step_pct": 100 * row["sum"] / n / step_ns,
+            "source": src,
+        }
+        for name, row in g.head(limit).iterrows()
+    ]

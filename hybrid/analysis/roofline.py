@@ -3,7 +3,8 @@ estimated), and for the step as a whole, duration-weighted.
 
 attainable = min(compute ceiling, AI x DRAM bandwidth); a point is memory bound when its AI is left of
 the ridge (ceiling / bandwidth). A counter point's compute ceiling comes from its measured FLOP mix
-(hybrid.analysis.kernel_classes.compute_ceiling: the rate at which its FLOPs on each pipe, tensor bf16/fp16/tf32/fp8/fp64
+(hybrid.analysis.kernel_classes.compute_ceiling: the rate at which its FLOPs on each pipe, tensor
+bf16/fp16/tf32/fp8/fp64
 and scalar fp32/fp64/fp16, finish with every pipe at its peak); an op point's from its op's precision (an
 fp32 matmul or convolution that ran TF32 kernels, by the run's configuration or the kernel names, meets
 the TF32 roof). The step's precision mix is its FLOPs by precision (each point's FLOPs times the launches
@@ -64,7 +65,8 @@ DEFAULT_PRECISION = "fp32"
 # and its FLOP counters come from separate replay passes of the kernel (a few % apart on short kernels).
 CEILING_TOLERANCE = 0.02
 PIPE_PREFIX = "pipe:"
-# Matmul and convolution ops torch estimates no FLOPs for (aten::cudnn_convolution, aten::convolution_backward:
+# Matmul and convolution ops torch estimates no FLOPs for (aten::cudnn_convolution,
+# aten::convolution_backward:
 # it counts aten::convolution and the mm family only). Placed by their bytes alone they would read as
 # memory-bound kernels far below the roofline; they are left out instead.
 UNCOUNTED_MATMUL_OP = re.compile(r"conv|mm\b|matmul|linear|einsum")
@@ -74,8 +76,15 @@ FROM_OP_DTYPE = "op dtype"
 
 
 # The counter columns a kernel's roofline point is computed from.
-WORK_COLUMNS = ("tensor_flops", "fp64_flops", "fp32_flops", "fp16_flops", "dram_read_bytes", "dram_write_bytes",
-                "duration_ns")
+WORK_COLUMNS = (
+    "tensor_flops",
+    "fp64_flops",
+    "fp32_flops",
+    "fp16_flops",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "duration_ns",
+)
 
 
 def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -92,26 +101,39 @@ def _matched_launches(profile: Profile, counted: pd.DataFrame) -> tuple[pd.DataF
 
 def _counter_work(counted: pd.DataFrame) -> pd.DataFrame:
     """Per counter row (one replayed launch): FLOPs, DRAM and L2 bytes, ncu's duration, and the FLOPs of each
-    pipe in `pipe:<pipe>` columns (hybrid.analysis.kernel_classes.flops_by_pipe), which sum over launches like the rest."""
+    pipe in `pipe:<pipe>` columns (hybrid.analysis.kernel_classes.flops_by_pipe), which sum over launches
+    like the rest."""
     by_pipe = [flops_by_pipe(row) for row in counted.to_dict("records")]
     pipes = sorted({pipe for row in by_pipe for pipe in row})
-    frame = pd.DataFrame({
-        "name": counted["name"].to_numpy(),
-        "flops": [float(sum(row.values())) for row in by_pipe],
-        "bytes": (counted["dram_read_bytes"].fillna(0) + counted["dram_write_bytes"].fillna(0)).to_numpy(float),
-        "l2_bytes": counted["l2_bytes"].to_numpy(float),
-        "time_ns": counted["duration_ns"].to_numpy(float),
-    }, index=counted.index)
+    frame = pd.DataFrame(
+        {
+            "name": counted["name"].to_numpy(),
+            "flops": [float(sum(row.values())) for row in by_pipe],
+            "bytes": (counted["dram_read_bytes"].fillna(0) + counted["dram_write_bytes"].fillna(0)).to_numpy(
+                float
+            ),
+            "l2_bytes": counted["l2_bytes"].to_numpy(float),
+            "time_ns": counted["duration_ns"].to_numpy(float),
+        },
+        index=counted.index,
+    )
     for pipe in pipes:
         frame[PIPE_PREFIX + pipe] = [row.get(pipe, 0.0) for row in by_pipe]
     return frame
 
 
 def _with_mix(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
-    """Each point's precision (its dominant pipe), FLOPs by precision and compute ceiling from its pipe columns."""
+    """Each point's precision (its dominant pipe), FLOPs by precision and compute ceiling from its pipe
+    columns."""
     pipes = [c for c in points.columns if c.startswith(PIPE_PREFIX)]
-    mixes = [{c[len(PIPE_PREFIX):]: float(v) for c, v in zip(pipes, values) if v > 0}
-             for values in points[pipes].to_numpy(float)] if pipes else [{} for _ in range(len(points))]
+    mixes = (
+        [
+            {c[len(PIPE_PREFIX) :]: float(v) for c, v in zip(pipes, values, strict=False) if v > 0}
+            for values in points[pipes].to_numpy(float)
+        ]
+        if pipes
+        else [{} for _ in range(len(points))]
+    )
     fallback = peaks.flops(DEFAULT_PRECISION)
     precision = [pipe_precision(dominant_pipe(mix, peaks)) if mix else DEFAULT_PRECISION for mix in mixes]
     ceiling = [compute_ceiling(mix, peaks) if mix else fallback for mix in mixes]
@@ -122,8 +144,11 @@ def _with_mix(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
             merged[pipe_precision(pipe)] = merged.get(pipe_precision(pipe), 0.0) + flops
         by_precision.append(merged)
     return points.drop(columns=pipes).assign(
-        precision=precision, ceiling=np.array([np.nan if c is None else c for c in ceiling], dtype=float),
-        flops_by_precision=by_precision, precision_source=[MEASURED_NCU if mix else None for mix in mixes])
+        precision=precision,
+        ceiling=np.array([np.nan if c is None else c for c in ceiling], dtype=float),
+        flops_by_precision=by_precision,
+        precision_source=[MEASURED_NCU if mix else None for mix in mixes],
+    )
 
 
 def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
@@ -137,10 +162,12 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
     # The launch configuration tells apart the points of one kernel name (resnet50: 7 fprop points, 1 name).
     launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_COLUMNS)).fillna(0).to_numpy(int)
     return work.reset_index(drop=True).assign(
-        source=MEASURED_NCU, per_step=per_row["size"].to_numpy(float) / n,
+        source=MEASURED_NCU,
+        per_step=per_row["size"].to_numpy(float) / n,
         step_time_ns=per_row["sum"].to_numpy(float) / n,
         grid=[list(map(int, row[:3])) if (row > 0).all() else None for row in launch],
-        block=[list(map(int, row[3:])) if (row > 0).all() else None for row in launch])
+        block=[list(map(int, row[3:])) if (row > 0).all() else None for row in launch],
+    )
 
 
 def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame:
@@ -153,28 +180,40 @@ def _points_from_layers(profile: Profile, counted: pd.DataFrame) -> pd.DataFrame
     if matched.empty:
         return pd.DataFrame()
     work = _counter_work(counted.loc[matched["counter_row"].unique()])
-    per_launch = work.loc[matched["counter_row"]].set_index(matched.index).assign(
-        layer=matched["layer"].astype(str), ns=matched["ns"].astype(float))
+    per_launch = (
+        work.loc[matched["counter_row"]]
+        .set_index(matched.index)
+        .assign(layer=matched["layer"].astype(str), ns=matched["ns"].astype(float))
+    )
     by_layer = per_launch.groupby("layer", sort=False)
-    sums = [c for c in per_launch.columns if c in ("flops", "bytes", "l2_bytes", "time_ns", "ns")
-            or c.startswith(PIPE_PREFIX)]
+    sums = [
+        c
+        for c in per_launch.columns
+        if c in ("flops", "bytes", "l2_bytes", "time_ns", "ns") or c.startswith(PIPE_PREFIX)
+    ]
     totals = by_layer[sums].sum(min_count=1)
     steps = steady_steps(profile)
-    in_layers = profile.kernels[profile.kernels["step"].isin(steps["step"]) & profile.kernels["layer"].notna()]
+    in_layers = profile.kernels[
+        profile.kernels["step"].isin(steps["step"]) & profile.kernels["layer"].notna()
+    ]
     layer_ns = (in_layers["end_ns"] - in_layers["start_ns"]).groupby(in_layers["layer"].astype(str)).sum()
     # Already per step, like op points: every sum is over the steady steps' launches.
     points = (totals.drop(columns=["ns"]) / n).reset_index().rename(columns={"layer": "name"})
     return points.assign(
-        source=MEASURED_NCU, per_step=1.0, step_time_ns=totals["ns"].to_numpy(float) / n,
+        source=MEASURED_NCU,
+        per_step=1.0,
+        step_time_ns=totals["ns"].to_numpy(float) / n,
         launches_per_step=by_layer.size().loc[totals.index].to_numpy(float) / n,
-        covered_pct=100 * totals["ns"].to_numpy(float) / layer_ns.loc[totals.index].to_numpy(float))
+        covered_pct=100 * totals["ns"].to_numpy(float) / layer_ns.loc[totals.index].to_numpy(float),
+    )
 
 
 def _fp32_matmul_precision(profile: Profile, peaks: Peaks) -> dict[str, tuple[str, str]]:
     """What fp32 matmuls and convolutions ran as ({"matmul"|"conv": (precision, source)}): the run's
-    configuration when the injector recorded it (TF32 flags), else the precision most of the run's fp32-or-TF32
+    configuration when the injector recorded it (TF32 flags), else the precision most of the run's
+    fp32-or-TF32
     GEMM (or convolution) kernel time had, by hybrid.analysis.kernel_classes."""
-    flags = ((profile.extras.get("config") or {}).get("precision") or {})
+    flags = (profile.extras.get("config") or {}).get("precision") or {}
     out: dict[str, tuple[str, str]] = {}
     for family, flag in (("matmul", "tf32_matmul"), ("conv", "tf32_conv")):
         if flag in flags:
@@ -214,36 +253,51 @@ def _points_from_ops(profile: Profile, peaks: Peaks) -> pd.DataFrame:
     if ops.empty:
         return pd.DataFrame()
     key = ops["name"] + "|" + ops["shapes"].astype(str) + "|" + ops["dtypes"].astype(str)
-    flops = [op_flops(name, shapes, f) for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"])]
+    flops = [
+        op_flops(name, shapes, f)
+        for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"], strict=False)
+    ]
     grouped = ops.assign(key=key, flops=flops).groupby("key", sort=False)
     first = grouped.head(1).set_index("key")
     agg = grouped.agg(calls=("name", "size"), flops=("flops", "sum"), time_ns=("device_ns", "sum"))
-    per_call = pd.Series({k: op_bytes(name, shapes, dtypes) for k, name, shapes, dtypes
-                          in zip(first.index, first["name"], first["shapes"], first["dtypes"])})
+    per_call = pd.Series(
+        {
+            k: op_bytes(name, shapes, dtypes)
+            for k, name, shapes, dtypes in zip(
+                first.index, first["name"], first["shapes"], first["dtypes"], strict=False
+            )
+        }
+    )
     n = max(len(steps), 1)
     counted = (agg["flops"] > 0) | ~first.loc[agg.index, "name"].astype(str).str.contains(UNCOUNTED_MATMUL_OP)
     agg = agg[counted]
     fp32_runs_as = _fp32_matmul_precision(profile, peaks)
-    labels = [_op_precision(name, dtypes, fp32_runs_as)
-              for name, dtypes in zip(first.loc[agg.index, "name"], first.loc[agg.index, "dtypes"])]
+    labels = [
+        _op_precision(name, dtypes, fp32_runs_as)
+        for name, dtypes in zip(first.loc[agg.index, "name"], first.loc[agg.index, "dtypes"], strict=False)
+    ]
     precision = [p for p, _ in labels]
     flops_per_step = agg["flops"].to_numpy(float) / n
     ceiling = [peaks.flops(p) or peaks.flops(DEFAULT_PRECISION) or np.nan for p in precision]
-    return pd.DataFrame({
-        "name": first.loc[agg.index, "name"].to_numpy(),
-        "flops": flops_per_step,
-        "bytes": per_call.loc[agg.index].to_numpy(float) * agg["calls"].to_numpy() / n,
-        "l2_bytes": np.nan,
-        "time_ns": agg["time_ns"].to_numpy(float) / n,
-        "precision": precision,
-        "ceiling": np.array(ceiling, dtype=float),
-        "flops_by_precision": [{p: f} if f > 0 else {} for p, f in zip(precision, flops_per_step)],
-        "precision_source": [source for _, source in labels],
-        "source": ESTIMATED,
-        # Already per step: each point is its op's work and time per step.
-        "per_step": 1.0,
-        "step_time_ns": agg["time_ns"].to_numpy(float) / n,
-    })
+    return pd.DataFrame(
+        {
+            "name": first.loc[agg.index, "name"].to_numpy(),
+            "flops": flops_per_step,
+            "bytes": per_call.loc[agg.index].to_numpy(float) * agg["calls"].to_numpy() / n,
+            "l2_bytes": np.nan,
+            "time_ns": agg["time_ns"].to_numpy(float) / n,
+            "precision": precision,
+            "ceiling": np.array(ceiling, dtype=float),
+            "flops_by_precision": [
+                {p: f} if f > 0 else {} for p, f in zip(precision, flops_per_step, strict=False)
+            ],
+            "precision_source": [source for _, source in labels],
+            "source": ESTIMATED,
+            # Already per step: each point is its op's work and time per step.
+            "per_step": 1.0,
+            "step_time_ns": agg["time_ns"].to_numpy(float) / n,
+        }
+    )
 
 
 def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
@@ -258,8 +312,15 @@ def _place(points: pd.DataFrame, peaks: Peaks) -> pd.DataFrame:
         achieved_pct = np.where(points["flops"] > 0, 100 * flops_per_s / attainable, 100 * bytes_per_s / bw)
         l2_ai = points["flops"] / points["l2_bytes"]
     ridge = peak / bw
-    return points.assign(ai=ai, l2_ai=l2_ai, ridge=ridge, flops_per_s=flops_per_s, bytes_per_s=bytes_per_s,
-                         achieved_pct=achieved_pct, bound=np.where(ai < ridge, "memory", "compute"))
+    return points.assign(
+        ai=ai,
+        l2_ai=l2_ai,
+        ridge=ridge,
+        flops_per_s=flops_per_s,
+        bytes_per_s=bytes_per_s,
+        achieved_pct=achieved_pct,
+        bound=np.where(ai < ridge, "memory", "compute"),
+    )
 
 
 def counter_row_achieved_pct(counters: pd.DataFrame, peaks: Peaks) -> pd.Series:
@@ -272,18 +333,29 @@ def counter_row_achieved_pct(counters: pd.DataFrame, peaks: Peaks) -> pd.Series:
 
 
 def _split_above_ceiling(placed: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """The points at or below their compute ceiling, and a record of those above it (never shown as points)."""
+    """The points at or below their compute ceiling, and a record of those above it (never shown as
+    points)."""
     above = (placed["flops_per_s"] > placed["ceiling"] * (1 + CEILING_TOLERANCE)).to_numpy(bool)
-    records = [{"name": r.name, "flops_per_s": float(r.flops_per_s), "ceiling_flops_per_s": float(r.ceiling),
-                "precision": r.precision, "precision_source": r.precision_source if isinstance(r.precision_source, str) else None, "source": r.source}
-               for r in placed[above].itertuples(index=False)]
+    records = [
+        {
+            "name": r.name,
+            "flops_per_s": float(r.flops_per_s),
+            "ceiling_flops_per_s": float(r.ceiling),
+            "precision": r.precision,
+            "precision_source": r.precision_source if isinstance(r.precision_source, str) else None,
+            "source": r.source,
+        }
+        for r in placed[above].itertuples(index=False)
+    ]
     return placed[~above], records
 
 
 def _time_pct(placed: pd.DataFrame) -> dict[str, float]:
     """Share of the placed kernel time per point precision."""
     time = placed["step_time_ns"].groupby(placed["precision"]).sum()
-    return {str(p): round(float(100 * t / time.sum()), 2) for p, t in time.sort_values(ascending=False).items()}
+    return {
+        str(p): round(float(100 * t / time.sum()), 2) for p, t in time.sort_values(ascending=False).items()
+    }
 
 
 def _step_flops(placed: pd.DataFrame) -> dict[str, float]:
@@ -297,7 +369,8 @@ def _step_flops(placed: pd.DataFrame) -> dict[str, float]:
 
 def _step_ceiling(placed: pd.DataFrame, flops: dict[str, float], peaks: Peaks) -> tuple[float, str]:
     """(ceiling FLOP/s, how it was computed) of the step: its FLOPs over the time its kernels need one after
-    another, each at its own ceiling (within a kernel the pipes run side by side, hybrid.analysis.kernel_classes.
+    another, each at its own ceiling (within a kernel the pipes run side by side,
+    hybrid.analysis.kernel_classes.
     compute_ceiling; across kernels on a stream they queue), so a step of 94.5% TF32 FLOPs gets a
     ceiling near the TF32 peak however long its FP32 kernels ran."""
     work = (placed["flops"] * placed["per_step"]).to_numpy(float)
@@ -311,15 +384,27 @@ def _step_ceiling(placed: pd.DataFrame, flops: dict[str, float], peaks: Peaks) -
     return float(work[usable].sum() / (work[usable] / ceiling[usable]).sum()), (
         f"the step's FLOPs ({shares}) over the time its kernels need one after another, each at its own "
         f"ceiling (its FLOP mix with every pipe at the {peaks.model or 'GPU'}'s peak)"
-        + (f"; {left_out} point(s) without a known peak left out" if left_out else ""))
+        + (f"; {left_out} point(s) without a known peak left out" if left_out else "")
+    )
 
 
 def _point(r, extra: dict) -> dict:
-    return {"name": r.name, "ai": _finite(r.ai), "l2_ai": _finite(r.l2_ai), "flops_per_s": _finite(r.flops_per_s),
-            "bytes_per_s": _finite(r.bytes_per_s), "time_ms": r.step_time_ns / 1e6, **extra, "bound": r.bound,
-            "precision": r.precision, "precision_source": r.precision_source if isinstance(r.precision_source, str) else None,
-            "flops_by_precision": dict(r.flops_by_precision), "ceiling_flops_per_s": _finite(r.ceiling),
-            "achieved_pct_of_attainable": _finite(r.achieved_pct), "source": r.source}
+    return {
+        "name": r.name,
+        "ai": _finite(r.ai),
+        "l2_ai": _finite(r.l2_ai),
+        "flops_per_s": _finite(r.flops_per_s),
+        "bytes_per_s": _finite(r.bytes_per_s),
+        "time_ms": r.step_time_ns / 1e6,
+        **extra,
+        "bound": r.bound,
+        "precision": r.precision,
+        "precision_source": r.precision_source if isinstance(r.precision_source, str) else None,
+        "flops_by_precision": dict(r.flops_by_precision),
+        "ceiling_flops_per_s": _finite(r.ceiling),
+        "achieved_pct_of_attainable": _finite(r.achieved_pct),
+        "source": r.source,
+    }
 
 
 def _finite(x) -> float | None:
@@ -339,25 +424,40 @@ def _layer_block(profile: Profile, counted: pd.DataFrame, peaks: Peaks) -> tuple
         return [], "no kernel launched inside a module range was profiled by ncu"
     placed, _ = _split_above_ceiling(_place(_with_mix(points, peaks), peaks))
     placed = placed.sort_values("step_time_ns", ascending=False).head(MAX_LAYER_POINTS)
-    return [_point(r, {"kernels_per_step": r.launches_per_step, "covered_pct": float(r.covered_pct)})
-            for r in placed.itertuples(index=False)], None
+    return [
+        _point(r, {"kernels_per_step": r.launches_per_step, "covered_pct": float(r.covered_pct)})
+        for r in placed.itertuples(index=False)
+    ], None
 
 
 def roofline(profile: Profile, peaks: Peaks) -> dict:
     """The `roofline` block of results.json."""
-    empty = {"bound": None, "arithmetic_intensity": None, "ridge_point": None,
-             "achieved_pct_of_attainable": None, "source": None, "kernels": [], "layers": []}
+    empty = {
+        "bound": None,
+        "arithmetic_intensity": None,
+        "ridge_point": None,
+        "achieved_pct_of_attainable": None,
+        "source": None,
+        "kernels": [],
+        "layers": [],
+    }
     if peaks.dram is None:
-        return {**empty, "reason": "DRAM bandwidth of this GPU is unknown",
-                "layers_reason": "DRAM bandwidth of this GPU is unknown"}
+        return {
+            **empty,
+            "reason": "DRAM bandwidth of this GPU is unknown",
+            "layers_reason": "DRAM bandwidth of this GPU is unknown",
+        }
     # A kernel is placed from counters only where ncu read all of its work: a GEMM with no FLOP metric
     # would sit at AI 0 as if it did no math, a kernel without its write bytes or its duration above
     # its real rate (an n/a read as 0).
     counted = profile.counters[profile.counters[list(WORK_COLUMNS)].notna().all(axis=1)]
     if counted.empty and not profile.counters.empty and profile.ops.empty:
         lacking = [c for c in WORK_COLUMNS if profile.counters[c].isna().any()]
-        return {**empty, "reason": f"ncu measured no kernel's full work (no value for {', '.join(lacking)})",
-                "layers_reason": "no kernel with all of its work measured by ncu"}
+        return {
+            **empty,
+            "reason": f"ncu measured no kernel's full work (no value for {', '.join(lacking)})",
+            "layers_reason": "no kernel with all of its work measured by ncu",
+        }
     layers, layers_reason = _layer_block(profile, counted, peaks)
     empty = {**empty, "layers": layers, **({"layers_reason": layers_reason} if layers_reason else {})}
     if not counted.empty:
@@ -388,9 +488,16 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
     l2_total = (placed["l2_bytes"] * per_step).sum(min_count=1)
     source = placed["source"].iloc[0]
     top = placed.sort_values("step_time_ns", ascending=False).head(MAX_POINTS)
-    kernels = [_point(r, {"calls_per_step": r.per_step, **({"grid": r.grid, "block": r.block}
-                                                           if getattr(r, "grid", None) else {})})
-               for r in top.itertuples(index=False)]
+    kernels = [
+        _point(
+            r,
+            {
+                "calls_per_step": r.per_step,
+                **({"grid": r.grid, "block": r.block} if getattr(r, "grid", None) else {}),
+            },
+        )
+        for r in top.itertuples(index=False)
+    ]
     return {
         "bound": "memory" if ai < ridge else "compute",
         "arithmetic_intensity": _finite(ai),

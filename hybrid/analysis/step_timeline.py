@@ -59,28 +59,50 @@ def step_timeline(profile: Profile) -> dict | None:
         if isinstance(label, str):
             precisions[row.name] = label
     for row in _overlapping(profile.memcpys, start, end).itertuples(index=False):
-        rows.append((f"stream {row.stream}", "memcpy", row.start_ns, row.end_ns, f"memcpy {row.kind} {row.bytes} B"))
+        rows.append(
+            (f"stream {row.stream}", "memcpy", row.start_ns, row.end_ns, f"memcpy {row.kind} {row.bytes} B")
+        )
     for row in _overlapping(profile.memsets, start, end).itertuples(index=False):
         rows.append((f"stream {row.stream}", "memset", row.start_ns, row.end_ns, f"memset {row.bytes} B"))
     host = "host" if main is None else f"host thread {main}"
     for row in _overlapping(profile.syncs, start, end).itertuples(index=False):
         rows.append((host, "sync", row.start_ns, row.end_ns, str(row.api)))
     for row in _overlapping(profile.launches, start, end).itertuples(index=False):
-        rows.append((host if row.tid == main else f"host thread {row.tid}", "launch", row.start_ns, row.end_ns,
-                     str(row.api)))
+        rows.append(
+            (
+                host if row.tid == main else f"host thread {row.tid}",
+                "launch",
+                row.start_ns,
+                row.end_ns,
+                str(row.api),
+            )
+        )
     total = len(rows)
     rank = {kind: index for index, kind in enumerate(KIND_ORDER)}
     kept = sorted(rows, key=lambda r: (rank[r[1]], -(r[3] - r[2])))[:MAX_EVENTS]
     kept.sort(key=lambda r: (r[2], rank[r[1]]))
     # Host lanes first (the main thread on top), then streams in number order.
-    lanes = sorted({r[0] for r in kept}, key=lambda lane: (not lane.startswith("host"), lane != host,
-                                                           int(lane.split()[-1]) if lane[-1].isdigit() else 0))
+    lanes = sorted(
+        {r[0] for r in kept},
+        key=lambda lane: (
+            not lane.startswith("host"),
+            lane != host,
+            int(lane.split()[-1]) if lane[-1].isdigit() else 0,
+        ),
+    )
     lane_index = {lane: index for index, lane in enumerate(lanes)}
     names = list(dict.fromkeys(r[4] for r in kept))
     name_index = {name: index for index, name in enumerate(names)}
-    events = [[lane_index[lane], kind, round((max(s, start) - start) / 1e3, US_DECIMALS),
-               round((min(e, end) - max(s, start)) / 1e3, US_DECIMALS), name_index[name]]
-              for lane, kind, s, e, name in kept]
+    events = [
+        [
+            lane_index[lane],
+            kind,
+            round((max(s, start) - start) / 1e3, US_DECIMALS),
+            round((min(e, end) - max(s, start)) / 1e3, US_DECIMALS),
+            name_index[name],
+        ]
+        for lane, kind, s, e, name in kept
+    ]
     return {
         "step": int(step["step"]),
         "duration_us": round((end - start) / 1e3, US_DECIMALS),
@@ -94,4 +116,3 @@ def step_timeline(profile: Profile) -> dict | None:
         "events": events,
         "events_total": total,
     }
-

@@ -16,8 +16,9 @@ from hybrid.profile import Profile, is_communication
 # Ledger pools only hardware counters give a cause (hybrid.ledger.causes): uncoalesced loads, occupancy, an
 # idle tensor pipe and the distance to the roofline are ncu's figures; without them that kernel time is
 # `kernel_unprofiled`. FP32 GEMMs, narrow alignment and small grids come from names and launch configurations.
-COUNTER_POOLS = frozenset({"uncoalesced", "low_occupancy", "tensor_pipe_idle", "below_roofline",
-                           "kernel_unprofiled"})
+COUNTER_POOLS = frozenset(
+    {"uncoalesced", "low_occupancy", "tensor_pipe_idle", "below_roofline", "kernel_unprofiled"}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +46,11 @@ class KernelHeadroom:
         self.graph = host_scaled(graph, host_scale) if host_scale else graph
         names = pd.Series(self.graph.d_name)
         self.names = names.astype(str).to_numpy()
-        self.kernels = ((self.graph.d_kind == KERNEL) & np.isin(self.graph.d_step, self.graph.step_ids)
-                        & ~is_communication(names))
+        self.kernels = (
+            (self.graph.d_kind == KERNEL)
+            & np.isin(self.graph.d_step, self.graph.step_ids)
+            & ~is_communication(names)
+        )
         self._replay = replay_step
         self.base_ms = replay_step(self.graph).step_time_ms
 
@@ -63,7 +67,8 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     where a finding rests on kernel time only counters explain (they would measure what it estimates) or
     the timeline found no bottleneck; where faster kernels could save as much as the primary finding (on
     the step the findings are weighed at: the plain step where a collector slowed the measured one,
-    hybrid.analysis.diagnosis), the fewest largest candidates that leave the other kernels unable to, even at zero
+    hybrid.analysis.diagnosis), the fewest largest candidates that leave the other kernels unable to, even at
+    zero
     time; none otherwise. `forced` (--mode hybrid) runs it on every candidate.
 
     On the committed H200 captures without their counters, this skips 17 of 25 runs, whose primary,
@@ -95,24 +100,33 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     primary_ms = _weighed_lost_ms(primary, timing)
     step = "plain step" if plain else "step"
     saved = headroom.saved_ms()
+
     def bound(compared: str) -> str:
-        return (f"faster kernels could save at most {saved:.2f} ms a {step} (the step replayed with every "
-                f"kernel at zero time), {compared} the primary finding {primary.get('id')} "
-                f"({primary_ms:.2f} ms)")
+        return (
+            f"faster kernels could save at most {saved:.2f} ms a {step} (the step replayed with every "
+            f"kernel at zero time), {compared} the primary finding {primary.get('id')} "
+            f"({primary_ms:.2f} ms)"
+        )
 
     if saved < primary_ms:
         return NcuPlan(False, bound("less than") + ": counters cannot change the primary", saved)
     for count in range(1, len(candidates)):
         rest_ms = headroom.saved_ms(keep=candidates[:count])
         if rest_ms < primary_ms:
-            return NcuPlan(True, bound("at least") + ": counters can change the primary; ncu profiles the "
-                           f"{count} largest kernels, as the others at zero time would save "
-                           f"{rest_ms:.2f} ms, less than the primary", saved, candidates[:count])
+            return NcuPlan(
+                True,
+                bound("at least") + ": counters can change the primary; ncu profiles the "
+                f"{count} largest kernels, as the others at zero time would save "
+                f"{rest_ms:.2f} ms, less than the primary",
+                saved,
+                candidates[:count],
+            )
     return NcuPlan(True, bound("at least") + ": counters can change the primary", saved)
 
 
 def _weighed_lost_ms(finding: dict, timing: dict) -> float:
-    """What the finding's fix saves a step on the step the diagnosis weighed it at (hybrid.analysis.diagnosis)."""
+    """What the finding's fix saves a step on the step the diagnosis weighed it at
+    (hybrid.analysis.diagnosis)."""
     value = finding.get("weighed_lost_ms")
     if isinstance(value, (int, float)):
         return float(value)

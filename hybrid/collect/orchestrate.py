@@ -107,14 +107,20 @@ class RunOptions:
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r}", f"use one of: {', '.join(MODES)}")
         if self.callsites not in CALLSITE_LEVELS:
-            raise UsageError(f"unknown --callsites level {self.callsites!r}", f"use one of: {', '.join(CALLSITE_LEVELS)}")
+            raise UsageError(
+                f"unknown --callsites level {self.callsites!r}", f"use one of: {', '.join(CALLSITE_LEVELS)}"
+            )
         if self.steps <= 0:
             raise UsageError(f"--steps must be at least 1 (got {self.steps})", "pass --steps 20, for example")
         if self.warmup < 0:
-            raise UsageError(f"--warmup cannot be negative (got {self.warmup})", "pass --warmup 5, for example")
+            raise UsageError(
+                f"--warmup cannot be negative (got {self.warmup})", "pass --warmup 5, for example"
+            )
         if self.ncu_kernels < 1:
-            raise UsageError(f"--ncu-kernels must be at least 1 (got {self.ncu_kernels})",
-                             "pass --ncu-kernels 12, for example, or --mode nsys to skip ncu")
+            raise UsageError(
+                f"--ncu-kernels must be at least 1 (got {self.ncu_kernels})",
+                "pass --ncu-kernels 12, for example, or --mode nsys to skip ncu",
+            )
 
 
 @dataclass
@@ -175,7 +181,7 @@ class _Pump:
             if self.no_space_line is None and any(text in line for text in NO_SPACE_TEXT):
                 self.no_space_line = line
             if line.startswith(PROGRESS_PREFIX):
-                self.progress(self.name, "step", line[len(PROGRESS_PREFIX):].strip())
+                self.progress(self.name, "step", line[len(PROGRESS_PREFIX) :].strip())
             else:
                 self.progress(self.name, "line", line.rstrip("\n"))
         try:
@@ -227,11 +233,14 @@ class Orchestrator:
             return
         script = Path(self.target.argv[0])
         if script.is_dir():
-            raise UsageError(f"{script} is a directory, not a script",
-                             "pass the Python file to run, e.g. hybrid run train.py")
+            raise UsageError(
+                f"{script} is a directory, not a script",
+                "pass the Python file to run, e.g. hybrid run train.py",
+            )
         if not script.is_file():
-            raise UsageError(f"script not found: {script}",
-                             "check the path (it is resolved from the current directory)")
+            raise UsageError(
+                f"script not found: {script}", "check the path (it is resolved from the current directory)"
+            )
 
     def _tools(self) -> dict:
         """Which collectors exist, and why a pass will be skipped. Imported lazily: nsight/ is
@@ -275,9 +284,16 @@ class Orchestrator:
         return flags + ["--", *self.target.argv]
 
     def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
-        return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name,
-                "--out", str(self.run_dir.pass_dir(pass_name)),
-                *self.inject_flags(pass_name, steps=steps, whole_run=whole_run)]
+        return [
+            sys.executable,
+            "-m",
+            "hybrid.inject.script",
+            "--pass",
+            pass_name,
+            "--out",
+            str(self.run_dir.pass_dir(pass_name)),
+            *self.inject_flags(pass_name, steps=steps, whole_run=whole_run),
+        ]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -307,8 +323,9 @@ class Orchestrator:
         self.run_dir.write_text(f"{name}/command.txt", shlex.join(argv) + "\n")
         self.progress(name, "start", note)
         started = time.monotonic()
-        result = PassResult(name=name, status="ok", command=argv,
-                            contributed=PASS_CONTRIBUTIONS.get(name, ""))
+        result = PassResult(
+            name=name, status="ok", command=argv, contributed=PASS_CONTRIBUTIONS.get(name, "")
+        )
         pump = _Pump(self.progress, name)
         try:
             # Line-buffered: console.log follows the script as it prints (tail -f, a test waiting on a line).
@@ -317,9 +334,16 @@ class Orchestrator:
             raise output_error(log_path, error) from error
         with _closing_quietly(log, pump):
             # A new process group, so Ctrl-C here reaches the whole tree (nsys/ncu and the script).
-            self._child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                           env=self._env(), start_new_session=True, text=True,
-                                           errors="replace", bufsize=1)
+            self._child = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
             reader = threading.Thread(target=pump.run, args=(self._child, log), daemon=True)
             reader.start()
             try:
@@ -339,17 +363,25 @@ class Orchestrator:
         result.inject = self.run_dir.read_inject(name)
         if result.returncode != 0:
             result.status = "failed"
-        full = pump.log_error if pump.log_error is not None else pump.no_space_line if result.returncode else None
+        full = (
+            pump.log_error
+            if pump.log_error is not None
+            else pump.no_space_line
+            if result.returncode
+            else None
+        )
         if full is not None:
             # The disk (or quota, or ulimit -f) ran out: that, not the script, failed the pass.
             result.status = "failed"
             detail = full.strerror if isinstance(full, OSError) else f"the pass said: {full.strip()[:200]}"
             result.message = f"no space left ({detail})"
             self._record_if_possible(result)
-            raise OutputError(f"no space left on the disk of {self.run_dir.path} during the {name} pass ({detail})",
-                              "free space there (or raise the file-size limit, ulimit -f), or pass --out on "
-                              "another disk; the script was not blocked and has ended",
-                              kept=f"what the passes wrote before the disk filled, in {self.run_dir.path}")
+            raise OutputError(
+                f"no space left on the disk of {self.run_dir.path} during the {name} pass ({detail})",
+                "free space there (or raise the file-size limit, ulimit -f), or pass --out on "
+                "another disk; the script was not blocked and has ended",
+                kept=f"what the passes wrote before the disk filled, in {self.run_dir.path}",
+            )
         self.progress(name, "end", result.status)
         return result
 
@@ -371,25 +403,29 @@ class Orchestrator:
 
     def _record_if_possible(self, result: PassResult) -> None:
         """_record where the run directory may be full: the error being raised matters more."""
-        try:
+        with contextlib.suppress(OutputError):
             self._record(result)
-        except OutputError:
-            pass
 
     def _record(self, result: PassResult) -> None:
         self.passes = [p for p in self.passes if p.name != result.name] + [result]
-        self.run_dir.update_run_json(passes=[p.to_dict() for p in self.passes],
-                                     mode_reasons=self.mode_reasons)
+        self.run_dir.update_run_json(
+            passes=[p.to_dict() for p in self.passes], mode_reasons=self.mode_reasons
+        )
 
     def _workload_failure(self, result: PassResult) -> WorkloadError | None:
         """The user's script itself failed (not the profiler): exit 3, with its traceback; or it was
         killed by a signal, or ended in a way that bypassed the injector (os._exit, a hard crash)."""
         inject = result.inject or {}
         outcome = inject.get("outcome")
-        signum = killing_signal(result.returncode, wrapped=result.name in ("nsys", "ncu"), recorded=bool(inject))
+        signum = killing_signal(
+            result.returncode, wrapped=result.name in ("nsys", "ncu"), recorded=bool(inject)
+        )
         if signum is not None:
-            return WorkloadError(killed_message(signum, result.name), killed_fix(signum, self.target.display),
-                                 kept=str(self.run_dir.path))
+            return WorkloadError(
+                killed_message(signum, result.name),
+                killed_fix(signum, self.target.display),
+                kept=str(self.run_dir.path),
+            )
         if result.inject is None and result.returncode == 0 and result.name in ("plain", "torch"):
             # Status 0 and no record: the injector never got to write it, so the script left through
             # os._exit(0) (or exec). Running it again would repeat its side effects for nothing.
@@ -399,15 +435,18 @@ class Orchestrator:
                 f"{result.name} pass (inject.json): the script called os._exit(), which skips the code "
                 "that saves the measurements; nothing was measured, and the script is not run again",
                 f"end the script normally (return, or sys.exit()) and see {log} for its output",
-                kept=str(self.run_dir.path))
+                kept=str(self.run_dir.path),
+            )
         if outcome == "exception" or (outcome == "completed" and inject.get("exit_code") not in (0, None)):
             tb = (inject.get("traceback") or "").strip()
             cause = f"the workload failed in the {result.name} pass (exit status {inject.get('exit_code')})"
             if tb:
                 cause += ":\n" + tb
-            return WorkloadError(cause, "fix the script so it runs on its own: "
-                                 f"python {self.target.display}",
-                                 kept=str(self.run_dir.path))
+            return WorkloadError(
+                cause,
+                f"fix the script so it runs on its own: python {self.target.display}",
+                kept=str(self.run_dir.path),
+            )
         return None
 
     # -- the passes -------------------------------------------------------------------------------
@@ -415,9 +454,14 @@ class Orchestrator:
         opts = self.options
         tools = self._tools() if opts.mode != "torch" else {}
         self.run_dir.update_run_json(
-            hybrid_version=__version__, command=self.target.display, target=asdict(self.target),
+            hybrid_version=__version__,
+            command=self.target.display,
+            target=asdict(self.target),
             options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
-            tools=tools, python=sys.version.split()[0], started_at=time.time())
+            tools=tools,
+            python=sys.version.split()[0],
+            started_at=time.time(),
+        )
         want_nsys, want_ncu = self._plan_collectors(tools)
         started = time.monotonic()
         try:
@@ -426,36 +470,53 @@ class Orchestrator:
             # Compiled code the passes shared; hundreds of MB for a large model, and no use after the run.
             shutil.rmtree(self.run_dir.path / COMPILE_CACHE_DIR, ignore_errors=True)
         # Wall time of every pass, with the decisions between them (loading the export, planning ncu).
-        self.run_dir.update_run_json(finished_at=time.time(),
-                                     collection_s=round(time.monotonic() - started, 3))
+        self.run_dir.update_run_json(
+            finished_at=time.time(), collection_s=round(time.monotonic() - started, 3)
+        )
         return self.passes
 
     def _collect(self, tools: dict, want_nsys: bool, want_ncu: bool) -> None:
         opts = self.options
         if opts.baseline:
-            self._run_and_check("plain", self.inject_argv("plain", steps=opts.steps, whole_run=False),
-                                note=f"{opts.steps} steps, no collector (--baseline)")
+            self._run_and_check(
+                "plain",
+                self.inject_argv("plain", steps=opts.steps, whole_run=False),
+                note=f"{opts.steps} steps, no collector (--baseline)",
+            )
         self._plain_steps = 0 if opts.baseline or opts.whole_run else self.plain_window_steps
-        note = (f"{self._plain_steps} plain steps (no collector), then {opts.steps} under torch.profiler"
-                if self._plain_steps else "")
-        torch_result = self._run_and_check("torch", self.inject_argv("torch", steps=opts.steps,
-                                                                      whole_run=opts.whole_run), note=note)
+        note = (
+            f"{self._plain_steps} plain steps (no collector), then {opts.steps} under torch.profiler"
+            if self._plain_steps
+            else ""
+        )
+        torch_result = self._run_and_check(
+            "torch", self.inject_argv("torch", steps=opts.steps, whole_run=opts.whole_run), note=note
+        )
         inject = torch_result.inject or {}
         if (rerun := self._rerun_warmup(inject)) is not None:
             torch_result = self._rerun_with_fixed_warmup(inject, rerun)
             inject = torch_result.inject or {}
         self._record_plain_window(torch_result)
         stepless = opts.whole_run or not inject.get("measured_steps")
-        if (not stepless and not opts.baseline and not self._ok("plain") and inject.get("cuda_available")
-                and torch_result.wall_s <= CHEAP_PLAIN_PASS_S):
-            self._run_and_check("plain", self.inject_argv("plain", steps=min(opts.steps, SHORT_PLAIN_STEPS),
-                                                          whole_run=False),
-                                note="the torch pass ran without its plain window: a short plain pass",
-                                later=True)
+        if (
+            not stepless
+            and not opts.baseline
+            and not self._ok("plain")
+            and inject.get("cuda_available")
+            and torch_result.wall_s <= CHEAP_PLAIN_PASS_S
+        ):
+            self._run_and_check(
+                "plain",
+                self.inject_argv("plain", steps=min(opts.steps, SHORT_PLAIN_STEPS), whole_run=False),
+                note="the torch pass ran without its plain window: a short plain pass",
+                later=True,
+            )
         if not inject.get("cuda_available"):
             if want_nsys or want_ncu:
-                self._fallback("no CUDA device was used by the workload, so Nsight passes were skipped",
-                               "run on a machine with an NVIDIA GPU")
+                self._fallback(
+                    "no CUDA device was used by the workload, so Nsight passes were skipped",
+                    "run on a machine with an NVIDIA GPU",
+                )
             want_nsys = want_ncu = False
         if stepless and not opts.whole_run:
             self._no_step_found(inject, can_capture=want_nsys)
@@ -489,19 +550,27 @@ class Orchestrator:
         self.fixed_warmup = warmup
         self._plain_steps = 0
         if inject.get("plain_window"):
-            why = (f"the script ran {seen} steps, too few for the plain window ({self.plain_window_steps} "
-                   f"steps, no collector) before the {self.options.steps} measured ones")
+            why = (
+                f"the script ran {seen} steps, too few for the plain window ({self.plain_window_steps} "
+                f"steps, no collector) before the {self.options.steps} measured ones"
+            )
         else:
-            why = (f"the script ran {seen} steps and their times had not settled within "
-                   f"{settle.SETTLE_TOLERANCE:.0%} when it ended")
+            why = (
+                f"the script ran {seen} steps and their times had not settled within "
+                f"{settle.SETTLE_TOLERANCE:.0%} when it ended"
+            )
         measured = min(self.options.steps, seen - warmup)
-        reason = (f"{warmup} warmup steps dropped: {why}, so every pass measured its last {measured} "
-                  "(the torch pass was run a second time to measure them)")
+        reason = (
+            f"{warmup} warmup steps dropped: {why}, so every pass measured its last {measured} "
+            "(the torch pass was run a second time to measure them)"
+        )
         self.mode_reasons.append(reason)
         self.run_dir.update_run_json(fixed_warmup={"warmup": self.fixed_warmup, "reason": reason})
-        return self._run_and_check("torch", self.inject_argv("torch", steps=self.options.steps,
-                                                              whole_run=False),
-                                   note=f"again, measuring the script's last {measured} steps")
+        return self._run_and_check(
+            "torch",
+            self.inject_argv("torch", steps=self.options.steps, whole_run=False),
+            note=f"again, measuring the script's last {measured} steps",
+        )
 
     def _record_plain_window(self, torch_result: PassResult) -> None:
         """The plain window the torch pass's process timed before torch.profiler started, as the run's
@@ -509,11 +578,20 @@ class Orchestrator:
         window = (torch_result.inject or {}).get("plain_window") or {}
         if not window.get("complete") or not window.get("window_ns"):
             return
-        self._record(PassResult(
-            name="plain", status="ok", wall_s=round(window["window_ns"] / 1e9, 3), process="torch",
-            command=torch_result.command, inject={**window, "pass": "plain"},
-            contributed=(f"the reference step time: {window['measured_steps']} steps without a collector, "
-                         "in the torch pass's process before torch.profiler started")))
+        self._record(
+            PassResult(
+                name="plain",
+                status="ok",
+                wall_s=round(window["window_ns"] / 1e9, 3),
+                process="torch",
+                command=torch_result.command,
+                inject={**window, "pass": "plain"},
+                contributed=(
+                    f"the reference step time: {window['measured_steps']} steps without a collector, "
+                    "in the torch pass's process before torch.profiler started"
+                ),
+            )
+        )
 
     def _no_step_found(self, inject: dict, can_capture: bool) -> None:
         """The torch pass measured nothing. Its script is not run again as a whole-run torch pass: the
@@ -522,23 +600,34 @@ class Orchestrator:
         seen = inject.get("steps_seen") or 0
         unit = inject.get("step_unit")
         if seen:
-            cause = (f"the script ended during warmup after {seen} steps{f' of {unit}' if unit else ''}, "
-                     f"before a measured step (it needs at least {self.options.warmup} warmup + "
-                     f"{self.options.steps} measured steps)")
+            cause = (
+                f"the script ended during warmup after {seen} steps{f' of {unit}' if unit else ''}, "
+                f"before a measured step (it needs at least {self.options.warmup} warmup + "
+                f"{self.options.steps} measured steps)"
+            )
             fix = "lower --warmup and --steps, or let the script run more iterations"
         else:
-            cause = ("no step was found in the torch pass (no optimizer step, no mark, no repeated module call, "
-                     "no loop of the script whose iterations did work)")
-            fix = ("mark steps with hybrid.mark_step(), or pass --whole-run to profile the whole script "
-                   "as one range")
+            cause = (
+                "no step was found in the torch pass (no optimizer step, no mark, no repeated module call, "
+                "no loop of the script whose iterations did work)"
+            )
+            fix = (
+                "mark steps with hybrid.mark_step(), or pass --whole-run to profile the whole script "
+                "as one range"
+            )
         if can_capture:
-            self.mode_reasons.append(f"{cause}; the script was not re-run for it: the nsys pass captured the whole "
-                                     "run and its steps were found in the timeline; the ncu pass was skipped "
-                                     f"(no step to bound its replay); {fix}")
+            self.mode_reasons.append(
+                f"{cause}; the script was not re-run for it: the nsys pass captured the whole "
+                "run and its steps were found in the timeline; the ncu pass was skipped "
+                f"(no step to bound its replay); {fix}"
+            )
             return
-        raise ProfilerError(f"{cause}, and without an Nsight Systems capture there is no timeline to find steps "
-                            "in; hybrid does not re-run the script on its own (it may have side effects)", fix,
-                            kept=str(self.run_dir.path))
+        raise ProfilerError(
+            f"{cause}, and without an Nsight Systems capture there is no timeline to find steps "
+            "in; hybrid does not re-run the script on its own (it may have side effects)",
+            fix,
+            kept=str(self.run_dir.path),
+        )
 
     def _ok(self, name: str) -> bool:
         return any(p.name == name and p.status == "ok" for p in self.passes)
@@ -550,12 +639,16 @@ class Orchestrator:
             return False, False
         want_nsys = want_ncu = True
         if not tools.get("nsys"):
-            self._fallback("Nsight Systems (nsys) was not found",
-                           "install Nsight Systems, put nsys on PATH, or set HYBRID_NSYS=/path/to/nsys")
+            self._fallback(
+                "Nsight Systems (nsys) was not found",
+                "install Nsight Systems, put nsys on PATH, or set HYBRID_NSYS=/path/to/nsys",
+            )
             want_nsys = want_ncu = False
         if mode != "nsys" and not tools.get("ncu") and want_ncu:
-            self._fallback("Nsight Compute (ncu) was not found",
-                           "install Nsight Compute, put ncu on PATH, or set HYBRID_NCU=/path/to/ncu")
+            self._fallback(
+                "Nsight Compute (ncu) was not found",
+                "install Nsight Compute, put ncu on PATH, or set HYBRID_NCU=/path/to/ncu",
+            )
             want_ncu = False
         if mode == "nsys":
             want_ncu = False
@@ -565,12 +658,14 @@ class Orchestrator:
     def _fallback(self, cause: str, fix: str) -> None:
         """Under --mode auto a missing collector only narrows the run; an explicit mode fails."""
         if self.options.mode in ("hybrid", "nsys"):
-            raise ProfilerError(f"{cause}, and --mode {self.options.mode} needs it", fix,
-                                kept=str(self.run_dir.path))
+            raise ProfilerError(
+                f"{cause}, and --mode {self.options.mode} needs it", fix, kept=str(self.run_dir.path)
+            )
         self.mode_reasons.append(f"{cause}: falling back ({fix})")
 
-    def _run_and_check(self, name: str, argv: list[str], note: str = "", *,
-                       later: bool = False) -> PassResult:
+    def _run_and_check(
+        self, name: str, argv: list[str], note: str = "", *, later: bool = False
+    ) -> PassResult:
         result = self._run_child(name, argv, note)
         self._record(result)
         failure = self._workload_failure(result)
@@ -580,10 +675,12 @@ class Orchestrator:
         if failure is not None:
             raise failure
         if result.status != "ok":
-            raise ProfilerError(f"the {name} pass exited with status {result.returncode} without a "
-                                f"usable result; see {self.run_dir.pass_dir(name) / 'console.log'}",
-                                "read the log; rerun with --mode torch to narrow it down",
-                                kept=str(self.run_dir.path))
+            raise ProfilerError(
+                f"the {name} pass exited with status {result.returncode} without a "
+                f"usable result; see {self.run_dir.pass_dir(name) / 'console.log'}",
+                "read the log; rerun with --mode torch to narrow it down",
+                kept=str(self.run_dir.path),
+            )
         return result
 
     def _failed_when_run_again(self, result: PassResult, failure: WorkloadError) -> None:
@@ -595,8 +692,11 @@ class Orchestrator:
         if not torch_inject.get("measured_steps") or self.options.mode in ("hybrid", "nsys"):
             raise failure
         order = ["plain", "nsys", "ncu"]
-        skipped = [name for name in order[order.index(result.name) + 1:]
-                   if not any(p.name == name for p in self.passes)]
+        skipped = [
+            name
+            for name in order[order.index(result.name) + 1 :]
+            if not any(p.name == name for p in self.passes)
+        ]
         lines = [line.strip() for line in failure.cause.splitlines() if line.strip()]
         why = lines[0].rstrip(":") + (f": {lines[-1]}" if len(lines) > 1 else "")
         result.status = "failed"
@@ -607,7 +707,8 @@ class Orchestrator:
             f"{why}, after the torch pass had measured: a script that cannot run more than once (it consumes "
             "its input, or refuses to overwrite its outputs) gets the windows of its first process, "
             f"torch.profiler and the plain steps before it; not run: {', '.join([result.name, *skipped])}"
-            f"; see {self.run_dir.pass_dir(result.name) / 'console.log'}")
+            f"; see {self.run_dir.pass_dir(result.name) / 'console.log'}"
+        )
         self._record(result)
 
     def _collector_failed(self, name: str, error: ProfilerError) -> None:
@@ -629,10 +730,13 @@ class Orchestrator:
         inner = self.inject_argv("nsys", steps=self.options.steps, whole_run=self.options.whole_run)
         sampling = nsys.callsite_sampling(nsys.profile_help(Path(tools["nsys"])), self.options.callsites)
         if sampling.missing:
-            self.mode_reasons.append(f"this nsys has no {', '.join(sampling.missing)}: findings get fewer or no "
-                                     "callsites (a newer Nsight Systems samples Python)")
-        argv = nsys.build_nsys_command(Path(tools["nsys"]), out_base, inner, capture_range=not stepless,
-                                       sampling=sampling)
+            self.mode_reasons.append(
+                f"this nsys has no {', '.join(sampling.missing)}: findings get fewer or no "
+                "callsites (a newer Nsight Systems samples Python)"
+            )
+        argv = nsys.build_nsys_command(
+            Path(tools["nsys"]), out_base, inner, capture_range=not stepless, sampling=sampling
+        )
         result = self._run_child("nsys", argv)
         self._record(result)
         failure = self._workload_failure(result)
@@ -642,8 +746,9 @@ class Orchestrator:
         try:
             log = (self.run_dir.pass_dir("nsys") / "console.log").read_text(errors="replace")
             if sampling.separate_export and Path(f"{out_base}.nsys-rep").is_file():
-                log += nsys.export_sqlite(Path(tools["nsys"]), out_base,
-                                          log_path=self.run_dir.pass_dir("nsys") / "export.log")
+                log += nsys.export_sqlite(
+                    Path(tools["nsys"]), out_base, log_path=self.run_dir.pass_dir("nsys") / "export.log"
+                )
             nsys.check_export(out_base, result.returncode, log)
         except ProfilerError as error:
             self._collector_failed("nsys", error)
@@ -655,7 +760,9 @@ class Orchestrator:
         chosen = kernels[kernels["name"].astype(str).isin(kernel_names) & (kernels["step"] == 0)]
         if chosen.empty:
             chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
-        return len(chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]))
+        return len(
+            chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+        )
 
     def _ncu_plan(self, profile: Profile, analysis: dict | None, candidates: list[str]) -> NcuPlan:
         """Whether counters can change this run's diagnosis, and on which kernels (--mode auto only)."""
@@ -683,8 +790,9 @@ class Orchestrator:
             run, torch_profile, nsys_profile, _ = load_run_dir(self.run_dir.path, notes=notes)
             if nsys_profile is None:
                 raise ProfilerError("the nsys export has no kernels", "")
-            analysis = analyze_artifacts(run, deepcopy(torch_profile), deepcopy(nsys_profile), None,
-                                         notes=list(notes))
+            analysis = analyze_artifacts(
+                run, deepcopy(torch_profile), deepcopy(nsys_profile), None, notes=list(notes)
+            )
         except Exception:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
             return load_nsys_export(self.run_dir.nsys_export()), None
         self._loaded = (torch_profile, deepcopy(nsys_profile), notes)
@@ -699,8 +807,9 @@ class Orchestrator:
         if loaded is None or any(p.name == "ncu" and p.status != "skipped" for p in self.passes):
             return analyze_run_dir(self.run_dir.path)
         torch_profile, nsys_profile, notes = loaded
-        return analyze_artifacts(RunDir.open(self.run_dir.path), torch_profile, nsys_profile, None,
-                                 notes=notes)
+        return analyze_artifacts(
+            RunDir.open(self.run_dir.path), torch_profile, nsys_profile, None, notes=notes
+        )
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.load.ncu_match import select_kernels
@@ -712,28 +821,55 @@ class Orchestrator:
             profile, analysis = self._analyze_before_ncu()
         else:
             profile, analysis = load_nsys_export(self.run_dir.nsys_export()), None
-        kernel_names = select_kernels(profile.kernels, coverage=self.options.ncu_coverage,
-                                      cap=self.options.ncu_kernels)
+        kernel_names = select_kernels(
+            profile.kernels, coverage=self.options.ncu_coverage, cap=self.options.ncu_kernels
+        )
         if not kernel_names:
-            reason = profile.extras.get("nsys", {}).get("no_kernels_reason") or "the workload launched no kernel"
-            self._collector_failed("ncu", ProfilerError(f"the nsys pass captured no kernels to replay under ncu: {reason}",
-                                                        "check that the workload launches CUDA kernels in its "
-                                                        "measured steps, in the process hybrid started"))
+            reason = (
+                profile.extras.get("nsys", {}).get("no_kernels_reason") or "the workload launched no kernel"
+            )
+            self._collector_failed(
+                "ncu",
+                ProfilerError(
+                    f"the nsys pass captured no kernels to replay under ncu: {reason}",
+                    "check that the workload launches CUDA kernels in its "
+                    "measured steps, in the process hybrid started",
+                ),
+            )
             return
         if planned:
             plan = self._ncu_plan(profile, analysis, kernel_names)
-            self.run_dir.update_run_json(ncu_plan={"run": plan.run, "reason": plan.reason,
-                                                   "kernels": plan.kernel_names, "headroom_ms": plan.headroom_ms})
-            self.progress("ncu", "end", "counters can change the diagnosis: ncu runs" if plan.run
-                          else "skipped: counters cannot change the primary finding")
+            self.run_dir.update_run_json(
+                ncu_plan={
+                    "run": plan.run,
+                    "reason": plan.reason,
+                    "kernels": plan.kernel_names,
+                    "headroom_ms": plan.headroom_ms,
+                }
+            )
+            self.progress(
+                "ncu",
+                "end",
+                "counters can change the diagnosis: ncu runs"
+                if plan.run
+                else "skipped: counters cannot change the primary finding",
+            )
             if not plan.run:
                 self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
-                self._record(PassResult(name="ncu", status="skipped", contributed=plan.reason,
-                                        message="counters cannot change the primary"))
+                self._record(
+                    PassResult(
+                        name="ncu",
+                        status="skipped",
+                        contributed=plan.reason,
+                        message="counters cannot change the primary",
+                    )
+                )
                 return
             if plan.kernel_names:
-                self.mode_reasons.append(f"ncu pass on {len(plan.kernel_names)} of {len(kernel_names)} "
-                                         f"selected kernels: {plan.reason}")
+                self.mode_reasons.append(
+                    f"ncu pass on {len(plan.kernel_names)} of {len(kernel_names)} "
+                    f"selected kernels: {plan.reason}"
+                )
                 kernel_names = plan.kernel_names
         self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
         nsys_dropped = (self.run_dir.read_inject("nsys") or {}).get("warmup_dropped")
@@ -742,16 +878,26 @@ class Orchestrator:
         ncu_dir = self.run_dir.pass_dir("ncu")
         # One measured step is enough: the counters describe kernels, and nsys already gave the timeline.
         inner = self.inject_argv("ncu", steps=1, whole_run=stepless)
-        argv = ncu.build_ncu_command(Path(tools["ncu"]), ncu_dir / ncu.REPORT_NAME, inner,
-                                     # The window between the injector's cudaProfilerStart/Stop, on every
-                                     # thread: an NVTX step filter would only see the launching thread and
-                                     # miss the backward pass, which autograd launches from its own thread.
-                                     kernel_names=kernel_names, measured_window=not stepless,
-                                     metrics=ncu_metrics.METRICS, one_per_config=True)
+        argv = ncu.build_ncu_command(
+            Path(tools["ncu"]),
+            ncu_dir / ncu.REPORT_NAME,
+            inner,
+            # The window between the injector's cudaProfilerStart/Stop, on every
+            # thread: an NVTX step filter would only see the launching thread and
+            # miss the backward pass, which autograd launches from its own thread.
+            kernel_names=kernel_names,
+            measured_window=not stepless,
+            metrics=ncu_metrics.METRICS,
+            one_per_config=True,
+        )
         configs = self._launch_configs(profile, kernel_names)
         self.progress("ncu", "total", str(configs))
-        result = self._run_child("ncu", argv, note=f"replaying {configs} launch configurations of "
-                                                   f"{len(kernel_names)} kernels (counters cost ~0.4 s each)")
+        result = self._run_child(
+            "ncu",
+            argv,
+            note=f"replaying {configs} launch configurations of "
+            f"{len(kernel_names)} kernels (counters cost ~0.4 s each)",
+        )
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:
@@ -759,8 +905,14 @@ class Orchestrator:
             return
         try:
             console = (ncu_dir / "console.log").read_text(errors="replace")
-            if ncu.finish_pass(Path(tools["ncu"]), ncu_dir / ncu.REPORT_NAME, ncu_dir / "counters.csv",
-                               ncu_dir / "ncu.log", result.returncode, console):
+            if ncu.finish_pass(
+                Path(tools["ncu"]),
+                ncu_dir / ncu.REPORT_NAME,
+                ncu_dir / "counters.csv",
+                ncu_dir / "ncu.log",
+                result.returncode,
+                console,
+            ):
                 self.mode_reasons.append("ncu stopped early: counters cover only the kernels it profiled")
         except ProfilerError as error:
             self._collector_failed("ncu", error)

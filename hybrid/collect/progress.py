@@ -24,7 +24,16 @@ PASS_TITLES = {
 
 
 # Collector output lines worth showing while a pass runs (nsys 2025.3 prints these around its export).
-COLLECTOR_STAGES = ("Collecting data", "Generating", "Processing", "Exporting", "[1/", "[2/", "[3/", "==PROF== Connected")
+COLLECTOR_STAGES = (
+    "Collecting data",
+    "Generating",
+    "Processing",
+    "Exporting",
+    "[1/",
+    "[2/",
+    "[3/",
+    "==PROF== Connected",
+)
 
 
 class _View:
@@ -59,8 +68,10 @@ class _View:
             elapsed = time.monotonic() - self.started.get(name, time.monotonic())
             # The total counts launch configurations in the nsys pass's step; ncu can tell a few more apart.
             of = f" of ~{total}" if total and self.replayed <= int(total) else ""
-            self.status.update(f"{title}: replayed {self.replayed}{of} launches, "
-                               f"last {escape(escape_controls(kernel[:60]))}  [{elapsed:.0f} s]")
+            self.status.update(
+                f"{title}: replayed {self.replayed}{of} launches, "
+                f"last {escape(escape_controls(kernel[:60]))}  [{elapsed:.0f} s]"
+            )
         elif event == "line" and self.status is not None and detail.lstrip().startswith(COLLECTOR_STAGES):
             # nsys's own stage lines (capture done, report generation, SQLite export): the slow tail of
             # a pass.
@@ -76,7 +87,9 @@ class _View:
                 self.status.stop()
                 self.status = None
             replayed = f", {self.replayed} launches replayed" if self.replayed else ""
-            self.console.print(f"hybrid: {title}: {escape(detail)}{replayed} after {elapsed:.1f} s", highlight=False)
+            self.console.print(
+                f"hybrid: {title}: {escape(detail)}{replayed} after {elapsed:.1f} s", highlight=False
+            )
 
     def close(self) -> None:
         if self.status is not None:

@@ -30,8 +30,15 @@ def run_bounded(argv: Sequence[str], timeout_s: float, **kwargs) -> subprocess.C
     """subprocess.run(argv, capture_output=True, text=True, errors="replace") in a session of its own: at
     `timeout_s` the whole process group is killed and subprocess.TimeoutExpired raised. OSError where the
     binary cannot be started."""
-    with subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          errors="replace", start_new_session=True, **kwargs) as proc:
+    with subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        **kwargs,
+    ) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -47,8 +47,12 @@ class Loop:
         return f"{self.code.co_filename}:{self.top_line}"
 
     def encloses(self, other: Loop) -> bool:
-        return (other.code is self.code and other is not self and self.start_offset <= other.start_offset
-                and other.end_offset <= self.end_offset)
+        return (
+            other.code is self.code
+            and other is not self
+            and self.start_offset <= other.start_offset
+            and other.end_offset <= self.end_offset
+        )
 
 
 # A comprehension's loop is never the step: it builds a value (a list of CUDA tensors before the real loop,
@@ -73,15 +77,21 @@ def statement_loop_lines(filename: str) -> frozenset[int] | None:
     lines: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
-            last = node.body[0].lineno if isinstance(node, ast.While) else max(node.lineno, node.body[0].lineno - 1)
+            last = (
+                node.body[0].lineno
+                if isinstance(node, ast.While)
+                else max(node.lineno, node.body[0].lineno - 1)
+            )
             lines.update(range(node.lineno, last + 1))
     return frozenset(lines)
 
 
 def _is_comprehension(loop_instructions: list[dis.Instruction], nested: list[tuple[int, int]]) -> bool:
     """An inlined comprehension appends to its result in its own body, outside any loop nested in it."""
-    return any(i.opname in _COMPREHENSION_APPENDS and not any(s <= i.offset <= e for s, e in nested)
-               for i in loop_instructions)
+    return any(
+        i.opname in _COMPREHENSION_APPENDS and not any(s <= i.offset <= e for s, e in nested)
+        for i in loop_instructions
+    )
 
 
 def loops_of(code: CodeType) -> dict[int, Loop]:
@@ -135,8 +145,12 @@ class LoopTracer:
     """Calls `on_back_edge(loop, frame)` on every back-edge of a loop in the user's code, on the
     thread that started it (the script's main thread), while `suppressed()` is false."""
 
-    def __init__(self, is_user_code: Callable[[CodeType], bool], on_back_edge: BackEdge,
-                 suppressed: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        is_user_code: Callable[[CodeType], bool],
+        on_back_edge: BackEdge,
+        suppressed: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._is_user_code = is_user_code
         self._on_back_edge = on_back_edge
         self._suppressed = suppressed
@@ -227,8 +241,14 @@ class LoopTracer:
 
     # -- sys.settrace (3.10, 3.11) ---------------------------------------------------------------
 
-    def _untraced_import(self, name: str, globals: dict | None = None, locals: dict | None = None,
-                         fromlist: tuple = (), level: int = 0) -> object:
+    def _untraced_import(
+        self,
+        name: str,
+        globals: dict | None = None,
+        locals: dict | None = None,
+        fromlist: tuple = (),
+        level: int = 0,
+    ) -> object:
         if self._importing or threading.get_ident() != self._thread or sys.gettrace() != self._on_call:
             return self._import(name, globals, locals, fromlist, level)
         self._importing = True

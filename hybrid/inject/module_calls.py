@@ -19,8 +19,9 @@ from typing import Any
 
 # Frames between a user's call and the library function it called that only wrap it
 # (torch.no_grad() as a decorator, functools.wraps wrappers).
-WRAPPER_NAMES = frozenset({"decorate_context", "wrapper", "wrapped", "inner", "_fn", "__call__",
-                           "_wrapped_call_impl", "_call_impl"})
+WRAPPER_NAMES = frozenset(
+    {"decorate_context", "wrapper", "wrapped", "inner", "_fn", "__call__", "_wrapped_call_impl", "_call_impl"}
+)
 
 
 def module_label(module: Any) -> str:
@@ -34,8 +35,12 @@ class TopLevelCalls:
     frame of the library function that the user's code called and that made the forward (generate()),
     or None when the user's code called the module itself; it is looked up only while `want_caller()`."""
 
-    def __init__(self, on_forward: Callable[[Any, FrameType | None], None],
-                 is_user_frame: Callable[[FrameType], bool], want_caller: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        on_forward: Callable[[Any, FrameType | None], None],
+        is_user_frame: Callable[[FrameType], bool],
+        want_caller: Callable[[], bool],
+    ) -> None:
         self._on_forward = on_forward
         self._is_user_frame = is_user_frame
         self._want_caller = want_caller
@@ -56,9 +61,11 @@ class TopLevelCalls:
         import torch.nn.modules.module as nn_module
 
         _is_compiling = torch.compiler.is_compiling
-        self._global_hooks = [nn_module.register_module_forward_pre_hook(self._pre),
-                              # always_call: the depth stays right when a forward raises.
-                              nn_module.register_module_forward_hook(self._post, always_call=True)]
+        self._global_hooks = [
+            nn_module.register_module_forward_pre_hook(self._pre),
+            # always_call: the depth stays right when a forward raises.
+            nn_module.register_module_forward_hook(self._post, always_call=True),
+        ]
 
     def narrow(self, module: Any, caller: FrameType | None) -> None:
         """Only `module`'s own calls from now on (it was seen at the top level, called from `caller`)."""

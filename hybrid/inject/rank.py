@@ -85,8 +85,10 @@ def _run_injector(inject_argv: list[str]) -> int:
         # crash), while the injector was writing its report: write it now, without that traceback.
         session = active_session()
         if session is not None:
-            session.warnings.append("stopped by the launcher (SIGTERM) while writing this report; how the "
-                                    "script ended before that is not known")
+            session.warnings.append(
+                "stopped by the launcher (SIGTERM) while writing this report; how the "
+                "script ended before that is not known"
+            )
             session.finish(INTERRUPTED, EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
 
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cut = argv.index("--")
     args = _parser().parse_args(argv[:cut])
-    inject_args = argv[cut + 1:]
+    inject_args = argv[cut + 1 :]
     rank = rank_from_env()
     folder = rank_dir(args.run_dir, rank)
     out = folder / args.pass_name

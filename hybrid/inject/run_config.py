@@ -32,10 +32,24 @@ MAX_LISTED = 8
 # Convolution modules looked at for their weights' memory format.
 MAX_CONVS_CHECKED = 2000
 # TrainingArguments fields the advice reads (Hugging Face transformers).
-HF_ARGUMENTS = ("bf16", "fp16", "tf32", "torch_compile", "torch_compile_mode", "torch_compile_backend", "optim",
-                "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
-                "dataloader_prefetch_factor", "gradient_accumulation_steps", "per_device_train_batch_size",
-                "gradient_checkpointing", "ddp_bucket_cap_mb", "fsdp")
+HF_ARGUMENTS = (
+    "bf16",
+    "fp16",
+    "tf32",
+    "torch_compile",
+    "torch_compile_mode",
+    "torch_compile_backend",
+    "optim",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_persistent_workers",
+    "dataloader_prefetch_factor",
+    "gradient_accumulation_steps",
+    "per_device_train_batch_size",
+    "gradient_checkpointing",
+    "ddp_bucket_cap_mb",
+    "fsdp",
+)
 
 _autocast_entries: dict[tuple[str, str, bool], int] = {}
 _compile_calls: list[dict] = []
@@ -69,8 +83,11 @@ def install() -> None:
 def _note_autocast(context: Any) -> None:
     # An observer must never break the user's autocast: whatever it cannot read, it leaves unrecorded.
     with contextlib.suppress(Exception):
-        key = (str(getattr(context, "device", "?")), _dtype_name(getattr(context, "fast_dtype", None)),
-               bool(getattr(context, "_enabled", True)))
+        key = (
+            str(getattr(context, "device", "?")),
+            _dtype_name(getattr(context, "fast_dtype", None)),
+            bool(getattr(context, "_enabled", True)),
+        )
         _autocast_entries[key] = _autocast_entries.get(key, 0) + 1
 
 
@@ -80,12 +97,17 @@ def _observed_compile(compile_fn: Callable) -> Callable:
         with contextlib.suppress(Exception):
             target = args[0] if args else kwargs.get("model")
             backend = kwargs.get("backend")
-            _compile_calls.append({
-                "mode": kwargs.get("mode"), "backend": backend if isinstance(backend, str) or backend is None
-                else getattr(backend, "__name__", type(backend).__name__),
-                "fullgraph": bool(kwargs.get("fullgraph", False)), "dynamic": kwargs.get("dynamic"),
-                "target": None if target is None else type(target).__name__,
-            })
+            _compile_calls.append(
+                {
+                    "mode": kwargs.get("mode"),
+                    "backend": backend
+                    if isinstance(backend, str) or backend is None
+                    else getattr(backend, "__name__", type(backend).__name__),
+                    "fullgraph": bool(kwargs.get("fullgraph", False)),
+                    "dynamic": kwargs.get("dynamic"),
+                    "target": None if target is None else type(target).__name__,
+                }
+            )
         return compile_fn(*args, **kwargs)
 
     return observed
@@ -118,7 +140,9 @@ def capture() -> dict:
 def _section(errors: list[str], name: str, read: Callable[[], Any], default: Any) -> Any:
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # deprecated flag getters warn; reading them is still what we want
+            warnings.simplefilter(
+                "ignore"
+            )  # deprecated flag getters warn; reading them is still what we want
             return read()
     except Exception as exc:  # noqa: BLE001 - the report is written whatever a section does
         errors.append(f"{name}: {type(exc).__name__}: {exc}")
@@ -155,19 +179,27 @@ def _precision_flags() -> dict:
         "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
     }
     # The fp32_precision API of newer torch ("ieee" | "tf32" | "none" for unset), beside the legacy flags.
-    for key, owner in (("matmul_fp32_precision", matmul), ("cudnn_conv_fp32_precision", getattr(cudnn, "conv", None))):
+    for key, owner in (
+        ("matmul_fp32_precision", matmul),
+        ("cudnn_conv_fp32_precision", getattr(cudnn, "conv", None)),
+    ):
         value = getattr(owner, "fp32_precision", None) if owner is not None else None
         if value is not None:
             flags[key] = str(value)
-    flags["tf32_matmul"] = flags["matmul_allow_tf32"] or fp32_precision in ("high", "medium") \
+    flags["tf32_matmul"] = (
+        flags["matmul_allow_tf32"]
+        or fp32_precision in ("high", "medium")
         or flags.get("matmul_fp32_precision") == "tf32"
+    )
     flags["tf32_conv"] = flags["cudnn_allow_tf32"] and flags.get("cudnn_conv_fp32_precision") != "ieee"
     return flags
 
 
 def _autocast() -> dict:
-    regions = [{"device": device, "dtype": dtype, "enabled": enabled, "entries": count}
-               for (device, dtype, enabled), count in sorted(_autocast_entries.items())]
+    regions = [
+        {"device": device, "dtype": dtype, "enabled": enabled, "entries": count}
+        for (device, dtype, enabled), count in sorted(_autocast_entries.items())
+    ]
     enabled = [r for r in regions if r["enabled"]]
     dtypes = sorted({r["dtype"] for r in enabled if r["dtype"]})
     return {"observed": _installed, "regions": regions, "enabled": bool(enabled), "dtypes": dtypes}
@@ -237,9 +269,14 @@ def _compile(compiled: list) -> dict:
     if dynamo_utils is not None:
         graphs = int(dynamo_utils.counters.get("stats", {}).get("unique_graphs", 0))
     modes = sorted({str(call["mode"] or "default") for call in _compile_calls})
-    return {"used": bool(compiled or _compile_calls or graphs), "compiled_modules": len(compiled),
-            "calls": _compile_calls[:MAX_LISTED], "modes": modes, "graphs_compiled": graphs,
-            "observed": _installed}
+    return {
+        "used": bool(compiled or _compile_calls or graphs),
+        "compiled_modules": len(compiled),
+        "calls": _compile_calls[:MAX_LISTED],
+        "modes": modes,
+        "graphs_compiled": graphs,
+        "observed": _installed,
+    }
 
 
 def _optimizers(optimizers: list) -> list[dict]:
@@ -258,10 +295,15 @@ def _optimizers(optimizers: list) -> list[dict]:
             supports_fused = "fused" in inspect.signature(cls.__init__).parameters
         except (TypeError, ValueError):
             supports_fused = False
-        entry = {"class": cls.__name__, "module": cls.__module__, "foreach": group.get("foreach"),
-                 "fused": group.get("fused"), "supports_fused": supports_fused,
-                 "params": sum(len(g.get("params", [])) for g in optimizer.param_groups),
-                 "wrapped": id(optimizer) in wrapped_ids}
+        entry = {
+            "class": cls.__name__,
+            "module": cls.__module__,
+            "foreach": group.get("foreach"),
+            "fused": group.get("fused"),
+            "supports_fused": supports_fused,
+            "params": sum(len(g.get("params", [])) for g in optimizer.param_groups),
+            "wrapped": id(optimizer) in wrapped_ids,
+        }
         entry["foreach_effective"] = _effective_foreach(optimizer, entry)
         out.append(entry)
     return out
@@ -281,11 +323,17 @@ def _effective_foreach(optimizer: Any, entry: dict) -> bool | None:
 
 
 def _data_loaders(loaders: list) -> list[dict]:
-    return [{"num_workers": int(getattr(dl, "num_workers", 0)), "pin_memory": bool(getattr(dl, "pin_memory", False)),
-             "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
-             "prefetch_factor": getattr(dl, "prefetch_factor", None), "batch_size": getattr(dl, "batch_size", None),
-             "dataset": type(getattr(dl, "dataset", None)).__name__}
-            for dl in loaders]
+    return [
+        {
+            "num_workers": int(getattr(dl, "num_workers", 0)),
+            "pin_memory": bool(getattr(dl, "pin_memory", False)),
+            "persistent_workers": bool(getattr(dl, "persistent_workers", False)),
+            "prefetch_factor": getattr(dl, "prefetch_factor", None),
+            "batch_size": getattr(dl, "batch_size", None),
+            "dataset": type(getattr(dl, "dataset", None)).__name__,
+        }
+        for dl in loaders
+    ]
 
 
 def _distributed(instances: dict[str, list]) -> dict:
@@ -294,18 +342,30 @@ def _distributed(instances: dict[str, list]) -> dict:
     out: dict[str, Any] = {"initialized": False}
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        out.update(initialized=True, backend=str(dist.get_backend()), world_size=dist.get_world_size(),
-                   rank=dist.get_rank())
-    out["ddp"] = [{"bucket_cap_mb": round(getattr(m, "bucket_bytes_cap", 0) / 2**20, 3),
-                   "gradient_as_bucket_view": bool(getattr(m, "gradient_as_bucket_view", False)),
-                   "static_graph": bool(getattr(m, "static_graph", False)),
-                   "find_unused_parameters": bool(getattr(m, "find_unused_parameters", False)),
-                   "module": type(getattr(m, "module", None)).__name__}
-                  for m in instances.get("ddp", [])]
-    out["fsdp"] = [{"class": type(m).__name__,
-                    "sharding_strategy": _plain(getattr(m, "sharding_strategy", None)),
-                    "mixed_precision": _plain(getattr(m, "mixed_precision", None))}
-                   for m in instances.get("fsdp", [])]
+        out.update(
+            initialized=True,
+            backend=str(dist.get_backend()),
+            world_size=dist.get_world_size(),
+            rank=dist.get_rank(),
+        )
+    out["ddp"] = [
+        {
+            "bucket_cap_mb": round(getattr(m, "bucket_bytes_cap", 0) / 2**20, 3),
+            "gradient_as_bucket_view": bool(getattr(m, "gradient_as_bucket_view", False)),
+            "static_graph": bool(getattr(m, "static_graph", False)),
+            "find_unused_parameters": bool(getattr(m, "find_unused_parameters", False)),
+            "module": type(getattr(m, "module", None)).__name__,
+        }
+        for m in instances.get("ddp", [])
+    ]
+    out["fsdp"] = [
+        {
+            "class": type(m).__name__,
+            "sharding_strategy": _plain(getattr(m, "sharding_strategy", None)),
+            "mixed_precision": _plain(getattr(m, "mixed_precision", None)),
+        }
+        for m in instances.get("fsdp", [])
+    ]
     return out
 
 
@@ -315,26 +375,38 @@ def _channels_last(convs: list) -> dict:
     four_d = [c for c in convs if getattr(c, "weight", None) is not None and c.weight.dim() == 4]
     # A 1x1 kernel's weight is contiguous in both formats: only the others tell which one was chosen.
     telling = [c for c in four_d if c.weight.shape[-1] * c.weight.shape[-2] > 1 or c.weight.shape[1] > 1]
-    channels_last = [c for c in telling if c.weight.is_contiguous(memory_format=torch.channels_last)
-                     and not c.weight.is_contiguous()]
-    return {"conv2d_modules": len(four_d), "channels_last_modules": len(channels_last),
-            "used": bool(telling) and len(channels_last) == len(telling)}
+    channels_last = [
+        c
+        for c in telling
+        if c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous()
+    ]
+    return {
+        "conv2d_modules": len(four_d),
+        "channels_last_modules": len(channels_last),
+        "used": bool(telling) and len(channels_last) == len(telling),
+    }
 
 
 def _framework(instances: dict[str, list]) -> dict:
     trainers, arguments = instances.get("hf_trainer", []), instances.get("hf_arguments", [])
     if trainers or arguments:
         args = getattr(trainers[0], "args", None) if trainers else arguments[0]
-        return {"name": "transformers", "trainer": type(trainers[0]).__name__ if trainers else None,
-                "version": getattr(sys.modules.get("transformers"), "__version__", None),
-                "training_arguments": {key: _plain(getattr(args, key, None)) for key in HF_ARGUMENTS}}
+        return {
+            "name": "transformers",
+            "trainer": type(trainers[0]).__name__ if trainers else None,
+            "version": getattr(sys.modules.get("transformers"), "__version__", None),
+            "training_arguments": {key: _plain(getattr(args, key, None)) for key in HF_ARGUMENTS},
+        }
     lightning = instances.get("lightning_trainer", [])
     if lightning:
         trainer = lightning[0]
         module = type(trainer).__module__.split(".")[0]
-        return {"name": "lightning", "trainer": type(trainer).__name__,
-                "version": getattr(sys.modules.get(module), "__version__", None),
-                "precision": _plain(getattr(trainer, "precision", None)),
-                "strategy": type(getattr(trainer, "strategy", None)).__name__,
-                "accumulate_grad_batches": _plain(getattr(trainer, "accumulate_grad_batches", None))}
+        return {
+            "name": "lightning",
+            "trainer": type(trainer).__name__,
+            "version": getattr(sys.modules.get(module), "__version__", None),
+            "precision": _plain(getattr(trainer, "precision", None)),
+            "strategy": type(getattr(trainer, "strategy", None)).__name__,
+            "accumulate_grad_batches": _plain(getattr(trainer, "accumulate_grad_batches", None)),
+        }
     return {"name": None}

@@ -34,7 +34,8 @@ from hybrid.inject.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig,
 # script checks that it still runs.
 HYBRID_PID_ENV = "HYBRID_PID"
 PARENT_POLL_S = 1.0
-# Set by hybrid.collect.orchestrate beside PYTHONSAFEPATH=1, which keeps the working directory off sys.path while this
+# Set by hybrid.collect.orchestrate beside PYTHONSAFEPATH=1, which keeps the working directory off sys.path
+# while this
 # injector imports (a json.py there would otherwise replace the standard library's for hybrid); both are taken
 # out of the environment before the script runs, so the processes it starts see the variables it was given.
 SAFE_PATH_ENV = "HYBRID_SAFE_PATH"
@@ -53,17 +54,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="directory for inject.json (and trace.json)")
     parser.add_argument("--warmup", type=int, default=1, help="steps to run before measuring")
     parser.add_argument("--steps", type=int, default=5, help="steps to measure, then stop the script")
-    parser.add_argument("--plain-steps", type=int, default=0,
-                        help="after warmup, time this many steps with no collector (the plain window), then "
-                        "start the pass's collector; only where the script uses CUDA unless --plain-on-cpu")
+    parser.add_argument(
+        "--plain-steps",
+        type=int,
+        default=0,
+        help="after warmup, time this many steps with no collector (the plain window), then "
+        "start the pass's collector; only where the script uses CUDA unless --plain-on-cpu",
+    )
     parser.add_argument("--plain-on-cpu", action="store_true", help="the plain window also on a CPU-only run")
     parser.add_argument("--nvtx-modules", action="store_true", help="NVTX range per module forward")
     parser.add_argument("--whole-run", action="store_true", help="capture the whole script as one step")
-    parser.add_argument("--fixed-warmup", action="store_true",
-                        help="exactly --warmup warmup steps, not more until step times settle")
+    parser.add_argument(
+        "--fixed-warmup",
+        action="store_true",
+        help="exactly --warmup warmup steps, not more until step times settle",
+    )
     parser.add_argument("--module", action="store_true", help="TARGET is a module name, run as with -m")
-    parser.add_argument("--python-stacks", action="store_true",
-                        help="torch pass: record operators' Python stacks (with_stack), for callsites")
+    parser.add_argument(
+        "--python-stacks",
+        action="store_true",
+        help="torch pass: record operators' Python stacks (with_stack), for callsites",
+    )
     return parser
 
 
@@ -72,7 +83,7 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
@@ -136,8 +147,12 @@ def _end_when_hybrid_is_gone(pid: int, log: Path) -> None:
 def _watch_hybrid(out_dir: Path) -> None:
     pid = os.environ.get(HYBRID_PID_ENV, "")
     if pid.isdigit() and int(pid) != os.getpid():
-        threading.Thread(target=_end_when_hybrid_is_gone, args=(int(pid), out_dir / "console.log"),
-                         name="hybrid-watch", daemon=True).start()
+        threading.Thread(
+            target=_end_when_hybrid_is_gone,
+            args=(int(pid), out_dir / "console.log"),
+            name="hybrid-watch",
+            daemon=True,
+        ).start()
 
 
 def _run_target(target: str, as_module: bool) -> None:
@@ -158,19 +173,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no target: put the script (or, with --module, the module) after `--`")
     target, target_args = command[0], command[1:]
     if not args.module and not os.path.isfile(target):
-        print(f"error: script {target!r} not found (cwd {os.getcwd()})\n"
-              "fix: pass an existing script path, or use --module for a module name", file=sys.stderr)
+        print(
+            f"error: script {target!r} not found (cwd {os.getcwd()})\n"
+            "fix: pass an existing script path, or use --module for a module name",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
-        session = StepSession(SessionConfig(
-            pass_name=args.pass_name, out_dir=args.out, warmup_steps=args.warmup, measured_steps=args.steps,
-            nvtx_modules=args.nvtx_modules, whole_run=args.whole_run, progress=True, detect=True,
-            settle=not args.fixed_warmup,
-            # The user's code is what lies under the script's directory (its own helper modules
-            # included), the installed libraries excepted; for a module, under the working directory.
-            user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
-            python_stacks=args.python_stacks, plain_steps=args.plain_steps, plain_on_cpu=args.plain_on_cpu,
-        ))
+        session = StepSession(
+            SessionConfig(
+                pass_name=args.pass_name,
+                out_dir=args.out,
+                warmup_steps=args.warmup,
+                measured_steps=args.steps,
+                nvtx_modules=args.nvtx_modules,
+                whole_run=args.whole_run,
+                progress=True,
+                detect=True,
+                settle=not args.fixed_warmup,
+                # The user's code is what lies under the script's directory (its own helper modules
+                # included), the installed libraries excepted; for a module, under the working directory.
+                user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
+                python_stacks=args.python_stacks,
+                plain_steps=args.plain_steps,
+                plain_on_cpu=args.plain_on_cpu,
+            )
+        )
         session.begin()
         run_config.install()  # before the target runs: its autocast regions and torch.compile calls
     except HybridError as exc:
@@ -197,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     global _stopped_at_limit
     _stopped_at_limit = outcome == STEP_LIMIT
     if outcome == EXCEPTION:
-        traceback_text = "".join(traceback.format_exception(type(ended), ended, _user_frames(ended.__traceback__)))
+        traceback_text = "".join(
+            traceback.format_exception(type(ended), ended, _user_frames(ended.__traceback__))
+        )
     # The record first: printing can fail (a closed pipe) and must not cost what was measured.
     session.finish(outcome, exit_code, traceback_text)
     with contextlib.suppress(OSError):
@@ -218,12 +248,19 @@ def _exit_past_lingering_threads(code: int) -> None:
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
-    left = [t.name for t in threading.enumerate()
-            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    left = [
+        t.name
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
     if left:
         with contextlib.suppress(OSError):
-            print(f"hybrid: the script's thread(s) {', '.join(left)} still ran {LINGER_S:.0f} s after its "
-                  "measured steps were written; ending the process", file=sys.stderr, flush=True)
+            print(
+                f"hybrid: the script's thread(s) {', '.join(left)} still ran {LINGER_S:.0f} s after its "
+                "measured steps were written; ending the process",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.stdout.flush()
         os._exit(code)
 

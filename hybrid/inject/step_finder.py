@@ -54,8 +54,9 @@ class _LoopStats:
 
 
 class StepFinder:
-    def __init__(self, mark: Callable[[str], None], user_root: str,
-                 optimizer_pending: Callable[[], bool]) -> None:
+    def __init__(
+        self, mark: Callable[[str], None], user_root: str, optimizer_pending: Callable[[], bool]
+    ) -> None:
         self._mark = mark
         self._user_root = os.path.realpath(user_root)
         self._own_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -104,13 +105,21 @@ class StepFinder:
         if self._caller_name and self._callers:
             # The last call may have been cut short by the step limit: only calls seen to their end count.
             complete = self._callers[:-1]
-            per_call = {"function": self._caller_name, "calls_seen": len(self._callers),
-                        "complete": bool(complete),
-                        "forwards": sorted(complete)[len(complete) // 2] if complete else self._callers[-1]}
-        return {"tracer": TRACER_NAME, "python": sys.version.split()[0],
-                "decided_after_s": (round((self.decided_ns - self.started_ns) / 1e9, 3)
-                                    if self.decided_ns else None),
-                "per_call": per_call, "loops_seen": len(self._loops)}
+            per_call = {
+                "function": self._caller_name,
+                "calls_seen": len(self._callers),
+                "complete": bool(complete),
+                "forwards": sorted(complete)[len(complete) // 2] if complete else self._callers[-1],
+            }
+        return {
+            "tracer": TRACER_NAME,
+            "python": sys.version.split()[0],
+            "decided_after_s": (
+                round((self.decided_ns - self.started_ns) / 1e9, 3) if self.decided_ns else None
+            ),
+            "per_call": per_call,
+            "loops_seen": len(self._loops),
+        }
 
     # -- user code -------------------------------------------------------------------------------
 
@@ -118,8 +127,12 @@ class StepFinder:
         known = self._user_files.get(filename)
         if known is None:
             path = os.path.realpath(filename) if not filename.startswith("<") else ""
-            known = (bool(path) and path.startswith(self._user_root + os.sep) and not path.startswith(self._own_root)
-                     and not any(marker in path for marker in _LIBRARY_MARKERS))
+            known = (
+                bool(path)
+                and path.startswith(self._user_root + os.sep)
+                and not path.startswith(self._own_root)
+                and not any(marker in path for marker in _LIBRARY_MARKERS)
+            )
             self._user_files[filename] = known
         return known
 
@@ -151,9 +164,13 @@ class StepFinder:
         self._consecutive = (key, calls)
         if calls >= (OPTIMIZER_PATIENCE if self._optimizer_pending() else CONSECUTIVE_CALLS):
             label = module_label(module)
-            self._decide(SOURCE_MODULE, f"one top-level {label}.forward",
-                         f"{label}.forward was called {calls} times in a row at the top level (no other "
-                         "module around it, no iteration of the script's own loop in between)", "medium")
+            self._decide(
+                SOURCE_MODULE,
+                f"one top-level {label}.forward",
+                f"{label}.forward was called {calls} times in a row at the top level (no other "
+                "module around it, no iteration of the script's own loop in between)",
+                "medium",
+            )
             self.module = module
             self.tracer.stop()
             self.calls.narrow(module, caller)
@@ -179,8 +196,15 @@ class StepFinder:
             forwards, allocations = now[1] - stats.last[1], now[2] - stats.last[2]
             stats.forwards_per_iteration.append(forwards)
             rebound = any(stats.tensors.get(name) != ident for name, ident in tensors.items())
-            signals = {name for name, hit in (("module call", forwards), ("CUDA allocation", allocations > 0),
-                                              ("new tensor bound in the loop", rebound)) if hit}
+            signals = {
+                name
+                for name, hit in (
+                    ("module call", forwards),
+                    ("CUDA allocation", allocations > 0),
+                    ("new tensor bound in the loop", rebound),
+                )
+                if hit
+            }
             stats.signals |= signals
             stats.working += bool(signals)
         stats.last, stats.tensors = now, tensors
@@ -200,15 +224,25 @@ class StepFinder:
             return  # the enclosing loop may be the step: see whether it completes iterations soon
         if parent is not None:
             outer = f"{_where(parent)}"
-            why = (f"iterations of the loop at {_where(loop)} did work; the loop around it at {outer} "
-                   f"completed no iteration within {INNER_WAIT} of them, so the inner loop is the step")
+            why = (
+                f"iterations of the loop at {_where(loop)} did work; the loop around it at {outer} "
+                f"completed no iteration within {INNER_WAIT} of them, so the inner loop is the step"
+            )
         else:
-            inner = [other for other, other_stats in self._loops.items()
-                     if other_stats.parent is loop and other_stats.back_edges]
-            why = ("outermost loop of the script whose iterations did work"
-                   + (f" (each runs the loop at {_where(inner[0])})" if inner else ""))
-        self._decide(SOURCE_LOOP, f"one iteration of the loop at {_where(loop)}", f"{why}; {self._signal(stats)}",
-                     "medium")
+            inner = [
+                other
+                for other, other_stats in self._loops.items()
+                if other_stats.parent is loop and other_stats.back_edges
+            ]
+            why = "outermost loop of the script whose iterations did work" + (
+                f" (each runs the loop at {_where(inner[0])})" if inner else ""
+            )
+        self._decide(
+            SOURCE_LOOP,
+            f"one iteration of the loop at {_where(loop)}",
+            f"{why}; {self._signal(stats)}",
+            "medium",
+        )
         self.loop = loop
         if not USE_MONITORING and len(self._top_modules) == 1 and set(stats.forwards_per_iteration) == {1}:
             # Each iteration calls the one model once: count at that forward's end, through one hook on
@@ -234,9 +268,13 @@ class StepFinder:
         while current is not None:
             if self._is_user_frame(current):
                 offset = current.f_lasti
-                around = [other for other in self.tracer.loops_in(current.f_code).values()
-                          if other is not loop and other.start_offset <= offset <= other.end_offset
-                          and (current is not frame or other.encloses(loop))]
+                around = [
+                    other
+                    for other in self.tracer.loops_in(current.f_code).values()
+                    if other is not loop
+                    and other.start_offset <= offset <= other.end_offset
+                    and (current is not frame or other.encloses(loop))
+                ]
                 if around:
                     return max(around, key=lambda other: other.start_offset)
             current = current.f_back

@@ -102,13 +102,16 @@ class SessionConfig:
     whole_run: bool = False  # the collector covers the whole script as one step
     stop_at_limit: bool = True  # raise StepLimitReached after the last measured step
     progress: bool = False  # print PROGRESS_PREFIX lines (the injector; not in-process use)
-    detect: bool = False  # find steps of unmarked scripts (hybrid.inject.step_finder); the injector turns it on
+    detect: bool = (
+        False  # find steps of unmarked scripts (hybrid.inject.step_finder); the injector turns it on
+    )
     user_root: str | None = None  # directory whose files are the user's code (detect); default cwd
     settle: bool = False  # extend warmup until step times settle (the injector; a caller that counts
     # its own iterations, as profile_model does, needs exactly warmup_steps)
     python_stacks: bool = False  # torch pass: Python stacks of operators (with_stack), for callsites
     # Steps timed after warmup with no collector started yet, before the pass's own window: the plain
-    # reference step time without a process of its own (hybrid.collect.orchestrate). Only where the script uses
+    # reference step time without a process of its own (hybrid.collect.orchestrate). Only where the script
+    # uses
     # CUDA (a CPU-only run has no GPU timeline to weigh it against) unless plain_on_cpu.
     plain_steps: int = 0
     plain_on_cpu: bool = False
@@ -230,13 +233,17 @@ class StepSession:
     def begin(self) -> None:
         global _active
         if _active is not None:
-            raise UsageError("a hybrid step session is already active in this process",
-                             "finish the running session before starting another")
+            raise UsageError(
+                "a hybrid step session is already active in this process",
+                "finish the running session before starting another",
+            )
         try:
             self.config.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"cannot create output directory {self.config.out_dir}: {exc}",
-                             "pass a writable --out directory") from exc
+            raise UsageError(
+                f"cannot create output directory {self.config.out_dir}: {exc}",
+                "pass a writable --out directory",
+            ) from exc
         # torch is imported before the workload so the optimizer hook exists before its first step;
         # importing torch does not initialize CUDA, so the script can still pick its devices.
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -257,8 +264,11 @@ class StepSession:
         if self.config.detect and not self.config.whole_run:
             from hybrid.inject.step_finder import StepFinder
 
-            self._finder = StepFinder(self.mark, self.config.user_root or os.getcwd(),
-                                      lambda: self._optimizer_built and self.step_source != SOURCE_OPTIMIZER)
+            self._finder = StepFinder(
+                self.mark,
+                self.config.user_root or os.getcwd(),
+                lambda: self._optimizer_built and self.step_source != SOURCE_OPTIMIZER,
+            )
             self._finder.start()
             # A forked DataLoader worker runs no step of its own: it must not pay for the tracer.
             os.register_at_fork(after_in_child=self._finder.stop)
@@ -291,8 +301,11 @@ class StepSession:
             session.finish(COMPLETED, status)
             real_exit(status)
 
-        self._patches = [(torch.profiler.profile, "step", profile_step),
-                         (torch.optim.Optimizer, "__init__", optimizer_init), (os, "_exit", real_exit)]
+        self._patches = [
+            (torch.profiler.profile, "step", profile_step),
+            (torch.optim.Optimizer, "__init__", optimizer_init),
+            (os, "_exit", real_exit),
+        ]
         torch.profiler.profile.step = step
         torch.optim.Optimizer.__init__ = init
         os._exit = exit_now
@@ -334,7 +347,8 @@ class StepSession:
         elif self._state == "plain":
             self.warnings.append(
                 f"the script ended after {len(self.plain_end_ns)} of {self.config.plain_steps} steps of the "
-                "plain window (no collector), before the measured steps")
+                "plain window (no collector), before the measured steps"
+            )
         elif self._state == "warmup":
             self._step_ranges.pop()
             if self.steps_seen:
@@ -345,8 +359,11 @@ class StepSession:
                     f"{self.config.measured_steps} measured steps): lower --warmup and --steps"
                 )
         if self.steps_seen == 0:
-            self.warnings.append(HOW_TO_MARK if self.config.whole_run
-                                 else HOW_TO_MARK + ", or pass --whole-run to capture the whole script as one range")
+            self.warnings.append(
+                HOW_TO_MARK
+                if self.config.whole_run
+                else HOW_TO_MARK + ", or pass --whole-run to capture the whole script as one range"
+            )
         if self.step_end_ns:
             self.window_ns = self.step_end_ns[-1]
         if self._optimizer_hook is not None:
@@ -361,8 +378,9 @@ class StepSession:
         self.begin()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         self.finish(*outcome_of(exc))
         return isinstance(exc, StepLimitReached)
 
@@ -390,8 +408,10 @@ class StepSession:
         if current in DETECTED_SOURCES and source not in DETECTED_SOURCES:
             if self._state == "measuring":
                 if not any("came after" in w for w in self.warnings):
-                    self.warnings.append(f"{source} came after the window opened on {self.step_unit}; "
-                                         "the measured steps stay in that unit")
+                    self.warnings.append(
+                        f"{source} came after the window opened on {self.step_unit}; "
+                        "the measured steps stay in that unit"
+                    )
                 return
             # The stronger source takes over: warmup starts again in its unit.
             self.steps_seen, self._mark_ns = 0, []
@@ -437,7 +457,11 @@ class StepSession:
         self.step_source = source
         finder = self._finder
         if source in DETECTED_SOURCES and finder is not None:
-            self.step_unit, self.step_confidence, self.step_reason = finder.unit, finder.confidence, finder.reason
+            self.step_unit, self.step_confidence, self.step_reason = (
+                finder.unit,
+                finder.confidence,
+                finder.reason,
+            )
             return
         self.step_confidence = CONFIDENCE_HIGH
         self.step_unit, self.step_reason = {
@@ -448,13 +472,18 @@ class StepSession:
 
     def _unit_with_calls(self) -> str | None:
         """The unit, with how many there are per call of the library function that made them."""
-        per_call = (self._finder.facts().get("per_call") if self._finder is not None
-                    and self.step_source == "module_call" else None)
+        per_call = (
+            self._finder.facts().get("per_call")
+            if self._finder is not None and self.step_source == "module_call"
+            else None
+        )
         if not per_call or not self.step_unit:
             return self.step_unit
         if not per_call["complete"]:
-            return (f"{self.step_unit}, at least {per_call['forwards']} per {per_call['function']}() call "
-                    "(the script was stopped inside the first)")
+            return (
+                f"{self.step_unit}, at least {per_call['forwards']} per {per_call['function']}() call "
+                "(the script was stopped inside the first)"
+            )
         return f"{self.step_unit}, {per_call['forwards']} per {per_call['function']}() call"
 
     def _warmup_done(self) -> bool:
@@ -464,23 +493,29 @@ class StepSession:
         seen = self.steps_seen
         if seen < requested:
             return False
-        durations = [(b - a) / 1e6 for a, b in zip(self._mark_ns, self._mark_ns[1:])]
+        durations = [(b - a) / 1e6 for a, b in zip(self._mark_ns, self._mark_ns[1:], strict=False)]
         if requested == 0 or not self.config.settle:
             self.warmup_reason = f"{seen} warmup step(s) dropped: {requested} requested (--warmup)"
             return True
         if settle.is_settled(durations):
             extra = seen - requested
-            self.warmup_reason = (f"{seen} warmup steps dropped: {requested} requested (--warmup)"
-                                  + (f" + {extra} until step times settled within "
-                                     f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)})"
-                                     if extra else f", step times settled (last: {settle.describe(durations)})"))
+            self.warmup_reason = f"{seen} warmup steps dropped: {requested} requested (--warmup)" + (
+                f" + {extra} until step times settled within "
+                f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)})"
+                if extra
+                else f", step times settled (last: {settle.describe(durations)})"
+            )
             return True
         if seen >= requested + settle.MAX_EXTRA_WARMUP:
-            self.warmup_reason = (f"{seen} warmup steps dropped: step times had not settled within "
-                                  f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)}); measuring anyway")
-            self.warnings.append(f"step times had not settled after {seen} warmup steps "
-                                 f"(last: {settle.describe(durations)}): the measured steps may still be warming up "
-                                 "or may differ by design")
+            self.warmup_reason = (
+                f"{seen} warmup steps dropped: step times had not settled within "
+                f"{settle.SETTLE_TOLERANCE:.0%} (last: {settle.describe(durations)}); measuring anyway"
+            )
+            self.warnings.append(
+                f"step times had not settled after {seen} warmup steps "
+                f"(last: {settle.describe(durations)}): the measured steps may still be warming up "
+                "or may differ by design"
+            )
             return True
         return False
 
@@ -507,8 +542,9 @@ class StepSession:
         if last:
             self._synchronize()  # the window covers its last step's device work, as the measured one does
         self.plain_end_ns.append(time.perf_counter_ns() - self._plain_start_ns)
-        self._progress(f"plain window step {len(self.plain_end_ns)}/{self.config.plain_steps} (no collector)",
-                       force=last)
+        self._progress(
+            f"plain window step {len(self.plain_end_ns)}/{self.config.plain_steps} (no collector)", force=last
+        )
         if last:
             self._start_window()
 
@@ -533,7 +569,10 @@ class StepSession:
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             self._profiler = torch.profiler.profile(
-                activities=activities, record_shapes=True, with_flops=True, profile_memory=False,
+                activities=activities,
+                record_shapes=True,
+                with_flops=True,
+                profile_memory=False,
                 with_stack=self.config.python_stacks,
             )
             self._profiler.start()
@@ -655,8 +694,11 @@ class StepSession:
             "step_end_ns": self.step_end_ns,
             "cut_short_step": self.cut_short_step,
             "unprofiled_steps": self.unprofiled_steps,
-            "unprofiled_step_time_ms": (self.unprofiled_ns / self.unprofiled_steps / 1e6
-                                        if self.unprofiled_steps and self.unprofiled_ns else None),
+            "unprofiled_step_time_ms": (
+                self.unprofiled_ns / self.unprofiled_steps / 1e6
+                if self.unprofiled_steps and self.unprofiled_ns
+                else None
+            ),
             "plain_window": self._plain_window(),
             "compile_cache": _compile_cache_counts(),
             "cuda_available": torch.cuda.is_available(),
@@ -679,10 +721,14 @@ class StepSession:
             return None
         steps = len(self.plain_end_ns)
         complete = steps == self.config.plain_steps
-        return {"requested_steps": self.config.plain_steps, "measured_steps": steps, "complete": complete,
-                "step_end_ns": self.plain_end_ns,
-                "window_ns": self.plain_end_ns[-1] if complete else None,
-                "step_time_ms": self.plain_end_ns[-1] / steps / 1e6 if complete else None}
+        return {
+            "requested_steps": self.config.plain_steps,
+            "measured_steps": steps,
+            "complete": complete,
+            "step_end_ns": self.plain_end_ns,
+            "window_ns": self.plain_end_ns[-1] if complete else None,
+            "step_time_ms": self.plain_end_ns[-1] / steps / 1e6 if complete else None,
+        }
 
 
 # torch._dynamo's counters of the compile caches that let a later pass of the same run skip compiling
@@ -698,12 +744,17 @@ def _compile_cache_counts() -> dict[str, float] | None:
     dynamo_utils = sys.modules.get("torch._dynamo.utils")
     if dynamo_utils is None:
         return None
-    counts: dict[str, float] = {name: int(dynamo_utils.counters.get(group, {}).get(name, 0))
-                                for group, names in COMPILE_CACHE_COUNTERS.items() for name in names}
+    counts: dict[str, float] = {
+        name: int(dynamo_utils.counters.get(group, {}).get(name, 0))
+        for group, names in COMPILE_CACHE_COUNTERS.items()
+        for name in names
+    }
     if not any(counts.values()):
         return None
     # Seconds dynamo spent compiling frames, cache loads included (its own timer).
-    counts["compile_s"] = round(sum(dynamo_utils.compilation_time_metrics.get("_compile.compile_inner", [])), 3)
+    counts["compile_s"] = round(
+        sum(dynamo_utils.compilation_time_metrics.get("_compile.compile_inner", [])), 3
+    )
     return counts
 
 
@@ -715,12 +766,23 @@ def _graph_breaks() -> list[dict]:
         return []
     breaks = dynamo_utils.counters.get("graph_break", {})
     # Where each break happened: the innermost user frame dynamo kept with the reason (GraphCompileReason).
-    sites = {str(r.reason): r.user_stack[-1] for r in getattr(dynamo_utils, "graph_break_reasons", [])
-             if getattr(r, "user_stack", None)}
-    return [{"reason": str(reason), "count": int(count),
-             **({"file": sites[reason].filename, "line": sites[reason].lineno, "function": sites[reason].name}
-                if reason in sites else {})}
-            for reason, count in sorted(breaks.items(), key=lambda item: -item[1])]
+    sites = {
+        str(r.reason): r.user_stack[-1]
+        for r in getattr(dynamo_utils, "graph_break_reasons", [])
+        if getattr(r, "user_stack", None)
+    }
+    return [
+        {
+            "reason": str(reason),
+            "count": int(count),
+            **(
+                {"file": sites[reason].filename, "line": sites[reason].lineno, "function": sites[reason].name}
+                if reason in sites
+                else {}
+            ),
+        }
+        for reason, count in sorted(breaks.items(), key=lambda item: -item[1])
+    ]
 
 
 def _op_flops(profiler: Any) -> dict:

@@ -48,15 +48,23 @@ class Ledger:
         return float(self.steps["dur_ns"].sum()) / max(self.step_count, 1) / NS_PER_MS
 
     def waterfall(self) -> list[dict]:
-        """"Where the step went": one row per cause with time, busy first then idle in precedence,
+        """ "Where the step went": one row per cause with time, busy first then idle in precedence,
         each starting where the previous ended, so the last one ends at the mean step."""
         rows, start = [], 0.0
         step = self.step_time_ms()
         for cause, ms in self.ms_per_step().items():
             if ms <= 0:
                 continue
-            rows.append({"cause": cause, "state": STATE[cause], "label": LABELS[cause], "start_ms": start,
-                         "ms": ms, "pct_of_step": 100 * ms / step if step else 0.0})
+            rows.append(
+                {
+                    "cause": cause,
+                    "state": STATE[cause],
+                    "label": LABELS[cause],
+                    "start_ms": start,
+                    "ms": ms,
+                    "pct_of_step": 100 * ms / step if step else 0.0,
+                }
+            )
             start += ms
         return rows
 
@@ -68,8 +76,12 @@ class Ledger:
 
     def to_dict(self) -> dict:
         """The `ledger` block of results.json."""
-        return {"steps": self.step_count, "step_time_ms": self.step_time_ms(),
-                "ms_per_step": self.ms_per_step(), "waterfall": self.waterfall()}
+        return {
+            "steps": self.step_count,
+            "step_time_ms": self.step_time_ms(),
+            "ms_per_step": self.ms_per_step(),
+            "waterfall": self.waterfall(),
+        }
 
 
 def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
@@ -77,8 +89,10 @@ def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
     of them ran at once goes to the one listed first)."""
     kernels = profile.kernels.reset_index(drop=True)
     causes = kernel_causes(profile, peaks)
-    frames = {"copy": ("memcpys", profile.memcpys.reset_index(drop=True)),
-              "memset": ("memsets", profile.memsets.reset_index(drop=True))}
+    frames = {
+        "copy": ("memcpys", profile.memcpys.reset_index(drop=True)),
+        "memset": ("memsets", profile.memsets.reset_index(drop=True)),
+    }
     layers = []
     for cause in BUSY_ORDER:
         if cause in frames:
@@ -96,8 +110,13 @@ def _gaps(idle: Pieces) -> pd.DataFrame:
     new = np.ones(len(idle.start), bool)
     new[1:] = (idle.start[1:] != idle.end[:-1]) | (idle.step[1:] != idle.step[:-1])
     first = np.flatnonzero(new)
-    return pd.DataFrame({"step": idle.step[first], "start_ns": idle.start[first],
-                         "end_ns": idle.end[np.r_[first[1:] - 1, len(new) - 1]]})
+    return pd.DataFrame(
+        {
+            "step": idle.step[first],
+            "start_ns": idle.start[first],
+            "end_ns": idle.end[np.r_[first[1:] - 1, len(new) - 1]],
+        }
+    )
 
 
 CAUSES = [*BUSY_ORDER, *IDLE_ORDER]
@@ -112,8 +131,11 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
         return Ledger(pd.DataFrame({c: [] for c in SEGMENT_COLUMNS}), steps)
     device = _device_layers(profile, peaks)
     ops = profile.ops
-    host_layers = [*idle.sync_layers(profile), idle.compiled_break_layer(profile, ops, windows),
-                   idle.dataloader_layer(profile, ops, windows)]
+    host_layers = [
+        *idle.sync_layers(profile),
+        idle.compiled_break_layer(profile, ops, windows),
+        idle.dataloader_layer(profile, ops, windows),
+    ]
     heavy = idle.cpu_heavy_layer(profile, ops, windows)
     pieces = cut(windows, [*device, *host_layers, heavy])
     own(pieces, device, CAUSES, REF_FRAMES)
@@ -127,11 +149,15 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
     merged = merge_runs(pieces)
     del pieces, idle_pieces  # millions of rows no longer needed while the segment frame is built
     state = (merged.cause >= len(BUSY_ORDER)).astype(np.int8)
-    segments = pd.DataFrame({
-        "step": merged.step, "start_ns": merged.start, "end_ns": merged.end,
-        "state": pd.Categorical.from_codes(state, categories=STATES),
-        "cause": pd.Categorical.from_codes(merged.cause, categories=CAUSES),
-        "ref_frame": pd.Categorical.from_codes(merged.frame, categories=REF_FRAMES),
-        "ref_row": merged.row,
-    })
+    segments = pd.DataFrame(
+        {
+            "step": merged.step,
+            "start_ns": merged.start,
+            "end_ns": merged.end,
+            "state": pd.Categorical.from_codes(state, categories=STATES),
+            "cause": pd.Categorical.from_codes(merged.cause, categories=CAUSES),
+            "ref_frame": pd.Categorical.from_codes(merged.frame, categories=REF_FRAMES),
+            "ref_row": merged.row,
+        }
+    )
     return Ledger(segments, steps)

@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 
-def carry_to_analyzed_clock(events: pd.DataFrame, own_steps: pd.DataFrame | None,
-                            analyzed_steps: pd.DataFrame) -> pd.DataFrame:
+def carry_to_analyzed_clock(
+    events: pd.DataFrame, own_steps: pd.DataFrame | None, analyzed_steps: pd.DataFrame
+) -> pd.DataFrame:
     """`events` (step, start_ns, end_ns, any other columns) on the analyzed clock: rows of steps the
     analyzed timeline does not have are dropped, the rest keep their index. `own_steps` are the step
     windows of the events' own pass, None when they already are on the analyzed clock."""
@@ -32,5 +33,6 @@ def carry_to_analyzed_clock(events: pd.DataFrame, own_steps: pd.DataFrame | None
         offset = np.clip(t - own[:, 0], 0, own_dur)
         return to[:, 0] + np.rint(offset * scale).astype(np.int64)
 
-    return kept.assign(start_ns=carry(kept["start_ns"].to_numpy(np.int64)),
-                       end_ns=carry(kept["end_ns"].to_numpy(np.int64)))
+    return kept.assign(
+        start_ns=carry(kept["start_ns"].to_numpy(np.int64)), end_ns=carry(kept["end_ns"].to_numpy(np.int64))
+    )

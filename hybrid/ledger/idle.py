@@ -66,8 +66,9 @@ def cpu_heavy_ops(ops: pd.DataFrame) -> pd.DataFrame:
     top = ops[ops["top_level"]]
     if top.empty:
         return top
-    top = top.assign(device_total_ns=_op_subtree_device_ns(ops).loc[top.index],
-                     cpu_ns=top["end_ns"] - top["start_ns"])
+    top = top.assign(
+        device_total_ns=_op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
+    )
     by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
     heavy = by_name.index[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]
     return top[top["name"].isin(heavy)]
@@ -95,5 +96,7 @@ def gap_layers(profile: Profile, gaps: pd.DataFrame) -> list[Layer]:
     order = np.argsort(ls, kind="stable")
     last = np.searchsorted(ls[order], b, side="left") - 1
     launch_row = np.where(last >= 0, order[np.clip(last, 0, None)], NO_RANGE) if len(ls) else last
-    return [Layer.of("host_after_sync", "syncs", a[drained], b[drained], in_sync[drained]),
-            Layer.of("launch_gap", "launches", a[short], b[short], launch_row[short])]
+    return [
+        Layer.of("host_after_sync", "syncs", a[drained], b[drained], in_sync[drained]),
+        Layer.of("launch_gap", "launches", a[short], b[short], launch_row[short]),
+    ]

@@ -27,8 +27,13 @@ class Layer:
 
     @staticmethod
     def of(cause: str, frame_name: str, starts, ends, rows) -> Layer:
-        return Layer(cause, frame_name, np.asarray(starts, np.int64), np.asarray(ends, np.int64),
-                     np.asarray(rows, dtype=np.int64))
+        return Layer(
+            cause,
+            frame_name,
+            np.asarray(starts, np.int64),
+            np.asarray(ends, np.int64),
+            np.asarray(rows, dtype=np.int64),
+        )
 
 
 @dataclass
@@ -44,8 +49,9 @@ class Pieces:
     row: np.ndarray
 
     def subset(self, mask: np.ndarray) -> Pieces:
-        return Pieces(*(values[mask] for values in (self.step, self.start, self.end, self.cause, self.frame,
-                                                      self.row)))
+        return Pieces(
+            *(values[mask] for values in (self.step, self.start, self.end, self.cause, self.frame, self.row))
+        )
 
 
 def _distinct_sorted(values: np.ndarray) -> np.ndarray:
@@ -64,13 +70,19 @@ def cut(windows: pd.DataFrame, layers: list[Layer]) -> Pieces:
     inside[inside] = a[inside] < we[idx[inside]]
     count = int(inside.sum())
     # Causes and frames are a few dozen codes: one byte each (4.4M pieces of the probe: 60 MiB saved).
-    return Pieces(windows["step"].to_numpy(np.int64)[idx[inside]], a[inside], b[inside],
-                  np.full(count, NO_RANGE, dtype=np.int8), np.full(count, NO_RANGE, dtype=np.int8),
-                  np.full(count, NO_RANGE, dtype=np.int64))
+    return Pieces(
+        windows["step"].to_numpy(np.int64)[idx[inside]],
+        a[inside],
+        b[inside],
+        np.full(count, NO_RANGE, dtype=np.int8),
+        np.full(count, NO_RANGE, dtype=np.int8),
+        np.full(count, NO_RANGE, dtype=np.int64),
+    )
 
 
-def own(pieces: Pieces, layers: list[Layer], causes: list[str], frames: list[str],
-        default: str | None = None) -> None:
+def own(
+    pieces: Pieces, layers: list[Layer], causes: list[str], frames: list[str], default: str | None = None
+) -> None:
     """Give each piece not owned yet to the first layer covering it (`default`, with no event, when none
     does); `causes` and `frames` are the lists the pieces' codes index."""
     for layer in layers:

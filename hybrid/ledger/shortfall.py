@@ -50,6 +50,7 @@ def by_name(names: pd.Series, of_names: Callable[[pd.Series], np.ndarray]) -> np
 def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:
     """Precision of each GEMM, convolution or attention kernel (None for other kernels), from ncu's FLOP
     counters where it profiled the kernel, else its name (hybrid.analysis.kernel_classes)."""
+
     def of_names(names: pd.Series) -> np.ndarray:
         classes = kernel_classes(profile, names, peaks)
         matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
@@ -102,8 +103,11 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
     causes = np.full(n, "kernel_unprofiled", dtype=object)
     if n == 0:
         return causes
-    measured = kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool) if ncu \
+    measured = (
+        kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool)
+        if ncu
         else np.zeros(n, bool)
+    )
 
     def counter(col: str) -> np.ndarray:
         if col not in kernels:
@@ -111,8 +115,13 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
         return np.where(measured, kernels[col].to_numpy(float), np.nan)
 
     rows = pd.Series(ncu.get("kernel_counter_rows", []))
-    achieved = counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks).reindex(
-        rows.where(rows >= 0)).to_numpy(float) if len(rows) == n else np.full(n, np.nan)
+    achieved = (
+        counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks)
+        .reindex(rows.where(rows >= 0))
+        .to_numpy(float)
+        if len(rows) == n
+        else np.full(n, np.nan)
+    )
     achieved = np.where(measured, achieved, np.nan)
     precision = kernel_precisions(profile, kernels, peaks)
     blocks = (kernels["grid_x"] * kernels["grid_y"] * kernels["grid_z"]).to_numpy(np.int64)

@@ -1,5 +1,6 @@
 """The ncu pass's two jobs around the profiler run: choose which kernels are worth replaying (from the
-nsys timeline; hybrid.collect.ncu_plan decides whether counters can change the diagnosis at all), and match the
+nsys timeline; hybrid.collect.ncu_plan decides whether counters can change the diagnosis at all), and match
+the
 counters ncu measured back to every kernel instance in the Profile.
 
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
@@ -57,8 +58,13 @@ def representative_step(kernels: pd.DataFrame) -> int | None:
     return int(per_step.index[(len(per_step) - 1) // 2])
 
 
-def select_kernels(kernels: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, cap: int = DEFAULT_CAP, *,
-                   step: int | None = None) -> list[str]:
+def select_kernels(
+    kernels: pd.DataFrame,
+    coverage: float = DEFAULT_COVERAGE,
+    cap: int = DEFAULT_CAP,
+    *,
+    step: int | None = None,
+) -> list[str]:
     """The fewest kernel names whose GPU time in one measured step reaches `coverage` of that step's
     kernel time, at most `cap` of them, largest first. NCCL kernels are never chosen (they hang
     when replayed). `step` defaults to representative_step; with no measured step, the whole capture
@@ -131,16 +137,20 @@ def _match(kernels: pd.DataFrame, counters: pd.DataFrame) -> tuple[list[int], li
     return rows.sort_index().tolist(), levels.sort_index().tolist()
 
 
-def _renamed_counters(counters: pd.DataFrame, kernels: pd.DataFrame, rows: list[int],
-                      levels: list[str]) -> tuple[pd.DataFrame, dict[str, str], int]:
+def _renamed_counters(
+    counters: pd.DataFrame, kernels: pd.DataFrame, rows: list[int], levels: list[str]
+) -> tuple[pd.DataFrame, dict[str, str], int]:
     """Counters named as profile.kernels names them, so consumers can join on (name, grid, block);
     also the nsys -> ncu name map and how many counter rows matched no kernel."""
     renamed = counters.copy()
     ncu_names: dict[str, str] = {}
     unmatched = 0
     for counter_row in range(len(counters)):
-        strong = [i for i, (r, lvl) in enumerate(zip(rows, levels))
-                  if r == counter_row and lvl in (MATCH_LAUNCH, MATCH_CONFIG)]
+        strong = [
+            i
+            for i, (r, lvl) in enumerate(zip(rows, levels, strict=False))
+            if r == counter_row and lvl in (MATCH_LAUNCH, MATCH_CONFIG)
+        ]
         if not strong:
             unmatched += 1
             continue
@@ -160,14 +170,21 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
     metrics.
     """
     parsed = counters if isinstance(counters, NcuCounters) else NcuCounters(frame=counters)
-    frame, implausible = drop_implausible_counters(conform(parsed.frame, COUNTER_COLUMNS), peaks_for(profile.device))
+    frame, implausible = drop_implausible_counters(
+        conform(parsed.frame, COUNTER_COLUMNS), peaks_for(profile.device)
+    )
     kernels = profile.kernels.reset_index(drop=True)
-    rows, levels = _match(kernels, frame) if len(kernels) and len(frame) else (
-        [-1] * len(kernels), [MATCH_NONE] * len(kernels))
+    rows, levels = (
+        _match(kernels, frame)
+        if len(kernels) and len(frame)
+        else ([-1] * len(kernels), [MATCH_NONE] * len(kernels))
+    )
     renamed, ncu_names, unmatched = _renamed_counters(frame, kernels, rows, levels)
 
     durations = _durations(kernels)
-    in_steps = (kernels["step"] >= 0) if (kernels["step"] >= 0).any() else pd.Series(True, index=kernels.index)
+    in_steps = (
+        (kernels["step"] >= 0) if (kernels["step"] >= 0).any() else pd.Series(True, index=kernels.index)
+    )
     level = pd.Series(levels, index=kernels.index, dtype="object")
     total_ns = float(durations[in_steps].sum())
 
@@ -180,8 +197,10 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
 
     warnings = list(profile.warnings) + implausible
     if total_ns > 0 and covered_pct < LOW_COVERAGE_PCT:
-        warnings.append(f"ncu counters cover only {covered_pct:.1f}% of the measured GPU time; "
-                        "kernel-level conclusions rest on the profiled kernels (results.json: metrics ncu_*)")
+        warnings.append(
+            f"ncu counters cover only {covered_pct:.1f}% of the measured GPU time; "
+            "kernel-level conclusions rest on the profiled kernels (results.json: metrics ncu_*)"
+        )
     extras = dict(profile.extras)
     extras["ncu"] = {
         "kernel_counter_rows": rows,

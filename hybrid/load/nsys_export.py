@@ -167,22 +167,32 @@ class _Runtime:
 class _Steps:
     """Step ranges, kept per process for attribution; `frame` is the Profile.steps view."""
 
-    def __init__(self, ranges: pd.DataFrame, source: str, unit: str | None = None,
-                 confidence: str | None = None, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        ranges: pd.DataFrame,
+        source: str,
+        unit: str | None = None,
+        confidence: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         # ranges: step, name, start_ns, end_ns, global_pid
         self.ranges = ranges.sort_values("start_ns").reset_index(drop=True)
         self.source = source
         self.unit, self.confidence, self.reason = unit, confidence, reason
-        union = (self.ranges.groupby("step", sort=True)
-                 .agg(name=("name", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-                 .reset_index())
+        union = (
+            self.ranges.groupby("step", sort=True)
+            .agg(name=("name", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+            .reset_index()
+        )
         self.frame = conform(union, STEP_COLUMNS)
 
     def within(self, start_ns: int, end_ns: int) -> _Steps:
         """The steps that lie inside [start_ns, end_ns]; a steady window is clipped to it instead."""
         if self.source == "steady-window":
-            ranges = self.ranges.assign(start_ns=self.ranges["start_ns"].clip(lower=start_ns),
-                                        end_ns=self.ranges["end_ns"].clip(upper=end_ns))
+            ranges = self.ranges.assign(
+                start_ns=self.ranges["start_ns"].clip(lower=start_ns),
+                end_ns=self.ranges["end_ns"].clip(upper=end_ns),
+            )
         else:
             inside = self.frame[(self.frame["start_ns"] >= start_ns) & (self.frame["end_ns"] <= end_ns)]
             ranges = self.ranges[self.ranges["step"].isin(inside["step"])]
@@ -191,24 +201,33 @@ class _Steps:
     def assign(self, times: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
         """Step of each event (host time `times`, thread or process id `global_ids`), -1 outside."""
         frame = self.frame
-        out = step_of(times, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), frame["step"].to_numpy())
+        out = step_of(
+            times, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), frame["step"].to_numpy()
+        )
         pids = self.ranges["global_pid"].unique()
         if len(pids) > 1:  # one set of step ranges per rank: each process follows its own
             event_pids = _pid_of(global_ids)
             for pid in pids:
                 own = self.ranges[self.ranges["global_pid"] == pid]
                 mask = event_pids == _pid_of(np.array([pid]))[0]
-                out[mask] = step_of(times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy(),
-                                    own["step"].to_numpy())
+                out[mask] = step_of(
+                    times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy(), own["step"].to_numpy()
+                )
         return out
 
 
 def _nvtx_ranges(export: NsysExport, window: dict = WHOLE_CAPTURE) -> pd.DataFrame:
     frame = export.frame("nvtx_ranges", window)
     if frame is None or frame.empty:
-        return pd.DataFrame({"start_ns": np.empty(0, np.int64), "end_ns": np.empty(0, np.int64),
-                             "text": pd.Series(dtype=object), "global_tid": np.empty(0, np.int64),
-                             "domain": pd.Series(dtype=object)})
+        return pd.DataFrame(
+            {
+                "start_ns": np.empty(0, np.int64),
+                "end_ns": np.empty(0, np.int64),
+                "text": pd.Series(dtype=object),
+                "global_tid": np.empty(0, np.int64),
+                "domain": pd.Series(dtype=object),
+            }
+        )
     frame["start_ns"] = frame["start_ns"].astype(np.int64)
     frame["end_ns"] = frame["end_ns"].astype(np.int64)
     frame["global_tid"] = frame["global_tid"].astype(np.int64)
@@ -250,8 +269,10 @@ def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[st
         beyond = ranges["step"] >= measured_steps
         if beyond.any():
             dropped = ", ".join(str(n) for n in sorted(ranges.loc[beyond, "step"].unique()))
-            warnings.append(f"NVTX step range(s) {dropped} dropped: the injector measured {measured_steps} "
-                            "step(s) (the script ended during the next one); their work counts as outside steps")
+            warnings.append(
+                f"NVTX step range(s) {dropped} dropped: the injector measured {measured_steps} "
+                "step(s) (the script ended during the next one); their work counts as outside steps"
+            )
             ranges = ranges[~beyond]
         if ranges.empty:
             return None
@@ -266,8 +287,10 @@ def _named_steps(nvtx: pd.DataFrame, name: str) -> _Steps:
         matched = user[text.str.startswith(name)]
     if matched.empty:
         seen = ", ".join(repr(t) for t in text.value_counts().index[:10]) or "none"
-        raise InputError(f"no NVTX range is named {name!r} or starts with it (ranges in the export: {seen})",
-                         "pass --step-range with the text of the range that wraps one training step")
+        raise InputError(
+            f"no NVTX range is named {name!r} or starts with it (ranges in the export: {seen})",
+            "pass --step-range with the text of the range that wraps one training step",
+        )
     return _numbered(matched, f"nvtx:{name}")
 
 
@@ -276,7 +299,9 @@ def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
     removed ('step3' -> 'step'), on one thread, at least MIN_PATTERN_REPEATS times, not
     overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
     ranges cover the most time (the iteration encloses its forward/backward ranges)."""
-    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()].copy()
+    user = nvtx[
+        ~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
+    ].copy()
     if user.empty:
         return None
     user["base"] = user["text"].str.replace(TRAILING_INDEX, "", regex=True)
@@ -317,11 +342,16 @@ def _launch_sequence(runtime: _Runtime, raw_kernels: Columns | None) -> tuple[Co
     threads, launches = np.unique(calls["global_tid"][rows[found]], return_counts=True)
     thread = int(threads[np.argmax(launches)])
     mine = calls["global_tid"] == thread
-    return {"symbol": symbols[mine], "start_ns": calls["start_ns"][mine], "end_ns": calls["end_ns"][mine]}, thread
+    return {
+        "symbol": symbols[mine],
+        "start_ns": calls["start_ns"][mine],
+        "end_ns": calls["end_ns"][mine],
+    }, thread
 
 
-def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int],
-                    windowed: bool = False) -> _Steps | None:
+def _periodic_steps(
+    runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int], windowed: bool = False
+) -> _Steps | None:
     """Steps from the repeating CUDA call sequence of the launching thread (hybrid.load.periodicity):
     start-up before the steady region is excluded, then early steps are dropped until they settle."""
     found = _launch_sequence(runtime, raw_kernels)
@@ -335,58 +365,94 @@ def _periodic_steps(runtime: _Runtime, raw_kernels: Columns | None, bounds: tupl
     durations = np.diff(starts_ns)
     first, settled = settle.settled_start(list(durations / 1e6), min_drop=1)
     # Windows are closed intervals: a step ends just before the next one's first call.
-    starts, ends = starts_ns[first:-1], starts_ns[first + 1:] - 1
+    starts, ends = starts_ns[first:-1], starts_ns[first + 1 :] - 1
     if len(starts) < periodicity.MIN_REPEATS:
         return None
-    ranges = pd.DataFrame({"step": np.arange(len(starts), dtype=np.int64),
-                           "name": [f"period {i}" for i in range(len(starts))],
-                           "start_ns": starts, "end_ns": ends, "global_pid": thread & ~TID_MASK})
+    ranges = pd.DataFrame(
+        {
+            "step": np.arange(len(starts), dtype=np.int64),
+            "name": [f"period {i}" for i in range(len(starts))],
+            "start_ns": starts,
+            "end_ns": ends,
+            "global_pid": thread & ~TID_MASK,
+        }
+    )
     startup_s = (starts[0] - bounds[0]) / 1e9
-    how = {"shortest": "the shortest unit that repeats",
-           "regular symbol": "the shortest unit that holds every regularly recurring kernel",
-           "host gap": "the multiple of a repeating block that the script's host gap marks"}[period.how]
-    reason = (f"the launching thread's CUDA calls repeat every {period.period} calls ({period.match:.0%} of the "
-              f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity "
-              f"{'read for the analyzed window' if windowed else '(start-up)'} excluded, "
-              f"{first + 1} early step(s) dropped" + ("" if settled else " (step times did not settle)"))
+    how = {
+        "shortest": "the shortest unit that repeats",
+        "regular symbol": "the shortest unit that holds every regularly recurring kernel",
+        "host gap": "the multiple of a repeating block that the script's host gap marks",
+    }[period.how]
+    reason = (
+        f"the launching thread's CUDA calls repeat every {period.period} calls ({period.match:.0%} of the "
+        f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity "
+        f"{'read for the analyzed window' if windowed else '(start-up)'} excluded, "
+        f"{first + 1} early step(s) dropped" + ("" if settled else " (step times did not settle)")
+    )
     confidence = "medium" if period.match >= 0.95 and settled else "low"
-    return _Steps(ranges, "periodicity", f"one repeat of a {period.period}-call CUDA sequence", confidence, reason)
+    return _Steps(
+        ranges, "periodicity", f"one repeat of a {period.period}-call CUDA sequence", confidence, reason
+    )
 
 
 def _steady_window(bounds: tuple[int, int], first_launch_ns: int | None) -> _Steps:
     start = first_launch_ns if first_launch_ns is not None and first_launch_ns > bounds[0] else bounds[0]
-    ranges = pd.DataFrame({"step": [0], "name": ["steady window"], "start_ns": [start], "end_ns": [bounds[1]],
-                           "global_pid": [-1]})
-    reason = (f"no repeating unit was found (no step marks, no repeating NVTX range, no periodic CUDA call "
-              f"sequence); {(start - bounds[0]) / 1e9:.2f} s before the first kernel launch excluded")
-    return _Steps(ranges, "steady-window", "the capture after the first kernel launch, as one range", "low", reason)
+    ranges = pd.DataFrame(
+        {
+            "step": [0],
+            "name": ["steady window"],
+            "start_ns": [start],
+            "end_ns": [bounds[1]],
+            "global_pid": [-1],
+        }
+    )
+    reason = (
+        f"no repeating unit was found (no step marks, no repeating NVTX range, no periodic CUDA call "
+        f"sequence); {(start - bounds[0]) / 1e9:.2f} s before the first kernel launch excluded"
+    )
+    return _Steps(
+        ranges, "steady-window", "the capture after the first kernel launch, as one range", "low", reason
+    )
 
 
-def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, int],
-                measured_steps: int | None, warnings: list[str], runtime: _Runtime | None = None,
-                raw_kernels: Columns | None = None, windowed: bool = False) -> _Steps:
+def _find_steps(
+    nvtx: pd.DataFrame,
+    step_range: str | None,
+    bounds: tuple[int, int],
+    measured_steps: int | None,
+    warnings: list[str],
+    runtime: _Runtime | None = None,
+    raw_kernels: Columns | None = None,
+    windowed: bool = False,
+) -> _Steps:
     if step_range:
         steps = _named_steps(nvtx, step_range)
         steps.unit, steps.confidence = f"one {step_range!r} NVTX range", "high"
         steps.reason = "--step-range names the range"
-        warnings.append(f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
-                        "(--step-range), not hybrid's own step markers")
+        warnings.append(
+            f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
+            "(--step-range), not hybrid's own step markers"
+        )
         return steps
     steps = _our_steps(nvtx, measured_steps, warnings)
     if steps is not None:
         return steps
     steps = _repeating_ranges(nvtx)
     if steps is not None:
-        warnings.append(f"no hybrid step markers in the export; steps were guessed from {len(steps.frame)} "
-                        f"repeating NVTX ranges ({steps.frame['name'].iloc[0]!r}, ...); pass --step-range "
-                        "NAME to choose the range yourself")
+        warnings.append(
+            f"no hybrid step markers in the export; steps were guessed from {len(steps.frame)} "
+            f"repeating NVTX ranges ({steps.frame['name'].iloc[0]!r}, ...); pass --step-range "
+            "NAME to choose the range yourself"
+        )
         return steps
     if runtime is not None:
         steps = _periodic_steps(runtime, raw_kernels, bounds, windowed)
         if steps is not None:
-            warnings.append(f"no step markers in the export: {len(steps.frame)} steps were found from the "
-                            f"periodicity of the CUDA calls ({steps.reason}); pass --step-range NAME to choose "
-                            "an NVTX range instead")
+            warnings.append(
+                f"no step markers in the export: {len(steps.frame)} steps were found from the "
+                f"periodicity of the CUDA calls ({steps.reason}); pass --step-range NAME to choose "
+                "an NVTX range instead"
+            )
             return steps
     first_launch = None
     if runtime is not None and raw_kernels is not None and len(raw_kernels["start_ns"]):
@@ -394,10 +460,12 @@ def _find_steps(nvtx: pd.DataFrame, step_range: str | None, bounds: tuple[int, i
         launched = runtime.calls["start_ns"][rows[rows >= 0]]
         first_launch = int(launched.min()) if len(launched) else None
     steps = _steady_window(bounds, first_launch)
-    warnings.append("no step was found in the export (no step markers, no repeating NVTX ranges, no periodic "
-                    "CUDA calls): the capture after the first kernel launch is analyzed as one range, so "
-                    "per-step figures are totals; mark steps (hybrid.mark_step(), an NVTX range) or pass "
-                    "--step-range NAME")
+    warnings.append(
+        "no step was found in the export (no step markers, no repeating NVTX ranges, no periodic "
+        "CUDA calls): the capture after the first kernel launch is analyzed as one range, so "
+        "per-step figures are totals; mark steps (hybrid.mark_step(), an NVTX range) or pass "
+        "--step-range NAME"
+    )
     return steps
 
 
@@ -424,8 +492,9 @@ def _launch_steps(runtime: _Runtime, device: Columns, steps_for) -> tuple[np.nda
     """(launch_ns, launching globalTid, step) of device rows. A row whose launch call was not
     captured is placed by its own start time and process."""
     launch, tid = _launch_times(runtime, device)
-    step = steps_for(np.where(launch >= 0, launch, device["start_ns"]),
-                     np.where(tid >= 0, tid, device["global_pid"]))
+    step = steps_for(
+        np.where(launch >= 0, launch, device["start_ns"]), np.where(tid >= 0, tid, device["global_pid"])
+    )
     return launch, tid, step
 
 
@@ -440,17 +509,26 @@ def _module_layers(nvtx: pd.DataFrame, steps: _Steps) -> tuple[pd.DataFrame, dic
         parents = nesting_parents(ends)
         names = ordered["text"].to_numpy()
         per_thread[int(tid)] = (starts, ends, parents, names)
-        layers.append(pd.DataFrame({
-            "name": names, "depth": depths(parents), "start_ns": starts, "end_ns": ends,
-            "step": steps.assign(starts, np.full(len(starts), tid, dtype=np.int64)),
-        }))
+        layers.append(
+            pd.DataFrame(
+                {
+                    "name": names,
+                    "depth": depths(parents),
+                    "start_ns": starts,
+                    "end_ns": ends,
+                    "step": steps.assign(starts, np.full(len(starts), tid, dtype=np.int64)),
+                }
+            )
+        )
     frame = pd.concat(layers, ignore_index=True) if layers else pd.DataFrame(columns=list(LAYER_COLUMNS))
     return conform(frame, LAYER_COLUMNS), per_thread
 
 
 def _kernel_layers(launch: np.ndarray, tid: np.ndarray, per_thread: dict[int, tuple]) -> pd.Categorical:
     """Innermost module range open on the launching thread at launch, NaN when none."""
-    names: list[str] = sorted({str(n) for (_, _, _, thread_names) in per_thread.values() for n in thread_names})
+    names: list[str] = sorted(
+        {str(n) for (_, _, _, thread_names) in per_thread.values() for n in thread_names}
+    )
     code_of = {name: i for i, name in enumerate(names)}
     codes = np.full(len(launch), -1, dtype=np.int64)
     for thread, (starts, ends, parents, thread_names) in per_thread.items():
@@ -480,8 +558,9 @@ def _contract_frame(data: dict, columns: dict[str, str]) -> pd.DataFrame:
     return frame
 
 
-def _kernels(raw: Columns | None, export: NsysExport, runtime: _Runtime, steps_for,
-             per_thread: dict[int, tuple]) -> tuple[pd.DataFrame, int]:
+def _kernels(
+    raw: Columns | None, export: NsysExport, runtime: _Runtime, steps_for, per_thread: dict[int, tuple]
+) -> tuple[pd.DataFrame, int]:
     if raw is None or len(raw["start_ns"]) == 0:
         return _empty(KERNEL_COLUMNS), 0
     raw = _by_start(raw)
@@ -490,8 +569,19 @@ def _kernels(raw: Columns | None, export: NsysExport, runtime: _Runtime, steps_f
         "name": _categorical(raw["name_id"], export.strings(raw["name_id"])),
         **{c: raw[c] for c in ("start_ns", "end_ns", "stream", "device", "correlation")},
         "launch_ns": launch,
-        **{c: raw[c] for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                               "registers", "shared_bytes")},
+        **{
+            c: raw[c]
+            for c in (
+                "grid_x",
+                "grid_y",
+                "grid_z",
+                "block_x",
+                "block_y",
+                "block_z",
+                "registers",
+                "shared_bytes",
+            )
+        },
         "step": step,
         "layer": _kernel_layers(launch, tid, per_thread),
     }
@@ -521,9 +611,11 @@ def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
     if raw is None or len(raw["start_ns"]) == 0:
         return _empty(MEMSET_COLUMNS)
     raw = _by_start(raw)
-    frame = {**{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
-             "step": _launch_steps(runtime, raw, steps_for)[2],
-             "correlation": raw["correlation"]}
+    frame = {
+        **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
+        "step": _launch_steps(runtime, raw, steps_for)[2],
+        "correlation": raw["correlation"],
+    }
     return _contract_frame(frame, MEMSET_COLUMNS)
 
 
@@ -584,12 +676,15 @@ def _samples(export: NsysExport, steps: pd.DataFrame, warnings: list[str], facts
         return _empty(SAMPLE_COLUMNS)
     facts.update(python_samples=found.marks, python_samples_without_stack=found.without_stack)
     if found.without_stack:
-        warnings.append(f"{found.without_stack} of {found.marks} Python samples have no stack in the export "
-                        "(`nsys profile --export sqlite` leaves NVTX payloads out): they name no line; export "
-                        "the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`")
+        warnings.append(
+            f"{found.without_stack} of {found.marks} Python samples have no stack in the export "
+            "(`nsys profile --export sqlite` leaves NVTX payloads out): they name no line; export "
+            "the report again with `nsys export --type sqlite --include-blobs=true REPORT.nsys-rep`"
+        )
     if found.unreadable:
-        warnings.append(f"{found.unreadable} Python samples have a payload layout hybrid does not know; "
-                        "they name no line")
+        warnings.append(
+            f"{found.unreadable} Python samples have a payload layout hybrid does not know; they name no line"
+        )
     if len(found.start_ns) == 0:
         return _empty(SAMPLE_COLUMNS)
     tid = found.global_tid & TID_MASK
@@ -600,9 +695,14 @@ def _samples(export: NsysExport, steps: pd.DataFrame, warnings: list[str], facts
     period = float(np.median((following - start)[same_thread])) if same_thread.any() else 1e6
     cap = int(SAMPLE_SPAN_PERIODS * period)
     end = np.where(same_thread, np.minimum(following, start + cap), start + int(period))
-    frame = {"start_ns": start, "end_ns": end.astype(np.int64), "tid": tid,
-             "file": np.array(found.file, dtype=object)[order], "line": found.line[order],
-             "function": np.array(found.function, dtype=object)[order]}
+    frame = {
+        "start_ns": start,
+        "end_ns": end.astype(np.int64),
+        "tid": tid,
+        "file": np.array(found.file, dtype=object)[order],
+        "line": found.line[order],
+        "function": np.array(found.function, dtype=object)[order],
+    }
     return _contract_frame(frame, SAMPLE_COLUMNS)
 
 
@@ -622,11 +722,17 @@ def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
         return None if value is None or pd.isna(value) else kind(value)
 
     cc = None if pd.isna(gpu["cc_major"]) else f"{int(gpu['cc_major'])}.{int(gpu['cc_minor'])}"
-    return DeviceInfo(name=gpu["name"], sm_count=number("sm_count"), sm_clock_hz=number("clock_hz", float),
-                      memory_bytes=number("memory_bytes"),
-                      memory_bandwidth_bytes_per_s=number("memory_bandwidth_bytes_per_s", float),
-                      l2_bytes=number("l2_bytes"), compute_capability=cc,
-                      max_warps_per_sm=number("max_warps_per_sm"), source=MEASURED_NSYS)
+    return DeviceInfo(
+        name=gpu["name"],
+        sm_count=number("sm_count"),
+        sm_clock_hz=number("clock_hz", float),
+        memory_bytes=number("memory_bytes"),
+        memory_bandwidth_bytes_per_s=number("memory_bandwidth_bytes_per_s", float),
+        l2_bytes=number("l2_bytes"),
+        compute_capability=cc,
+        max_warps_per_sm=number("max_warps_per_sm"),
+        source=MEASURED_NSYS,
+    )
 
 
 def _capture_bounds(raw_kernels: Columns | None, runtime: _Runtime) -> tuple[int, int]:
@@ -639,8 +745,15 @@ def _capture_bounds(raw_kernels: Columns | None, runtime: _Runtime) -> tuple[int
 def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max())) if not steps.empty else (0, 0)
     overhead = export.frame("profiler_overhead", {"start_ns": window[0], "end_ns": window[1]})
-    osrt = export.frame("osrt_blocking", {"min_ns": OSRT_BLOCKING_MIN_NS, "limit": OSRT_SUMMARY_TOP,
-                                           "start_ns": window[0], "end_ns": window[1]})
+    osrt = export.frame(
+        "osrt_blocking",
+        {
+            "min_ns": OSRT_BLOCKING_MIN_NS,
+            "limit": OSRT_SUMMARY_TOP,
+            "start_ns": window[0],
+            "end_ns": window[1],
+        },
+    )
     sync_events = export.frame("sync_events")
     return {
         "schema_version": export.schema_version,
@@ -668,8 +781,10 @@ def _analysis_window(export: NsysExport) -> dict | None:
     if total <= WINDOW_KERNELS:
         return None
     middle = (first + last) // 2
-    span = export.frame("kernel_span", {"first_row": middle - WINDOW_KERNELS // 2,
-                                        "last_row": middle + WINDOW_KERNELS // 2 - 1})
+    span = export.frame(
+        "kernel_span",
+        {"first_row": middle - WINDOW_KERNELS // 2, "last_row": middle + WINDOW_KERNELS // 2 - 1},
+    )
     t0, t1 = int(span["first_start_ns"].iloc[0]), int(span["last_start_ns"].iloc[0])
     expected = (last_start - first_start) * WINDOW_KERNELS / total
     if t1 - t0 > WINDOW_DISORDER * expected:
@@ -703,11 +818,16 @@ def _capture_limits(export: NsysExport, raw: dict[str, Columns | None]) -> tuple
     return lo - pad, hi + pad
 
 
-def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | None,
-                      warnings: list[str]) -> None:
+def _drop_implausible(
+    raw: dict[str, Columns | None], limits: tuple[int, int] | None, warnings: list[str]
+) -> None:
     """Drop the records that cannot be measurements (hybrid.load.plausible.implausible_rows), naming them."""
-    for name, label in (("runtime_calls", "CUDA API calls"), ("kernels", "kernels"), ("memcpys", "copies"),
-                        ("memsets", "memsets")):
+    for name, label in (
+        ("runtime_calls", "CUDA API calls"),
+        ("kernels", "kernels"),
+        ("memcpys", "copies"),
+        ("memsets", "memsets"),
+    ):
         columns = raw.get(name)
         if columns is None or not len(columns["start_ns"]):
             continue
@@ -716,10 +836,13 @@ def _drop_implausible(raw: dict[str, Columns | None], limits: tuple[int, int] | 
             continue
         first = int(np.flatnonzero(bad)[0])
         example = f"start {columns['start_ns'][first]}, end {columns['end_ns'][first]}" + (
-            f", {columns['bytes'][first]} bytes" if "bytes" in columns else "")
+            f", {columns['bytes'][first]} bytes" if "bytes" in columns else ""
+        )
         where = f"; the capture ran from {limits[0]} to {limits[1]} ns" if limits else ""
-        warnings.append(f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}"
-                        f"{where}): corrupt records in the export, not measurements")
+        warnings.append(
+            f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}"
+            f"{where}): corrupt records in the export, not measurements"
+        )
         raw[name] = _take(columns, np.flatnonzero(~bad))
 
 
@@ -729,8 +852,10 @@ def _drop_backwards_ranges(nvtx: pd.DataFrame, warnings: list[str]) -> pd.DataFr
     if not backwards.any():
         return nvtx
     example = str(nvtx["text"][backwards].iloc[0])[:60]
-    warnings.append(f"{int(backwards.sum())} NVTX range(s) that end before they start dropped (e.g. "
-                    f"{example!r}): corrupt records in the export, not measurements")
+    warnings.append(
+        f"{int(backwards.sum())} NVTX range(s) that end before they start dropped (e.g. "
+        f"{example!r}): corrupt records in the export, not measurements"
+    )
     return nvtx[~backwards]
 
 
@@ -750,11 +875,16 @@ def _window_warning(window: dict, steps: pd.DataFrame, kernels: int) -> str:
     def at(ns: int) -> str:
         return f"{(ns - window['capture_start_ns']) / 1e9:.2f} s"
 
-    where = (f" between {at(int(steps['start_ns'].min()))} and {at(int(steps['end_ns'].max()))}"
-             if len(steps) else "")
-    return (f"the export holds {window['export_kernels']:,} kernels: to keep memory bounded, hybrid analyzed "
-            f"the {len(steps)} step(s){where} of the capture (its middle; {kernels:,} kernels), not the whole "
-            "capture")
+    where = (
+        f" between {at(int(steps['start_ns'].min()))} and {at(int(steps['end_ns'].max()))}"
+        if len(steps)
+        else ""
+    )
+    return (
+        f"the export holds {window['export_kernels']:,} kernels: to keep memory bounded, hybrid analyzed "
+        f"the {len(steps)} step(s){where} of the capture (its middle; {kernels:,} kernels), not the whole "
+        "capture"
+    )
 
 
 def injector_measured_steps(export_path: Path) -> int | None:
@@ -768,8 +898,9 @@ def injector_measured_steps(export_path: Path) -> int | None:
     return measured if isinstance(measured, int) and not isinstance(measured, bool) else None
 
 
-def load_nsys_export(path: str | Path, *, step_range: str | None = None,
-                     measured_steps: int | None = None) -> Profile:
+def load_nsys_export(
+    path: str | Path, *, step_range: str | None = None, measured_steps: int | None = None
+) -> Profile:
     """Parse an nsys SQLite export (or a run directory holding nsys/profile.sqlite) into a Profile.
 
     `measured_steps` (default: what the injector's inject.json next to the export says) drops the
@@ -783,14 +914,29 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         window = _analysis_window(export)
         host, device, ranges = _window_bounds(window)
         # Biggest first: the two workers read kernels and runtime calls side by side.
-        raw = export.columns_many({"kernels": device, "runtime_calls": host, "memcpys": device,
-                                   "memsets": device, "sync_targets": device})
+        raw = export.columns_many(
+            {
+                "kernels": device,
+                "runtime_calls": host,
+                "memcpys": device,
+                "memsets": device,
+                "sync_targets": device,
+            }
+        )
         _drop_implausible(raw, _capture_limits(export, raw), warnings)
         runtime = _Runtime(export, raw.pop("runtime_calls"))
         nvtx = _drop_backwards_ranges(_nvtx_ranges(export, ranges), warnings)
         raw_kernels = raw.pop("kernels")
-        steps = _find_steps(nvtx, step_range, _capture_bounds(raw_kernels, runtime), measured_steps, warnings,
-                            runtime, raw_kernels, windowed=window is not None)
+        steps = _find_steps(
+            nvtx,
+            step_range,
+            _capture_bounds(raw_kernels, runtime),
+            measured_steps,
+            warnings,
+            runtime,
+            raw_kernels,
+            windowed=window is not None,
+        )
         if window is not None:
             margin = int(WINDOW_MARGIN * (window["t1"] - window["t0"]))
             steps = steps.within(window["t0"] + margin, window["t1"] - margin)
@@ -817,19 +963,33 @@ def load_nsys_export(path: str | Path, *, step_range: str | None = None,
         )
         profile.extras["nsys"].update(sample_facts)
         if window is not None:
-            profile.extras["nsys"].update(analyzed_window_ns=[window["t0"], window["t1"]],
-                                          export_kernels=window["export_kernels"])
+            profile.extras["nsys"].update(
+                analyzed_window_ns=[window["t0"], window["t1"]], export_kernels=window["export_kernels"]
+            )
             warnings.append(_window_warning(window, steps.frame, int((kernels["step"] >= 0).sum())))
         no_kernels_reason = explain_no_kernels(export) if kernels.empty else None
         profile.extras["nsys"]["no_kernels_reason"] = no_kernels_reason
         if no_kernels_reason is not None:
             warnings.append(f"the export holds no kernels: {no_kernels_reason}")
         elif unlaunched:
-            warnings.append(f"{unlaunched} kernels have no launch call in the export (launched before the "
-                            "capture started or from an untraced API); they are placed by their GPU start time")
-    profile.sources = {name: MEASURED_NSYS for name in
-                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "layers", "api_calls",
-                        "samples")}
+            warnings.append(
+                f"{unlaunched} kernels have no launch call in the export (launched before the "
+                "capture started or from an untraced API); they are placed by their GPU start time"
+            )
+    profile.sources = {
+        name: MEASURED_NSYS
+        for name in (
+            "steps",
+            "kernels",
+            "memcpys",
+            "memsets",
+            "syncs",
+            "launches",
+            "layers",
+            "api_calls",
+            "samples",
+        )
+    }
     profile.warnings = warnings
     return profile
 
@@ -848,16 +1008,24 @@ def _explain(export: NsysExport) -> str:
     processes = export.frame("cuda_processes")
     nvtx = _nvtx_ranges(export)
     if (processes is None or processes.empty) and nvtx.empty:
-        return ("nothing was recorded: the capture range never opened (cudaProfilerStart was not reached, "
-                "e.g. the script stopped during warmup or never called the step hook) or CUDA was never used. "
-                "Check the workload's output in nsys.log, or rerun with --whole-run")
+        return (
+            "nothing was recorded: the capture range never opened (cudaProfilerStart was not reached, "
+            "e.g. the script stopped during warmup or never called the step hook) or CUDA was never used. "
+            "Check the workload's output in nsys.log, or rerun with --whole-run"
+        )
     if processes is None or processes.empty:
-        return ("NVTX ranges were recorded but no CUDA API call: the GPU work ran in a process nsys did not "
-                "trace (a fork without exec: pass --trace-fork-before-exec=true) or the model ran on the CPU")
+        return (
+            "NVTX ranges were recorded but no CUDA API call: the GPU work ran in a process nsys did not "
+            "trace (a fork without exec: pass --trace-fork-before-exec=true) or the model ran on the CPU"
+        )
     step_pids = set(_pid_of(nvtx["global_tid"].to_numpy()).tolist()) if not nvtx.empty else set()
     cuda_pids = set(processes["pid"].astype(int).tolist())
     if step_pids and not step_pids & cuda_pids:
-        return (f"the NVTX ranges are in process {sorted(step_pids)} but the CUDA calls in {sorted(cuda_pids)}: "
-                "the work ran in a child process outside the measured steps")
-    return ("CUDA API calls were recorded but no kernel ran: the tensors may be on the CPU, or kernel "
-            "tracing was off (nsys -t must include cuda)")
+        return (
+            f"the NVTX ranges are in process {sorted(step_pids)} but the CUDA calls in {sorted(cuda_pids)}: "
+            "the work ran in a child process outside the measured steps"
+        )
+    return (
+        "CUDA API calls were recorded but no kernel ran: the tensors may be on the CPU, or kernel "
+        "tracing was off (nsys -t must include cuda)"
+    )

@@ -81,8 +81,10 @@ def _dominant_gaps(tail: np.ndarray) -> list[tuple[int, int, float]]:
     keep = occurrences[pair_code[first]] >= MIN_REPEATS
     first = first[keep]
     seen = occurrences[pair_code[first]]
-    return [(int(g), int(c), float(k / (c - 1)))
-            for g, c, k in zip(pair_gap[first], seen, pair_counts[first], strict=True)]
+    return [
+        (int(g), int(c), float(k / (c - 1)))
+        for g, c, k in zip(pair_gap[first], seen, pair_counts[first], strict=True)
+    ]
 
 
 def _host_gaps(host_start_ns: np.ndarray, host_end_ns: np.ndarray) -> np.ndarray:
@@ -131,21 +133,28 @@ def find_period(symbols: np.ndarray, host_start_ns: np.ndarray, host_end_ns: np.
     starts = _step_starts(symbols, gaps, steady_from, period)
     if starts is None or len(starts) < MIN_REPEATS:
         return None
-    return Periodic(period=period, match=match_rate(tail, period), starts=starts, steady_from=steady_from,
-                    how=how)
+    return Periodic(
+        period=period, match=match_rate(tail, period), starts=starts, steady_from=steady_from, how=how
+    )
 
 
-def _regular_symbol_unit(tail: np.ndarray, dominant: list[tuple[int, int, float]], period: int
-                         ) -> tuple[int, str] | None:
+def _regular_symbol_unit(
+    tail: np.ndarray, dominant: list[tuple[int, int, float]], period: int
+) -> tuple[int, str] | None:
     """A symbol that recurs regularly at a longer gap is part of every step, so the step is that long
     (a deep net of identical blocks repeats every block, but its head runs once per forward). It must
     also repeat better than the shorter unit does (close half of its mismatch): a symbol that recurs
     every 4th decode step (a cache that grows in chunks) does not make 4 steps one."""
     shortest_match = match_rate(tail, period)
-    regular = [gap for gap, count, share in dominant
-               if gap > period and count >= REGULAR_COUNT and share >= REGULAR_SHARE
-               and len(tail) // gap >= MIN_REPEATS
-               and match_rate(tail, gap) >= max(MIN_MATCH, shortest_match + 0.5 * (1 - shortest_match))]
+    regular = [
+        gap
+        for gap, count, share in dominant
+        if gap > period
+        and count >= REGULAR_COUNT
+        and share >= REGULAR_SHARE
+        and len(tail) // gap >= MIN_REPEATS
+        and match_rate(tail, gap) >= max(MIN_MATCH, shortest_match + 0.5 * (1 - shortest_match))
+    ]
     return (max(regular), "regular symbol") if regular else None
 
 

@@ -16,25 +16,44 @@ import pandas as pd
 from hybrid.hardware import Peaks
 
 TOLERANCE = 1.1
-PERCENT_COLUMNS = ("l1_hit_pct", "l2_hit_pct", "tensor_pipe_pct", "sm_throughput_pct",
-                   "memory_throughput_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct")
+PERCENT_COLUMNS = (
+    "l1_hit_pct",
+    "l2_hit_pct",
+    "tensor_pipe_pct",
+    "sm_throughput_pct",
+    "memory_throughput_pct",
+    "achieved_occupancy_pct",
+    "theoretical_occupancy_pct",
+)
 # Counts that cannot be negative or infinite.
-COUNT_COLUMNS = ("duration_ns", "dram_read_bytes", "dram_write_bytes", "l2_bytes", "fp64_flops", "fp32_flops",
-                 "fp16_flops", "tensor_flops", "global_load_sectors_per_request", "sm_clock_hz")
+COUNT_COLUMNS = (
+    "duration_ns",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "l2_bytes",
+    "fp64_flops",
+    "fp32_flops",
+    "fp16_flops",
+    "tensor_flops",
+    "global_load_sectors_per_request",
+    "sm_clock_hz",
+)
 # No GPU clocks its SMs above this (an H200 boosts to 1.98 GHz).
 MAX_SM_CLOCK_HZ = 5e9
 EXAMPLES = 3
 
 
 def _examples(names: pd.Series, texts: list[str]) -> str:
-    shown = [f"{str(name)[:60]!r} ({text})"
-             for name, text in zip(names[:EXAMPLES], texts[:EXAMPLES], strict=False)]
+    shown = [
+        f"{str(name)[:60]!r} ({text})" for name, text in zip(names[:EXAMPLES], texts[:EXAMPLES], strict=False)
+    ]
     more = len(names) - EXAMPLES
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def _rate_limit(counters: pd.DataFrame, columns: tuple[str, ...], peak: float | None, what: str,
-                unit: str) -> tuple[np.ndarray, str | None]:
+def _rate_limit(
+    counters: pd.DataFrame, columns: tuple[str, ...], peak: float | None, what: str, unit: str
+) -> tuple[np.ndarray, str | None]:
     """Rows whose `columns` summed over the kernel's duration exceed TOLERANCE x `peak` (per second)."""
     if not peak:
         return np.zeros(len(counters), bool), None
@@ -45,8 +64,10 @@ def _rate_limit(counters: pd.DataFrame, columns: tuple[str, ...], peak: float | 
     bad = np.isfinite(rate) & (rate > TOLERANCE * peak)
     if not bad.any():
         return bad, None
-    texts = [f"{r / 1e12:,.3g} T{unit}/s, {100 * r / peak:,.0f}% of the {peak / 1e12:,.3g} T{unit}/s peak"
-             for r in rate[bad]]
+    texts = [
+        f"{r / 1e12:,.3g} T{unit}/s, {100 * r / peak:,.0f}% of the {peak / 1e12:,.3g} T{unit}/s peak"
+        for r in rate[bad]
+    ]
     return bad, f"{what} of {_examples(counters['name'][bad], texts)}"
 
 
@@ -57,8 +78,13 @@ def drop_implausible_counters(counters: pd.DataFrame, peaks: Peaks) -> tuple[pd.
     found: list[str] = []
     for column in (c for c in COUNT_COLUMNS + PERCENT_COLUMNS if c in out):
         values = out[column].astype(float)
-        limit = 100 * TOLERANCE if column in PERCENT_COLUMNS else MAX_SM_CLOCK_HZ if column == "sm_clock_hz" \
+        limit = (
+            100 * TOLERANCE
+            if column in PERCENT_COLUMNS
+            else MAX_SM_CLOCK_HZ
+            if column == "sm_clock_hz"
             else np.inf
+        )
         bad = (values < 0) | (values > limit) | np.isinf(values) | ((column == "duration_ns") & (values == 0))
         if bad.any():
             found.append(f"{column} of {_examples(out['name'][bad], [f'{v:g}' for v in values[bad]])}")
@@ -84,12 +110,15 @@ def drop_implausible_counters(counters: pd.DataFrame, peaks: Peaks) -> tuple[pd.
                 out.loc[flops, "tensor_flops_by_precision"] = None
     if not found:
         return counters, []
-    return out, ["implausible ncu counter values dropped (a device cannot produce them; not shown as "
-                 "measured): " + " | ".join(found)]
+    return out, [
+        "implausible ncu counter values dropped (a device cannot produce them; not shown as "
+        "measured): " + " | ".join(found)
+    ]
 
 
-def implausible_rows(start_ns: np.ndarray, end_ns: np.ndarray, bounds: tuple[int, int] | None,
-                     sizes: np.ndarray | None = None) -> np.ndarray:
+def implausible_rows(
+    start_ns: np.ndarray, end_ns: np.ndarray, bounds: tuple[int, int] | None, sizes: np.ndarray | None = None
+) -> np.ndarray:
     """Records (start, end[, bytes]) that cannot be measurements: ending before they start, outside the
     capture `bounds` (None: unknown), or with negative bytes."""
     bad = end_ns < start_ns

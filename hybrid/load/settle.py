@@ -37,7 +37,7 @@ def settled_start(durations: Sequence[float], min_drop: int) -> tuple[int, bool]
     start = min(min_drop, last_start)
     while start <= min(min_drop + MAX_EXTRA_WARMUP, last_start):
         # The steps from `start` on are the measured ones: they must begin settled.
-        if is_settled(durations[start:start + SETTLE_WINDOW]):
+        if is_settled(durations[start : start + SETTLE_WINDOW]):
             return start, True
         start += 1
     return min(min_drop, last_start), False

@@ -31,8 +31,24 @@ STACK_SAMPLE_PERIOD_NS = 100_000
 PY_FUNCTION = re.compile(r"^(.*)\((\d+)\): (.+)$")
 CALL_FROM = re.compile(r"^(.*):(\d+)$")
 # Top-level packages of a PyTorch stack, for traces read where they are not installed.
-KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "numpy", "triton", "functorch", "transformers",
-                             "timm", "lightning", "pytorch_lightning", "accelerate", "nvtx", "hybrid", "typing_extensions"})
+KNOWN_LIBRARIES = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "numpy",
+        "triton",
+        "functorch",
+        "transformers",
+        "timm",
+        "lightning",
+        "pytorch_lightning",
+        "accelerate",
+        "nvtx",
+        "hybrid",
+        "typing_extensions",
+    }
+)
 
 
 @cache
@@ -91,13 +107,23 @@ def stack_samples(events: pd.DataFrame, period_ns: int = STACK_SAMPLE_PERIOD_NS)
         inner = stab_innermost(grid, starts, ends, parents)
         found = inner != NO_RANGE
         pick = inner[found]
-        rows.append(pd.DataFrame({
-            "start_ns": grid[found], "end_ns": grid[found] + period_ns, "tid": tid,
-            "file": np.array(files, dtype=object)[pick], "line": np.array(lines, dtype=np.int64)[pick],
-            "function": np.array(functions, dtype=object)[pick]}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "start_ns": grid[found],
+                    "end_ns": grid[found] + period_ns,
+                    "tid": tid,
+                    "file": np.array(files, dtype=object)[pick],
+                    "line": np.array(lines, dtype=np.int64)[pick],
+                    "function": np.array(functions, dtype=object)[pick],
+                }
+            )
+        )
     if not rows:
         return empty_frame(SAMPLE_COLUMNS)
-    return pd.concat(rows, ignore_index=True).astype({c: d for c, d in SAMPLE_COLUMNS.items() if d != "object"})
+    return pd.concat(rows, ignore_index=True).astype(
+        {c: d for c, d in SAMPLE_COLUMNS.items() if d != "object"}
+    )
 
 
 def op_callsites(events: pd.DataFrame) -> pd.DataFrame:
@@ -115,22 +141,37 @@ def op_callsites(events: pd.DataFrame) -> pd.DataFrame:
         inner = stab_innermost(own["start_ns"].to_numpy(np.int64), starts, ends, parents)
         found = inner != NO_RANGE
         pick = np.clip(inner, 0, None)
-        rows.append(pd.DataFrame({
-            "op": own["name"].to_numpy(),
-            "file": np.where(found, np.array(files, dtype=object)[pick], None),
-            "line": np.where(found, np.array(lines, dtype=np.int64)[pick], -1),
-            "function": np.where(found, np.array(functions, dtype=object)[pick], None),
-            "ns": (own["end_ns"] - own["start_ns"]).to_numpy(np.int64),
-        }))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "op": own["name"].to_numpy(),
+                    "file": np.where(found, np.array(files, dtype=object)[pick], None),
+                    "line": np.where(found, np.array(lines, dtype=np.int64)[pick], -1),
+                    "function": np.where(found, np.array(functions, dtype=object)[pick], None),
+                    "ns": (own["end_ns"] - own["start_ns"]).to_numpy(np.int64),
+                }
+            )
+        )
     placed = pd.concat(rows, ignore_index=True) if rows else empty_frame(OP_CALLSITE_COLUMNS)
     # Operators on threads without Python calls (autograd's backward thread) keep no line but count
     # in each operator's total.
     unplaced = ops[~ops["tid"].isin(calls["tid"].unique())]
     if len(unplaced):
-        placed = pd.concat([placed, pd.DataFrame({"op": unplaced["name"].to_numpy(), "file": None, "line": -1,
-                                                  "function": None,
-                                                  "ns": (unplaced["end_ns"] - unplaced["start_ns"]).to_numpy(np.int64)})],
-                           ignore_index=True)
+        placed = pd.concat(
+            [
+                placed,
+                pd.DataFrame(
+                    {
+                        "op": unplaced["name"].to_numpy(),
+                        "file": None,
+                        "line": -1,
+                        "function": None,
+                        "ns": (unplaced["end_ns"] - unplaced["start_ns"]).to_numpy(np.int64),
+                    }
+                ),
+            ],
+            ignore_index=True,
+        )
     keys = ["op", "file", "line", "function"]
     grouped = placed.groupby(keys, dropna=False, sort=False)["ns"].sum().reset_index()
     return grouped.astype({"line": "int64", "ns": "int64"})[list(OP_CALLSITE_COLUMNS)]

@@ -44,41 +44,86 @@ from nsight.intervals import NO_RANGE, covered, interval_union, nesting_parents,
 
 # Event categories only Kineto (torch.profiler) writes; a Chrome trace with none of them and no
 # `schemaVersion` comes from another tool.
-TORCH_CATEGORIES = frozenset({
-    "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
-    "cuda_runtime", "cuda_driver", "python_function", "cuda_profiler_range",
-})
+TORCH_CATEGORIES = frozenset(
+    {
+        "cpu_op",
+        "user_annotation",
+        "gpu_user_annotation",
+        "kernel",
+        "gpu_memcpy",
+        "gpu_memset",
+        "cuda_runtime",
+        "cuda_driver",
+        "python_function",
+        "cuda_profiler_range",
+    }
+)
 HOST_API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 # Host calls that wait for the device, by kind (SYNC_COLUMNS). Copy APIs are listed apart: a
 # synchronous copy always blocks (except device-to-device), an async one blocks only when the host
 # side is pageable memory (the driver stages it through a pinned buffer before returning).
 SYNC_API_KIND = {
-    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
-    "cudaDeviceSynchronize": "device", "cuCtxSynchronize": "device",
-    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
+    "cudaStreamSynchronize": "stream",
+    "cuStreamSynchronize": "stream",
+    "cudaDeviceSynchronize": "device",
+    "cuCtxSynchronize": "device",
+    "cudaEventSynchronize": "event",
+    "cuEventSynchronize": "event",
 }
-SYNC_COPY_APIS = frozenset({
-    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
-    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuMemcpy3D",
-})
-ASYNC_COPY_APIS = frozenset({
-    "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyToSymbolAsync",
-    "cudaMemcpyFromSymbolAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync", "cuMemcpyHtoDAsync",
-})
-LAUNCH_APIS = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cuLaunchCooperativeKernel", "cudaGraphLaunch", "cuGraphLaunch",
-})
+SYNC_COPY_APIS = frozenset(
+    {
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cudaMemcpy3D",
+        "cudaMemcpyToSymbol",
+        "cudaMemcpyFromSymbol",
+        "cuMemcpy",
+        "cuMemcpyDtoH",
+        "cuMemcpyHtoD",
+        "cuMemcpy2D",
+        "cuMemcpy3D",
+    }
+)
+ASYNC_COPY_APIS = frozenset(
+    {
+        "cudaMemcpyAsync",
+        "cudaMemcpy2DAsync",
+        "cudaMemcpy3DAsync",
+        "cudaMemcpyToSymbolAsync",
+        "cudaMemcpyFromSymbolAsync",
+        "cuMemcpyAsync",
+        "cuMemcpyDtoHAsync",
+        "cuMemcpyHtoDAsync",
+    }
+)
+LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchCooperativeKernel",
+        "cudaLaunchCooperativeKernelMultiDevice",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "cudaGraphLaunch",
+        "cuGraphLaunch",
+    }
+)
 # CUPTI names may carry a version or per-thread-stream suffix: cudaLaunchKernel_v7000, ..._ptsz.
 API_SUFFIX = re.compile(r"(_v\d+)?(_ptsz|_ptds)?$")
 MEMCPY_KIND = re.compile(r"Memcpy (HtoD|DtoH|DtoD|HtoH|PtoP)")
 STEP_NAME = TORCH_STEP_NAME
 # The GPU facts read from a trace's deviceProperties, with the JSON type each must have.
 DEVICE_PROPERTY_TYPES = {
-    "id": (int,), "name": (str,), "numSms": (int,), "totalGlobalMem": (int,), "computeMajor": (int,),
-    "computeMinor": (int,), "maxThreadsPerMultiprocessor": (int,), "warpSize": (int,),
+    "id": (int,),
+    "name": (str,),
+    "numSms": (int,),
+    "totalGlobalMem": (int,),
+    "computeMajor": (int,),
+    "computeMinor": (int,),
+    "maxThreadsPerMultiprocessor": (int,),
+    "warpSize": (int,),
 }
 FIX = "pass the trace.json that torch.profiler wrote (export_chrome_trace), e.g. RUN_DIR/torch/trace.json"
 
@@ -97,12 +142,19 @@ def load_torch_trace(path: str | Path) -> Profile:
     steps, step_source = _steps(events, path, warnings)
 
     device_busy = _device_busy(kernels, memcpys, memsets)
-    ops = pd.concat([_op_frame(events, kernels, steps, _saved_op_flops(path, warnings), device_busy),
-                     _annotation_frame(events, steps, device_busy)], ignore_index=True)
+    ops = pd.concat(
+        [
+            _op_frame(events, kernels, steps, _saved_op_flops(path, warnings), device_busy),
+            _annotation_frame(events, steps, device_busy),
+        ],
+        ignore_index=True,
+    )
     ops = conform(ops, OP_COLUMNS)
     if (~ops["name"].str.startswith(ANNOTATION_PREFIX)).any() and ops["flops"].isna().all():
-        warnings.append(f"{path}: no operator FLOPs (the trace does not carry them and no {OP_FLOPS_FILE} "
-                        "lies beside it); FLOP counts must be estimated from shapes")
+        warnings.append(
+            f"{path}: no operator FLOPs (the trace does not carry them and no {OP_FLOPS_FILE} "
+            "lies beside it); FLOP counts must be estimated from shapes"
+        )
     profile = Profile(
         steps=conform(steps, STEP_COLUMNS),
         kernels=conform(_kernel_frame(kernels, steps), KERNEL_COLUMNS),
@@ -115,16 +167,29 @@ def load_torch_trace(path: str | Path) -> Profile:
         op_callsites=op_callsites(events),
         device=_device_info(raw, kernels, warnings),
         step_source=step_source,
-        extras={"torch_trace": {key: raw.get(key) for key in (
-            "cuda_runtime_version", "cuda_driver_version", "cupti_version", "record_shapes", "with_flops")}},
+        extras={
+            "torch_trace": {
+                key: raw.get(key)
+                for key in (
+                    "cuda_runtime_version",
+                    "cuda_driver_version",
+                    "cupti_version",
+                    "record_shapes",
+                    "with_flops",
+                )
+            }
+        },
         warnings=warnings,
     )
-    profile.sources = {name: MEASURED_TORCH for name in
-                       ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "ops", "device")}
+    profile.sources = {
+        name: MEASURED_TORCH
+        for name in ("steps", "kernels", "memcpys", "memsets", "syncs", "launches", "ops", "device")
+    }
     return profile
 
 
 # -- reading -------------------------------------------------------------------------------------
+
 
 def _read_trace(path: Path) -> dict:
     try:
@@ -148,7 +213,9 @@ def _read_trace(path: Path) -> dict:
     ):
         raise InputError(
             f"{path} is a Chrome trace but not one from torch.profiler (no schemaVersion and no "
-            "cpu_op/kernel/cuda_runtime events)", FIX)
+            "cpu_op/kernel/cuda_runtime events)",
+            FIX,
+        )
     return raw
 
 
@@ -157,25 +224,41 @@ def _check_events(path: Path, trace_events: list) -> None:
     (file and index) rather than dropped or left to fail somewhere downstream."""
     for index, event in enumerate(trace_events):
         if not isinstance(event, dict):
-            raise InputError(f"{path}: traceEvents[{index}] is a JSON {type(event).__name__}, not an event "
-                             f"object: {_excerpt(event)}", FIX)
+            raise InputError(
+                f"{path}: traceEvents[{index}] is a JSON {type(event).__name__}, not an event "
+                f"object: {_excerpt(event)}",
+                FIX,
+            )
         if event.get("ph") != "X":
             continue
         for key in ("ts", "dur"):
             value = event.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InputError(f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has a non-numeric "
-                                 f"{key!r}: {_excerpt(value)}", FIX)
+                raise InputError(
+                    f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has a non-numeric "
+                    f"{key!r}: {_excerpt(value)}",
+                    FIX,
+                )
         args = event.get("args", {})
-        if not isinstance(event.get("name", ""), str) or not isinstance(event.get("cat", ""), str) \
-                or not isinstance(args, dict):
-            raise InputError(f"{path}: traceEvents[{index}] has a `name` or `cat` that is not text or `args` "
-                             f"that is not an object: {_excerpt(event)}", FIX)
+        if (
+            not isinstance(event.get("name", ""), str)
+            or not isinstance(event.get("cat", ""), str)
+            or not isinstance(args, dict)
+        ):
+            raise InputError(
+                f"{path}: traceEvents[{index}] has a `name` or `cat` that is not text or `args` "
+                f"that is not an object: {_excerpt(event)}",
+                FIX,
+            )
         dims, types = args.get("Input Dims"), args.get("Input type")
         if (dims is not None and not (isinstance(dims, list) and all(map(_is_dims, dims)))) or (
-                types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types))):
-            raise InputError(f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has malformed "
-                             f"`Input Dims` or `Input type`: {_excerpt(dims)}, {_excerpt(types)}", FIX)
+            types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types))
+        ):
+            raise InputError(
+                f"{path}: traceEvents[{index}] ({_excerpt(event.get('name'))}) has malformed "
+                f"`Input Dims` or `Input type`: {_excerpt(dims)}, {_excerpt(types)}",
+                FIX,
+            )
 
 
 def _is_dims(value: object) -> bool:
@@ -193,7 +276,8 @@ def _excerpt(value: object, limit: int = 80) -> str:
 def _complete_events(trace_events: list) -> pd.DataFrame:
     """One row per complete ('X') event: cat, name, pid, tid, start_ns, end_ns, args (dict)."""
     frame = pd.DataFrame.from_records(
-        trace_events, columns=["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"])
+        trace_events, columns=["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
+    )
     frame = frame[frame["ph"] == "X"]
     ts_us = pd.to_numeric(frame["ts"], errors="coerce")
     dur_us = pd.to_numeric(frame["dur"], errors="coerce").fillna(0.0)
@@ -226,24 +310,28 @@ def _dim3(frame: pd.DataFrame, key: str) -> np.ndarray:
 
 # -- host API calls and device events ------------------------------------------------------------
 
+
 def _host_api_calls(events: pd.DataFrame) -> pd.DataFrame:
     calls = events[events["cat"].isin(HOST_API_CATEGORIES)]
-    return pd.DataFrame({
-        "api": calls["name"].str.replace(API_SUFFIX, "", regex=True).to_numpy(),
-        "start_ns": calls["start_ns"].to_numpy(),
-        "end_ns": calls["end_ns"].to_numpy(),
-        "tid": calls["tid"].to_numpy(),
-        "correlation": _int_arg(calls, "correlation"),
-        "external_id": _int_arg(calls, "External id"),
-    })
+    return pd.DataFrame(
+        {
+            "api": calls["name"].str.replace(API_SUFFIX, "", regex=True).to_numpy(),
+            "start_ns": calls["start_ns"].to_numpy(),
+            "end_ns": calls["end_ns"].to_numpy(),
+            "tid": calls["tid"].to_numpy(),
+            "correlation": _int_arg(calls, "correlation"),
+            "external_id": _int_arg(calls, "External id"),
+        }
+    )
 
 
 def _device_events(events: pd.DataFrame, category: str, runtime: pd.DataFrame) -> pd.DataFrame:
     """Device events of one category with the host start of their launch call (`launch_ns`, -1 if
     the call is missing) and the operator that launched them (`external_id`)."""
     device = events[events["cat"] == category].reset_index(drop=True)
-    device = device.assign(correlation=_int_arg(device, "correlation"),
-                           external_id=_int_arg(device, "External id"))
+    device = device.assign(
+        correlation=_int_arg(device, "correlation"), external_id=_int_arg(device, "External id")
+    )
     launch = runtime[runtime["correlation"] >= 0].drop_duplicates("correlation").set_index("correlation")
     device["launch_ns"] = device["correlation"].map(launch["start_ns"]).fillna(-1).astype("int64")
     launch_op = device["correlation"].map(launch["external_id"]).fillna(-1).astype("int64")
@@ -264,22 +352,28 @@ def _launch_time(device: pd.DataFrame) -> np.ndarray:
 def _kernel_frame(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     grid = _dim3(kernels, "grid")
     block = _dim3(kernels, "block")
-    return pd.DataFrame({
-        "name": kernels["name"],
-        "start_ns": kernels["start_ns"],
-        "end_ns": kernels["end_ns"],
-        "stream": _int_arg(kernels, "stream"),
-        "device": _int_arg(kernels, "device"),
-        "correlation": kernels["correlation"],
-        "launch_ns": kernels["launch_ns"],
-        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
-        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-        "registers": _int_arg(kernels, "registers per thread"),
-        # Kineto's "shared memory" is static + dynamic shared memory per block.
-        "shared_bytes": _int_arg(kernels, "shared memory"),
-        "step": _step_of(_launch_time(kernels), steps),
-        "layer": None,
-    })
+    return pd.DataFrame(
+        {
+            "name": kernels["name"],
+            "start_ns": kernels["start_ns"],
+            "end_ns": kernels["end_ns"],
+            "stream": _int_arg(kernels, "stream"),
+            "device": _int_arg(kernels, "device"),
+            "correlation": kernels["correlation"],
+            "launch_ns": kernels["launch_ns"],
+            "grid_x": grid[:, 0],
+            "grid_y": grid[:, 1],
+            "grid_z": grid[:, 2],
+            "block_x": block[:, 0],
+            "block_y": block[:, 1],
+            "block_z": block[:, 2],
+            "registers": _int_arg(kernels, "registers per thread"),
+            # Kineto's "shared memory" is static + dynamic shared memory per block.
+            "shared_bytes": _int_arg(kernels, "shared memory"),
+            "step": _step_of(_launch_time(kernels), steps),
+            "layer": None,
+        }
+    )
 
 
 def _memcpy_frame(memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -288,61 +382,69 @@ def _memcpy_frame(memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     pinned = names.str.contains("Pinned", regex=False)
     pageable = names.str.contains("Pageable", regex=False)
     host_pinned = np.where(pinned, True, np.where(pageable, False, None))
-    return pd.DataFrame({
-        "kind": names.str.extract(MEMCPY_KIND, expand=False).to_numpy(),
-        "bytes": _int_arg(memcpys, "bytes"),
-        "start_ns": memcpys["start_ns"],
-        "end_ns": memcpys["end_ns"],
-        "stream": _int_arg(memcpys, "stream"),
-        "host_pinned": pd.Series(host_pinned, dtype="object"),
-        "step": _step_of(_launch_time(memcpys), steps),
-        "correlation": memcpys["correlation"],
-    })
+    return pd.DataFrame(
+        {
+            "kind": names.str.extract(MEMCPY_KIND, expand=False).to_numpy(),
+            "bytes": _int_arg(memcpys, "bytes"),
+            "start_ns": memcpys["start_ns"],
+            "end_ns": memcpys["end_ns"],
+            "stream": _int_arg(memcpys, "stream"),
+            "host_pinned": pd.Series(host_pinned, dtype="object"),
+            "step": _step_of(_launch_time(memcpys), steps),
+            "correlation": memcpys["correlation"],
+        }
+    )
 
 
 def _memset_frame(memsets: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "bytes": _int_arg(memsets, "bytes"),
-        "start_ns": memsets["start_ns"],
-        "end_ns": memsets["end_ns"],
-        "stream": _int_arg(memsets, "stream"),
-        "step": _step_of(_launch_time(memsets), steps),
-        "correlation": memsets["correlation"],
-    })
+    return pd.DataFrame(
+        {
+            "bytes": _int_arg(memsets, "bytes"),
+            "start_ns": memsets["start_ns"],
+            "end_ns": memsets["end_ns"],
+            "stream": _int_arg(memsets, "stream"),
+            "step": _step_of(_launch_time(memsets), steps),
+            "correlation": memsets["correlation"],
+        }
+    )
 
 
 def _sync_frame(runtime: pd.DataFrame, memcpys: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     copy_of_call = memcpys.drop_duplicates("correlation").set_index("correlation")["name"]
     # As strings even when the trace has no copy (the map is then all-NaN floats).
     copy_name = runtime["correlation"].map(copy_of_call).astype("string").fillna("")
-    blocking_copy = (
-        (runtime["api"].isin(SYNC_COPY_APIS) & ~copy_name.str.contains("DtoD", regex=False))
-        | (runtime["api"].isin(ASYNC_COPY_APIS) & copy_name.str.contains("Pageable", regex=False))
+    blocking_copy = (runtime["api"].isin(SYNC_COPY_APIS) & ~copy_name.str.contains("DtoD", regex=False)) | (
+        runtime["api"].isin(ASYNC_COPY_APIS) & copy_name.str.contains("Pageable", regex=False)
     )
     kind = runtime["api"].map(SYNC_API_KIND).where(~blocking_copy, "memcpy")
     syncs = runtime[kind.notna()]
-    return pd.DataFrame({
-        "kind": kind[kind.notna()],
-        "api": syncs["api"],
-        "start_ns": syncs["start_ns"],
-        "end_ns": syncs["end_ns"],
-        "step": _step_of(syncs["start_ns"].to_numpy(), steps),
-    })
+    return pd.DataFrame(
+        {
+            "kind": kind[kind.notna()],
+            "api": syncs["api"],
+            "start_ns": syncs["start_ns"],
+            "end_ns": syncs["end_ns"],
+            "step": _step_of(syncs["start_ns"].to_numpy(), steps),
+        }
+    )
 
 
 def _launch_frame(runtime: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     launches = runtime[runtime["api"].isin(LAUNCH_APIS)]
-    return pd.DataFrame({
-        "api": launches["api"],
-        "start_ns": launches["start_ns"],
-        "end_ns": launches["end_ns"],
-        "correlation": launches["correlation"],
-        "tid": launches["tid"],
-        "step": _step_of(launches["start_ns"].to_numpy(), steps),
-    })
+    return pd.DataFrame(
+        {
+            "api": launches["api"],
+            "start_ns": launches["start_ns"],
+            "end_ns": launches["end_ns"],
+            "correlation": launches["correlation"],
+            "tid": launches["tid"],
+            "step": _step_of(launches["start_ns"].to_numpy(), steps),
+        }
+    )
 
 
 # -- operators -----------------------------------------------------------------------------------
+
 
 def _saved_op_flops(trace_path: Path, warnings: list[str]) -> dict[int, int]:
     """FLOPs per operator `External id` that the injector saved beside the trace (OP_FLOPS_FILE);
@@ -364,12 +466,19 @@ def _device_busy(*device_frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return interval_union(starts, ends)
 
 
-def _device_idle_ns(start: np.ndarray, end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+def _device_idle_ns(
+    start: np.ndarray, end: np.ndarray, device_busy: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
     return (end - start) - covered(*device_busy, start, end)
 
 
-def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
-              saved_flops: dict[int, int], device_busy: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+def _op_frame(
+    events: pd.DataFrame,
+    kernels: pd.DataFrame,
+    steps: pd.DataFrame,
+    saved_flops: dict[int, int],
+    device_busy: tuple[np.ndarray, np.ndarray],
+) -> pd.DataFrame:
     ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.startswith(TORCH_STEP_PREFIX)]
     ops = ops.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False]).reset_index(drop=True)
     start = ops["start_ns"].to_numpy()
@@ -386,45 +495,53 @@ def _op_frame(events: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
     # so the injector saves them beside the trace.
     flops = pd.to_numeric(pd.Series(_arg(ops, "flops", None), dtype="object"), errors="coerce")
     flops = flops.fillna(external_id.map(saved_flops))
-    return pd.DataFrame({
-        "name": ops["name"],
-        "tid": ops["tid"],
-        "start_ns": start,
-        "end_ns": end,
-        "cpu_self_ns": np.maximum(duration - children_ns, 0),
-        "device_ns": external_id.map(kernel_ns).fillna(0).astype("int64"),
-        "shapes": _arg(ops, "Input Dims", None),
-        "dtypes": _arg(ops, "Input type", None),
-        "flops": flops.astype("float64"),
-        "top_level": ~has_parent,
-        "step": _step_of(start, steps),
-        "device_idle_ns": _device_idle_ns(start, end, device_busy),
-    })
+    return pd.DataFrame(
+        {
+            "name": ops["name"],
+            "tid": ops["tid"],
+            "start_ns": start,
+            "end_ns": end,
+            "cpu_self_ns": np.maximum(duration - children_ns, 0),
+            "device_ns": external_id.map(kernel_ns).fillna(0).astype("int64"),
+            "shapes": _arg(ops, "Input Dims", None),
+            "dtypes": _arg(ops, "Input type", None),
+            "flops": flops.astype("float64"),
+            "top_level": ~has_parent,
+            "step": _step_of(start, steps),
+            "device_idle_ns": _device_idle_ns(start, end, device_busy),
+        }
+    )
 
 
-def _annotation_frame(events: pd.DataFrame, steps: pd.DataFrame,
-                      device_busy: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+def _annotation_frame(
+    events: pd.DataFrame, steps: pd.DataFrame, device_busy: tuple[np.ndarray, np.ndarray]
+) -> pd.DataFrame:
     """record_function ranges other than our step marks and torch's ProfilerStep#N, as op rows
     (OP_COLUMNS: ANNOTATION_PREFIX + name, outside the operator tree). torch marks its own Python-side
     work this way: the DataLoader's `__next__`, `Optimizer.step#SGD.step`, `Optimizer.zero_grad#...`."""
-    marks = events[(events["cat"] == "user_annotation") & ~events["name"].str.match(STEP_NAME)
-                   & ~events["name"].str.startswith(TORCH_STEP_PREFIX)]
+    marks = events[
+        (events["cat"] == "user_annotation")
+        & ~events["name"].str.match(STEP_NAME)
+        & ~events["name"].str.startswith(TORCH_STEP_PREFIX)
+    ]
     start = marks["start_ns"].to_numpy(np.int64)
     end = marks["end_ns"].to_numpy(np.int64)
-    return pd.DataFrame({
-        "name": ANNOTATION_PREFIX + marks["name"],
-        "tid": marks["tid"],
-        "start_ns": start,
-        "end_ns": end,
-        "cpu_self_ns": 0,
-        "device_ns": 0,
-        "shapes": None,
-        "dtypes": None,
-        "flops": np.nan,
-        "top_level": False,
-        "step": _step_of(start, steps),
-        "device_idle_ns": _device_idle_ns(start, end, device_busy),
-    })
+    return pd.DataFrame(
+        {
+            "name": ANNOTATION_PREFIX + marks["name"],
+            "tid": marks["tid"],
+            "start_ns": start,
+            "end_ns": end,
+            "cpu_self_ns": 0,
+            "device_ns": 0,
+            "shapes": None,
+            "dtypes": None,
+            "flops": np.nan,
+            "top_level": False,
+            "step": _step_of(start, steps),
+            "device_idle_ns": _device_idle_ns(start, end, device_busy),
+        }
+    )
 
 
 def _parents(tid: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -432,13 +549,14 @@ def _parents(tid: np.ndarray, end: np.ndarray) -> np.ndarray:
     (tid, start, end descending), so a parent always precedes its children."""
     parent = np.full(len(end), NO_RANGE, dtype="int64")
     bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True])
-    for first, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for first, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=False):
         local = nesting_parents(end[first:stop])
         parent[first:stop] = np.where(local != NO_RANGE, local + first, NO_RANGE)
     return parent
 
 
 # -- steps and device ----------------------------------------------------------------------------
+
 
 def _steps(events: pd.DataFrame, path: Path, warnings: list[str]) -> tuple[pd.DataFrame, str]:
     annotations = events[events["cat"] == "user_annotation"]
@@ -448,33 +566,50 @@ def _steps(events: pd.DataFrame, path: Path, warnings: list[str]) -> tuple[pd.Da
     # is the step the script's end cut short, not a measured step.
     finished = np.array([a.get("finished", True) is not False for a in marked["args"]], dtype=bool)
     if (~finished).any():
-        warnings.append(f"{path}: ignored {int((~finished).sum())} step range(s) still open when the "
-                        "profiler stopped")
+        warnings.append(
+            f"{path}: ignored {int((~finished).sum())} step range(s) still open when the profiler stopped"
+        )
     marked = marked[finished]
     if not marked.empty:
-        steps = pd.DataFrame({
-            "name": marked["name"].to_numpy(),
-            "start_ns": marked["start_ns"].to_numpy(),
-            "end_ns": marked["end_ns"].to_numpy(),
-        }).sort_values("start_ns").reset_index(drop=True)
+        steps = (
+            pd.DataFrame(
+                {
+                    "name": marked["name"].to_numpy(),
+                    "start_ns": marked["start_ns"].to_numpy(),
+                    "end_ns": marked["end_ns"].to_numpy(),
+                }
+            )
+            .sort_values("start_ns")
+            .reset_index(drop=True)
+        )
         # Numbered in time order: a script's own profiler schedule starts at ProfilerStep#<wait+warmup>.
         steps.insert(0, "step", np.arange(len(steps), dtype="int64"))
         return steps, "torch:annotation"
     timed = events[events["cat"] != "Trace"]  # Kineto's own span covers profiler setup too
     warnings.append(
         f"{path} has no `{TORCH_STEP_PREFIX}N` annotations: the whole trace is treated as one step "
-        "(run the workload through `hybrid run` or mark steps with hybrid.mark_step())")
+        "(run the workload through `hybrid run` or mark steps with hybrid.mark_step())"
+    )
     if timed.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS)), "none"
-    whole = pd.DataFrame({"step": [0], "name": ["whole trace"],
-                          "start_ns": [timed["start_ns"].min()], "end_ns": [timed["end_ns"].max()]})
+    whole = pd.DataFrame(
+        {
+            "step": [0],
+            "name": ["whole trace"],
+            "start_ns": [timed["start_ns"].min()],
+            "end_ns": [timed["end_ns"].max()],
+        }
+    )
     return whole, "whole-capture"
 
 
 def _device_info(raw: dict, kernels: pd.DataFrame, warnings: list[str]) -> DeviceInfo:
     listed = raw.get("deviceProperties")
-    properties = [typed_fields(p, DEVICE_PROPERTY_TYPES, "the trace's deviceProperties", warnings)
-                  for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict)]
+    properties = [
+        typed_fields(p, DEVICE_PROPERTY_TYPES, "the trace's deviceProperties", warnings)
+        for p in (listed if isinstance(listed, list) else [])
+        if isinstance(p, dict)
+    ]
     if not properties:
         return DeviceInfo()
     used = _int_arg(kernels, "device")

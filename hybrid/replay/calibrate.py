@@ -136,6 +136,7 @@ def top_shapes(ops, top: int) -> list[tuple[Shape, float]]:
 
 # -- timing -----------------------------------------------------------------------------------------
 
+
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -144,18 +145,34 @@ def _operands(torch, shape: Shape, variant: str, device: str):
     base = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
     dims = shape.dims
     if variant.endswith("_aligned"):
-        dims = tuple(_aligned(d) for d in dims[:3]) + dims[3:] if shape.op != "conv" else \
-            (dims[0], _aligned(dims[1]), dims[2], dims[3], _aligned(dims[4]), _aligned(dims[5]), dims[6], dims[7])
+        dims = (
+            tuple(_aligned(d) for d in dims[:3]) + dims[3:]
+            if shape.op != "conv"
+            else (
+                dims[0],
+                _aligned(dims[1]),
+                dims[2],
+                dims[3],
+                _aligned(dims[4]),
+                _aligned(dims[5]),
+                dims[6],
+                dims[7],
+            )
+        )
     dtype = torch.bfloat16 if variant == "bf16" else base
     if shape.op == "mm":
         m, n, k = dims[:3]
         return torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
     if shape.op == "bmm":
         m, n, k, b = dims[:4]
-        return torch.randn(b, m, k, device=device, dtype=dtype), torch.randn(b, k, n, device=device, dtype=dtype)
+        return torch.randn(b, m, k, device=device, dtype=dtype), torch.randn(
+            b, k, n, device=device, dtype=dtype
+        )
     n_, c, h, w, o, ci, kh, kw = dims
-    return (torch.randn(n_, c, h, w, device=device, dtype=dtype),
-            torch.randn(o, ci, kh, kw, device=device, dtype=dtype))
+    return (
+        torch.randn(n_, c, h, w, device=device, dtype=dtype),
+        torch.randn(o, ci, kh, kw, device=device, dtype=dtype),
+    )
 
 
 def _run(torch, shape: Shape, a, b):
@@ -168,6 +185,7 @@ def _run(torch, shape: Shape, a, b):
 
 def _time_us(torch, fn, device: str) -> float:
     """Median time of one call in microseconds (CUDA events on a GPU, the wall clock on the CPU)."""
+
     def sync():
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -250,13 +268,21 @@ def _label(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hybrid.replay.calibrate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", type=Path, nargs="+", help="run directories with a torch pass (torch/trace.json)")
+    parser = argparse.ArgumentParser(
+        prog="python -m hybrid.replay.calibrate", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "run_dirs", type=Path, nargs="+", help="run directories with a torch pass (torch/trace.json)"
+    )
     parser.add_argument("--cache", type=Path, default=None, help=f"cache file (default {cache_path()})")
     parser.add_argument("--top", type=int, default=8, help="GEMM/conv shapes to time, by device time")
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a smoke test")
-    parser.add_argument("--out-dir", type=Path, default=None,
-                        help="write NAME.json here instead of RUN_DIR/calibration.json (NAME: the run's folder)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="write NAME.json here instead of RUN_DIR/calibration.json (NAME: the run's folder)",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -265,16 +291,22 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid.rundir import RunDir
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("error: CUDA is not available here\nfix: run the calibration on the GPU the run used, "
-              "or pass --device cpu for a smoke test", file=sys.stderr)
+        print(
+            "error: CUDA is not available here\nfix: run the calibration on the GPU the run used, "
+            "or pass --device cpu for a smoke test",
+            file=sys.stderr,
+        )
         return 2
     for run_dir in args.run_dirs:
         try:
             run = RunDir.open(run_dir)
             trace = run.torch_trace()
             if trace is None:
-                print(f"error: {run_dir} has no torch pass (torch/trace.json)\n"
-                      "fix: calibrate a run directory written by `hybrid run` with the torch pass on", file=sys.stderr)
+                print(
+                    f"error: {run_dir} has no torch pass (torch/trace.json)\n"
+                    "fix: calibrate a run directory written by `hybrid run` with the torch pass on",
+                    file=sys.stderr,
+                )
                 return 2
             result = calibrate(top_shapes(load_torch_trace(trace).ops, args.top), args.device, args.cache)
         except HybridError as exc:

@@ -134,37 +134,70 @@ def _device_ops(profile: Profile, step_ids: np.ndarray) -> pd.DataFrame:
     frames = []
     k = profile.kernels[profile.kernels["step"].isin(step_ids)]
     if len(k):
-        frames.append(pd.DataFrame({
-            "kind": KERNEL, "start_ns": k["start_ns"].to_numpy(np.int64), "end_ns": k["end_ns"].to_numpy(np.int64),
-            "stream": k["stream"].to_numpy(np.int64), "correlation": k["correlation"].to_numpy(np.int64),
-            "step": k["step"].to_numpy(np.int64), "name": k["name"].astype(str).to_numpy(object),
-            "bytes": np.zeros(len(k), np.int64), "pinned": np.full(len(k), None, object)}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "kind": KERNEL,
+                    "start_ns": k["start_ns"].to_numpy(np.int64),
+                    "end_ns": k["end_ns"].to_numpy(np.int64),
+                    "stream": k["stream"].to_numpy(np.int64),
+                    "correlation": k["correlation"].to_numpy(np.int64),
+                    "step": k["step"].to_numpy(np.int64),
+                    "name": k["name"].astype(str).to_numpy(object),
+                    "bytes": np.zeros(len(k), np.int64),
+                    "pinned": np.full(len(k), None, object),
+                }
+            )
+        )
     c = profile.memcpys[profile.memcpys["step"].isin(step_ids)]
     if len(c):
-        frames.append(pd.DataFrame({
-            "kind": MEMCPY, "start_ns": c["start_ns"].to_numpy(np.int64), "end_ns": c["end_ns"].to_numpy(np.int64),
-            "stream": c["stream"].to_numpy(np.int64), "correlation": c["correlation"].to_numpy(np.int64),
-            "step": c["step"].to_numpy(np.int64), "name": ("memcpy " + c["kind"].astype(str)).to_numpy(object),
-            "bytes": c["bytes"].to_numpy(np.int64), "pinned": c["host_pinned"].to_numpy(object)}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "kind": MEMCPY,
+                    "start_ns": c["start_ns"].to_numpy(np.int64),
+                    "end_ns": c["end_ns"].to_numpy(np.int64),
+                    "stream": c["stream"].to_numpy(np.int64),
+                    "correlation": c["correlation"].to_numpy(np.int64),
+                    "step": c["step"].to_numpy(np.int64),
+                    "name": ("memcpy " + c["kind"].astype(str)).to_numpy(object),
+                    "bytes": c["bytes"].to_numpy(np.int64),
+                    "pinned": c["host_pinned"].to_numpy(object),
+                }
+            )
+        )
     m = profile.memsets[profile.memsets["step"].isin(step_ids)]
     if len(m):
-        frames.append(pd.DataFrame({
-            "kind": MEMSET, "start_ns": m["start_ns"].to_numpy(np.int64), "end_ns": m["end_ns"].to_numpy(np.int64),
-            "stream": m["stream"].to_numpy(np.int64), "correlation": m["correlation"].to_numpy(np.int64),
-            "step": m["step"].to_numpy(np.int64), "name": "memset",
-            "bytes": m["bytes"].to_numpy(np.int64), "pinned": np.full(len(m), None, object)}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "kind": MEMSET,
+                    "start_ns": m["start_ns"].to_numpy(np.int64),
+                    "end_ns": m["end_ns"].to_numpy(np.int64),
+                    "stream": m["stream"].to_numpy(np.int64),
+                    "correlation": m["correlation"].to_numpy(np.int64),
+                    "step": m["step"].to_numpy(np.int64),
+                    "name": "memset",
+                    "bytes": m["bytes"].to_numpy(np.int64),
+                    "pinned": np.full(len(m), None, object),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _check(profile: Profile) -> None:
     if profile.sources.get("kernels") != "measured:nsys":
-        raise ReplayUnavailable("the replay needs the nsys pass's timeline (kernels, API calls); this "
-                                "analysis has no nsys export")
+        raise ReplayUnavailable(
+            "the replay needs the nsys pass's timeline (kernels, API calls); this analysis has no nsys export"
+        )
     if profile.steps.empty:
         raise ReplayUnavailable("no measured steps to replay")
     if profile.api_calls.empty:
-        raise ReplayUnavailable("the export's profile has no CUDA API calls (Profile.api_calls is empty: "
-                                "an export read by an older hybrid, or CUDA API tracing was off)")
+        raise ReplayUnavailable(
+            "the export's profile has no CUDA API calls (Profile.api_calls is empty: "
+            "an export read by an older hybrid, or CUDA API tracing was off)"
+        )
     if profile.kernels.empty:
         raise ReplayUnavailable("the export holds no kernels")
 
@@ -206,7 +239,9 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
     if max_kernels is not None and len(profile.kernels) > max_kernels:
         kept = _first_steps(profile, steps, max_kernels)
         if len(kept) < len(steps):
-            notes.append(f"the first {len(kept)} of {len(steps)} steps are replayed (at most {max_kernels} kernels)")
+            notes.append(
+                f"the first {len(kept)} of {len(steps)} steps are replayed (at most {max_kernels} kernels)"
+            )
             steps = kept.reset_index(drop=True)
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max()))
     calls = profile.api_calls
@@ -273,7 +308,9 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
         idx = np.flatnonzero(d_stream == s)
         prev_on_stream[idx[1:]] = idx[:-1]
     has_prev = prev_on_stream >= 0
-    stream_slack = np.where(has_prev, d_start - d_end[np.clip(prev_on_stream, 0, None)], np.iinfo(np.int64).max)
+    stream_slack = np.where(
+        has_prev, d_start - d_end[np.clip(prev_on_stream, 0, None)], np.iinfo(np.int64).max
+    )
     launch_slack = d_start - launch_start
     # The launch latency shows only where nothing else could hold an op back: the whole device had
     # finished everything issued before it when its call started.
@@ -291,7 +328,9 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
     d_dep = np.full(n_ops, -1, np.int64)
     d_dgap = np.zeros(n_ops)
     if len(stream_ids) > 1:
-        _cross_stream_deps(np.flatnonzero(~explained), d_stream, d_start, d_end, len(stream_ids), d_dep, d_dgap)
+        _cross_stream_deps(
+            np.flatnonzero(~explained), d_stream, d_start, d_end, len(stream_ids), d_dep, d_dgap
+        )
     # The constraint that bound an op is the one that allowed it last (closest below its start): it
     # keeps the measured gap. An op held back longer than any constraint explains (a wait nothing in
     # the export records) is tied to the latest of them, so it still moves with what it follows.
@@ -301,34 +340,78 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
     d_dep[binding != 2] = -1
     has_dep = d_dep >= 0
     d_lat = np.where(launch_binds, launch_slack, np.minimum(launch_latency, launch_slack)).astype(float)
-    d_sgap = np.where(stream_binds, stream_slack, np.minimum(stream_gap, np.where(has_prev, stream_slack, 0))
-                      ).astype(float)
+    d_sgap = np.where(
+        stream_binds, stream_slack, np.minimum(stream_gap, np.where(has_prev, stream_slack, 0))
+    ).astype(float)
     if has_dep.any():
         notes.append(f"{int(has_dep.sum())} cross-stream waits inferred from the timeline")
 
     h_wait, h_wait_op, h_wait_stream, h_wake, h_cost = _host_waits(
-        api, api_names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids,
-        calls["sync_stream"].to_numpy(np.int64), source, is_call, ops["kind"].to_numpy(), ops["pinned"].to_numpy())
+        api,
+        api_names,
+        kinds,
+        start,
+        end,
+        h_op,
+        d_host,
+        d_stream,
+        d_end,
+        stream_ids,
+        calls["sync_stream"].to_numpy(np.int64),
+        source,
+        is_call,
+        ops["kind"].to_numpy(),
+        ops["pinned"].to_numpy(),
+    )
     stream_syncs = is_call & (np.array([_sync_kind(str(name)) for name in api_names])[api] == WAIT_STREAM)
     named_stream = np.full(n, -1, np.int64)
     named_stream[is_call] = calls["sync_stream"].to_numpy(np.int64)[source[is_call]]
     unnamed = int((stream_syncs & (named_stream < 0)).sum())
     if unnamed:
-        notes.append(f"{unnamed} stream synchronizations have no synchronization record naming their stream "
-                     "(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION); they are replayed as waits for the whole device")
+        notes.append(
+            f"{unnamed} stream synchronizations have no synchronization record naming their stream "
+            "(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION); they are replayed as waits for the whole device"
+        )
 
     graph = ReplayGraph(
-        origin_ns=origin, h_kind=kinds, h_start=start.astype(float), h_end=end.astype(float), h_api=api,
+        origin_ns=origin,
+        h_kind=kinds,
+        h_start=start.astype(float),
+        h_end=end.astype(float),
+        h_api=api,
         api_names=api_names,
-        h_thread=thread, h_step=h_step, h_pred=pred, h_gap=gap, h_cost=h_cost, h_wait=h_wait,
-        h_wait_op=h_wait_op, h_wait_stream=h_wait_stream, h_wake=h_wake, h_op=h_op,
-        d_host=d_host, d_kind=ops["kind"].to_numpy(np.int64), d_stream=d_stream.astype(np.int64),
-        d_dur=(d_end - d_start).astype(float), d_lat=d_lat, d_sgap=d_sgap, d_dep=d_dep, d_dgap=d_dgap,
-        d_step=ops["step"].to_numpy(np.int64), d_name=ops["name"].to_numpy(object),
-        d_bytes=ops["bytes"].to_numpy(np.int64), d_pinned=ops["pinned"].to_numpy(object),
-        d_start=d_start.astype(float), d_end=d_end.astype(float), step_ids=steps["step"].to_numpy(np.int64),
-        step_start_event=step_start_event, step_end_event=step_end_event, n_streams=len(stream_ids),
-        launch_latency_ns=launch_latency, stream_gap_ns=stream_gap, notes=notes)
+        h_thread=thread,
+        h_step=h_step,
+        h_pred=pred,
+        h_gap=gap,
+        h_cost=h_cost,
+        h_wait=h_wait,
+        h_wait_op=h_wait_op,
+        h_wait_stream=h_wait_stream,
+        h_wake=h_wake,
+        h_op=h_op,
+        d_host=d_host,
+        d_kind=ops["kind"].to_numpy(np.int64),
+        d_stream=d_stream.astype(np.int64),
+        d_dur=(d_end - d_start).astype(float),
+        d_lat=d_lat,
+        d_sgap=d_sgap,
+        d_dep=d_dep,
+        d_dgap=d_dgap,
+        d_step=ops["step"].to_numpy(np.int64),
+        d_name=ops["name"].to_numpy(object),
+        d_bytes=ops["bytes"].to_numpy(np.int64),
+        d_pinned=ops["pinned"].to_numpy(object),
+        d_start=d_start.astype(float),
+        d_end=d_end.astype(float),
+        step_ids=steps["step"].to_numpy(np.int64),
+        step_start_event=step_start_event,
+        step_end_event=step_end_event,
+        n_streams=len(stream_ids),
+        launch_latency_ns=launch_latency,
+        stream_gap_ns=stream_gap,
+        notes=notes,
+    )
     graph.measured_step_ns = step_windows(graph, graph.h_start, graph.d_end)
     return graph
 
@@ -342,8 +425,9 @@ def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> 
     device_end = np.full(len(graph.step_ids), -np.inf)
     if len(d_end):
         position = np.searchsorted(graph.step_ids, graph.d_step)
-        inside = (position < len(graph.step_ids)) & (graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)]
-                                                    == graph.d_step)
+        inside = (position < len(graph.step_ids)) & (
+            graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)] == graph.d_step
+        )
         np.maximum.at(device_end, position[inside], d_end[inside])
     ends = np.maximum(host_end, device_end)
     starts = host_start.copy()
@@ -351,8 +435,15 @@ def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> 
     return ends - starts
 
 
-def _cross_stream_deps(unexplained: np.ndarray, d_stream: np.ndarray, d_start: np.ndarray, d_end: np.ndarray,
-                       n_streams: int, d_dep: np.ndarray, d_dgap: np.ndarray) -> None:
+def _cross_stream_deps(
+    unexplained: np.ndarray,
+    d_stream: np.ndarray,
+    d_start: np.ndarray,
+    d_end: np.ndarray,
+    n_streams: int,
+    d_dep: np.ndarray,
+    d_dgap: np.ndarray,
+) -> None:
     """For ops that started later than their launch and stream allow, the op on another stream,
     issued earlier, whose end came just before."""
     per_stream = [np.flatnonzero(d_stream == s) for s in range(n_streams)]
@@ -379,8 +470,23 @@ def _sync_kind(name: str) -> int:
     return next((k for word, k in SYNC_WORDS if word in name), WAIT_DEVICE)
 
 
-def _host_waits(api_code, names, kinds, start, end, h_op, d_host, d_stream, d_end, stream_ids, sync_stream, source,
-                is_call, d_kind, d_pinned):
+def _host_waits(
+    api_code,
+    names,
+    kinds,
+    start,
+    end,
+    h_op,
+    d_host,
+    d_stream,
+    d_end,
+    stream_ids,
+    sync_stream,
+    source,
+    is_call,
+    d_kind,
+    d_pinned,
+):
     """What each host call waited for, with its own cost and its wake-up delay after the wait.
     Vectorized per API name: a large export has hundreds of thousands of calls and few names."""
     n = len(kinds)
@@ -391,7 +497,9 @@ def _host_waits(api_code, names, kinds, start, end, h_op, d_host, d_stream, d_en
     awaited_end = np.full(n, -np.inf)
     call_stream = np.full(n, -1, np.int64)
     call_stream[is_call] = sync_stream[source[is_call]]
-    typical = np.array([np.median(dur[api_code == c]) if (api_code == c).any() else 0.0 for c in range(len(names))])
+    typical = np.array(
+        [np.median(dur[api_code == c]) if (api_code == c).any() else 0.0 for c in range(len(names))]
+    )
     sync_of_name = np.array([_sync_kind(str(name)) for name in names], np.int64)
     sync = sync_of_name[api_code] * is_call
     # Ops issued by earlier events; the latest end among them, overall and per stream (within a
@@ -409,8 +517,9 @@ def _host_waits(api_code, names, kinds, start, end, h_op, d_host, d_stream, d_en
         stream_index[np.clip(stream_ids, 0, None)] = np.arange(len(stream_ids))
     named = (sync == WAIT_STREAM) & (call_stream >= 0)
     known = np.zeros(n, bool)
-    known[named] = (call_stream[named] < len(stream_index)) & (stream_index[np.clip(call_stream[named], 0,
-                                                                                     len(stream_index) - 1)] >= 0)
+    known[named] = (call_stream[named] < len(stream_index)) & (
+        stream_index[np.clip(call_stream[named], 0, len(stream_index) - 1)] >= 0
+    )
     for s in range(len(stream_ids)):
         rows = np.flatnonzero(known & (stream_index[np.clip(call_stream, 0, len(stream_index) - 1)] == s))
         ops = np.flatnonzero(d_stream == s)
@@ -434,15 +543,25 @@ def _host_waits(api_code, names, kinds, start, end, h_op, d_host, d_stream, d_en
         # before the copy ends on the device: it waited for its own copy all the same.
         if staged and d_end[op] >= start[i] and abs(end[i] - d_end[op]) <= WAKE_MAX_NS:
             wait[i], wait_op[i], awaited_end[i] = WAIT_OP, op, d_end[op]
-    long_calls = others & (wait == WAIT_NONE) & (dur > np.maximum(LONG_CALL_MIN_NS, LONG_CALL_FACTOR * typical[api_code]))
+    long_calls = (
+        others
+        & (wait == WAIT_NONE)
+        & (dur > np.maximum(LONG_CALL_MIN_NS, LONG_CALL_FACTOR * typical[api_code]))
+    )
     for i in np.flatnonzero(long_calls):
         wait[i], wait_op[i], awaited_end[i] = _op_just_before(i, start, end, issued_before, d_end, own[i])
 
     waited = (wait != WAIT_NONE) & (awaited_end > start)
     wait[(wait != WAIT_NONE) & ~waited] = WAIT_NONE
     # A call that waited costs what the same API costs when it does not wait (never more than measured).
-    free_cost = np.array([np.median(dur[(api_code == c) & ~waited]) if ((api_code == c) & ~waited).any()
-                          else min(2_000.0, typical[c]) for c in range(len(names))])
+    free_cost = np.array(
+        [
+            np.median(dur[(api_code == c) & ~waited])
+            if ((api_code == c) & ~waited).any()
+            else min(2_000.0, typical[c])
+            for c in range(len(names))
+        ]
+    )
     cost = dur.copy()
     cost[waited] = np.minimum(dur[waited], free_cost[api_code[waited]])
     wake = np.zeros(n)

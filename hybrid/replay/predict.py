@@ -1,6 +1,7 @@
 """The replay as a stage of the diagnosis: after the rules ran, every finding whose rule has a fix gets the
 replay's saving as its time lost (`time_lost_method: "replay"`); the others keep the rule's closed form
-(`"model"`). Severity, order and the primary are the grade's (hybrid.analysis.diagnosis.grade), which runs next."""
+(`"model"`). Severity, order and the primary are the grade's (hybrid.analysis.diagnosis.grade), which runs
+next."""
 
 from __future__ import annotations
 
@@ -66,7 +67,9 @@ def fit_host_scale(graph: ReplayGraph, target_step_ms: float) -> tuple[float, fl
 def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
     """The same fix on the host-scaled graph: host work it removes scales with the host."""
     if "saved_ns_per_step" in fix.params and fix.kind == "less_host_work":
-        return replace(fix, params={**fix.params, "saved_ns_per_step": fix.params["saved_ns_per_step"] * host_scale})
+        return replace(
+            fix, params={**fix.params, "saved_ns_per_step": fix.params["saved_ns_per_step"] * host_scale}
+        )
     return fix
 
 
@@ -74,10 +77,13 @@ def run_fix_inputs(analyzed: Analyzed, graph: ReplayGraph, torch_to_nsys: float 
     """What every fix of this run reads (its finding's time lost is set per finding, by fix_for)."""
     metrics = {name: metric.value for name, metric in analyzed.metrics.items()}
     pinned_peak = analyzed.peaks.pinned_copy_bytes_per_s
-    return FixInputs(lost_ms=0.0, metrics=metrics, gemm_speedup=partial(calibrated_speedup, analyzed.calibration),
-                     pinned_copy=pinned_bandwidth(graph, analyzed.calibration,
-                                                  {"pinned_copy_bytes_per_s": pinned_peak}),
-                     torch_to_nsys=torch_to_nsys)
+    return FixInputs(
+        lost_ms=0.0,
+        metrics=metrics,
+        gemm_speedup=partial(calibrated_speedup, analyzed.calibration),
+        pinned_copy=pinned_bandwidth(graph, analyzed.calibration, {"pinned_copy_bytes_per_s": pinned_peak}),
+        torch_to_nsys=torch_to_nsys,
+    )
 
 
 def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
@@ -101,13 +107,16 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         for finding in diagnosis.findings:
             finding.time_lost_method = "model"
         diagnosis.limitations.append(
-            f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate.")
+            f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate."
+        )
         return
     base = replay_step(graph)
     timing["replay_step_time_ms"] = base.step_time_ms
     diagnosis.limitations.extend(f"Replay: {note}." for note in graph.notes if "replayed" in note)
     step_ms = timing.get("step_time_ms") or base.step_time_ms
-    plain: tuple[ReplayGraph, float, float] | None = None  # the graph fitted to the plain step, its step, scale
+    plain: tuple[ReplayGraph, float, float] | None = (
+        None  # the graph fitted to the plain step, its step, scale
+    )
     if baseline_step_ms:
         host_scale, plain_base_ms = fit_host_scale(graph, baseline_step_ms)
         if abs(plain_base_ms / baseline_step_ms - 1) <= FIT_TOLERANCE:
@@ -122,16 +131,21 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             diagnosis.limitations.append(
                 f"The replay could not be fitted to the plain step time ({baseline_step_ms:.2f} ms; "
                 f"scaling host time reaches {plain_base_ms:.2f} ms): the collector slowed device work "
-                "too; replayed savings are carried to the plain step as the same share of the step.")
+                "too; replayed savings are carried to the plain step as the same share of the step."
+            )
     torch_step = analyzed.metrics.get("torch_pass_step_time_ms")
     torch_step_ms = torch_step.value if torch_step is not None else None
-    torch_to_nsys = base.step_time_ms / float(torch_step_ms) if isinstance(torch_step_ms, (int, float)) \
-        and torch_step_ms else 1.0
+    torch_to_nsys = (
+        base.step_time_ms / float(torch_step_ms)
+        if isinstance(torch_step_ms, (int, float)) and torch_step_ms
+        else 1.0
+    )
     run_inputs = run_fix_inputs(analyzed, graph, torch_to_nsys)
     chosen: list[tuple[Finding, Fix]] = []
     # The largest closed forms first: replay_all applies the fixes in this order.
-    for finding in sorted(diagnosis.findings, key=lambda f: (f.not_measured, -f.time_lost_ms,
-                                                             -SEVERITY_RANK[f.severity], f.id)):
+    for finding in sorted(
+        diagnosis.findings, key=lambda f: (f.not_measured, -f.time_lost_ms, -SEVERITY_RANK[f.severity], f.id)
+    ):
         fix = fix_for(finding, run_inputs)
         if isinstance(fix, NoFix):
             finding.time_lost_method = "model"
@@ -142,8 +156,9 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         # A fix replayed on the whole step can also remove time the ledger gives other causes (CUDA graphs
         # drop the launch gaps inside compiled regions too): the finding's pool bounds what it saves.
         bound = finding.pool_ms
-        finding.time_lost_ms = min(max(0.0, base.step_time_ms - fixed_ms),
-                                   bound if bound is not None else float("inf"))
+        finding.time_lost_ms = min(
+            max(0.0, base.step_time_ms - fixed_ms), bound if bound is not None else float("inf")
+        )
         finding.time_lost_pct = 100.0 * finding.time_lost_ms / step_ms if step_ms else 0.0
         if plain is not None:
             plain_graph, plain_base_ms, host_scale = plain
@@ -153,8 +168,12 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         elif baseline_step_ms:
             finding.time_lost_baseline_ms = finding.time_lost_ms * baseline_step_ms / base.step_time_ms
         finding.time_lost_method = "replay"
-        finding.replay = {"fix": fix.kind, "description": fix.description, "basis": fix.basis,
-                          "step_time_ms": fixed_ms}
+        finding.replay = {
+            "fix": fix.kind,
+            "description": fix.description,
+            "basis": fix.basis,
+            "step_time_ms": fixed_ms,
+        }
         finding.evidence.append(Evidence("replayed fix", f"{fix.description} ({fix.basis})", "", ESTIMATED))
         chosen.append((finding, fix))
     if chosen:
@@ -162,5 +181,8 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         for _, fix in chosen:
             combined = apply(combined, fix)
         all_ms = replay_step(combined).step_time_ms
-        diagnosis.replay_all = {"findings": [f.id for f, _ in chosen], "step_time_ms": all_ms,
-                                "saved_ms": max(0.0, base.step_time_ms - all_ms)}
+        diagnosis.replay_all = {
+            "findings": [f.id for f, _ in chosen],
+            "step_time_ms": all_ms,
+            "saved_ms": max(0.0, base.step_time_ms - all_ms),
+        }

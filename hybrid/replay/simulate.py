@@ -102,5 +102,11 @@ def replay_step(graph: ReplayGraph) -> StepReplay:
         h_end[i] = e
     h_start_a, d_end_a = np.asarray(h_start), np.asarray(d_end)
     step_ns = step_windows(graph, h_start_a, d_end_a)
-    return StepReplay(step_ns=step_ns, steady=steady_mask(step_ns), h_start=h_start_a, h_end=np.asarray(h_end),
-                      d_start=np.asarray(d_start), d_end=d_end_a)
+    return StepReplay(
+        step_ns=step_ns,
+        steady=steady_mask(step_ns),
+        h_start=h_start_a,
+        h_end=np.asarray(h_end),
+        d_start=np.asarray(d_start),
+        d_end=d_end_a,
+    )

@@ -22,7 +22,8 @@ def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
 
 
 def _gemm_mask(graph: ReplayGraph, precisions: tuple[str, ...]) -> np.ndarray:
-    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.analysis.kernel_classes: cuDNN's
+    """GEMM and convolution kernels whose math ran in one of `precisions` (hybrid.analysis.kernel_classes:
+    cuDNN's
     fp32 convolution engines such as wgrad_alg0_engine and fft2d_* count as fp32 convolutions)."""
     from hybrid.analysis.kernel_classes import matmul_precision
 
@@ -59,7 +60,9 @@ def _final_sync(graph: ReplayGraph) -> int:
     """The device sync the step hook issues before closing the last measured step (it is part of the
     measurement, not of the script): the last waiting sync call before the last step's end."""
     last_end = graph.step_end_event[-1]
-    waits = np.flatnonzero((graph.h_wait[:last_end] != WAIT_NONE) & graph.calls_named("Synchronize")[:last_end])
+    waits = np.flatnonzero(
+        (graph.h_wait[:last_end] != WAIT_NONE) & graph.calls_named("Synchronize")[:last_end]
+    )
     return int(waits[-1]) if len(waits) else -1
 
 
@@ -87,8 +90,11 @@ def no_syncs(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 def pinned_copies(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     """Pageable host<->device copies come from pinned memory with non_blocking=True: each runs at
     `bytes_per_s` and the host goes on instead of waiting for it."""
-    pageable = (graph.d_kind == MEMCPY) & np.array([p is False for p in graph.d_pinned]) & \
-        _in_steps(graph, graph.d_step)
+    pageable = (
+        (graph.d_kind == MEMCPY)
+        & np.array([p is False for p in graph.d_pinned])
+        & _in_steps(graph, graph.d_step)
+    )
     out = graph.copy(copy_arrays=("d_dur", "h_wait"))
     out.d_dur[pageable] = graph.d_bytes[pageable] / fix.params["bytes_per_s"] * 1e9
     callers = graph.d_host[pageable]

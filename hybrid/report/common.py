@@ -12,9 +12,22 @@ import re
 from hybrid.provenance import SOURCE_RANK, source_label
 from hybrid.report.units import format_value, is_number
 
-__all__ = ["compute_peaks", "findings_by_impact", "first_sentence", "format_value", "metric_source_counts", "pct_of",
-           "peak", "roofline_vs_peaks", "short_name", "short_source", "source_label", "sources_of",
-           "weighed_lost_ms"]
+__all__ = [
+    "compute_peaks",
+    "findings_by_impact",
+    "first_sentence",
+    "format_value",
+    "metric_source_counts",
+    "pct_of",
+    "peak",
+    "roofline_vs_peaks",
+    "short_name",
+    "short_source",
+    "source_label",
+    "sources_of",
+    "weighed_lost_ms",
+]
+
 
 def findings_by_impact(results: dict) -> list[dict]:
     """The findings in the order the diagnosis ranked them (severity, then the time a fix saves; a received
@@ -30,8 +43,11 @@ def weighed_lost_ms(finding: dict, timing: dict) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     baseline = finding.get("time_lost_baseline_ms")
-    if timing.get("weighed_at_plain_step") and isinstance(baseline, (int, float)) \
-            and not isinstance(baseline, bool):
+    if (
+        timing.get("weighed_at_plain_step")
+        and isinstance(baseline, (int, float))
+        and not isinstance(baseline, bool)
+    ):
         return float(baseline)
     return float(finding.get("time_lost_ms") or 0.0)
 
@@ -106,14 +122,22 @@ def roofline_vs_peaks(results: dict) -> dict:
     mix = roof.get("precision_mix_pct") or {}
     label = precision
     if is_number(roof.get("ceiling_flops_per_s")):
-        compute = {"value": roof["ceiling_flops_per_s"], "unit": "FLOP/s",
-                   "source": (compute or {}).get("source", "spec")}
+        compute = {
+            "value": roof["ceiling_flops_per_s"],
+            "unit": "FLOP/s",
+            "source": (compute or {}).get("source", "spec"),
+        }
         if len(mix) > 1:
             label = "mix " + ", ".join(f"{p} {share:.0f}%" for p, share in mix.items())
     dram = peak(results, "dram_bytes_per_s")
-    return {"compute_peak": compute, "compute_pct": pct_of(roof.get("flops_per_s"), compute), "compute_label": label,
-            "bound_label": "mixed precision" if len(mix) > 1 else precision,
-            "dram_peak": dram, "dram_pct": pct_of(roof.get("bytes_per_s"), dram)}
+    return {
+        "compute_peak": compute,
+        "compute_pct": pct_of(roof.get("flops_per_s"), compute),
+        "compute_label": label,
+        "bound_label": "mixed precision" if len(mix) > 1 else precision,
+        "dram_peak": dram,
+        "dram_pct": pct_of(roof.get("bytes_per_s"), dram),
+    }
 
 
 _TEMPLATE_PARAM_LIST = re.compile(r"\((?:[^()]|\([^()]*\))*\)$")  # trailing "(int, T2, T3)"
@@ -159,4 +183,4 @@ def short_name(name: str, width: int = 72) -> str:
         if len(collapsed) <= width:
             return collapsed
     keep = (width - 3) // 2
-    return f"{collapsed[:keep]}...{collapsed[-(width - 3 - keep):]}"
+    return f"{collapsed[:keep]}...{collapsed[-(width - 3 - keep) :]}"

@@ -25,7 +25,8 @@ from hybrid.report.units import format_change_pct, format_pp, is_number
 
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
 KERNEL_LABEL_WIDTH = 72  # a kernel's name on a comparison line, before its figures
-# The analysis stores this many top kernels (hybrid.analysis.metrics.top_kernels): a shorter list is every kernel.
+# The analysis stores this many top kernels (hybrid.analysis.metrics.top_kernels): a shorter list is every
+# kernel.
 TOP_KERNELS_STORED = 10
 # Exports made outside hybrid do not record their program: two are taken as the same program when at least
 # this share of each one's stored top-kernel time is in kernels the other also ran. Unrelated bare H200
@@ -74,17 +75,22 @@ def timing_problems(results: dict) -> list[str]:
     problems = []
     for key in ("step_time_ms", "baseline_step_time_ms"):
         if timing.get(key) is not None and not _positive(timing[key]):
-            problems.append(f"timing.{key} is {timing[key]!r}: a step time is a positive number of ms "
-                            f"under {MAX_STEP_MS:.0e}")
+            problems.append(
+                f"timing.{key} is {timing[key]!r}: a step time is a positive number of ms "
+                f"under {MAX_STEP_MS:.0e}"
+            )
     std = timing.get("step_time_std_ms")
     if std is not None and (_number(std) is None or not 0 <= float(std) < MAX_STEP_MS):
         problems.append(f"timing.step_time_std_ms is {std!r}: a spread is a number of ms, 0 or more")
     count = workload.get("steps_measured")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
-        problems.append(f"workload.steps_measured is {count!r}: a count of steps is a whole number, "
-                        "1 or more")
-    for key, mean_key in (("step_times_ms", "step_time_ms"),
-                          ("baseline_step_times_ms", "baseline_step_time_ms")):
+        problems.append(
+            f"workload.steps_measured is {count!r}: a count of steps is a whole number, 1 or more"
+        )
+    for key, mean_key in (
+        ("step_times_ms", "step_time_ms"),
+        ("baseline_step_times_ms", "baseline_step_time_ms"),
+    ):
         samples = timing.get(key)
         if samples is None:
             continue
@@ -93,8 +99,10 @@ def timing_problems(results: dict) -> list[str]:
             continue
         stated = timing.get(mean_key)
         if samples and _positive(stated) and abs(math.fsum(samples) / len(samples) - stated) > 0.01 * stated:
-            problems.append(f"timing.{key} average {math.fsum(samples) / len(samples):.4g} ms, but "
-                            f"timing.{mean_key} says {stated:.4g} ms: one of them was changed")
+            problems.append(
+                f"timing.{key} average {math.fsum(samples) / len(samples):.4g} ms, but "
+                f"timing.{mean_key} says {stated:.4g} ms: one of them was changed"
+            )
     return problems
 
 
@@ -155,15 +163,24 @@ def _identity(results: dict) -> dict:
     # export made outside hybrid (`nsys export NAME.sqlite`) does not record the program it profiled.
     foreign = words[:2] == ["nsys", "export"]
     program = None if foreign else " ".join(words[:3] if words[:1] == ["-m"] else words[:1]) or None
-    return {"model": workload.get("model"), "program": program, "foreign": foreign,
-            "command": " ".join(words) or None, "batch_size": workload.get("batch_size"),
-            "device": device.get("name"), "mode": results.get("mode")}
+    return {
+        "model": workload.get("model"),
+        "program": program,
+        "foreign": foreign,
+        "command": " ".join(words) or None,
+        "batch_size": workload.get("batch_size"),
+        "device": device.get("name"),
+        "mode": results.get("mode"),
+    }
 
 
 def _kernel_times(results: dict) -> dict[str, float]:
     kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
-    return {k["name"]: float(k["total_ms_per_step"]) for k in kernels if isinstance(k, dict)
-            and isinstance(k.get("name"), str) and _positive(k.get("total_ms_per_step"))}
+    return {
+        k["name"]: float(k["total_ms_per_step"])
+        for k in kernels
+        if isinstance(k, dict) and isinstance(k.get("name"), str) and _positive(k.get("total_ms_per_step"))
+    }
 
 
 def shared_kernel_pct(a: dict, b: dict) -> float | None:
@@ -184,8 +201,12 @@ def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
     id_a, id_b = _identity(a), _identity(b)
     serious, minor = [], []
     models_known = id_a["model"] is not None and id_b["model"] is not None
-    for key, what in (("model", "models"), ("program", "programs"), ("batch_size", "batch sizes"),
-                      ("device", "devices")):
+    for key, what in (
+        ("model", "models"),
+        ("program", "programs"),
+        ("batch_size", "batch sizes"),
+        ("device", "devices"),
+    ):
         if key == "program" and models_known:
             continue  # the built-in workloads share one program; their model names them
         if id_a[key] is not None and id_b[key] is not None and id_a[key] != id_b[key]:
@@ -194,18 +215,27 @@ def workload_differences(a: dict, b: dict) -> tuple[list[str], list[str]]:
         shared = shared_kernel_pct(a, b)
         unknown = " and ".join(side for side, ident in (("A", id_a), ("B", id_b)) if ident["foreign"])
         if shared is None or shared < SAME_PROGRAM_KERNEL_SHARE_PCT:
-            kernels = "no kernel times to match" if shared is None else \
-                f"only {shared:.0f}% of one run's top-kernel time is in kernels the other ran"
-            serious.append(f"programs cannot be told the same: {unknown} does not record its program "
-                           f"(an export made outside hybrid) and {kernels}")
+            kernels = (
+                "no kernel times to match"
+                if shared is None
+                else f"only {shared:.0f}% of one run's top-kernel time is in kernels the other ran"
+            )
+            serious.append(
+                f"programs cannot be told the same: {unknown} does not record its program "
+                f"(an export made outside hybrid) and {kernels}"
+            )
         else:
-            minor.append(f"{unknown} does not record its program: taken as the same program because "
-                         f"{shared:.0f}% of each run's top-kernel time is in kernels both ran")
+            minor.append(
+                f"{unknown} does not record its program: taken as the same program because "
+                f"{shared:.0f}% of each run's top-kernel time is in kernels both ran"
+            )
     if not serious and id_a["command"] != id_b["command"] and None not in (id_a["command"], id_b["command"]):
         minor.append(f"commands differ: {id_a['command']} vs {id_b['command']}")
     if id_a["mode"] != id_b["mode"]:
-        minor.append(f"modes differ ({id_a['mode']} vs {id_b['mode']}): the step times come from different "
-                     "collectors and their overheads differ")
+        minor.append(
+            f"modes differ ({id_a['mode']} vs {id_b['mode']}): the step times come from different "
+            "collectors and their overheads differ"
+        )
     return serious, minor
 
 
@@ -219,8 +249,12 @@ def _evidence_metrics(results: dict, finding: dict) -> list[str]:
         if not is_number(item.get("value")):
             continue
         for name, metric in metrics.items():
-            if (metric or {}).get("value") == item.get("value") and metric.get("unit") == item.get("unit") \
-                    and metric.get("source") == item.get("source") and item.get("value") not in (None, "", 0):
+            if (
+                (metric or {}).get("value") == item.get("value")
+                and metric.get("unit") == item.get("unit")
+                and metric.get("source") == item.get("source")
+                and item.get("value") not in (None, "", 0)
+            ):
                 names.append(name)
                 break
     return names
@@ -228,8 +262,11 @@ def _evidence_metrics(results: dict, finding: dict) -> list[str]:
 
 def _lacks(results: dict, metric_names: list[str]) -> list[str]:
     metrics = _section(results, "metrics")
-    return [n for n in metric_names
-            if not isinstance(metrics.get(n), dict) or metrics[n].get("value") in (None, "")]
+    return [
+        n
+        for n in metric_names
+        if not isinstance(metrics.get(n), dict) or metrics[n].get("value") in (None, "")
+    ]
 
 
 def _summary(finding: dict) -> dict:
@@ -247,15 +284,24 @@ def _findings_of(results: dict) -> list[dict]:
 def _findings(a: dict, b: dict) -> dict:
     before = {f["id"]: f for f in _findings_of(a)}
     after = {f["id"]: f for f in _findings_of(b)}
-    out: dict[str, list] = {"resolved": [], "new": [], "unchanged": [], "not_checked_in_b": [],
-                            "not_checked_in_a": []}
+    out: dict[str, list] = {
+        "resolved": [],
+        "new": [],
+        "unchanged": [],
+        "not_checked_in_b": [],
+        "not_checked_in_a": [],
+    }
     for fid, finding in before.items():
         if fid in after:
-            out["unchanged"].append({"id": fid, "title": after[fid].get("title"),
-                                     "severity_a": finding.get("severity"),
-                                     "severity_b": after[fid].get("severity"),
-                                     "time_lost_ms": _change(finding.get("time_lost_ms"),
-                                                             after[fid].get("time_lost_ms"))})
+            out["unchanged"].append(
+                {
+                    "id": fid,
+                    "title": after[fid].get("title"),
+                    "severity_a": finding.get("severity"),
+                    "severity_b": after[fid].get("severity"),
+                    "time_lost_ms": _change(finding.get("time_lost_ms"), after[fid].get("time_lost_ms")),
+                }
+            )
             continue
         missing = _lacks(b, _evidence_metrics(a, finding))
         if missing:
@@ -266,8 +312,9 @@ def _findings(a: dict, b: dict) -> dict:
         if fid in before:
             continue
         missing = _lacks(a, _evidence_metrics(b, finding))
-        out["not_checked_in_a" if missing else "new"].append({**_summary(finding), **({"missing": missing}
-                                                                                      if missing else {})})
+        out["not_checked_in_a" if missing else "new"].append(
+            {**_summary(finding), **({"missing": missing} if missing else {})}
+        )
     return out
 
 
@@ -290,8 +337,12 @@ def _presence(results: dict, name: str) -> str:
 def _kernels(a: dict, b: dict) -> list[dict]:
     def totals(results: dict) -> dict:
         kernels = results.get("top_kernels") if isinstance(results.get("top_kernels"), list) else []
-        return {k["name"]: k.get("total_ms_per_step") for k in kernels[:TOP_KERNELS_COMPARED]
-                if isinstance(k, dict) and isinstance(k.get("name"), str)}
+        return {
+            k["name"]: k.get("total_ms_per_step")
+            for k in kernels[:TOP_KERNELS_COMPARED]
+            if isinstance(k, dict) and isinstance(k.get("name"), str)
+        }
+
     before, after = totals(a), totals(b)
     names = list(dict.fromkeys([*before, *after]))
     rows = []
@@ -305,8 +356,10 @@ def _kernels(a: dict, b: dict) -> list[dict]:
 
 def _roofline(results: dict) -> dict:
     roof = _section(results, "roofline")
-    return {key: roof.get(key)
-            for key in ("bound", "arithmetic_intensity", "achieved_pct_of_attainable", "source")}
+    return {
+        key: roof.get(key)
+        for key in ("bound", "arithmetic_intensity", "achieved_pct_of_attainable", "source")
+    }
 
 
 def compare_results(a: dict, b: dict) -> dict:
@@ -321,8 +374,13 @@ def compare_results(a: dict, b: dict) -> dict:
         "step_time_ms": step_change(a, b),
         "step_time_source": {"a": timing_a.get("source"), "b": timing_b.get("source")},
         "gpu_util_pct": _change(timing_a.get("gpu_util_pct"), timing_b.get("gpu_util_pct"), percent=True),
-        "roofline": {"a": roof_a, "b": roof_b, "achieved_pct_of_attainable": _change(
-            roof_a["achieved_pct_of_attainable"], roof_b["achieved_pct_of_attainable"], percent=True)},
+        "roofline": {
+            "a": roof_a,
+            "b": roof_b,
+            "achieved_pct_of_attainable": _change(
+                roof_a["achieved_pct_of_attainable"], roof_b["achieved_pct_of_attainable"], percent=True
+            ),
+        },
         "top_kernels": _kernels(a, b),
         "findings": _findings(a, b),
         "notes": minor,
@@ -333,8 +391,10 @@ def compare_results(a: dict, b: dict) -> dict:
 def _test_text(test: dict, *, with_change: bool = True) -> str:
     low, high = test["ci_pct"]
     change = f"{format_change_pct(test['delta_pct'])}, " if with_change else ""
-    return (f"{change}{test['confidence_pct']:g}% CI {format_change_pct(low)} to {format_change_pct(high)}, "
-            f"{test['test']} on {test['steps'][0]} vs {test['steps'][1]} {test['basis']} steps")
+    return (
+        f"{change}{test['confidence_pct']:g}% CI {format_change_pct(low)} to {format_change_pct(high)}, "
+        f"{test['test']} on {test['steps'][0]} vs {test['steps'][1]} {test['basis']} steps"
+    )
 
 
 def gate(diff: dict, pct: float) -> dict:
@@ -350,33 +410,41 @@ def gate(diff: dict, pct: float) -> dict:
         return {"outcome": "inconclusive", "reason": f"the runs are of different workloads: {differences}"}
     for side, name in (("b", "candidate"), ("a", "baseline")):
         if step[side] is None:
-            return {"outcome": "inconclusive",
-                    "reason": f"the {name} has no valid step time (no measured steps, a figure that is not a "
-                              "positive number, or not a results.json document)"}
+            return {
+                "outcome": "inconclusive",
+                "reason": f"the {name} has no valid step time (no measured steps, a figure that is not a "
+                "positive number, or not a results.json document)",
+            }
     test = step["test"]
     if step["delta"] == 0 and step.get("identical"):
         return {"outcome": "pass", "reason": "identical steps in both runs"}
     if test is None:
         if step["delta"] == 0:
             return {"outcome": "pass", "reason": "identical step times"}
-        return {"outcome": "inconclusive",
-                "reason": f"step time {_delta(step, 'ms')}, but a run keeps fewer than two steps or no "
-                          "spread: the change cannot be told from noise"}
+        return {
+            "outcome": "inconclusive",
+            "reason": f"step time {_delta(step, 'ms')}, but a run keeps fewer than two steps or no "
+            "spread: the change cannot be told from noise",
+        }
     outcome = step_test.gate_outcome(test, pct)
-    figures = (f"step time {format_value(step['a'], 'ms')} -> {format_value(step['b'], 'ms')}: "
-               f"{_test_text(test)}")
+    figures = (
+        f"step time {format_value(step['a'], 'ms')} -> {format_value(step['b'], 'ms')}: {_test_text(test)}"
+    )
     if outcome == "regressed":
         reason = f"{figures}; slower beyond the noise and above the {pct:g}% threshold"
     elif outcome == "inconclusive" and test["delta_pct"] > pct:
         needed = test["steps_to_decide"]
-        reason = (f"{figures}; above the {pct:g}% threshold but within what the steps' noise can make"
-                  + (f": about {needed} steps per run would tell a change this size" if needed else ""))
+        reason = f"{figures}; above the {pct:g}% threshold but within what the steps' noise can make" + (
+            f": about {needed} steps per run would tell a change this size" if needed else ""
+        )
     elif outcome == "inconclusive":
         resolution = step_test.resolution_pct(pct)
         needed = _steps_for(diff, resolution)
-        reason = (f"{figures}; at or under the {pct:g}% threshold, but the interval is wider than "
-                  f"+-{resolution:g}%: a regression that size could hide in the steps' noise"
-                  + (f"; about {needed} steps per run would resolve it" if needed else ""))
+        reason = (
+            f"{figures}; at or under the {pct:g}% threshold, but the interval is wider than "
+            f"+-{resolution:g}%: a regression that size could hide in the steps' noise"
+            + (f"; about {needed} steps per run would resolve it" if needed else "")
+        )
     else:
         reason = f"{figures}; at or under the {pct:g}% threshold"
     return {"outcome": outcome, "reason": reason}
@@ -410,13 +478,18 @@ def _step_line(diff: dict) -> str:
         verdict = "identical"
     else:
         verdict = f"{step['verdict']} ({_test_text(step['test'], with_change=False)})"
-    where = "plain pass, no collector" if step["basis"] == "plain" else \
-        f"{source_label(str(sources['a'] or 'unknown'))} / " \
+    where = (
+        "plain pass, no collector"
+        if step["basis"] == "plain"
+        else f"{source_label(str(sources['a'] or 'unknown'))} / "
         f"{source_label(str(sources['b'] or 'unknown'))}"
+    )
     line = f"Step time ({basis}): {_delta(step, 'ms')}  {verdict}  [{where}]"
     if step.get("plain"):
-        line += (f"; plain pass {_delta(step['plain'], 'ms')} (no per-step samples stored: an older "
-                 "document, so the test uses the profiled steps)")
+        line += (
+            f"; plain pass {_delta(step['plain'], 'ms')} (no per-step samples stored: an older "
+            "document, so the test uses the profiled steps)"
+        )
     if step.get("profiled") and step["profiled"]["delta"] is not None:
         line += f"; profiled steps {_delta(step['profiled'], 'ms')}, which the collector slows"
     return line
@@ -426,13 +499,18 @@ def _kernel_figure(value: object, presence: str, run: str, cutoff_ms: float | No
     if value is not None:
         return format_value(value, "ms")
     under = f" (under {format_value(cutoff_ms, 'ms')})" if cutoff_ms is not None else ""
-    return {"absent": "did not run", "ran": f"ran, below {run}'s stored top {TOP_KERNELS_STORED}{under}",
-            "unknown": f"not stored in {run}{under}"}.get(presence, "n/a")
+    return {
+        "absent": "did not run",
+        "ran": f"ran, below {run}'s stored top {TOP_KERNELS_STORED}{under}",
+        "unknown": f"not stored in {run}{under}",
+    }.get(presence, "n/a")
 
 
 def _kernel_line(row: dict, label: str, cutoffs: dict[str, float | None]) -> str:
-    text = (f"{_kernel_figure(row['a'], row['in_a'], 'A', cutoffs['a'])} -> "
-            f"{_kernel_figure(row['b'], row['in_b'], 'B', cutoffs['b'])}")
+    text = (
+        f"{_kernel_figure(row['a'], row['in_a'], 'A', cutoffs['a'])} -> "
+        f"{_kernel_figure(row['b'], row['in_b'], 'B', cutoffs['b'])}"
+    )
     if row.get("delta_pct") is not None:
         text += f" ({format_change_pct(row['delta_pct'])})"
     elif row["a"] is None and row["in_a"] == "absent":
@@ -446,33 +524,67 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
     """The comparison as (kind, text) lines: kind is "warning", "item" (step time, utilization, roofline),
     "finding", "heading", "kernel" or "note". The text and HTML renderers lay these out."""
     diff = escape_strings(diff)
-    lines = [("warning", "WARNING: " + d + ": the comparison does not say whether a change helped")
-             for d in diff["workload"]["differences"]]
+    lines = [
+        ("warning", "WARNING: " + d + ": the comparison does not say whether a change helped")
+        for d in diff["workload"]["differences"]
+    ]
     lines += [("item", _step_line(diff)), ("item", f"GPU utilization: {_delta(diff['gpu_util_pct'], '%')}")]
     roof_a, roof_b = diff["roofline"]["a"], diff["roofline"]["b"]
-    lines.append(("item", (f"Roofline: {roof_a['bound'] or 'not placed'}-bound, AI "
-                  f"{format_value(roof_a['arithmetic_intensity'], 'FLOP/B')} -> "
-                  f"{roof_b['bound'] or 'not placed'}"
-                  f"-bound, AI {format_value(roof_b['arithmetic_intensity'], 'FLOP/B')}; of attainable "
-                  f"{_delta(diff['roofline']['achieved_pct_of_attainable'], '%')}")))
+    lines.append(
+        (
+            "item",
+            (
+                f"Roofline: {roof_a['bound'] or 'not placed'}-bound, AI "
+                f"{format_value(roof_a['arithmetic_intensity'], 'FLOP/B')} -> "
+                f"{roof_b['bound'] or 'not placed'}"
+                f"-bound, AI {format_value(roof_b['arithmetic_intensity'], 'FLOP/B')}; of attainable "
+                f"{_delta(diff['roofline']['achieved_pct_of_attainable'], '%')}"
+            ),
+        )
+    )
     findings = diff["findings"]
     for label, key in (("Resolved", "resolved"), ("New", "new")):
         lines += [("finding", f"{label}: [{f['severity']}] {f['title']} ({f['id']})") for f in findings[key]]
     for f in findings["unchanged"]:
-        lines.append(("finding", (f"Still present: [{f['severity_a']} -> {f['severity_b']}] {f['title']} ({f['id']}), "
-                      f"time lost {_delta(f['time_lost_ms'], 'ms')} [estimated]")))
+        lines.append(
+            (
+                "finding",
+                (
+                    f"Still present: [{f['severity_a']} -> {f['severity_b']}] {f['title']} ({f['id']}), "
+                    f"time lost {_delta(f['time_lost_ms'], 'ms')} [estimated]"
+                ),
+            )
+        )
     for side, other in (("b", "B"), ("a", "A")):
         for f in findings[f"not_checked_in_{side}"]:
-            lines.append(("finding", (f"Not checked in {other}: [{f['severity']}] {f['title']} ({f['id']}): run "
-                          f"{other} lacks {', '.join(f['missing'])}")))
+            lines.append(
+                (
+                    "finding",
+                    (
+                        f"Not checked in {other}: [{f['severity']}] {f['title']} ({f['id']}): run "
+                        f"{other} lacks {', '.join(f['missing'])}"
+                    ),
+                )
+            )
     if diff["top_kernels"]:
         lines.append(("heading", "Top kernels (time per step):"))
         # A kernel a run did not store took less time there than the last one it stored.
-        cutoffs = {side: min((row[side] for row in diff["top_kernels"] if row[f"in_{side}"] == "stored"
-                              and row[side] is not None), default=None) for side in ("a", "b")}
+        cutoffs = {
+            side: min(
+                (
+                    row[side]
+                    for row in diff["top_kernels"]
+                    if row[f"in_{side}"] == "stored" and row[side] is not None
+                ),
+                default=None,
+            )
+            for side in ("a", "b")
+        }
         labels = distinct_labels([str(row["name"]) for row in diff["top_kernels"]], KERNEL_LABEL_WIDTH)
-        lines += [("kernel", _kernel_line(row, label, cutoffs))
-                  for row, label in zip(diff["top_kernels"], labels, strict=True)]
+        lines += [
+            ("kernel", _kernel_line(row, label, cutoffs))
+            for row, label in zip(diff["top_kernels"], labels, strict=True)
+        ]
     lines += [("note", f"note: {note}") for note in diff["notes"]]
     return lines
 

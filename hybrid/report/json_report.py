@@ -43,12 +43,16 @@ def _dump(value: object, depth: int) -> str:
     the timeline's events would otherwise take one line per number."""
     if isinstance(value, dict) and value:
         inner = INDENT * (depth + 1)
-        items = ",\n".join(f"{inner}{json.dumps(key, ensure_ascii=False)}: {_dump(item, depth + 1)}"
-                           for key, item in value.items())
+        items = ",\n".join(
+            f"{inner}{json.dumps(key, ensure_ascii=False)}: {_dump(item, depth + 1)}"
+            for key, item in value.items()
+        )
         return f"{{\n{items}\n{INDENT * depth}}}"
     if isinstance(value, list) and value and not _is_flat(value):
         inner = INDENT * (depth + 1)
-        return "[\n" + ",\n".join(f"{inner}{_dump(item, depth + 1)}" for item in value) + f"\n{INDENT * depth}]"
+        return (
+            "[\n" + ",\n".join(f"{inner}{_dump(item, depth + 1)}" for item in value) + f"\n{INDENT * depth}]"
+        )
     return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(", ", ": "))
 
 

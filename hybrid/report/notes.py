@@ -19,7 +19,8 @@ NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half t
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
 
-# Limitations (written by hybrid.analysis.analyze) whose subject makes every number above them read differently.
+# Limitations (written by hybrid.analysis.analyze) whose subject makes every number above them read
+# differently.
 _READING_LIMITATIONS = ("No CUDA GPU was used", "No measured steps were found", "Unknown peaks")
 
 
@@ -36,14 +37,22 @@ def _steps(results: dict) -> list[Note]:
     confidence = workload.get("step_confidence")
     source = workload.get("step_source")
     low = (is_number(confidence) and confidence < STEP_CONFIDENCE_MIN) or (
-        isinstance(confidence, str) and confidence.lower() not in CONFIDENT_STEP_LABELS)
+        isinstance(confidence, str) and confidence.lower() not in CONFIDENT_STEP_LABELS
+    )
     if not low:
         return []
     shown = format_pct(100 * confidence) + "%" if is_number(confidence) else str(confidence)
     unit = f" (one step = {workload['step_unit']})" if workload.get("step_unit") else ""
     why = f" ({workload['step_reason']})" if workload.get("step_reason") else ""
-    return [Note("warning", f"steps found by {source or 'an unknown method'} with {shown} confidence{unit}{why}: "
-                 "per-step figures rest on that split", True, topic="steps")]
+    return [
+        Note(
+            "warning",
+            f"steps found by {source or 'an unknown method'} with {shown} confidence{unit}{why}: "
+            "per-step figures rest on that split",
+            True,
+            topic="steps",
+        )
+    ]
 
 
 def _collectors(results: dict) -> list[Note]:
@@ -54,8 +63,14 @@ def _collectors(results: dict) -> list[Note]:
     for name in ("torch", "nsys"):
         overhead = (passes.get(name) or {}).get("overhead_pct")
         if is_number(overhead) and overhead > COLLECTOR_SLOWDOWN_PCT:
-            notes.append(Note("warning", f"the {name} pass slowed the step by {format_change_pct(overhead)} against "
-                          f"the plain pass: its timings are of a slower program", True))
+            notes.append(
+                Note(
+                    "warning",
+                    f"the {name} pass slowed the step by {format_change_pct(overhead)} against "
+                    f"the plain pass: its timings are of a slower program",
+                    True,
+                )
+            )
     if "plain" not in passes:
         torch_ms = (passes.get("torch") or {}).get("step_time_ms")
         nsys_ms = (passes.get("nsys") or {}).get("step_time_ms")
@@ -63,19 +78,35 @@ def _collectors(results: dict) -> list[Note]:
             slower, faster = ("torch", "nsys") if torch_ms > nsys_ms else ("nsys", "torch")
             gap = 100.0 * (max(torch_ms, nsys_ms) / min(torch_ms, nsys_ms) - 1.0)
             if gap > COLLECTOR_SLOWDOWN_PCT:
-                notes.append(Note("warning", f"the {slower} pass's step was {format_change_pct(gap)} slower than the "
-                                  f"{faster} pass's ({format_value(passes[slower]['step_time_ms'], 'ms')} vs "
-                                  f"{format_value(passes[faster]['step_time_ms'], 'ms')}): a collector slowed the "
-                                  "program; --baseline measures each against a plain pass", True))
+                notes.append(
+                    Note(
+                        "warning",
+                        f"the {slower} pass's step was {format_change_pct(gap)} slower than the "
+                        f"{faster} pass's ({format_value(passes[slower]['step_time_ms'], 'ms')} vs "
+                        f"{format_value(passes[faster]['step_time_ms'], 'ms')}): a collector slowed the "
+                        "program; --baseline measures each against a plain pass",
+                        True,
+                    )
+                )
     return notes
 
 
 def _coverage(results: dict, warnings: list[str]) -> list[Note]:
     coverage = ((results.get("metrics") or {}).get("ncu_coverage_pct") or {}).get("value")
-    if not is_number(coverage) or coverage >= NCU_COVERAGE_MIN_PCT or any("ncu counters cover" in w for w in warnings):
+    if (
+        not is_number(coverage)
+        or coverage >= NCU_COVERAGE_MIN_PCT
+        or any("ncu counters cover" in w for w in warnings)
+    ):
         return []
-    return [Note("warning", f"ncu counters cover only {format_pct(coverage)}% of the step's kernel time: "
-                 "kernel-level conclusions rest on the profiled kernels", True)]
+    return [
+        Note(
+            "warning",
+            f"ncu counters cover only {format_pct(coverage)}% of the step's kernel time: "
+            "kernel-level conclusions rest on the profiled kernels",
+            True,
+        )
+    ]
 
 
 def not_measured(results: dict) -> list[dict]:

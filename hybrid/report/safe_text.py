@@ -36,7 +36,10 @@ def escape_strings(value: object) -> object:
     if isinstance(value, str):
         return escape_controls(value)
     if isinstance(value, dict):
-        return {escape_strings(key) if isinstance(key, str) else key: escape_strings(item) for key, item in value.items()}
+        return {
+            escape_strings(key) if isinstance(key, str) else key: escape_strings(item)
+            for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [escape_strings(item) for item in value]
     return value

@@ -66,9 +66,13 @@ def t_quantile_975(df: float) -> float:
         p = 0.975
         return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     z, v = _Z_975, df
-    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4))
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
+    )
 
 
 def welch(a: Steps, b: Steps) -> dict:
@@ -85,15 +89,23 @@ def welch(a: Steps, b: Steps) -> dict:
         half = t_quantile_975(df) * se
     spread = a.std_ms**2 + b.std_ms**2
     needed = math.ceil(_Z_975**2 * spread / delta**2) if delta else None
-    return {"delta_ms": delta, "delta_pct": 100.0 * delta / a.mean_ms, "se_ms": se, "df": df,
-            "ci_ms": [delta - half, delta + half],
-            "ci_pct": [100.0 * (delta - half) / a.mean_ms, 100.0 * (delta + half) / a.mean_ms],
-            "confidence_pct": CONFIDENCE_PCT, "steps": [a.count, b.count], "basis": a.basis,
-            "test": "Welch's t", "steps_to_decide": needed}
+    return {
+        "delta_ms": delta,
+        "delta_pct": 100.0 * delta / a.mean_ms,
+        "se_ms": se,
+        "df": df,
+        "ci_ms": [delta - half, delta + half],
+        "ci_pct": [100.0 * (delta - half) / a.mean_ms, 100.0 * (delta + half) / a.mean_ms],
+        "confidence_pct": CONFIDENCE_PCT,
+        "steps": [a.count, b.count],
+        "basis": a.basis,
+        "test": "Welch's t",
+        "steps_to_decide": needed,
+    }
 
 
 def verdict(test: dict) -> str:
-    """"slower" or "faster" when the interval excludes no change, else "no significant change"."""
+    """ "slower" or "faster" when the interval excludes no change, else "no significant change"."""
     low, high = test["ci_ms"]
     if low > 0:
         return "slower"
@@ -114,7 +126,7 @@ def resolution_pct(threshold_pct: float) -> float:
 
 
 def gate_outcome(test: dict, threshold_pct: float) -> str:
-    """"regressed": B is slower at 95% confidence and by an estimated more than the threshold;
+    """ "regressed": B is slower at 95% confidence and by an estimated more than the threshold;
     "inconclusive": the estimate is above the threshold but within what the noise can make, or the
     interval is too wide to rule out a regression of twice the threshold (resolution_pct);
     "pass": the estimate is at or under the threshold and the interval narrow enough."""
@@ -122,4 +134,3 @@ def gate_outcome(test: dict, threshold_pct: float) -> str:
         return "regressed" if test["ci_ms"][0] > 0 else "inconclusive"
     half_width_pct = (test["ci_pct"][1] - test["ci_pct"][0]) / 2
     return "pass" if half_width_pct <= resolution_pct(threshold_pct) else "inconclusive"
-

@@ -80,26 +80,46 @@ def _job(results: dict) -> list[Text]:
         return format_value((metrics.get(name) or {}).get("value"), unit)
 
     per_rank = job.get("per_rank") or {}
-    steps = " · ".join(f"rank {rank} {format_value(row.get('step_time_ms'), 'ms')}" for rank, row in per_rank.items())
-    lines = [Text.assemble(("Job", "bold"), f": {job.get('world_size')} ranks ({job.get('backend') or 'backend unknown'})"
-                           f" · step per rank: {steps} · slowest rank {job.get('slowest_rank')}")]
+    steps = " · ".join(
+        f"rank {rank} {format_value(row.get('step_time_ms'), 'ms')}" for rank, row in per_rank.items()
+    )
+    lines = [
+        Text.assemble(
+            ("Job", "bold"),
+            f": {job.get('world_size')} ranks ({job.get('backend') or 'backend unknown'})"
+            f" · step per rank: {steps} · slowest rank {job.get('slowest_rank')}",
+        )
+    ]
     straggler = job.get("straggler") or {}
-    comm = (f"communication {value('comm_ms', 'ms')}/step, exposed {value('exposed_comm_ms', 'ms')}, "
-            f"overlap {value('overlap_pct', '%')}")
+    comm = (
+        f"communication {value('comm_ms', 'ms')}/step, exposed {value('exposed_comm_ms', 'ms')}, "
+        f"overlap {value('overlap_pct', '%')}"
+    )
     if straggler.get("rank") is not None:
-        comm = (f"straggler rank {straggler['rank']} (others wait "
-                f"{format_value(straggler.get('lateness_ms'), 'ms')}"
-                f"/step) · " + comm)
+        comm = (
+            f"straggler rank {straggler['rank']} (others wait "
+            f"{format_value(straggler.get('lateness_ms'), 'ms')}"
+            f"/step) · " + comm
+        )
     lines.append(Text(f"  {comm}  [{source_label(str(job.get('comm_source') or ''))}]"))
-    lines.append(Text(f"  below: rank {job.get('representative_rank')}'s own report (--rank K for another)",
-                      style="dim"))
+    lines.append(
+        Text(
+            f"  below: rank {job.get('representative_rank')}'s own report (--rank K for another)", style="dim"
+        )
+    )
     return lines
 
 
-STEP_FOUND_BY = {"optimizer_hook": "optimizer step hook", "mark_step": "hybrid.mark_step()",
-                 "profiler_step": "the script's prof.step()", "module_call": "detected (module calls)",
-                 "script_loop": "detected (the script's loop)", "pattern": "repeating NVTX range",
-                 "periodicity": "detected (periodic CUDA calls)", "steady-window": "no step found"}
+STEP_FOUND_BY = {
+    "optimizer_hook": "optimizer step hook",
+    "mark_step": "hybrid.mark_step()",
+    "profiler_step": "the script's prof.step()",
+    "module_call": "detected (module calls)",
+    "script_loop": "detected (the script's loop)",
+    "pattern": "repeating NVTX range",
+    "periodicity": "detected (periodic CUDA calls)",
+    "steady-window": "no step found",
+}
 
 
 def _header(results: dict) -> Text:
@@ -117,8 +137,11 @@ def _header(results: dict) -> Text:
     if workload.get("step_unit"):
         # What one step is and how it was found (workload.step_*); a guess is a warning, not a footnote.
         low = workload.get("step_confidence") == "low"
-        text.append(f"\nstep = {workload['step_unit']} · {STEP_FOUND_BY.get(workload.get('step_source'), 'found')}, "
-                    f"{workload.get('step_confidence')} confidence", style="yellow" if low else None)
+        text.append(
+            f"\nstep = {workload['step_unit']} · {STEP_FOUND_BY.get(workload.get('step_source'), 'found')}, "
+            f"{workload.get('step_confidence')} confidence",
+            style="yellow" if low else None,
+        )
         if low and workload.get("step_reason"):
             text.append(f"\nwarning: the step is a guess: {workload['step_reason']}", style="yellow")
     return text
@@ -126,8 +149,9 @@ def _header(results: dict) -> Text:
 
 def _idle_parts(timing: dict) -> str:
     # Only the causes that cost time; a zero entry tells the reader nothing on the one-screen report.
-    parts = sorted(((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms),
-                   reverse=True)
+    parts = sorted(
+        ((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms), reverse=True
+    )
     return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in parts)
 
 
@@ -139,17 +163,22 @@ def _step(results: dict) -> Text:
     if timing.get("step_time_median_ms") is not None:
         line.append(f" (median {format_value(timing['step_time_median_ms'], 'ms')})")
     if timing.get("gpu_busy_ms") is not None:
-        line.append(f" · GPU busy {format_value(timing['gpu_busy_ms'], 'ms')} "
-                    f"({format_value(timing.get('gpu_util_pct'), '%')})")
+        line.append(
+            f" · GPU busy {format_value(timing['gpu_busy_ms'], 'ms')} "
+            f"({format_value(timing.get('gpu_util_pct'), '%')})"
+        )
     if timing.get("gpu_idle_ms"):
         idle = _idle_parts(timing)
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
     line = line + _tag(timing.get("source"))
     if timing.get("weighed_at_plain_step"):
-        line.append(f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% "
-                    "over the plain pass "
-                    f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
-                    "step (the first column)", style="yellow")
+        line.append(
+            f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% "
+            "over the plain pass "
+            f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
+            "step (the first column)",
+            style="yellow",
+        )
     return line
 
 
@@ -172,20 +201,36 @@ def _roofline(results: dict) -> list[Text]:
     position = roofline_vs_peaks(results)
     # With several precisions placed, the bound is the mix's, not the largest share's.
     label = position["bound_label"]
-    lines = [Text.assemble(("Roofline: ", "bold"), f"{roof['bound']}-bound" + (f" ({label})" if label else ""),
-                           f" · AI {format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} (ridge "
-                           f"{format_value(roof.get('ridge_point'))}) · "
-                           f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable")
-             + _tag(roof.get("source"))]
+    lines = [
+        Text.assemble(
+            ("Roofline: ", "bold"),
+            f"{roof['bound']}-bound" + (f" ({label})" if label else ""),
+            f" · AI {format_value(roof.get('arithmetic_intensity'), 'FLOP/B')} (ridge "
+            f"{format_value(roof.get('ridge_point'))}) · "
+            f"{format_value(roof.get('achieved_pct_of_attainable'), '%')} of attainable",
+        )
+        + _tag(roof.get("source"))
+    ]
     # Each achieved rate next to the roof it is a share of, and where that roof's figure comes from.
-    rates = [("", roof.get("flops_per_s"), "FLOP/s", position["compute_pct"], position["compute_peak"],
-              position["compute_label"]),
-             ("DRAM ", roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], None)]
+    rates = [
+        (
+            "",
+            roof.get("flops_per_s"),
+            "FLOP/s",
+            position["compute_pct"],
+            position["compute_peak"],
+            position["compute_label"],
+        ),
+        ("DRAM ", roof.get("bytes_per_s"), "B/s", position["dram_pct"], position["dram_peak"], None),
+    ]
     line = Text("  ")
     for index, (label, rate, unit, pct, reference, peak_name) in enumerate(rates):
-        line.append((" · " if index else "") + f"{label}{format_value(rate, unit)} = {format_value(pct, '%')} of "
-                    + (format_value(reference["value"], reference.get("unit", "")) if reference else "unknown peak")
-                    + (f" {peak_name}" if peak_name else ""))
+        line.append(
+            (" · " if index else "")
+            + f"{label}{format_value(rate, unit)} = {format_value(pct, '%')} of "
+            + (format_value(reference["value"], reference.get("unit", "")) if reference else "unknown peak")
+            + (f" {peak_name}" if peak_name else "")
+        )
         if reference:
             line.append_text(Text(f" [{source_label(str(reference.get('source', '')))}]", style=SOURCE_STYLE))
     lines.append(line)
@@ -223,13 +268,16 @@ def _evidence(item: dict, verbose: bool) -> Text:
     return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
 
 
-def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool,
-                  numbers: dict[str, int]) -> RenderableType:
+def _finding_cell(
+    finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool, numbers: dict[str, int]
+) -> RenderableType:
     title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
     if marked_primary:
         title.append("  (primary)", style="bold")
     # An alternative remedy claims time other findings own: its saving is instead of theirs, not on top.
-    instead_of = [f"#{n}" for n in sorted(numbers[i] for i in finding.get("alternative_to") or [] if i in numbers)]
+    instead_of = [
+        f"#{n}" for n in sorted(numbers[i] for i in finding.get("alternative_to") or [] if i in numbers)
+    ]
     if instead_of:
         title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
     callsite = _top_callsite(finding)
@@ -240,7 +288,9 @@ def _finding_cell(finding: dict, *, marked_primary: bool, expanded: bool, verbos
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
     explanation = str(finding.get("explanation") or "")
     if explanation:
-        details.append(Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation)))
+        details.append(
+            Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation))
+        )
     if verbose:
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
@@ -253,8 +303,11 @@ def _top_callsite(finding: dict) -> Text | None:
     if not callsites:
         return None
     top = callsites[0]
-    return Text.assemble("  at ", (f"{top.get('file')}:{top.get('line')}", "bold"),
-                         f"  {top.get('source_line') or top.get('function') or ''}".rstrip())
+    return Text.assemble(
+        "  at ",
+        (f"{top.get('file')}:{top.get('line')}", "bold"),
+        f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
+    )
 
 
 def _figure(finding: dict, key: str, timing: dict) -> object:
@@ -272,9 +325,14 @@ def _below_floor(results: dict) -> list[Text]:
     if not below:
         return []
     names = ", ".join(f"{b.get('id')} {format_value(b.get('weighed_lost_ms'), 'ms')}" for b in below)
-    return [Text(f"{len(below)} {noun('findings', len(below))} left out: "
-                 "the time a fix would save is under the rule's "
-                 f"floor ({names}); results.json: diagnosis.below_floor", style="dim")]
+    return [
+        Text(
+            f"{len(below)} {noun('findings', len(below))} left out: "
+            "the time a fix would save is under the rule's "
+            f"floor ({names}); results.json: diagnosis.below_floor",
+            style="dim",
+        )
+    ]
 
 
 def _findings(results: dict, verbose: bool) -> list[RenderableType]:
@@ -284,7 +342,9 @@ def _findings(results: dict, verbose: bool) -> list[RenderableType]:
 def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
-        return [Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")]
+        return [
+            Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")
+        ]
     primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
     # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
     marked = primary if findings[0].get("id") != primary else None
@@ -294,8 +354,14 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     title = f"Bottlenecks ({len(findings)}), by severity then time lost per step (estimated)"
     if expanded < len(findings):
         title += "; all evidence with --verbose"
-    table = Table(title=Text(title, style="bold"), title_justify="left", box=None, padding=(0, 1, 0, 0),
-                  pad_edge=False, header_style="bold")
+    table = Table(
+        title=Text(title, style="bold"),
+        title_justify="left",
+        box=None,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        header_style="bold",
+    )
     table.add_column("#", justify="right")
     table.add_column("severity")
     # Where a collector slowed the step, findings are weighed at the plain step: its figure leads (and
@@ -303,9 +369,19 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     timing = results.get("timing") or {}
     at_plain = bool(timing.get("weighed_at_plain_step"))
     plain = any("time_lost_baseline_ms" in f for f in findings)
-    columns = [("lost/step (plain)", "time_lost_baseline_ms"), ("%", "time_lost_baseline_pct"),
-               ("profiled", "time_lost_ms")] if at_plain else \
-        [("lost/step", "time_lost_ms"), *([("plain", "time_lost_baseline_ms")] if plain else []), ("%", "time_lost_pct")]
+    columns = (
+        [
+            ("lost/step (plain)", "time_lost_baseline_ms"),
+            ("%", "time_lost_baseline_pct"),
+            ("profiled", "time_lost_ms"),
+        ]
+        if at_plain
+        else [
+            ("lost/step", "time_lost_ms"),
+            *([("plain", "time_lost_baseline_ms")] if plain else []),
+            ("%", "time_lost_pct"),
+        ]
+    )
     for header, _key in columns:
         table.add_column(header, justify="right", style="magenta")
     table.add_column("finding", ratio=1)
@@ -313,18 +389,34 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     numbers = {str(f.get("id")): n for n, f in enumerate(findings, start=1)}
     for number, finding in enumerate(listed, start=1):
         severity = str(finding.get("severity", ""))
-        table.add_row(str(number), Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-                      *(format_value(_figure(finding, key, timing), "%" if key.endswith("pct") else "ms")
-                        for _h, key in columns),
-                      _finding_cell(finding, marked_primary=finding.get("id") == marked, expanded=number <= expanded,
-                                    verbose=verbose, numbers=numbers))
-    hidden = findings[len(listed):]
+        table.add_row(
+            str(number),
+            Text(severity, style=SEVERITY_STYLE.get(severity, "")),
+            *(
+                format_value(_figure(finding, key, timing), "%" if key.endswith("pct") else "ms")
+                for _h, key in columns
+            ),
+            _finding_cell(
+                finding,
+                marked_primary=finding.get("id") == marked,
+                expanded=number <= expanded,
+                verbose=verbose,
+                numbers=numbers,
+            ),
+        )
+    hidden = findings[len(listed) :]
     if not hidden:
         return [table]
     by_severity = Counter(str(f.get("severity")) for f in hidden)
     lost = sum(weighed_lost_ms(f, timing) for f in hidden if not f.get("alternative_to"))
-    return [table, Text(f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
-                        f"{format_value(lost, 'ms')}/step est. together) with --verbose", style="dim")]
+    return [
+        table,
+        Text(
+            f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
+            f"{format_value(lost, 'ms')}/step est. together) with --verbose",
+            style="dim",
+        ),
+    ]
 
 
 def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
@@ -335,7 +427,11 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
         if not finding.get("suggestions"):
             continue
         advice = finding.get("advice") or []
-        change = str(advice[0].get("text")) if advice and isinstance(advice[0], dict) else str(finding["suggestions"][0])
+        change = (
+            str(advice[0].get("text"))
+            if advice and isinstance(advice[0], dict)
+            else str(finding["suggestions"][0])
+        )
         picks.setdefault(change, (str(finding["suggestions"][0]), []))[1].append(number)
     shown = list(picks.values()) if verbose else list(picks.values())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
@@ -355,7 +451,7 @@ def _notes(results: dict, verbose: bool) -> list[Text]:
     if (results.get("workload") or {}).get("step_unit"):
         notes = [n for n in notes if n.topic != "steps"]  # the header says what a step is and how sure
     shown = [n for n in notes if n.changes_reading or verbose]
-    shown += [n for n in notes if not n.changes_reading][:0 if verbose else NOTES_DEFAULT]
+    shown += [n for n in notes if not n.changes_reading][: 0 if verbose else NOTES_DEFAULT]
     lines = [Text.assemble((f"{note.kind}: ", "yellow"), note.text) for note in shown]
     if len(shown) < len(notes):
         hidden = len(notes) - len(shown)
@@ -380,8 +476,11 @@ def _pass_part(item: dict) -> str:
         part += f" in the {item['process']} process"  # a window of another pass's process (the plain window)
     if item.get("status") != "ok":
         part += f" {item.get('status')}"
-    details = [format_value(item["wall_s"], "s")] if item.get("wall_s") is not None and item.get(
-        "status") != "skipped" else []
+    details = (
+        [format_value(item["wall_s"], "s")]
+        if item.get("wall_s") is not None and item.get("status") != "skipped"
+        else []
+    )
     step = item.get("step_time_ms")
     if item.get("name") == "ncu" and step is not None:
         # ncu serializes and replays each profiled kernel: its step time says what the pass cost, not how
@@ -402,8 +501,13 @@ def _passes(results: dict, verbose: bool) -> list[Text]:
         return []
     lines = [Text.assemble(("Passes: ", "bold"), " · ".join(_pass_part(item) for item in passes))]
     if verbose:
-        lines.append(Text("overhead = step time under the collector vs the plain pass (--baseline); "
-                          "ncu replays each profiled kernel, so its step time is replay cost", style="dim"))
+        lines.append(
+            Text(
+                "overhead = step time under the collector vs the plain pass (--baseline); "
+                "ncu replays each profiled kernel, so its step time is replay cost",
+                style="dim",
+            )
+        )
     return lines
 
 
@@ -437,12 +541,19 @@ def _kernel_table(results: dict) -> RenderableType:
         return Text("Top kernels: no kernel timeline in this mode", style="dim")
     cells = _kernel_cells(kernels, KERNEL_NAME_WIDTH)
     launch = any(text for _label, text in cells)
-    table = _table(f"Top kernels per step [{_sources_title(kernels)}]",
-                   ("kernel", *(("<<<grid, block>>>",) if launch else ()), "calls", "total", "mean", "share"))
+    table = _table(
+        f"Top kernels per step [{_sources_title(kernels)}]",
+        ("kernel", *(("<<<grid, block>>>",) if launch else ()), "calls", "total", "mean", "share"),
+    )
     for kernel, (label, text) in zip(kernels, cells, strict=True):
-        table.add_row(label, *((text,) if launch else ()),
-                      format_value(kernel.get("calls_per_step")), format_value(kernel.get("total_ms_per_step"), "ms"),
-                      format_value(kernel.get("mean_us"), "us"), format_value(kernel.get("share_pct"), "%"))
+        table.add_row(
+            label,
+            *((text,) if launch else ()),
+            format_value(kernel.get("calls_per_step")),
+            format_value(kernel.get("total_ms_per_step"), "ms"),
+            format_value(kernel.get("mean_us"), "us"),
+            format_value(kernel.get("share_pct"), "%"),
+        )
     return table
 
 
@@ -450,32 +561,45 @@ def _layer_table(results: dict) -> RenderableType:
     layers = results.get("layers") or []
     if not layers:
         return Text("Layers: no module ranges in this run (profile with --nvtx-modules)", style="dim")
-    table = _table(f"Layers by GPU time per step [{_sources_title(layers)}]", ("layer", "GPU time", "kernels",
-                                                                               "share of step"))
+    table = _table(
+        f"Layers by GPU time per step [{_sources_title(layers)}]",
+        ("layer", "GPU time", "kernels", "share of step"),
+    )
     for layer in layers[:TABLE_ROWS_VERBOSE]:
-        table.add_row(Text(short_name(str(layer.get("name", "")), KERNEL_NAME_WIDTH)),
-                      format_value(layer.get("gpu_ms"), "ms"), format_value(layer.get("kernels")),
-                      format_value(layer.get("share_of_step_pct"), "%"))
+        table.add_row(
+            Text(short_name(str(layer.get("name", "")), KERNEL_NAME_WIDTH)),
+            format_value(layer.get("gpu_ms"), "ms"),
+            format_value(layer.get("kernels")),
+            format_value(layer.get("share_of_step_pct"), "%"),
+        )
     return table
 
 
 def _roofline_table(results: dict) -> RenderableType:
-    kernels = sorted((results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0))
+    kernels = sorted(
+        (results.get("roofline") or {}).get("kernels") or [], key=lambda k: -(k.get("time_ms") or 0.0)
+    )
     if not kernels:
         return Text("Roofline kernels: none placed in this mode", style="dim")
     kernels = kernels[:TABLE_ROWS_VERBOSE]
     # Five figures leave the name about 36 columns: the launch goes under it, on a line of its own.
     labels = distinct_labels([str(kernel.get("name", "")) for kernel in kernels], ROOFLINE_NAME_WIDTH)
-    table = _table(f"Roofline kernels [{_sources_title(kernels)}]", ("kernel", "time", "AI", "FLOP/s", "DRAM",
-                                                                      "bound"))
+    table = _table(
+        f"Roofline kernels [{_sources_title(kernels)}]", ("kernel", "time", "AI", "FLOP/s", "DRAM", "bound")
+    )
     for kernel, label in zip(kernels, labels, strict=True):
         flops = format_value(kernel.get("flops_per_s"), "FLOP/s")
         if kernel.get("precision"):
             flops += f" {kernel['precision']}"
         launch = launch_text(kernel)
-        table.add_row(Text(label) + (Text("\n  " + launch, style="dim") if launch else Text("")),
-                      format_value(kernel.get("time_ms"), "ms"), format_value(kernel.get("ai"), "FLOP/B"), flops,
-                      format_value(kernel.get("bytes_per_s"), "B/s"), str(kernel.get("bound") or "n/a"))
+        table.add_row(
+            Text(label) + (Text("\n  " + launch, style="dim") if launch else Text("")),
+            format_value(kernel.get("time_ms"), "ms"),
+            format_value(kernel.get("ai"), "FLOP/B"),
+            flops,
+            format_value(kernel.get("bytes_per_s"), "B/s"),
+            str(kernel.get("bound") or "n/a"),
+        )
     return table
 
 
@@ -497,7 +621,9 @@ def _with_gaps(sections: list[list[RenderableType]]) -> list[RenderableType]:
     return blocks
 
 
-def print_report(results: dict, console: Console, *, verbose: bool = False, location: str | None = None) -> None:
+def print_report(
+    results: dict, console: Console, *, verbose: bool = False, location: str | None = None
+) -> None:
     """Print the report of one results dict on a rich console, at most REPORT_WIDTH columns wide.
     `location`: the run directory as the user named it, for the commands that open its artifacts."""
     if console.width < MIN_WIDTH:  # COLUMNS=0 or a pipe reporting no width: rich would print nothing
@@ -506,8 +632,13 @@ def print_report(results: dict, console: Console, *, verbose: bool = False, loca
     summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
-        sections += [waterfall.terminal_lines(results), [_kernel_table(results)], [_layer_table(results)],
-                     [_roofline_table(results)], [_metrics_table(results)]]
+        sections += [
+            waterfall.terminal_lines(results),
+            [_kernel_table(results)],
+            [_layer_table(results)],
+            [_roofline_table(results)],
+            [_metrics_table(results)],
+        ]
     sections.append(_notes(results, verbose) + _passes(results, verbose))
     console.print(Constrain(Group(*_with_gaps(sections)), width=REPORT_WIDTH), overflow="fold")
     views = _views(results, None if location is None else str(escape_strings(location)))
@@ -517,14 +648,24 @@ def print_report(results: dict, console: Console, *, verbose: bool = False, loca
         console.print(line, soft_wrap=True)  # never wrapped or cut: a command must copy whole
 
 
-def render_terminal(results: dict, *, verbose: bool = False, color: bool | None = None,
-                    location: str | None = None) -> str:
+def render_terminal(
+    results: dict, *, verbose: bool = False, color: bool | None = None, location: str | None = None
+) -> str:
     """The terminal report as a string. color=None colours only when stdout is a terminal and NO_COLOR is
     unset; without colour the text carries no ANSI codes at all."""
     colored = use_color() if color is None else color and not os.environ.get("NO_COLOR")
     buffer = io.StringIO()
-    console = Console(file=buffer, width=REPORT_WIDTH, force_terminal=colored, color_system="standard" if colored
-                      else None, no_color=not colored, highlight=False, emoji=False, markup=False, soft_wrap=False)
+    console = Console(
+        file=buffer,
+        width=REPORT_WIDTH,
+        force_terminal=colored,
+        color_system="standard" if colored else None,
+        no_color=not colored,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        soft_wrap=False,
+    )
     print_report(results, console, verbose=verbose, location=location)
     # Tables pad cells to the full width; trailing blanks only cost the reader a wider copy-paste.
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"

@@ -1,4 +1,5 @@
-"""Suggestions conditioned on the run: what it had switched on (the injector's `config`, hybrid.inject.run_config)
+"""Suggestions conditioned on the run: what it had switched on (the injector's `config`,
+hybrid.inject.run_config)
 and which framework drove it. A setting that is already on is never suggested; a framework's own switch
 is given when the framework is detected (Hugging Face `TrainingArguments`, Lightning `Trainer`); every
 suggestion carries the condition that made it apply, and the ops, kernels or layers it is about.
@@ -152,6 +153,7 @@ def config_of(extras: dict, observed: dict | None = None) -> RunConfig:
 
 def observed_config(metrics: dict) -> dict:
     """What the measured timeline proves about the configuration (RunConfig.observed), from metric values."""
+
     def value(name: str) -> float:
         metric = metrics.get(name)
         raw = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
@@ -162,7 +164,11 @@ def observed_config(metrics: dict) -> dict:
         out["tf32_matmul"] = True
     if value("gemm_tf32_conv_ms") > 0:
         out["tf32_conv"] = True
-    half = [dtype for dtype, name in (("bfloat16", "gemm_bf16_ms"), ("float16", "gemm_fp16_ms")) if value(name) > 0]
+    half = [
+        dtype
+        for dtype, name in (("bfloat16", "gemm_bf16_ms"), ("float16", "gemm_fp16_ms"))
+        if value(name) > 0
+    ]
     if half:
         out["half_gemm_dtypes"] = half
     if value("compiled_region_ms") > 0 or value("graph_breaks") > 0 or value("uses_compile") > 0:
@@ -176,25 +182,39 @@ def observed_config(metrics: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- shared switches
-def enable_tf32(config: RunConfig, *, matmul: bool, conv: bool, condition: str,
-                applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+def enable_tf32(
+    config: RunConfig, *, matmul: bool, conv: bool, condition: str, applies_to: tuple[str, ...] = ()
+) -> list[Suggestion]:
     """Turning TF32 on for the families (matmul, conv) whose FP32 kernels took the time, unless it is on."""
     need_matmul = matmul and config.tf32_matmul is not True
     need_conv = conv and config.tf32_conv is not True
     if not need_matmul and not need_conv:
         return []
-    state = ("TF32 is off in this run" if config.recorded else
-             "the run's TF32 flags were not recorded and no TF32 kernel of that family ran")
+    state = (
+        "TF32 is off in this run"
+        if config.recorded
+        else "the run's TF32 flags were not recorded and no TF32 kernel of that family ran"
+    )
     if config.framework == "transformers":
-        return [Suggestion("TrainingArguments(tf32=True)", f"{condition}; {state} (Hugging Face Trainer: "
-                           f"tf32={config.hf('tf32')})", applies_to)]
+        return [
+            Suggestion(
+                "TrainingArguments(tf32=True)",
+                f"{condition}; {state} (Hugging Face Trainer: tf32={config.hf('tf32')})",
+                applies_to,
+            )
+        ]
     parts = []
     if need_matmul:
-        parts.append("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high'))")
+        parts.append(
+            "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high'))"
+        )
     if need_conv:
         parts.append("torch.backends.cudnn.allow_tf32 = True")
-    where = " before Trainer.fit (Lightning's precision='32-true' leaves TF32 to torch)" \
-        if config.framework == "lightning" else ""
+    where = (
+        " before Trainer.fit (Lightning's precision='32-true' leaves TF32 to torch)"
+        if config.framework == "lightning"
+        else ""
+    )
     return [Suggestion("; ".join(parts) + where, f"{condition}; {state}", applies_to)]
 
 
@@ -203,20 +223,40 @@ def use_autocast(config: RunConfig, *, condition: str, applies_to: tuple[str, ..
     dtypes = config.autocast_dtypes
     if dtypes:
         return []
-    state = "no autocast region ran" if dtypes is not None else \
-        "autocast use was not recorded and no 16-bit GEMM kernel ran"
+    state = (
+        "no autocast region ran"
+        if dtypes is not None
+        else "autocast use was not recorded and no 16-bit GEMM kernel ran"
+    )
     if config.framework == "transformers":
-        return [Suggestion("TrainingArguments(bf16=True)", f"{condition}; {state} (Hugging Face Trainer: "
-                           f"bf16={config.hf('bf16')}, fp16={config.hf('fp16')})", applies_to)]
+        return [
+            Suggestion(
+                "TrainingArguments(bf16=True)",
+                f"{condition}; {state} (Hugging Face Trainer: "
+                f"bf16={config.hf('bf16')}, fp16={config.hf('fp16')})",
+                applies_to,
+            )
+        ]
     if config.framework == "lightning":
-        return [Suggestion("Trainer(precision='bf16-mixed')", f"{condition}; {state} (Lightning precision="
-                           f"{config.lightning_precision!r})", applies_to)]
-    return [Suggestion("Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ...",
-                       f"{condition}; {state}", applies_to)]
+        return [
+            Suggestion(
+                "Trainer(precision='bf16-mixed')",
+                f"{condition}; {state} (Lightning precision={config.lightning_precision!r})",
+                applies_to,
+            )
+        ]
+    return [
+        Suggestion(
+            "Train with mixed precision: with torch.autocast('cuda', dtype=torch.bfloat16): ...",
+            f"{condition}; {state}",
+            applies_to,
+        )
+    ]
 
 
-def use_compile(config: RunConfig, *, why: str, condition: str, mode: str | None = None,
-                applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+def use_compile(
+    config: RunConfig, *, why: str, condition: str, mode: str | None = None, applies_to: tuple[str, ...] = ()
+) -> list[Suggestion]:
     """torch.compile (in a mode) unless the model already runs compiled (in that mode)."""
     if config.compiled and (mode is None or mode in config.compile_modes):
         return []
@@ -224,34 +264,56 @@ def use_compile(config: RunConfig, *, why: str, condition: str, mode: str | None
     if config.compiled:
         state = f"the model is compiled with mode {', '.join(config.compile_modes) or 'default'}"
     else:
-        state = "the model runs eager" if config.compiled is False else \
-            "torch.compile use was not recorded and no compiled region ran"
+        state = (
+            "the model runs eager"
+            if config.compiled is False
+            else "torch.compile use was not recorded and no compiled region ran"
+        )
     if config.framework == "transformers":
-        call = (f"TrainingArguments(torch_compile=True, torch_compile_mode='{mode}')" if mode
-                else "TrainingArguments(torch_compile=True)")
+        call = (
+            f"TrainingArguments(torch_compile=True, torch_compile_mode='{mode}')"
+            if mode
+            else "TrainingArguments(torch_compile=True)"
+        )
     return [Suggestion(f"{call} to {why}", f"{condition}; {state}", applies_to)]
 
 
-def use_cuda_graphs(config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()) -> list[Suggestion]:
+def use_cuda_graphs(
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
+) -> list[Suggestion]:
     if config.cuda_graphs:
         return []
-    return use_compile(config, why="capture the step as CUDA graphs (no host dispatch per kernel)",
-                       condition=condition, mode="reduce-overhead", applies_to=applies_to)
+    return use_compile(
+        config,
+        why="capture the step as CUDA graphs (no host dispatch per kernel)",
+        condition=condition,
+        mode="reduce-overhead",
+        applies_to=applies_to,
+    )
 
 
 def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
     """The run's own optimizer class with fused=True, when it supports it and does not use it."""
     optimizers = config.optimizers
     if optimizers is None:
-        return [Suggestion("Use your optimizer's fused implementation where it has one (torch.optim.AdamW/Adam/SGD("
-                           "..., fused=True))", f"{condition}; the optimizer class was not recorded")]
+        return [
+            Suggestion(
+                "Use your optimizer's fused implementation where it has one (torch.optim.AdamW/Adam/SGD("
+                "..., fused=True))",
+                f"{condition}; the optimizer class was not recorded",
+            )
+        ]
     out = []
     for optimizer in optimizers:
         if optimizer.get("supports_fused") and not optimizer.get("fused"):
-            out.append(Suggestion(f"torch.optim.{optimizer['class']}(..., fused=True)",
-                                  f"{condition}; {optimizer['class']} runs with fused="
-                                  f"{optimizer.get('fused')}, foreach={optimizer.get('foreach_effective')}",
-                                  (optimizer["class"],)))
+            out.append(
+                Suggestion(
+                    f"torch.optim.{optimizer['class']}(..., fused=True)",
+                    f"{condition}; {optimizer['class']} runs with fused="
+                    f"{optimizer.get('fused')}, foreach={optimizer.get('foreach_effective')}",
+                    (optimizer["class"],),
+                )
+            )
     return out
 
 
@@ -260,24 +322,40 @@ def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> li
     copies nothing to a device), in the framework's words, for what is off."""
     loaders = config.data_loaders
     if config.framework == "transformers":
-        wanted = {"dataloader_num_workers": "4", "dataloader_persistent_workers": "True",
-                  "dataloader_pin_memory": "True"}
-        current = {"dataloader_num_workers": config.hf("dataloader_num_workers"),
-                   "dataloader_persistent_workers": config.hf("dataloader_persistent_workers"),
-                   "dataloader_pin_memory": config.hf("dataloader_pin_memory")}
+        wanted = {
+            "dataloader_num_workers": "4",
+            "dataloader_persistent_workers": "True",
+            "dataloader_pin_memory": "True",
+        }
+        current = {
+            "dataloader_num_workers": config.hf("dataloader_num_workers"),
+            "dataloader_persistent_workers": config.hf("dataloader_persistent_workers"),
+            "dataloader_pin_memory": config.hf("dataloader_pin_memory"),
+        }
         missing = [k for k, v in current.items() if not v and (pin or k != "dataloader_pin_memory")]
         if not missing:
             return []
         args = ", ".join(f"{k}={wanted[k]}" for k in missing)
-        return [Suggestion(f"TrainingArguments({args})", f"{condition}; the Trainer runs with "
-                           + ", ".join(f"{k}={current[k]}" for k in missing))]
+        return [
+            Suggestion(
+                f"TrainingArguments({args})",
+                f"{condition}; the Trainer runs with " + ", ".join(f"{k}={current[k]}" for k in missing),
+            )
+        ]
     if loaders is not None and not loaders:
-        how = "the script uses no DataLoader" if config.recorded else "no batch was fetched from a DataLoader in the " \
-            "measured steps (torch trace)"
+        how = (
+            "the script uses no DataLoader"
+            if config.recorded
+            else "no batch was fetched from a DataLoader in the measured steps (torch trace)"
+        )
         pinned = ", pin_memory=True" if pin else ""
-        return [Suggestion("Build the batches in a torch.utils.data.DataLoader(dataset, num_workers=N, "
-                           f"persistent_workers=True{pinned}), so worker processes prepare them ahead",
-                           f"{condition}; {how}")]
+        return [
+            Suggestion(
+                "Build the batches in a torch.utils.data.DataLoader(dataset, num_workers=N, "
+                f"persistent_workers=True{pinned}), so worker processes prepare them ahead",
+                f"{condition}; {how}",
+            )
+        ]
     loader = (loaders or [{}])[0]
     missing = []
     if not loader.get("num_workers"):
@@ -288,7 +366,10 @@ def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> li
         missing.append("pin_memory=True")
     if not missing:
         return []
-    state = (f"its DataLoader has num_workers={loader.get('num_workers')}, persistent_workers="
-             f"{loader.get('persistent_workers')}, pin_memory={loader.get('pin_memory')}"
-             if loaders else "the DataLoader's settings were not recorded")
+    state = (
+        f"its DataLoader has num_workers={loader.get('num_workers')}, persistent_workers="
+        f"{loader.get('persistent_workers')}, pin_memory={loader.get('pin_memory')}"
+        if loaders
+        else "the DataLoader's settings were not recorded"
+    )
     return [Suggestion(f"DataLoader({', '.join(missing)})", f"{condition}; {state}")]

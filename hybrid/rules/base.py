@@ -104,8 +104,17 @@ class Finding:
 
 
 # Finding fields the stages after the rules set.
-STAGE_FIELDS = ("callsites", "time_lost_baseline_ms", "time_lost_baseline_pct", "time_lost_method",
-                "time_lost_model_ms", "replay_reason", "replay", "rank", "ranks")
+STAGE_FIELDS = (
+    "callsites",
+    "time_lost_baseline_ms",
+    "time_lost_baseline_pct",
+    "time_lost_method",
+    "time_lost_model_ms",
+    "replay_reason",
+    "replay",
+    "rank",
+    "ranks",
+)
 
 
 @dataclass(frozen=True)
@@ -244,7 +253,8 @@ class Rule:
     # A metric holding the time of what the finding is about (its own kernels' time): its saving, closed
     # form or replayed, is never larger (a fusion of 112 µs of kernels cannot save 1.37 ms).
     bound: str | None = None
-    # Where the user's code behind a finding is found (hybrid.analysis.callsites): the copies of the shared copy pool
+    # Where the user's code behind a finding is found (hybrid.analysis.callsites): the copies of the shared
+    # copy pool
     # it is about, and the operators whose recorded stacks place it before its ledger segments do (empty:
     # the operators its evidence names).
     copies: CopyFilter | None = None

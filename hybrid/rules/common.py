@@ -19,20 +19,36 @@ def counters_advice(ctx: Context) -> list[Suggestion]:
     advice only for a run whose ncu pass did not run."""
     status = ctx.pass_status.get("ncu")
     if status == "skipped":
-        return [Suggestion("Rerun with `--mode hybrid` to measure them anyway",
-                           "this run skipped the ncu pass: faster kernels could not save as much as its primary "
-                           "finding (results.json passes: ncu)")]
+        return [
+            Suggestion(
+                "Rerun with `--mode hybrid` to measure them anyway",
+                "this run skipped the ncu pass: faster kernels could not save as much as its primary "
+                "finding (results.json passes: ncu)",
+            )
+        ]
     if status == "ok":
-        return [Suggestion("Profile these kernels with ncu: raise --ncu-kernels, or read the rank ncu ran on "
-                           "(`hybrid report RUN_DIR --rank K`)",
-                           "the ncu pass ran but measured none of this step's kernels")]
+        return [
+            Suggestion(
+                "Profile these kernels with ncu: raise --ncu-kernels, or read the rank ncu ran on "
+                "(`hybrid report RUN_DIR --rank K`)",
+                "the ncu pass ran but measured none of this step's kernels",
+            )
+        ]
     if status is not None:
-        return [Suggestion("Fix the ncu pass (its log is RUN_DIR/ncu/console.log; reading GPU counters needs "
-                           "NVreg_RestrictProfilingToAdminUsers=0 or root) and rerun",
-                           f"the ncu pass of this run ended {status}")]
-    return [Suggestion("Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters (needs ncu and "
-                       "permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 or root)",
-                       "no ncu pass ran in this run")]
+        return [
+            Suggestion(
+                "Fix the ncu pass (its log is RUN_DIR/ncu/console.log; reading GPU counters needs "
+                "NVreg_RestrictProfilingToAdminUsers=0 or root) and rerun",
+                f"the ncu pass of this run ended {status}",
+            )
+        ]
+    return [
+        Suggestion(
+            "Run `hybrid run --mode hybrid ...` so the ncu pass collects hardware counters (needs ncu and "
+            "permission to read GPU counters: NVreg_RestrictProfilingToAdminUsers=0 or root)",
+            "no ncu pass ran in this run",
+        )
+    ]
 
 
 def rule_saving(inputs: FixInputs, kind: str, description: str, basis: str, none_reason: str) -> Fix | NoFix:
@@ -40,11 +56,20 @@ def rule_saving(inputs: FixInputs, kind: str, description: str, basis: str, none
     rebuild from the timeline (a graph break's host time, a kernel made faster)."""
     if inputs.lost_ms <= 0:
         return NoFix(none_reason)
-    return Fix(kind, description, {"saved_ns_per_step": inputs.lost_ms * NS_PER_MS},
-               f"{basis}, {significant(inputs.lost_ms)} ms per step")
+    return Fix(
+        kind,
+        description,
+        {"saved_ns_per_step": inputs.lost_ms * NS_PER_MS},
+        f"{basis}, {significant(inputs.lost_ms)} ms per step",
+    )
 
 
 def faster_kernels_fix(inputs: FixInputs) -> Fix | NoFix:
     """The kernel families' fix: the rule's kernel-time saving, spread over the step's kernels."""
-    return rule_saving(inputs, "faster_kernels", "the rule's kernel-time saving, replayed",
-                       "kernel time saved: the rule's closed-form estimate", "no kernel time saved")
+    return rule_saving(
+        inputs,
+        "faster_kernels",
+        "the rule's kernel-time saving, replayed",
+        "kernel time saved: the rule's closed-form estimate",
+        "no kernel time saved",
+    )

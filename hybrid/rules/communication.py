@@ -1,4 +1,5 @@
-"""Communication between ranks of a multi-process job (hybrid.analysis.job_metrics computes the metrics): exposed
+"""Communication between ranks of a multi-process job (hybrid.analysis.job_metrics computes the metrics):
+exposed
 communication, a straggler rank, communication-bound steps, host-side collectives and barriers.
 
 These rules read job-level metrics (means over ranks, per step); `step_time_ms` is the job's step,
@@ -35,51 +36,90 @@ def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
     """DDP's own overlap for a job without DDP; bucket sizes and no_sync for one with it; FSDP prefetching for
     FSDP. Without a recorded configuration, which wrapper is in use is unknown and each says so."""
     config = ctx.config
-    condition = (f"{ctx.value('exposed_comm_ms', 0.0):.3g} ms a step of collectives run with no compute beside them "
-                 f"({hideable_ms:.3g} ms of it could overlap)")
+    condition = (
+        f"{ctx.value('exposed_comm_ms', 0.0):.3g} ms a step of collectives run with no compute beside them "
+        f"({hideable_ms:.3g} ms of it could overlap)"
+    )
     out = []
     if config.ddp is not True and config.fsdp is not True:
-        state = ("no DistributedDataParallel or FSDP wrapper was found" if config.recorded else
-                 "no DistributedDataParallel reducer ran in the measured steps (torch trace)" if config.ddp is False
-                 else "the job's DDP/FSDP wrappers were not recorded")
-        out.append(Suggestion("Let DistributedDataParallel reduce the gradients (it overlaps bucketed all-reduces with "
-                              "backward) instead of calling all_reduce after backward()", f"{condition}; {state}"))
+        state = (
+            "no DistributedDataParallel or FSDP wrapper was found"
+            if config.recorded
+            else "no DistributedDataParallel reducer ran in the measured steps (torch trace)"
+            if config.ddp is False
+            else "the job's DDP/FSDP wrappers were not recorded"
+        )
+        out.append(
+            Suggestion(
+                "Let DistributedDataParallel reduce the gradients (it overlaps bucketed all-reduces with "
+                "backward) instead of calling all_reduce after backward()",
+                f"{condition}; {state}",
+            )
+        )
     if config.ddp is not False:
         cap = config.ddp_bucket_cap_mb
-        out.append(Suggestion(f"Lower DDP's bucket_cap_mb (now {cap:g}) so the first buckets start during backward"
-                              if cap else "Lower DDP's bucket_cap_mb (default 25) so the first buckets start during "
-                              "backward; with many small parameters try gradient_as_bucket_view=True; with gradient "
-                              "accumulation wrap every micro-batch but the last in model.no_sync()",
-                              condition + ("; the model is DDP-wrapped" if config.ddp else "")))
+        out.append(
+            Suggestion(
+                f"Lower DDP's bucket_cap_mb (now {cap:g}) so the first buckets start during backward"
+                if cap
+                else "Lower DDP's bucket_cap_mb (default 25) so the first buckets start during "
+                "backward; with many small parameters try gradient_as_bucket_view=True; with gradient "
+                "accumulation wrap every micro-batch but the last in model.no_sync()",
+                condition + ("; the model is DDP-wrapped" if config.ddp else ""),
+            )
+        )
     if config.fsdp:
-        out.append(Suggestion("Keep FSDP's backward_prefetch=BACKWARD_PRE and forward_prefetch=True",
-                              condition + "; the model is FSDP-wrapped"))
+        out.append(
+            Suggestion(
+                "Keep FSDP's backward_prefetch=BACKWARD_PRE and forward_prefetch=True",
+                condition + "; the model is FSDP-wrapped",
+            )
+        )
     return out
 
 
 def comm_bound_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
-    condition = (f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against "
-                 f"{ctx.value('compute_ms', 0.0):.3g} ms of compute")
-    out = [Suggestion("Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()); use "
-                      "fewer ranks for a model this small; check the interconnect (NCCL_DEBUG=INFO shows whether "
-                      "NVLink/IB or a socket fallback is used)", condition)]
+    condition = (
+        f"collectives take {ctx.value('comm_ms', 0.0):.3g} ms a step against "
+        f"{ctx.value('compute_ms', 0.0):.3g} ms of compute"
+    )
+    out = [
+        Suggestion(
+            "Raise the per-GPU batch size (or accumulate gradients over micro-batches with no_sync()); use "
+            "fewer ranks for a model this small; check the interconnect (NCCL_DEBUG=INFO shows whether "
+            "NVLink/IB or a socket fallback is used)",
+            condition,
+        )
+    ]
     if ctx.config.ddp is not False:
-        out.append(Suggestion("Compress gradients with DDP's bf16 hook: model.register_comm_hook(None, "
-                              "default_hooks.bf16_compress_hook)",
-                              condition + ("; the model is DDP-wrapped" if ctx.config.ddp else
-                                           "; DDP use was not recorded")))
+        out.append(
+            Suggestion(
+                "Compress gradients with DDP's bf16 hook: model.register_comm_hook(None, "
+                "default_hooks.bf16_compress_hook)",
+                condition
+                + ("; the model is DDP-wrapped" if ctx.config.ddp else "; DDP use was not recorded"),
+            )
+        )
     return out
 
 
 def host_sync_advice(ctx: Context, barriers: float, host_collectives: float) -> list[Suggestion]:
     out = []
     if barriers > 0:
-        out.append(Suggestion("Remove dist.barrier() from the training step; synchronize only around checkpoints",
-                              f"{barriers:.0f} barriers a step"))
+        out.append(
+            Suggestion(
+                "Remove dist.barrier() from the training step; synchronize only around checkpoints",
+                f"{barriers:.0f} barriers a step",
+            )
+        )
     if host_collectives > 0:
-        out.append(Suggestion("Reduce metrics on the GPU with NCCL and read them every N steps, not with *_object "
-                              "collectives; create process groups with backend='cpu:gloo,cuda:nccl' for GPU tensors",
-                              f"{host_collectives:.0f} CPU (gloo) collectives a step in a GPU job"))
+        out.append(
+            Suggestion(
+                "Reduce metrics on the GPU with NCCL and read them every N steps, not with *_object "
+                "collectives; create process groups with backend='cpu:gloo,cuda:nccl' for GPU tensors",
+                f"{host_collectives:.0f} CPU (gloo) collectives a step in a GPU job",
+            )
+        )
     return out
 
 
@@ -90,15 +130,23 @@ def exposed_model(inp: Inputs) -> float | None:
 def exposed_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Communication is exposed: collectives run while no compute does",
-        pairs=[("time in collectives per step", "comm_ms"), ("exposed (no compute running)", "exposed_comm_ms"),
-               ("overlap with compute", "overlap_pct"), ("of which waiting for peers", "wait_ms"),
-               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
-        explanation=("Gradient all-reduces that start only after the backward pass has finished, or that the step "
-                     "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
-                     "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
-                     "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
-                     "gradient, or when no_sync() is left off the last micro-batch only."),
-        suggestions=exposed_advice(ctx, lost_ms))
+        pairs=[
+            ("time in collectives per step", "comm_ms"),
+            ("exposed (no compute running)", "exposed_comm_ms"),
+            ("overlap with compute", "overlap_pct"),
+            ("of which waiting for peers", "wait_ms"),
+            ("compute per step", "compute_ms"),
+            ("job step time", "step_time_ms"),
+        ],
+        explanation=(
+            "Gradient all-reduces that start only after the backward pass has finished, or that the step "
+            "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
+            "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
+            "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
+            "gradient, or when no_sync() is left off the last micro-batch only."
+        ),
+        suggestions=exposed_advice(ctx, lost_ms),
+    )
 
 
 def straggler_model(inp: Inputs) -> float | None:
@@ -108,24 +156,45 @@ def straggler_model(inp: Inputs) -> float | None:
 def straggler_report(ctx: Context, lost_ms: float) -> Report:
     rank = ctx.value("straggler_rank")
     job = ctx.job
-    extra = ([Evidence(f"rank {rank}'s own top finding", job.straggler_primary_title, "", job.straggler_primary_source)]
-             if job is not None and job.straggler_primary_title else [])
+    extra = (
+        [
+            Evidence(
+                f"rank {rank}'s own top finding",
+                job.straggler_primary_title,
+                "",
+                job.straggler_primary_source,
+            )
+        ]
+        if job is not None and job.straggler_primary_title
+        else []
+    )
     return Report(
         title=f"Rank {rank} is a straggler: the other ranks wait for it in every step",
-        pairs=[("straggler rank", "straggler_rank"), ("others wait for it, per step", "straggler_lateness_ms"),
-               ("collectives it arrived at last", "straggler_arrived_last_pct"),
-               ("step time spread across ranks", "step_time_spread_ms"), ("job step time", "step_time_ms")],
+        pairs=[
+            ("straggler rank", "straggler_rank"),
+            ("others wait for it, per step", "straggler_lateness_ms"),
+            ("collectives it arrived at last", "straggler_arrived_last_pct"),
+            ("step time spread across ranks", "step_time_spread_ms"),
+            ("job step time", "step_time_ms"),
+        ],
         extra=extra,
-        explanation=(f"Rank {rank} reaches the collectives last, so every other rank spends that time waiting "
-                     "inside them and the whole job runs at its pace. The cause is on that rank: more work "
-                     "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
-                     "or checkpointing done by one rank, or a slower or throttled device. Its own report "
-                     f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."),
-        suggestions=[Suggestion(f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
-                                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
-                                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
-                                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
-                                f"the other ranks wait {lost_ms:.3g} ms a step for rank {rank} in the collectives")])
+        explanation=(
+            f"Rank {rank} reaches the collectives last, so every other rank spends that time waiting "
+            "inside them and the whole job runs at its pace. The cause is on that rank: more work "
+            "(uneven batches or sequence lengths), a slower input pipeline, host work such as logging "
+            "or checkpointing done by one rank, or a slower or throttled device. Its own report "
+            f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."
+        ),
+        suggestions=[
+            Suggestion(
+                f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
+                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
+                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
+                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
+                f"the other ranks wait {lost_ms:.3g} ms a step for rank {rank} in the collectives",
+            )
+        ],
+    )
 
 
 def bound_model(inp: Inputs) -> float | None:
@@ -139,13 +208,20 @@ def bound_model(inp: Inputs) -> float | None:
 def bound_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="The step is communication-bound: collectives take longer than the compute",
-        pairs=[("time in collectives per step", "comm_ms"), ("of which waiting for peers", "wait_ms"),
-               ("compute per step", "compute_ms"), ("job step time", "step_time_ms")],
-        explanation=("Each rank computes for less time than its collectives take to move the data, so even "
-                     "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
-                     "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
-                     "fp32 over a slow link."),
-        suggestions=comm_bound_advice(ctx, lost_ms))
+        pairs=[
+            ("time in collectives per step", "comm_ms"),
+            ("of which waiting for peers", "wait_ms"),
+            ("compute per step", "compute_ms"),
+            ("job step time", "step_time_ms"),
+        ],
+        explanation=(
+            "Each rank computes for less time than its collectives take to move the data, so even "
+            "perfect overlap leaves the step waiting on the interconnect. Typical when the model is "
+            "small or the per-GPU batch is small for the number of ranks, or when gradients travel in "
+            "fp32 over a slow link."
+        ),
+        suggestions=comm_bound_advice(ctx, lost_ms),
+    )
 
 
 def host_sync_model(inp: Inputs) -> float | None:
@@ -157,24 +233,58 @@ def host_sync_model(inp: Inputs) -> float | None:
 def host_sync_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Ranks synchronize on the host inside the step",
-        pairs=[("barriers per step", "barriers_per_step"), ("time in barriers per step", "barrier_ms"),
-               ("CPU (gloo) collectives per step in a GPU job", "host_collectives_on_cuda_per_step")],
-        explanation=("A barrier, or a collective run by the CPU (gloo) in a GPU job, stops every rank's host until "
-                     "the slowest one arrives, and data moved through the CPU must first be copied off the GPU. "
-                     "Common sources: dist.barrier() in the loop, all_gather_object/broadcast_object_list for "
-                     "metrics, loss.item() after an all_reduce, a gloo process group used for GPU tensors."),
-        suggestions=host_sync_advice(ctx, ctx.value("barriers_per_step", 0.0), ctx.value("host_collectives_on_cuda_per_step", 0.0)))
+        pairs=[
+            ("barriers per step", "barriers_per_step"),
+            ("time in barriers per step", "barrier_ms"),
+            ("CPU (gloo) collectives per step in a GPU job", "host_collectives_on_cuda_per_step"),
+        ],
+        explanation=(
+            "A barrier, or a collective run by the CPU (gloo) in a GPU job, stops every rank's host until "
+            "the slowest one arrives, and data moved through the CPU must first be copied off the GPU. "
+            "Common sources: dist.barrier() in the loop, all_gather_object/broadcast_object_list for "
+            "metrics, loss.item() after an all_reduce, a gloo process group used for GPU tensors."
+        ),
+        suggestions=host_sync_advice(
+            ctx, ctx.value("barriers_per_step", 0.0), ctx.value("host_collectives_on_cuda_per_step", 0.0)
+        ),
+    )
 
 
 # Job-level figures (means over ranks, per step) with no ledger of their own: the job's step is the
 # slowest rank's, and these findings are bounded by their models alone.
 RULES = [
-    Rule("comm.exposed", "COMMUNICATION", ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"), exposed_model,
-         exposed_report, optional=("wait_ms",), floor_pct=MIN_LOST_PCT),
-    Rule("comm.straggler", "COMMUNICATION", ("straggler_rank", "straggler_lateness_ms", "step_time_ms"),
-         straggler_model, straggler_report, floor_pct=MIN_LOST_PCT),
-    Rule("comm.bound", "COMMUNICATION", ("comm_ms", "compute_ms", "step_time_ms"), bound_model, bound_report,
-         optional=("wait_ms",), floor_pct=MIN_LOST_PCT),
-    Rule("comm.host_sync", "COMMUNICATION", ("step_time_ms",), host_sync_model, host_sync_report,
-         optional=("barriers_per_step", "host_collectives_on_cuda_per_step", "barrier_ms")),
+    Rule(
+        "comm.exposed",
+        "COMMUNICATION",
+        ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"),
+        exposed_model,
+        exposed_report,
+        optional=("wait_ms",),
+        floor_pct=MIN_LOST_PCT,
+    ),
+    Rule(
+        "comm.straggler",
+        "COMMUNICATION",
+        ("straggler_rank", "straggler_lateness_ms", "step_time_ms"),
+        straggler_model,
+        straggler_report,
+        floor_pct=MIN_LOST_PCT,
+    ),
+    Rule(
+        "comm.bound",
+        "COMMUNICATION",
+        ("comm_ms", "compute_ms", "step_time_ms"),
+        bound_model,
+        bound_report,
+        optional=("wait_ms",),
+        floor_pct=MIN_LOST_PCT,
+    ),
+    Rule(
+        "comm.host_sync",
+        "COMMUNICATION",
+        ("step_time_ms",),
+        host_sync_model,
+        host_sync_report,
+        optional=("barriers_per_step", "host_collectives_on_cuda_per_step", "barrier_ms"),
+    ),
 ]

@@ -11,8 +11,14 @@ MIN_LOST_PCT = 1.0
 # a fusion draws its saving from what the kernel findings before it left, the generic causes first, so
 # no kernel nanosecond is claimed by it and by, say, the uncoalesced-load finding on the same chain
 # (roofline_unfused_gelu: 0.25 ms of the chain's 2.25 ms is uncoalesced).
-FUSION_POOL = ("kernel_no_shortfall", "kernel_unprofiled", "below_roofline", "uncoalesced", "low_occupancy",
-               "small_grid")
+FUSION_POOL = (
+    "kernel_no_shortfall",
+    "kernel_unprofiled",
+    "below_roofline",
+    "uncoalesced",
+    "low_occupancy",
+    "small_grid",
+)
 
 
 def fusion_lost_ms(fusible_saving_ms: float) -> float:
@@ -30,15 +36,23 @@ def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
 
 
 def fusion_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of "
-                 f"{ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} back-to-back elementwise "
-                 f"kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)")
+    condition = (
+        f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of "
+        f"{ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} back-to-back elementwise "
+        f"kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)"
+    )
     out = use_compile(ctx.config, why="fuse the elementwise chains", condition=condition)
     if ctx.config.compiled:
-        out.append(Suggestion("Look for the chains outside the compiled regions (the optimizer step, the loss, "
-                              "code after a graph break) and compile or fuse those too", f"{condition}; the model is "
-                              "compiled, so these chains run in eager code"))
-    out += fused_optimizer(ctx.config, condition=condition + "; an optimizer step is such a chain unless fused")
+        out.append(
+            Suggestion(
+                "Look for the chains outside the compiled regions (the optimizer step, the loss, "
+                "code after a graph break) and compile or fuse those too",
+                f"{condition}; the model is compiled, so these chains run in eager code",
+            )
+        )
+    out += fused_optimizer(
+        ctx.config, condition=condition + "; an optimizer step is such a chain unless fused"
+    )
     return out
 
 
@@ -51,14 +65,21 @@ def fusion_model(inp: Inputs) -> float | None:
 def fusion_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Chains of elementwise kernels could be fused",
-        pairs=[("chains per step", "fusible_chains_per_step"), ("kernels in chains", "fusible_chain_kernels_per_step"),
-               ("time in chains", "fusible_chain_ms"), ("estimated saving", "fusible_saving_ms"),
-               ("distinct kernels per step", "distinct_kernels_per_step")],
-        explanation=("Back-to-back elementwise kernels over the same number of elements each read and write the "
-                     "whole tensor from DRAM; fused, the data is read once and written once. The saving "
-                     "is bounded by the chains' own kernel time: the launches and dispatch gaps between them "
-                     "are launch overhead, the launch findings' time."),
-        suggestions=fusion_advice(ctx))
+        pairs=[
+            ("chains per step", "fusible_chains_per_step"),
+            ("kernels in chains", "fusible_chain_kernels_per_step"),
+            ("time in chains", "fusible_chain_ms"),
+            ("estimated saving", "fusible_saving_ms"),
+            ("distinct kernels per step", "distinct_kernels_per_step"),
+        ],
+        explanation=(
+            "Back-to-back elementwise kernels over the same number of elements each read and write the "
+            "whole tensor from DRAM; fused, the data is read once and written once. The saving "
+            "is bounded by the chains' own kernel time: the launches and dispatch gaps between them "
+            "are launch overhead, the launch findings' time."
+        ),
+        suggestions=fusion_advice(ctx),
+    )
 
 
 def graph_breaks_model(inp: Inputs) -> float | None:
@@ -79,39 +100,72 @@ def graph_breaks_report(ctx: Context, lost_ms: float) -> Report:
     measured = "compiled_region_idle_ms" in ctx.metrics
     return Report(
         title=f"torch.compile graph breaks ({breaks})",
-        pairs=[("graph breaks", "graph_breaks"), ("reasons", "graph_break_reasons"),
-               ("time in compiled regions", "compiled_region_ms"),
-               ("GPU idle inside compiled regions", "compiled_region_idle_ms")],
-        assumes=None if measured else
-        "launch gaps spread evenly over the compiled pieces (the gaps are not attributed to a piece)",
-        explanation=("Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
-                     "CUDA-graph capture across the break; the guard checks, graph switches, eager code and any "
-                     "sync at the break run on the host while the GPU waits."),
-        suggestions=[Suggestion("List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); remove "
-                                "data-dependent Python control flow, .item() and print() from compiled code",
-                                f"torch.compile recorded {breaks} graph break(s)",
-                                tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]))])
+        pairs=[
+            ("graph breaks", "graph_breaks"),
+            ("reasons", "graph_break_reasons"),
+            ("time in compiled regions", "compiled_region_ms"),
+            ("GPU idle inside compiled regions", "compiled_region_idle_ms"),
+        ],
+        assumes=None
+        if measured
+        else "launch gaps spread evenly over the compiled pieces (the gaps are not attributed to a piece)",
+        explanation=(
+            "Each graph break ends a compiled region and falls back to eager Python, losing fusion and "
+            "CUDA-graph capture across the break; the guard checks, graph switches, eager code and any "
+            "sync at the break run on the host while the GPU waits."
+        ),
+        suggestions=[
+            Suggestion(
+                "List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); remove "
+                "data-dependent Python control flow, .item() and print() from compiled code",
+                f"torch.compile recorded {breaks} graph break(s)",
+                tuple(str(ctx.value("graph_break_reasons") or "").split("; ")[:3]),
+            )
+        ],
+    )
 
 
 def fusion_fix(inputs: FixInputs) -> Fix:
-    return Fix("fused_elementwise", "elementwise chains fused (torch.compile)", {},
-               "the step's measured elementwise chains")
+    return Fix(
+        "fused_elementwise",
+        "elementwise chains fused (torch.compile)",
+        {},
+        "the step's measured elementwise chains",
+    )
 
 
 def graph_breaks_fix(inputs: FixInputs) -> Fix | NoFix:
-    return rule_saving(inputs, "less_host_work", "graph breaks removed (one compiled region)",
-                       "host time between compiled regions: the rule's estimate",
-                       "no host time between compiled regions")
+    return rule_saving(
+        inputs,
+        "less_host_work",
+        "graph breaks removed (one compiled region)",
+        "host time between compiled regions: the rule's estimate",
+        "no host time between compiled regions",
+    )
 
 
 RULES = [
-    Rule("compile.fusible_elementwise", "COMPILER_GRAPH", ("fusible_saving_ms", "fusible_chains_per_step",
-                                                           "step_time_ms"),
-         fusion_model, fusion_report, pool=FUSION_POOL, floor_pct=MIN_LOST_PCT, fix=fusion_fix,
-         bound="fusible_chain_ms"),
+    Rule(
+        "compile.fusible_elementwise",
+        "COMPILER_GRAPH",
+        ("fusible_saving_ms", "fusible_chains_per_step", "step_time_ms"),
+        fusion_model,
+        fusion_report,
+        pool=FUSION_POOL,
+        floor_pct=MIN_LOST_PCT,
+        fix=fusion_fix,
+        bound="fusible_chain_ms",
+    ),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before
     # launch.bound's.
-    Rule("compile.graph_breaks", "COMPILER_GRAPH", ("graph_breaks", "step_time_ms"), graph_breaks_model,
-         graph_breaks_report, optional=("compiled_region_idle_ms",),
-         pool=("compiled_region_break", "launch_gap"), fix=graph_breaks_fix),
+    Rule(
+        "compile.graph_breaks",
+        "COMPILER_GRAPH",
+        ("graph_breaks", "step_time_ms"),
+        graph_breaks_model,
+        graph_breaks_report,
+        optional=("compiled_region_idle_ms",),
+        pool=("compiled_region_break", "launch_gap"),
+        fix=graph_breaks_fix,
+    ),
 ]

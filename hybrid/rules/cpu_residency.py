@@ -13,8 +13,12 @@ MIN_LOST_PCT = 1.0
 # torch.profiler's names for the framework's own per-op work on the host: backward nodes run by the
 # autograd engine, the optimizer's step and zero_grad (torch.optim's record_function ranges) and gradient
 # clipping.
-FRAMEWORK_DISPATCH_PREFIXES = ("autograd::engine::evaluate_function", "Optimizer.step#",
-                               "Optimizer.zero_grad#", "torch.nn.utils.clip_grad")
+FRAMEWORK_DISPATCH_PREFIXES = (
+    "autograd::engine::evaluate_function",
+    "Optimizer.step#",
+    "Optimizer.zero_grad#",
+    "torch.nn.utils.clip_grad",
+)
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
 # means tensors go back and forth between host and device.
 EXCESSIVE_COPIES_PER_STEP = 10
@@ -28,7 +32,13 @@ HOST_GAP_MIN_PCT = 5.0
 # CPU-heavy ops (those have their own causes): what follows a sync first (what the sync finding left of it).
 HOST_WORK_POOL = ("host_after_sync", "host_other")
 # The ledger's idle causes in which the host worked without launching: all but syncs and launch gaps.
-HOST_IDLE_CAUSES = ("compiled_region_break", "dataloader_fetch", "host_after_sync", "cpu_heavy_op", "host_other")
+HOST_IDLE_CAUSES = (
+    "compiled_region_break",
+    "dataloader_fetch",
+    "host_after_sync",
+    "cpu_heavy_op",
+    "host_other",
+)
 
 
 def cpu_heavy_lost_ms(cpu_heavy_ms: float) -> float:
@@ -54,8 +64,10 @@ def late_migration_lost_ms(htod_ms: float, htod_count: float, moved_per_step: fl
 
 def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
     ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", "))
-    condition = (f"{ctx.value('cpu_heavy_ops', 0):.0f} ops spend over 10x their GPU time on the host "
-                 f"({ctx.value('cpu_heavy_ops_ms', 0.0):.3g} ms a step)")
+    condition = (
+        f"{ctx.value('cpu_heavy_ops', 0):.0f} ops spend over 10x their GPU time on the host "
+        f"({ctx.value('cpu_heavy_ops_ms', 0.0):.3g} ms a step)"
+    )
     out = [Suggestion("Replace Python loops over tensors with batched ops", condition, ops)]
     out += use_compile(ctx.config, why="fuse the small ops", condition=condition, applies_to=ops)
     out += use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
@@ -75,20 +87,34 @@ def dispatch_advice(ctx: Context, condition: str, ops: tuple[str, ...]) -> list[
     optimizers (unless fused), fewer and larger ops; with graphs on, finding what they leave out."""
     out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     if ctx.config.cuda_graphs:
-        out.append(Suggestion(
-            "Capture what the CUDA graphs leave out: compile the whole step function (forward, backward, "
-            "optimizer.step and gradient clipping), or capture it with torch.cuda.graph and an optimizer "
-            "built with capturable=True; TORCH_LOGS=graph_breaks,cudagraphs names the regions cudagraphs "
-            "skipped",
-            f"{condition}; CUDA graphs are already on", ops))
-    out += fused_optimizer(ctx.config, condition=condition + "; an unfused optimizer step runs "
-                                                             "per-parameter ops on the host")
+        out.append(
+            Suggestion(
+                "Capture what the CUDA graphs leave out: compile the whole step function (forward, backward, "
+                "optimizer.step and gradient clipping), or capture it with torch.cuda.graph and an optimizer "
+                "built with capturable=True; TORCH_LOGS=graph_breaks,cudagraphs names the regions cudagraphs "
+                "skipped",
+                f"{condition}; CUDA graphs are already on",
+                ops,
+            )
+        )
+    out += fused_optimizer(
+        ctx.config, condition=condition + "; an unfused optimizer step runs per-parameter ops on the host"
+    )
     if any("clip_grad" in op for op in ops):
-        out.append(Suggestion("torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), or the fused "
-                              "optimizer's own clipping where the framework has one",
-                              f"{condition}; gradient clipping runs on the host", ops))
-    out += use_compile(ctx.config, why="run fewer, larger ops (fused elementwise work, less per-op dispatch)",
-                       condition=condition, applies_to=ops)
+        out.append(
+            Suggestion(
+                "torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), or the fused "
+                "optimizer's own clipping where the framework has one",
+                f"{condition}; gradient clipping runs on the host",
+                ops,
+            )
+        )
+    out += use_compile(
+        ctx.config,
+        why="run fewer, larger ops (fused elementwise work, less per-op dispatch)",
+        condition=condition,
+        applies_to=ops,
+    )
     return out
 
 
@@ -109,31 +135,55 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     if dispatch_ops:
         # The host time is the framework's own per-op work (autograd's backward nodes, the optimizer step),
         # not the script's code: capturing the step removes it.
-        out = dispatch_advice(ctx, f"{condition}; it is the framework's own dispatch ({len(dispatch_ops)} "
-                                   "CPU-only operators of autograd, the optimizer or gradient clipping)",
-                              dispatch_ops)
+        out = dispatch_advice(
+            ctx,
+            f"{condition}; it is the framework's own dispatch ({len(dispatch_ops)} "
+            "CPU-only operators of autograd, the optimizer or gradient clipping)",
+            dispatch_ops,
+        )
         if out:
             return out
-    out = [Suggestion("Find the host code first: py-spy record -o profile.svg -- python train.py (or "
-                      "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
-                      condition, cpu_ops, locates_code=True)]
+    out = [
+        Suggestion(
+            "Find the host code first: py-spy record -o profile.svg -- python train.py (or "
+            "torch.profiler with with_stack=True) shows which Python lines run while the GPU waits",
+            condition,
+            cpu_ops,
+            locates_code=True,
+        )
+    ]
     fetch_ms = ctx.value("data_loader_ms") or 0.0
     if htod >= 1 and made_on_host:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
-            f" (created by {created})" if created else "")
-        out.append(Suggestion("Move that per-batch work (numpy or Python preprocessing, augmentation) to the "
-                              "GPU as batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)", feed))
-        out += loader_workers(ctx.config,
-                              condition=feed + "; worker processes can prepare batches ahead of the GPU")
+            f" (created by {created})" if created else ""
+        )
+        out.append(
+            Suggestion(
+                "Move that per-batch work (numpy or Python preprocessing, augmentation) to the "
+                "GPU as batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)",
+                feed,
+            )
+        )
+        out += loader_workers(
+            ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU"
+        )
     elif fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
-        out += loader_workers(ctx.config, condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching "
-                                                    "batches from the DataLoader in the training process")
+        out += loader_workers(
+            ctx.config,
+            condition=f"{condition}; {fetch_ms:.3g} ms of it is spent fetching "
+            "batches from the DataLoader in the training process",
+        )
     if not any(not s.locates_code for s in out):
-        out.append(Suggestion("Take that host work off the step's critical path: do what does not change per "
-                              "step once before the loop, and queue the step's GPU work before the host work it "
-                              "does not depend on (logging, metrics, bookkeeping), so the GPU computes while the "
-                              "host works",
-                              condition, cpu_ops))
+        out.append(
+            Suggestion(
+                "Take that host work off the step's critical path: do what does not change per "
+                "step once before the loop, and queue the step's GPU work before the host work it "
+                "does not depend on (logging, metrics, bookkeeping), so the GPU computes while the "
+                "host works",
+                condition,
+                cpu_ops,
+            )
+        )
     return out
 
 
@@ -146,12 +196,19 @@ def heavy_model(inp: Inputs) -> float | None:
 def heavy_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Operators spend far more time on the CPU than on the GPU",
-        pairs=[("ops with CPU:GPU > 10:1", "cpu_heavy_ops"), ("their CPU time per step", "cpu_heavy_ops_ms"),
-               ("ops", "cpu_heavy_op_names"), ("GPU idle", "gpu_idle_ms")],
-        explanation=("These operators launch GPU work but spend over ten times as long on the host (Python, "
-                     "dispatch, argument checking, small tensor ops), so the GPU waits for them; the time lost is "
-                     "the GPU idle time inside their calls."),
-        suggestions=heavy_ops_advice(ctx))
+        pairs=[
+            ("ops with CPU:GPU > 10:1", "cpu_heavy_ops"),
+            ("their CPU time per step", "cpu_heavy_ops_ms"),
+            ("ops", "cpu_heavy_op_names"),
+            ("GPU idle", "gpu_idle_ms"),
+        ],
+        explanation=(
+            "These operators launch GPU work but spend over ten times as long on the host (Python, "
+            "dispatch, argument checking, small tensor ops), so the GPU waits for them; the time lost is "
+            "the GPU idle time inside their calls."
+        ),
+        suggestions=heavy_ops_advice(ctx),
+    )
 
 
 def transfers_model(inp: Inputs) -> float | None:
@@ -164,15 +221,26 @@ def transfers_model(inp: Inputs) -> float | None:
 def transfers_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Tensors move between host and device many times per step",
-        pairs=[("host->device copies per step", "htod_count"), ("device->host copies per step", "dtoh_count"),
-               ("exposed copy time", "exposed_copy_ms"), ("syncs per step", "sync_count")],
-        explanation=("Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
-                     "back and forth (to numpy and back, .cpu() for a check) pay this every step."),
-        suggestions=[Suggestion("Keep the computation on the GPU end to end: do on the device what is done on a copy "
-                                "on the host; concatenate small tensors and copy them once, read results back once "
-                                "per N steps",
-                                f"{ctx.value('htod_count', 0.0):.0f} host->device and {ctx.value('dtoh_count', 0.0):.0f} "
-                                "device->host copies a step")])
+        pairs=[
+            ("host->device copies per step", "htod_count"),
+            ("device->host copies per step", "dtoh_count"),
+            ("exposed copy time", "exposed_copy_ms"),
+            ("syncs per step", "sync_count"),
+        ],
+        explanation=(
+            "Each copy costs a launch, often a synchronization, and its transfer time; tensors that go "
+            "back and forth (to numpy and back, .cpu() for a check) pay this every step."
+        ),
+        suggestions=[
+            Suggestion(
+                "Keep the computation on the GPU end to end: do on the device what is done on a copy "
+                "on the host; concatenate small tensors and copy them once, read results back once "
+                "per N steps",
+                f"{ctx.value('htod_count', 0.0):.0f} host->device and {ctx.value('dtoh_count', 0.0):.0f} "
+                "device->host copies a step",
+            )
+        ],
+    )
 
 
 def preprocessing_model(inp: Inputs) -> float | None:
@@ -182,15 +250,21 @@ def preprocessing_model(inp: Inputs) -> float | None:
 def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="The GPU waits while the host computes without launching work",
-        pairs=[("GPU idle, other host work", "idle_host_other_ms"),
-               ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
-               ("of which fetching from a DataLoader", "data_loader_idle_ms"),
-               ("CPU-only top-level ops", "cpu_only_ops_ms"), ("GPU utilization", "gpu_util_pct")],
-        explanation=("Inside the step the device sat idle while the host neither launched kernels nor waited on "
-                     "the GPU: Python or data preparation on the main thread, in the loop body. "
-                     "Time spent inside a DataLoader's __next__, in torch.compile'd regions or in CPU-heavy "
-                     "operators is not counted here (they have their own findings)."),
-        suggestions=preprocessing_advice(ctx, lost_ms))
+        pairs=[
+            ("GPU idle, other host work", "idle_host_other_ms"),
+            ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
+            ("of which fetching from a DataLoader", "data_loader_idle_ms"),
+            ("CPU-only top-level ops", "cpu_only_ops_ms"),
+            ("GPU utilization", "gpu_util_pct"),
+        ],
+        explanation=(
+            "Inside the step the device sat idle while the host neither launched kernels nor waited on "
+            "the GPU: Python or data preparation on the main thread, in the loop body. "
+            "Time spent inside a DataLoader's __next__, in torch.compile'd regions or in CPU-heavy "
+            "operators is not counted here (they have their own findings)."
+        ),
+        suggestions=preprocessing_advice(ctx, lost_ms),
+    )
 
 
 def preprocessing_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -200,10 +274,14 @@ def preprocessing_fix(inputs: FixInputs) -> Fix | NoFix:
     # The rule may leave part of that idle time to other findings (a sync, graph breaks): the same share of
     # the host work is what the fix (moving it to the GPU, capturing it) removes.
     share = min(1.0, inputs.lost_ms / idle)
-    return Fix("less_host_work", "the host work between launches removed", {"share": share},
-               f"{share:.0%} of the step's measured host work between launches (gaps over 0.1 ms): "
-               f"the rule's {significant(inputs.lost_ms)} of {significant(idle)} ms of host work "
-               "with the GPU idle")
+    return Fix(
+        "less_host_work",
+        "the host work between launches removed",
+        {"share": share},
+        f"{share:.0%} of the step's measured host work between launches (gaps over 0.1 ms): "
+        f"the rule's {significant(inputs.lost_ms)} of {significant(idle)} ms of host work "
+        "with the GPU idle",
+    )
 
 
 def late_migration_model(inp: Inputs) -> float | None:
@@ -216,30 +294,71 @@ def late_migration_model(inp: Inputs) -> float | None:
 def late_migration_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Tensors are created on the CPU and then moved to the GPU",
-        pairs=[("tensors created on CPU then moved, per step", "created_on_cpu_then_moved"),
-               ("creating ops", "created_on_cpu_op_names"), ("host->device copy time", "htod_ms")],
-        explanation=("A tensor made on the host (torch.randn, torch.zeros, torch.tensor, from_numpy) and then "
-                     "sent with .to('cuda') costs host time and a copy each step; made on the device it costs "
-                     "neither."),
-        suggestions=[Suggestion("Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device); "
-                                "create constant tensors once outside the loop (or register_buffer)",
-                                f"{ctx.value('created_on_cpu_then_moved', 0.0):.0f} tensors a step are created on the host "
-                                "and then copied to the GPU",
-                                tuple(str(ctx.value("created_on_cpu_op_names") or "").split(", ")))])
+        pairs=[
+            ("tensors created on CPU then moved, per step", "created_on_cpu_then_moved"),
+            ("creating ops", "created_on_cpu_op_names"),
+            ("host->device copy time", "htod_ms"),
+        ],
+        explanation=(
+            "A tensor made on the host (torch.randn, torch.zeros, torch.tensor, from_numpy) and then "
+            "sent with .to('cuda') costs host time and a copy each step; made on the device it costs "
+            "neither."
+        ),
+        suggestions=[
+            Suggestion(
+                "Create it on the GPU: torch.randn(..., device='cuda'), torch.zeros(..., device=x.device); "
+                "create constant tensors once outside the loop (or register_buffer)",
+                f"{ctx.value('created_on_cpu_then_moved', 0.0):.0f} tensors a step are created on the host "
+                "and then copied to the GPU",
+                tuple(str(ctx.value("created_on_cpu_op_names") or "").split(", ")),
+            )
+        ],
+    )
 
 
 # Copies with no compute beside them are one pool (the ledger's `copy`): creating a tensor on the device
 # removes its copy (late migration) before batching the rest (transfers); data_pipeline's pinning and
 # overlap findings read what these leave.
-LATE_MIGRATION = Rule("cpu.late_migration", "CPU_RESIDENCY", ("created_on_cpu_then_moved", "step_time_ms"),
-                      late_migration_model, late_migration_report, optional=("htod_ms", "htod_count"), pool=("copy",),
-                      copies=CopyFilter(kinds=("HtoD",)), callsite_ops=frozenset(CREATE_OPS))
-TRANSFERS = Rule("cpu.transfers", "CPU_RESIDENCY", ("htod_count", "dtoh_count", "exposed_copy_ms", "step_time_ms"),
-                 transfers_model, transfers_report, pool=("copy",), floor_pct=MIN_LOST_PCT, copies=CopyFilter(),
-                 callsite_ops=frozenset(MOVE_OPS) | frozenset(SCALAR_READ_OPS))
-HEAVY_OPS = Rule("cpu.heavy_ops", "CPU_RESIDENCY", ("cpu_heavy_ops", "cpu_heavy_ops_ms", "step_time_ms"),
-                 heavy_model, heavy_report, pool=("cpu_heavy_op",), floor_pct=MIN_LOST_PCT, callsite_ops=frozenset())
-PREPROCESSING = Rule("cpu.preprocessing", "CPU_RESIDENCY", ("idle_host_other_ms", "step_time_ms"),
-                     preprocessing_model, preprocessing_report, pool=HOST_WORK_POOL, floor_pct=HOST_GAP_MIN_PCT,
-                     fix=preprocessing_fix)
+LATE_MIGRATION = Rule(
+    "cpu.late_migration",
+    "CPU_RESIDENCY",
+    ("created_on_cpu_then_moved", "step_time_ms"),
+    late_migration_model,
+    late_migration_report,
+    optional=("htod_ms", "htod_count"),
+    pool=("copy",),
+    copies=CopyFilter(kinds=("HtoD",)),
+    callsite_ops=frozenset(CREATE_OPS),
+)
+TRANSFERS = Rule(
+    "cpu.transfers",
+    "CPU_RESIDENCY",
+    ("htod_count", "dtoh_count", "exposed_copy_ms", "step_time_ms"),
+    transfers_model,
+    transfers_report,
+    pool=("copy",),
+    floor_pct=MIN_LOST_PCT,
+    copies=CopyFilter(),
+    callsite_ops=frozenset(MOVE_OPS) | frozenset(SCALAR_READ_OPS),
+)
+HEAVY_OPS = Rule(
+    "cpu.heavy_ops",
+    "CPU_RESIDENCY",
+    ("cpu_heavy_ops", "cpu_heavy_ops_ms", "step_time_ms"),
+    heavy_model,
+    heavy_report,
+    pool=("cpu_heavy_op",),
+    floor_pct=MIN_LOST_PCT,
+    callsite_ops=frozenset(),
+)
+PREPROCESSING = Rule(
+    "cpu.preprocessing",
+    "CPU_RESIDENCY",
+    ("idle_host_other_ms", "step_time_ms"),
+    preprocessing_model,
+    preprocessing_report,
+    pool=HOST_WORK_POOL,
+    floor_pct=HOST_GAP_MIN_PCT,
+    fix=preprocessing_fix,
+)
 RULES = [LATE_MIGRATION, TRANSFERS, HEAVY_OPS, PREPROCESSING]

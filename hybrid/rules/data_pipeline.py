@@ -20,8 +20,9 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 STEP_CV_PCT = 10.0
 
 
-def pageable_copy_lost_ms(exposed_pageable_ms: float, pageable_bytes_per_s: float | None,
-                          pinned_bytes_per_s: float | None) -> float:
+def pageable_copy_lost_ms(
+    exposed_pageable_ms: float, pageable_bytes_per_s: float | None, pinned_bytes_per_s: float | None
+) -> float:
     """What pinning saves on the copies that sit on the critical path: they would run at the pinned
     rate, so the exposed time shrinks by the ratio of the two bandwidths."""
     if not pageable_bytes_per_s or not pinned_bytes_per_s or pageable_bytes_per_s >= pinned_bytes_per_s:
@@ -48,26 +49,47 @@ def loader_stall_model(inp: Inputs) -> float | None:
 def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
     condition = f"the GPU ran nothing for {lost_ms:.3g} ms a step while the host fetched a batch"
     if ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR:
-        cause = ("The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
-                 "the training process, between steps, while the GPU waits.")
+        cause = (
+            "The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
+            "the training process, between steps, while the GPU waits."
+        )
         advice = loader_workers(ctx.config, condition=condition + " in the training process (num_workers=0)")
     else:
-        cause = ("The DataLoader's workers do not keep up: the training process waits in __next__ for the next "
-                 "batch while the GPU has nothing to run.")
-        advice = [Suggestion("Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
-                             "persistent_workers=True", condition + " from worker processes that fall behind")]
-    advice += [Suggestion("Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
-                          "tensors, NVIDIA DALI), or store preprocessed data; measure the loader alone (iterate it "
-                          "without the model) to see the batches per second it can deliver", condition)]
+        cause = (
+            "The DataLoader's workers do not keep up: the training process waits in __next__ for the next "
+            "batch while the GPU has nothing to run."
+        )
+        advice = [
+            Suggestion(
+                "Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
+                "persistent_workers=True",
+                condition + " from worker processes that fall behind",
+            )
+        ]
+    advice += [
+        Suggestion(
+            "Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
+            "tensors, NVIDIA DALI), or store preprocessed data; measure the loader alone (iterate it "
+            "without the model) to see the batches per second it can deliver",
+            condition,
+        )
+    ]
     return Report(
         title="The GPU waits for the DataLoader",
-        pairs=[("GPU idle while fetching a batch", "data_loader_idle_ms"),
-               ("host time fetching a batch", "data_loader_ms"), ("DataLoader iterator", "data_loader_iterator"),
-               ("GPU idle, other host work", "idle_host_other_ms"), ("GPU utilization", "gpu_util_pct")],
-        explanation=(f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
-                     "`enumerate(DataLoader)#...__next__` range), placed on the analyzed timeline as the same share "
-                     "of its step."),
-        suggestions=advice)
+        pairs=[
+            ("GPU idle while fetching a batch", "data_loader_idle_ms"),
+            ("host time fetching a batch", "data_loader_ms"),
+            ("DataLoader iterator", "data_loader_iterator"),
+            ("GPU idle, other host work", "idle_host_other_ms"),
+            ("GPU utilization", "gpu_util_pct"),
+        ],
+        explanation=(
+            f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
+            "`enumerate(DataLoader)#...__next__` range), placed on the analyzed timeline as the same share "
+            "of its step."
+        ),
+        suggestions=advice,
+    )
 
 
 def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -75,9 +97,12 @@ def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
     fetch = inputs.number("data_loader_ms")
     if not fetch:
         return NoFix("no batch fetch time measured")
-    return Fix("less_host_work", "batches fetched by DataLoader workers",
-               {"saved_ns_per_step": fetch * NS_PER_MS * inputs.torch_to_nsys},
-               f"the batch fetch the torch pass measured: {significant(fetch)} ms per step")
+    return Fix(
+        "less_host_work",
+        "batches fetched by DataLoader workers",
+        {"saved_ns_per_step": fetch * NS_PER_MS * inputs.torch_to_nsys},
+        f"the batch fetch the torch pass measured: {significant(fetch)} ms per step",
+    )
 
 
 def loader_in_step_model(inp: Inputs) -> float | None:
@@ -90,73 +115,118 @@ def loader_in_step_model(inp: Inputs) -> float | None:
 
 def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
     step = ctx.value("step_time_ms", 0.0)
-    condition = (f"{lost_ms:.3g} of {step:.3g} ms a step is spent fetching batches from the DataLoader, "
-                 "in the training process")
+    condition = (
+        f"{lost_ms:.3g} of {step:.3g} ms a step is spent fetching batches from the DataLoader, "
+        "in the training process"
+    )
     single = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
-    advice = loader_workers(ctx.config, condition=condition + (" (num_workers=0)" if single else ""),
-                            pin=False)
+    advice = loader_workers(
+        ctx.config, condition=condition + (" (num_workers=0)" if single else ""), pin=False
+    )
     if not single:
-        advice.append(Suggestion("Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
-                                 "persistent_workers=True",
-                                 condition + " from worker processes that fall behind"))
-    advice.append(Suggestion("Make per-item work cheaper (vectorized transforms instead of Python loops over "
-                             "pixels or tokens, or store preprocessed data); iterate the loader alone to see "
-                             "the batches per second it delivers", condition))
+        advice.append(
+            Suggestion(
+                "Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
+                "persistent_workers=True",
+                condition + " from worker processes that fall behind",
+            )
+        )
+    advice.append(
+        Suggestion(
+            "Make per-item work cheaper (vectorized transforms instead of Python loops over "
+            "pixels or tokens, or store preprocessed data); iterate the loader alone to see "
+            "the batches per second it delivers",
+            condition,
+        )
+    )
     return Report(
         title="The step waits for the DataLoader",
-        pairs=[("host time fetching a batch", "data_loader_ms"), ("step time", "step_time_ms"),
-               ("DataLoader iterator", "data_loader_iterator")],
-        explanation=("Each step first builds its batch (reading, decoding, augmenting and collating "
-                     "every item) in the training process, then computes: the two never overlap. "
-                     "DataLoader workers build the next batches in other processes while this one "
-                     "computes; on a CPU-only machine they share its cores, so the saving needs cores the "
-                     "step does not use. Time lost: the torch "
-                     "pass's time inside DataLoader.__next__ (torch.profiler's `enumerate(DataLoader)#..."
-                     "__next__` range) per step."),
-        suggestions=advice)
+        pairs=[
+            ("host time fetching a batch", "data_loader_ms"),
+            ("step time", "step_time_ms"),
+            ("DataLoader iterator", "data_loader_iterator"),
+        ],
+        explanation=(
+            "Each step first builds its batch (reading, decoding, augmenting and collating "
+            "every item) in the training process, then computes: the two never overlap. "
+            "DataLoader workers build the next batches in other processes while this one "
+            "computes; on a CPU-only machine they share its cores, so the saving needs cores the "
+            "step does not use. Time lost: the torch "
+            "pass's time inside DataLoader.__next__ (torch.profiler's `enumerate(DataLoader)#..."
+            "__next__` range) per step."
+        ),
+        suggestions=advice,
+    )
 
 
 def pageable_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"{ctx.value('pageable_copies_per_step', 0.0):.0f} host<->device copies a step from pageable memory "
-                 f"({ctx.value('pageable_copy_ms', 0.0):.3g} ms)")
+    condition = (
+        f"{ctx.value('pageable_copies_per_step', 0.0):.0f} host<->device copies a step from pageable memory "
+        f"({ctx.value('pageable_copy_ms', 0.0):.3g} ms)"
+    )
     loaders = ctx.config.data_loaders
     out = []
     if ctx.config.framework == "transformers" and not ctx.config.hf("dataloader_pin_memory"):
         out.append(Suggestion("TrainingArguments(dataloader_pin_memory=True)", condition))
     elif loaders is None or any(not d.get("pin_memory") for d in loaders):
-        state = "a DataLoader of this run has pin_memory=False" if loaders else "DataLoader settings were not recorded"
-        out.append(Suggestion("DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
-                              f"{condition}; {state}"))
-    out.append(Suggestion("For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ "
-                          "into it, or call .pin_memory() before .to('cuda', non_blocking=True); keep tensors that "
-                          "never change on the GPU", condition + ("; the DataLoaders already pin their batches"
-                                                                  if loaders and all(d.get("pin_memory") for d in loaders)
-                                                                  else "")))
+        state = (
+            "a DataLoader of this run has pin_memory=False"
+            if loaders
+            else "DataLoader settings were not recorded"
+        )
+        out.append(
+            Suggestion(
+                "DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
+                f"{condition}; {state}",
+            )
+        )
+    out.append(
+        Suggestion(
+            "For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ "
+            "into it, or call .pin_memory() before .to('cuda', non_blocking=True); keep tensors that "
+            "never change on the GPU",
+            condition
+            + (
+                "; the DataLoaders already pin their batches"
+                if loaders and all(d.get("pin_memory") for d in loaders)
+                else ""
+            ),
+        )
+    )
     return out
 
 
 def pageable_model(inp: Inputs) -> float | None:
     if inp["pageable_copy_ms"] <= 0:
         return None
-    return pageable_copy_lost_ms(inp["exposed_pageable_copy_ms"] or 0.0, inp["pageable_bytes_per_s"],
-                                 inp.peaks.get("pinned_copy_bytes_per_s"))
+    return pageable_copy_lost_ms(
+        inp["exposed_pageable_copy_ms"] or 0.0,
+        inp["pageable_bytes_per_s"],
+        inp.peaks.get("pinned_copy_bytes_per_s"),
+    )
 
 
 def pageable_report(ctx: Context, lost_ms: float) -> Report:
     pinned = ctx.peaks.get("pinned_copy_bytes_per_s")
     return Report(
         title="Host<->device copies use pageable memory",
-        pairs=[("pageable copies per step", "pageable_copies_per_step"), ("pageable share of copied bytes",
-                                                                          "pageable_copy_share_pct"),
-               ("pageable copy time", "pageable_copy_ms"), ("pageable bandwidth", "pageable_bytes_per_s"),
-               ("HtoD share of link peak", "htod_link_pct"), ("copy overlapped with compute",
-                                                              "copy_compute_overlap_pct")],
-        explanation=("Copies from pageable host memory are staged by the driver through a pinned bounce buffer: "
-                     "they run at a fraction of the link's bandwidth, block the host for their whole duration "
-                     "and cannot overlap with compute. Pinned memory copies at close to the link rate and, with "
-                     "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
-                     f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."),
-        suggestions=pageable_advice(ctx))
+        pairs=[
+            ("pageable copies per step", "pageable_copies_per_step"),
+            ("pageable share of copied bytes", "pageable_copy_share_pct"),
+            ("pageable copy time", "pageable_copy_ms"),
+            ("pageable bandwidth", "pageable_bytes_per_s"),
+            ("HtoD share of link peak", "htod_link_pct"),
+            ("copy overlapped with compute", "copy_compute_overlap_pct"),
+        ],
+        explanation=(
+            "Copies from pageable host memory are staged by the driver through a pinned bounce buffer: "
+            "they run at a fraction of the link's bandwidth, block the host for their whole duration "
+            "and cannot overlap with compute. Pinned memory copies at close to the link rate and, with "
+            "non_blocking=True, asynchronously. Time lost assumes the pinned rate of "
+            f"{(pinned or 0) / 1e9:.0f} GB/s (estimated: 80% of the link's peak)."
+        ),
+        suggestions=pageable_advice(ctx),
+    )
 
 
 def pageable_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -174,27 +244,47 @@ def exposed_copies_model(inp: Inputs) -> float | None:
 def exposed_copies_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Pinned copies do not overlap with compute",
-        pairs=[("copy overlapped with compute", "copy_compute_overlap_pct"), ("exposed copy time", "exposed_copy_ms"),
-               ("host->device copies per step", "htod_count")],
-        explanation=("Copies run while no kernel runs, so the step pays for them in full. Issued with "
-                     "non_blocking=True (and, for prefetching, on a side stream) the next batch's copy runs "
-                     "under this step's compute."),
-        suggestions=[Suggestion("Use .to('cuda', non_blocking=True) on pinned tensors, and prefetch the next batch on a "
-                                "separate torch.cuda.Stream while the current one computes",
-                                f"{lost_ms:.3g} ms a step of pinned copies run while no kernel runs")])
+        pairs=[
+            ("copy overlapped with compute", "copy_compute_overlap_pct"),
+            ("exposed copy time", "exposed_copy_ms"),
+            ("host->device copies per step", "htod_count"),
+        ],
+        explanation=(
+            "Copies run while no kernel runs, so the step pays for them in full. Issued with "
+            "non_blocking=True (and, for prefetching, on a side stream) the next batch's copy runs "
+            "under this step's compute."
+        ),
+        suggestions=[
+            Suggestion(
+                "Use .to('cuda', non_blocking=True) on pinned tensors, and prefetch the next batch on a "
+                "separate torch.cuda.Stream while the current one computes",
+                f"{lost_ms:.3g} ms a step of pinned copies run while no kernel runs",
+            )
+        ],
+    )
 
 
 def jitter_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"step time varies by {ctx.value('step_time_cv_pct', 0.0):.0f}% (slowest: "
-                 f"{ctx.value('slowest_step') or 'n/a'})")
+    condition = (
+        f"step time varies by {ctx.value('step_time_cv_pct', 0.0):.0f}% (slowest: "
+        f"{ctx.value('slowest_step') or 'n/a'})"
+    )
     out = []
     if ctx.value("data_loader_ms", 0.0) > 0 or ctx.config.data_loaders:
         out += loader_workers(ctx.config, condition=condition + "; batches come from a DataLoader")
     if ctx.config.compiled or ctx.value("graph_breaks", 0):
-        out.append(Suggestion("Check for recompiles with TORCH_LOGS=recompiles", condition + "; the model runs "
-                              "compiled"))
-    out.append(Suggestion("Move logging, evaluation and checkpointing off the hot steps or make them asynchronous; "
-                          "gc.freeze() after setup if Python's garbage collector runs mid-step", condition))
+        out.append(
+            Suggestion(
+                "Check for recompiles with TORCH_LOGS=recompiles", condition + "; the model runs compiled"
+            )
+        )
+    out.append(
+        Suggestion(
+            "Move logging, evaluation and checkpointing off the hot steps or make them asynchronous; "
+            "gc.freeze() after setup if Python's garbage collector runs mid-step",
+            condition,
+        )
+    )
     return out
 
 
@@ -207,30 +297,75 @@ def jitter_model(inp: Inputs) -> float | None:
 def jitter_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Step time varies from step to step",
-        pairs=[("step time CV", "step_time_cv_pct"), ("mean step", "step_time_ms"),
-               ("median step", "step_time_median_ms"), ("slowest step", "slowest_step"),
-               ("outlier steps excluded", "steps_excluded")],
-        explanation=("Some steps take much longer than others. Intermittent stalls usually come from the input "
-                     "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
-                     "periodic logging/checkpointing."),
-        suggestions=jitter_advice(ctx))
+        pairs=[
+            ("step time CV", "step_time_cv_pct"),
+            ("mean step", "step_time_ms"),
+            ("median step", "step_time_median_ms"),
+            ("slowest step", "slowest_step"),
+            ("outlier steps excluded", "steps_excluded"),
+        ],
+        explanation=(
+            "Some steps take much longer than others. Intermittent stalls usually come from the input "
+            "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
+            "periodic logging/checkpointing."
+        ),
+        suggestions=jitter_advice(ctx),
+    )
 
 
 RULES = [
-    Rule("data.loader_stall", "DATA_PIPELINE", ("data_loader_idle_ms", "step_time_ms"), loader_stall_model,
-         loader_stall_report, pool=("dataloader_fetch",), floor_pct=LOADER_STALL_MIN_PCT,
-         fix=loader_stall_fix),
+    Rule(
+        "data.loader_stall",
+        "DATA_PIPELINE",
+        ("data_loader_idle_ms", "step_time_ms"),
+        loader_stall_model,
+        loader_stall_report,
+        pool=("dataloader_fetch",),
+        floor_pct=LOADER_STALL_MIN_PCT,
+        fix=loader_stall_fix,
+    ),
     # A run without a device timeline: the fetch itself is the step's wait (host-side rules run on the CPU).
-    Rule("data.loader_in_step", "DATA_PIPELINE", ("data_loader_ms", "step_time_ms"), loader_in_step_model,
-         loader_in_step_report, optional=("gpu_busy_ms",), floor_pct=LOADER_STALL_MIN_PCT, host_side=True),
+    Rule(
+        "data.loader_in_step",
+        "DATA_PIPELINE",
+        ("data_loader_ms", "step_time_ms"),
+        loader_in_step_model,
+        loader_in_step_report,
+        optional=("gpu_busy_ms",),
+        floor_pct=LOADER_STALL_MIN_PCT,
+        host_side=True,
+    ),
     # The copy pool after cpu.late_migration and cpu.transfers took theirs.
-    Rule("copy.pageable", "DATA_PIPELINE", ("pageable_copy_ms", "step_time_ms"), pageable_model, pageable_report,
-         optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"), pool=("copy",),
-         floor_pct=MIN_LOST_PCT, fix=pageable_fix, copies=CopyFilter(kinds=("HtoD", "DtoH", "HtoH"), pinned=False)),
-    Rule("copy.not_overlapped", "DATA_PIPELINE", ("exposed_copy_ms", "step_time_ms"), exposed_copies_model,
-         exposed_copies_report, optional=("exposed_pageable_copy_ms", "kernel_time_ms"), pool=("copy",),
-         floor_pct=MIN_LOST_PCT, copies=CopyFilter(pinned=True)),
+    Rule(
+        "copy.pageable",
+        "DATA_PIPELINE",
+        ("pageable_copy_ms", "step_time_ms"),
+        pageable_model,
+        pageable_report,
+        optional=("exposed_pageable_copy_ms", "pageable_bytes_per_s"),
+        pool=("copy",),
+        floor_pct=MIN_LOST_PCT,
+        fix=pageable_fix,
+        copies=CopyFilter(kinds=("HtoD", "DtoH", "HtoH"), pinned=False),
+    ),
+    Rule(
+        "copy.not_overlapped",
+        "DATA_PIPELINE",
+        ("exposed_copy_ms", "step_time_ms"),
+        exposed_copies_model,
+        exposed_copies_report,
+        optional=("exposed_pageable_copy_ms", "kernel_time_ms"),
+        pool=("copy",),
+        floor_pct=MIN_LOST_PCT,
+        copies=CopyFilter(pinned=True),
+    ),
     # Step-to-step variance is not a share of one step's window: it reads no ledger pool.
-    Rule("steps.jitter", "DATA_PIPELINE", ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"), jitter_model,
-         jitter_report, floor_pct=MIN_LOST_PCT),
+    Rule(
+        "steps.jitter",
+        "DATA_PIPELINE",
+        ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"),
+        jitter_model,
+        jitter_report,
+        floor_pct=MIN_LOST_PCT,
+    ),
 ]

@@ -43,13 +43,29 @@ def _present(ctx: Context, name: str) -> bool:
 def not_measured(ctx: Context, note: NotMeasured, category: str) -> Finding:
     """A family that needs hardware counters says what it could not see and how to get it."""
     advice = counters_advice(ctx)
-    return Finding(id=note.id, title=note.title, category=category, severity="LOW", evidence=[],
-                   explanation=note.explanation, suggestions=[s.render() for s in advice],
-                   advice=[s.to_dict() for s in advice], not_measured=True)
+    return Finding(
+        id=note.id,
+        title=note.title,
+        category=category,
+        severity="LOW",
+        evidence=[],
+        explanation=note.explanation,
+        suggestions=[s.render() for s in advice],
+        advice=[s.to_dict() for s in advice],
+        not_measured=True,
+    )
 
 
-def build_finding(ctx: Context, rule: Rule, report: Report, lost_ms: float, *, missing: list[str],
-                  alternative_to: list[str], pool_ms: float | None = None) -> Finding:
+def build_finding(
+    ctx: Context,
+    rule: Rule,
+    report: Report,
+    lost_ms: float,
+    *,
+    missing: list[str],
+    alternative_to: list[str],
+    pool_ms: float | None = None,
+) -> Finding:
     step = ctx.value("step_time_ms") or 0.0
     pct = 100.0 * lost_ms / step if step else 0.0
     severity = severity_for(pct, assumed=bool(report.assumes))
@@ -57,11 +73,23 @@ def build_finding(ctx: Context, rule: Rule, report: Report, lost_ms: float, *, m
     if report.assumes:
         extra.append(Evidence(ASSUMES_LABEL, report.assumes, "", ESTIMATED))
     evidence = [ctx.evidence(label, name) for label, name in report.pairs if name in ctx.metrics]
-    return Finding(id=rule.id, title=report.title, category=rule.category, severity=severity,
-                   evidence=evidence + extra, explanation=report.explanation,
-                   suggestions=[s.render() for s in report.suggestions], time_lost_ms=lost_ms, time_lost_pct=pct,
-                   pool=list(rule.pool), pool_ms=pool_ms, missing_inputs=missing, alternative_to=alternative_to,
-                   advice=[s.to_dict() for s in report.suggestions], floor_pct=rule.floor_pct)
+    return Finding(
+        id=rule.id,
+        title=report.title,
+        category=rule.category,
+        severity=severity,
+        evidence=evidence + extra,
+        explanation=report.explanation,
+        suggestions=[s.render() for s in report.suggestions],
+        time_lost_ms=lost_ms,
+        time_lost_pct=pct,
+        pool=list(rule.pool),
+        pool_ms=pool_ms,
+        missing_inputs=missing,
+        alternative_to=alternative_to,
+        advice=[s.to_dict() for s in report.suggestions],
+        floor_pct=rule.floor_pct,
+    )
 
 
 def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
@@ -85,8 +113,14 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
         if rule.bound is not None and _present(ctx, rule.bound):
             own_ms = max(0.0, float(ctx.value(rule.bound)))
             pool_ms = own_ms if pool_ms is None else min(pool_ms, own_ms)
-        inputs = Inputs(values=values, pool_ms=pool_ms, step_ms=step, peaks=ctx.peaks, roofline=ctx.roofline,
-                        pools=ctx.pools)
+        inputs = Inputs(
+            values=values,
+            pool_ms=pool_ms,
+            step_ms=step,
+            peaks=ctx.peaks,
+            roofline=ctx.roofline,
+            pools=ctx.pools,
+        )
         lost = rule.model(inputs)
         if lost is None:
             continue
@@ -95,8 +129,9 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
             lost = min(lost, pool_ms)
         if (100.0 * lost / step if step else 0.0) < rule.floor_pct:
             continue
-        finding = build_finding(ctx, rule, rule.report(ctx, lost), lost, missing=missing, alternative_to=[],
-                                pool_ms=pool_ms)
+        finding = build_finding(
+            ctx, rule, rule.report(ctx, lost), lost, missing=missing, alternative_to=[], pool_ms=pool_ms
+        )
         if rule.alternative:
             alternatives.append((rule, finding))
         else:
@@ -105,7 +140,9 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
                 drawn_by.setdefault(cause, []).append(rule.id)
         findings.append(finding)
     for rule, finding in alternatives:
-        finding.alternative_to = sorted({rule_id for cause in rule.pool for rule_id in drawn_by.get(cause, [])})
+        finding.alternative_to = sorted(
+            {rule_id for cause in rule.pool for rule_id in drawn_by.get(cause, [])}
+        )
     return findings
 
 

@@ -55,41 +55,56 @@ def headroom_note(ctx: Context) -> list[Evidence]:
     if peak is None or peak >= BATCH_HEADROOM_PEAK_PCT:
         return []
     label = "a doubled batch would save per sample (fixed host costs halved, not measured at that batch)"
-    return [ctx.evidence("peak memory of capacity", "peak_memory_pct"),
-            Evidence(label, batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)), "ms", ESTIMATED)]
+    return [
+        ctx.evidence("peak memory of capacity", "peak_memory_pct"),
+        Evidence(label, batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)), "ms", ESTIMATED),
+    ]
 
 
 def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggestion]:
     share, kernels = ctx.value("small_kernel_share_pct", 0.0), ctx.value("kernels_per_step", 0.0)
-    condition = (f"{share:.0f}% of {kernels:.0f} kernels a step run under 20 µs and the GPU idles "
-                 f"{idle_ms:.3g} ms a step while the host dispatches them"
-                 + (f" ({dispatch:.3g} ms of it in gaps over 0.1 ms)" if dispatch else ""))
+    condition = (
+        f"{share:.0f}% of {kernels:.0f} kernels a step run under 20 µs and the GPU idles "
+        f"{idle_ms:.3g} ms a step while the host dispatches them"
+        + (f" ({dispatch:.3g} ms of it in gaps over 0.1 ms)" if dispatch else "")
+    )
     heavy = ctx.value("cpu_heavy_ops", 0) >= 1
     ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", ")) if heavy else ()
     out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     if ctx.config.cuda_graphs:
-        out.append(Suggestion(
-            "Find the dispatch left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs "
-            "names the graph breaks and the regions cudagraphs skipped; the optimizer step and "
-            "gradient clipping run eager unless the step function itself is compiled (or captured "
-            "with torch.cuda.graph and an optimizer built with capturable=True)",
-            f"{condition}; CUDA graphs are already on", ops,
-            locates_code=True))
-    out += use_compile(ctx.config, why="fuse the small ops into fewer kernels", condition=condition,
-                       applies_to=ops)
-    out += fused_optimizer(ctx.config, condition=condition + "; an unfused optimizer step launches kernels "
-                                                             "per parameter group")
+        out.append(
+            Suggestion(
+                "Find the dispatch left outside the CUDA graphs: TORCH_LOGS=graph_breaks,cudagraphs "
+                "names the graph breaks and the regions cudagraphs skipped; the optimizer step and "
+                "gradient clipping run eager unless the step function itself is compiled (or captured "
+                "with torch.cuda.graph and an optimizer built with capturable=True)",
+                f"{condition}; CUDA graphs are already on",
+                ops,
+                locates_code=True,
+            )
+        )
+    out += use_compile(
+        ctx.config, why="fuse the small ops into fewer kernels", condition=condition, applies_to=ops
+    )
+    out += fused_optimizer(
+        ctx.config, condition=condition + "; an unfused optimizer step launches kernels per parameter group"
+    )
     peak = ctx.value("peak_memory_pct")
     if peak is not None and peak < BATCH_HEADROOM_PEAK_PCT:
-        out.append(Suggestion(
-            ("TrainingArguments(per_device_train_batch_size=2x) so each kernel does more work "
-             "per launch"
-             if ctx.config.framework == "transformers" else
-             "Increase the batch size so each kernel does more work per launch (scale the "
-             "learning rate accordingly)"),
-            f"{condition}; peak memory is {peak:.0f}% of the GPU's, so a doubled batch fits and "
-            f"would save {batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)):.3g} ms a step per sample "
-            "(estimated)"))
+        out.append(
+            Suggestion(
+                (
+                    "TrainingArguments(per_device_train_batch_size=2x) so each kernel does more work "
+                    "per launch"
+                    if ctx.config.framework == "transformers"
+                    else "Increase the batch size so each kernel does more work per launch (scale the "
+                    "learning rate accordingly)"
+                ),
+                f"{condition}; peak memory is {peak:.0f}% of the GPU's, so a doubled batch fits and "
+                f"would save {batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)):.3g} ms a step per sample "
+                "(estimated)",
+            )
+        )
     return out
 
 
@@ -110,27 +125,45 @@ def launch_bound_model(inp: Inputs) -> float | None:
 
 
 def _launch_report(ctx: Context, lost_ms: float, dispatch_ms: float) -> Report:
-    pairs = [("kernels per step", "kernels_per_step"), ("kernels under 20 µs", "small_kernel_share_pct"),
-             ("mean kernel", "mean_kernel_us"), ("GPU idle between launches", "idle_launch_gap_ms"),
-             ("launch API time", "launch_api_ms"), ("launch rate", "launch_rate_per_s")]
+    pairs = [
+        ("kernels per step", "kernels_per_step"),
+        ("kernels under 20 µs", "small_kernel_share_pct"),
+        ("mean kernel", "mean_kernel_us"),
+        ("GPU idle between launches", "idle_launch_gap_ms"),
+        ("launch API time", "launch_api_ms"),
+        ("launch rate", "launch_rate_per_s"),
+    ]
     if dispatch_ms:
         pairs.append(("GPU idle in longer dispatch gaps (over 0.1 ms)", "idle_host_other_ms"))
-    extra = ([ctx.evidence("ops with CPU:GPU > 10:1", "cpu_heavy_op_names")]
-             if ctx.value("cpu_heavy_ops", 0) >= 1 else []) + headroom_note(ctx)
+    extra = (
+        [ctx.evidence("ops with CPU:GPU > 10:1", "cpu_heavy_op_names")]
+        if ctx.value("cpu_heavy_ops", 0) >= 1
+        else []
+    ) + headroom_note(ctx)
     return Report(
-        title=("Host-bound dispatch: the GPU waits while eager PyTorch launches small kernels one by one"
-               if dispatch_ms else "Launch-bound: kernels are too small to hide launch overhead"),
-        pairs=pairs, extra=extra,
-        explanation=("Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
-                     "roughly 5-20 µs of host time per op), so the GPU idles between them. "
-                     + ("The longer host gaps of this step (over 0.1 ms) are counted here too: its launch "
-                        "gaps outweigh them, the signature of the same dispatch (autograd's backward, the "
-                        "optimizer's per-parameter kernels), not of the script's own host work. "
-                        if dispatch_ms else "")
-                     + "Host-heavy ops, when listed, are where that host time goes; this finding owns the "
-                       "idle gaps they cause. A larger batch, when memory allows one, is a note here: it "
-                       "amortizes the same per-step costs."),
-        suggestions=launch_advice(ctx, lost_ms, dispatch_ms))
+        title=(
+            "Host-bound dispatch: the GPU waits while eager PyTorch launches small kernels one by one"
+            if dispatch_ms
+            else "Launch-bound: kernels are too small to hide launch overhead"
+        ),
+        pairs=pairs,
+        extra=extra,
+        explanation=(
+            "Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
+            "roughly 5-20 µs of host time per op), so the GPU idles between them. "
+            + (
+                "The longer host gaps of this step (over 0.1 ms) are counted here too: its launch "
+                "gaps outweigh them, the signature of the same dispatch (autograd's backward, the "
+                "optimizer's per-parameter kernels), not of the script's own host work. "
+                if dispatch_ms
+                else ""
+            )
+            + "Host-heavy ops, when listed, are where that host time goes; this finding owns the "
+            "idle gaps they cause. A larger batch, when memory allows one, is a note here: it "
+            "amortizes the same per-step costs."
+        ),
+        suggestions=launch_advice(ctx, lost_ms, dispatch_ms),
+    )
 
 
 def dispatch_report(ctx: Context, lost_ms: float) -> Report:
@@ -154,26 +187,43 @@ def batch_headroom_model(inp: Inputs) -> float | None:
 def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Memory allows a larger batch to amortize per-step overhead",
-        pairs=[("peak memory of capacity", "peak_memory_pct"), ("batch size", "batch_size"),
-               ("GPU utilization", "gpu_util_pct"), ("GPU idle between launches", "idle_launch_gap_ms")],
+        pairs=[
+            ("peak memory of capacity", "peak_memory_pct"),
+            ("batch size", "batch_size"),
+            ("GPU utilization", "gpu_util_pct"),
+            ("GPU idle between launches", "idle_launch_gap_ms"),
+        ],
         assumes="per-step host costs stay the same when the batch doubles (not measured at a larger batch)",
-        explanation=("The step leaves the GPU idle for fixed host costs spread over several causes while "
-                     "using under half of its memory; a larger batch spreads all of them over more samples "
-                     "(time lost is per-sample, estimated for a doubled batch), more than fixing any one of "
-                     "them would. It is another remedy for the host gaps the findings it is an alternative "
-                     "to explain, not time added to theirs."),
-        suggestions=[Suggestion(
-            ("TrainingArguments(per_device_train_batch_size=2x) and re-measure"
-             if ctx.config.framework == "transformers"
-             else "Double the batch size (scale the learning rate accordingly) and re-measure; "
-                  "if the batch is fixed, keep the effective batch with gradient accumulation"),
-            f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
-            f"{_host_gaps_ms(ctx.pools):.3g} ms a step on fixed host costs")])
+        explanation=(
+            "The step leaves the GPU idle for fixed host costs spread over several causes while "
+            "using under half of its memory; a larger batch spreads all of them over more samples "
+            "(time lost is per-sample, estimated for a doubled batch), more than fixing any one of "
+            "them would. It is another remedy for the host gaps the findings it is an alternative "
+            "to explain, not time added to theirs."
+        ),
+        suggestions=[
+            Suggestion(
+                (
+                    "TrainingArguments(per_device_train_batch_size=2x) and re-measure"
+                    if ctx.config.framework == "transformers"
+                    else "Double the batch size (scale the learning rate accordingly) and re-measure; "
+                    "if the batch is fixed, keep the effective batch with gradient accumulation"
+                ),
+                f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
+                f"{_host_gaps_ms(ctx.pools):.3g} ms a step on fixed host costs",
+            )
+        ],
+    )
 
 
 # The idle causes in which the host worked without launching (the replay's long host gaps).
-HOST_WORK_CAUSES = ("compiled_region_break", "dataloader_fetch", "host_after_sync", "cpu_heavy_op",
-                    "host_other")
+HOST_WORK_CAUSES = (
+    "compiled_region_break",
+    "dataloader_fetch",
+    "host_after_sync",
+    "cpu_heavy_op",
+    "host_other",
+)
 
 
 def launch_bound_fix(inputs: FixInputs) -> Fix:
@@ -185,18 +235,43 @@ def launch_bound_fix(inputs: FixInputs) -> Fix:
     share = min(1.0, dispatch / host_work) if host_work and dispatch else 0.0
     params = {"host_work_share": share} if share else {}
     basis = "the step's measured launch calls and dispatch gaps" + (
-        f", and {share:.0%} of its host work in gaps over 0.1 ms (the longer dispatch gaps)" if share else "")
-    return Fix("graph_launch", "CUDA graphs (torch.compile mode=\"reduce-overhead\")", params, basis)
+        f", and {share:.0%} of its host work in gaps over 0.1 ms (the longer dispatch gaps)" if share else ""
+    )
+    return Fix("graph_launch", 'CUDA graphs (torch.compile mode="reduce-overhead")', params, basis)
 
 
 RULES = [
     # The dispatch finding first: when it holds it takes the launch gaps, and launch.bound finds none left.
-    Rule("launch.dispatch", "KERNEL_LAUNCH", ("small_kernel_share_pct", "step_time_ms"), dispatch_model,
-         dispatch_report, optional=("peak_memory_pct",), pool=DISPATCH_POOL, floor_pct=MIN_LOST_PCT,
-         fix=launch_bound_fix),
-    Rule("launch.bound", "KERNEL_LAUNCH", ("small_kernel_share_pct", "step_time_ms"), launch_bound_model,
-         launch_bound_report, optional=("peak_memory_pct",), pool=("launch_gap",), floor_pct=MIN_LOST_PCT,
-         fix=launch_bound_fix),
-    Rule("batch.headroom", "KERNEL_LAUNCH", ("peak_memory_pct", "step_time_ms"), batch_headroom_model,
-         batch_headroom_report, pool=HOST_GAPS, floor_pct=MIN_LOST_PCT, alternative=True),
+    Rule(
+        "launch.dispatch",
+        "KERNEL_LAUNCH",
+        ("small_kernel_share_pct", "step_time_ms"),
+        dispatch_model,
+        dispatch_report,
+        optional=("peak_memory_pct",),
+        pool=DISPATCH_POOL,
+        floor_pct=MIN_LOST_PCT,
+        fix=launch_bound_fix,
+    ),
+    Rule(
+        "launch.bound",
+        "KERNEL_LAUNCH",
+        ("small_kernel_share_pct", "step_time_ms"),
+        launch_bound_model,
+        launch_bound_report,
+        optional=("peak_memory_pct",),
+        pool=("launch_gap",),
+        floor_pct=MIN_LOST_PCT,
+        fix=launch_bound_fix,
+    ),
+    Rule(
+        "batch.headroom",
+        "KERNEL_LAUNCH",
+        ("peak_memory_pct", "step_time_ms"),
+        batch_headroom_model,
+        batch_headroom_report,
+        pool=HOST_GAPS,
+        floor_pct=MIN_LOST_PCT,
+        alternative=True,
+    ),
 ]

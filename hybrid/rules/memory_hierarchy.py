@@ -24,13 +24,24 @@ def uncoalesced_lost_ms(memory_bound_ms: float, sectors_per_request: float) -> f
 
 
 def coalescing_advice(ctx: Context, sectors_per_request: float) -> list[Suggestion]:
-    condition = (f"global loads fetch {sectors_per_request:.1f} sectors a request "
-                 f"({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)")
-    out = [Suggestion("Make tensors contiguous in the dimension kernels read (.contiguous()); avoid permute/transpose "
-                      "feeding elementwise ops", condition)]
+    condition = (
+        f"global loads fetch {sectors_per_request:.1f} sectors a request "
+        f"({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)"
+    )
+    out = [
+        Suggestion(
+            "Make tensors contiguous in the dimension kernels read (.contiguous()); avoid permute/transpose "
+            "feeding elementwise ops",
+            condition,
+        )
+    ]
     if ctx.value("conv_kernel_ms", 0.0) > 0 and ctx.config.channels_last is not True:
-        out.append(Suggestion("model.to(memory_format=torch.channels_last) and inputs likewise",
-                              f"{condition}; convolutions ran without channels_last weights"))
+        out.append(
+            Suggestion(
+                "model.to(memory_format=torch.channels_last) and inputs likewise",
+                f"{condition}; convolutions ran without channels_last weights",
+            )
+        )
     return out + use_compile(ctx.config, why="let the compiler pick the layout", condition=condition)
 
 
@@ -50,19 +61,42 @@ def report(ctx: Context, lost_ms: float) -> Report:
         # (PyTorch's vectorized elementwise kernels) reads 16 sectors a request, and the counters
         # collected do not give the access width (roofline_unfused_gelu: 16.0 on pow/add kernels;
         # mem_random_gather's 20.0 is uncoalesced at any width).
-        assumes=(None if spr > MAX_COALESCED_SECTORS_PER_REQUEST else
-                 "4-byte loads per thread (coalesced 8- or 16-byte vector loads also fetch 8 or 16 sectors "
-                 "per request)"),
-        pairs=[("sectors per load request", "ncu_sectors_per_request"), ("L1 hit rate", "ncu_l1_hit_pct"),
-               ("L2 hit rate", "ncu_l2_hit_pct"), ("kernel time covered by ncu", "ncu_coverage_pct")],
-        explanation=("Warps fetch many more 32-byte sectors per load than needed: strided or transposed "
-                     "access."),
-        suggestions=coalescing_advice(ctx, spr))
+        assumes=(
+            None
+            if spr > MAX_COALESCED_SECTORS_PER_REQUEST
+            else "4-byte loads per thread (coalesced 8- or 16-byte vector loads also fetch 8 or 16 sectors "
+            "per request)"
+        ),
+        pairs=[
+            ("sectors per load request", "ncu_sectors_per_request"),
+            ("L1 hit rate", "ncu_l1_hit_pct"),
+            ("L2 hit rate", "ncu_l2_hit_pct"),
+            ("kernel time covered by ncu", "ncu_coverage_pct"),
+        ],
+        explanation=(
+            "Warps fetch many more 32-byte sectors per load than needed: strided or transposed access."
+        ),
+        suggestions=coalescing_advice(ctx, spr),
+    )
 
 
-NOT_MEASURED = NotMeasured(id="memory.not_measured", title="Cache hit rates and DRAM traffic were not measured",
-                           explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
-                                       "the roofline uses bytes estimated from tensor shapes instead.")
-RULES = [Rule("memory.uncoalesced", "MEMORY_HIERARCHY", ("kernel_time_ms", "step_time_ms"), model, report,
-              optional=("ncu_sectors_per_request",), pool=("uncoalesced",), floor_pct=MIN_LOST_PCT,
-              counters=NOT_MEASURED, fix=faster_kernels_fix)]
+NOT_MEASURED = NotMeasured(
+    id="memory.not_measured",
+    title="Cache hit rates and DRAM traffic were not measured",
+    explanation="L1/L2 hit rates, DRAM bytes and coalescing need ncu hardware counters; "
+    "the roofline uses bytes estimated from tensor shapes instead.",
+)
+RULES = [
+    Rule(
+        "memory.uncoalesced",
+        "MEMORY_HIERARCHY",
+        ("kernel_time_ms", "step_time_ms"),
+        model,
+        report,
+        optional=("ncu_sectors_per_request",),
+        pool=("uncoalesced",),
+        floor_pct=MIN_LOST_PCT,
+        counters=NOT_MEASURED,
+        fix=faster_kernels_fix,
+    )
+]

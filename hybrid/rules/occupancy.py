@@ -28,10 +28,17 @@ def occupancy_lost_ms(kernel_ms: float, sm_throughput_pct: float, memory_through
 
 
 def small_grid_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"{ctx.value('small_grid_time_pct', 0.0):.0f}% of kernel time is on grids that fill "
-                 f"{ctx.value('small_grid_sm_fill_pct', 0.0):.0f}% of the SMs")
-    out = [Suggestion("Increase the batch size or sequence length so each kernel has more parallel work; run "
-                      "independent small work concurrently (CUDA streams)", condition)]
+    condition = (
+        f"{ctx.value('small_grid_time_pct', 0.0):.0f}% of kernel time is on grids that fill "
+        f"{ctx.value('small_grid_sm_fill_pct', 0.0):.0f}% of the SMs"
+    )
+    out = [
+        Suggestion(
+            "Increase the batch size or sequence length so each kernel has more parallel work; run "
+            "independent small work concurrently (CUDA streams)",
+            condition,
+        )
+    ]
     return out + use_compile(ctx.config, why="fuse the small kernels", condition=condition)
 
 
@@ -47,47 +54,86 @@ def small_grid_model(inp: Inputs) -> float | None:
 def small_grid_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Kernels launch fewer blocks than the GPU has SMs",
-        pairs=[("kernel time on small grids", "small_grid_time_pct"), ("SMs those grids can fill",
-                                                                        "small_grid_sm_fill_pct"),
-               ("small-grid kernels per step", "small_grid_kernels_per_step")],
-        explanation=("A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's "
-                     "whole run."),
-        suggestions=small_grid_advice(ctx))
+        pairs=[
+            ("kernel time on small grids", "small_grid_time_pct"),
+            ("SMs those grids can fill", "small_grid_sm_fill_pct"),
+            ("small-grid kernels per step", "small_grid_kernels_per_step"),
+        ],
+        explanation=(
+            "A grid with fewer blocks than SMs leaves the remaining SMs idle for the kernel's whole run."
+        ),
+        suggestions=small_grid_advice(ctx),
+    )
 
 
 def achieved_model(inp: Inputs) -> float | None:
     occ = inp["ncu_achieved_occupancy_pct"]
     if occ is None or occ >= LOW_OCCUPANCY_PCT or (inp["ncu_tensor_pipe_pct"] or 0.0) >= TENSOR_PIPE_BUSY_PCT:
         return None
-    return occupancy_lost_ms(inp["kernel_time_ms"], inp["ncu_sm_throughput_pct"] or 0.0,
-                             inp["ncu_memory_throughput_pct"] or 0.0)
+    return occupancy_lost_ms(
+        inp["kernel_time_ms"], inp["ncu_sm_throughput_pct"] or 0.0, inp["ncu_memory_throughput_pct"] or 0.0
+    )
 
 
 def achieved_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Low achieved occupancy in the profiled kernels",
-        pairs=[("achieved occupancy", "ncu_achieved_occupancy_pct"), ("SM throughput", "ncu_sm_throughput_pct"),
-               ("memory throughput", "ncu_memory_throughput_pct"), ("kernel time covered by ncu",
-                                                                    "ncu_coverage_pct")],
-        explanation=("Few warps are resident per SM and neither the SM nor memory pipes are busy: "
-                     "latency is not hidden."),
-        suggestions=[Suggestion("Check the limiter in ncu's Occupancy section (registers, shared memory, block size); for "
-                                "custom kernels: fewer registers per thread (__launch_bounds__), larger blocks",
-                                f"achieved occupancy {ctx.value('ncu_achieved_occupancy_pct', 0.0):.0f}% with neither SM "
-                                "nor memory pipes busy")])
+        pairs=[
+            ("achieved occupancy", "ncu_achieved_occupancy_pct"),
+            ("SM throughput", "ncu_sm_throughput_pct"),
+            ("memory throughput", "ncu_memory_throughput_pct"),
+            ("kernel time covered by ncu", "ncu_coverage_pct"),
+        ],
+        explanation=(
+            "Few warps are resident per SM and neither the SM nor memory pipes are busy: "
+            "latency is not hidden."
+        ),
+        suggestions=[
+            Suggestion(
+                "Check the limiter in ncu's Occupancy section (registers, shared memory, block size); for "
+                "custom kernels: fewer registers per thread (__launch_bounds__), larger blocks",
+                f"achieved occupancy {ctx.value('ncu_achieved_occupancy_pct', 0.0):.0f}% with neither SM "
+                "nor memory pipes busy",
+            )
+        ],
+    )
 
 
-NOT_MEASURED = NotMeasured(id="occupancy.not_measured", title="Achieved occupancy was not measured",
-                           explanation="Achieved occupancy and its limiter (registers, shared memory, block "
-                                       "size) need ncu hardware counters; this run has none.")
+NOT_MEASURED = NotMeasured(
+    id="occupancy.not_measured",
+    title="Achieved occupancy was not measured",
+    explanation="Achieved occupancy and its limiter (registers, shared memory, block "
+    "size) need ncu hardware counters; this run has none.",
+)
 RULES = [
-    Rule("occupancy.small_grid", "OCCUPANCY", ("small_grid_time_pct", "step_time_ms"), small_grid_model,
-         small_grid_report, optional=("small_grid_sm_fill_pct",), pool=("small_grid",),
-         floor_pct=MIN_LOST_PCT, fix=faster_kernels_fix),
+    Rule(
+        "occupancy.small_grid",
+        "OCCUPANCY",
+        ("small_grid_time_pct", "step_time_ms"),
+        small_grid_model,
+        small_grid_report,
+        optional=("small_grid_sm_fill_pct",),
+        pool=("small_grid",),
+        floor_pct=MIN_LOST_PCT,
+        fix=faster_kernels_fix,
+    ),
     # Low occupancy is also what a grid of a few blocks or a GEMM on CUDA cores looks like to ncu: the
     # ledger gives those kernels to their own causes, and this finding the kernels classed low occupancy.
-    Rule("occupancy.low", "OCCUPANCY", ("kernel_time_ms", "step_time_ms"), achieved_model, achieved_report,
-         optional=("ncu_achieved_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_throughput_pct",
-                   "ncu_memory_throughput_pct"),
-         pool=("low_occupancy",), floor_pct=MIN_LOST_PCT, counters=NOT_MEASURED, fix=faster_kernels_fix),
+    Rule(
+        "occupancy.low",
+        "OCCUPANCY",
+        ("kernel_time_ms", "step_time_ms"),
+        achieved_model,
+        achieved_report,
+        optional=(
+            "ncu_achieved_occupancy_pct",
+            "ncu_tensor_pipe_pct",
+            "ncu_sm_throughput_pct",
+            "ncu_memory_throughput_pct",
+        ),
+        pool=("low_occupancy",),
+        floor_pct=MIN_LOST_PCT,
+        counters=NOT_MEASURED,
+        fix=faster_kernels_fix,
+    ),
 ]

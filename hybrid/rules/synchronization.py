@@ -23,26 +23,44 @@ def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: floa
 
 
 # Ops whose result shape depends on the data: they copy a count to the host and wait for it.
-DATA_DEPENDENT_OPS = ("aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique2", "aten::repeat_interleave")
+DATA_DEPENDENT_OPS = (
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique2",
+    "aten::repeat_interleave",
+)
 
 
 def sync_advice(ctx: Context) -> list[Suggestion]:
-    condition = (f"the host waits {ctx.value('sync_blocked_ms', 0.0):.3g} ms a step in "
-                 f"{ctx.value('sync_count', 0.0):.0f} synchronizations")
+    condition = (
+        f"the host waits {ctx.value('sync_blocked_ms', 0.0):.3g} ms a step in "
+        f"{ctx.value('sync_count', 0.0):.0f} synchronizations"
+    )
     names = ctx.op_names
     out = []
     reads = [n for n in SCALAR_READ_OPS if n in names]
     if reads or ctx.value("dtoh_count", 0.0) > 0:
         what = ", ".join(reads) if reads else f"{ctx.value('dtoh_count', 0.0):.0f} device->host copies a step"
-        out.append(Suggestion("Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
-                              "and read them every N steps, or copy with non_blocking=True into pinned memory and "
-                              "read the value later", f"{condition}; the step reads values back ({what})",
-                              tuple(reads)))
+        out.append(
+            Suggestion(
+                "Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
+                "and read them every N steps, or copy with non_blocking=True into pinned memory and "
+                "read the value later",
+                f"{condition}; the step reads values back ({what})",
+                tuple(reads),
+            )
+        )
     shaped = [n for n in DATA_DEPENDENT_OPS if n in names]
     if shaped:
-        out.append(Suggestion("Avoid data-dependent shapes in the step (torch.where instead of x[mask], fixed-size "
-                              "outputs instead of nonzero/unique)", f"{condition}; the step runs {', '.join(shaped)}",
-                              tuple(shaped)))
+        out.append(
+            Suggestion(
+                "Avoid data-dependent shapes in the step (torch.where instead of x[mask], fixed-size "
+                "outputs instead of nonzero/unique)",
+                f"{condition}; the step runs {', '.join(shaped)}",
+                tuple(shaped),
+            )
+        )
     out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
     return out
 
@@ -56,22 +74,44 @@ def model(inp: Inputs) -> float | None:
 def report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="The host waits for the GPU inside every step",
-        pairs=[("syncs per step", "sync_count"), ("host blocked in sync", "sync_blocked_ms"),
-               ("GPU busy", "gpu_busy_ms"), ("GPU idle while the host sat in a sync", "idle_sync_wait_ms"),
-               ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
-               ("device->host copies per step", "dtoh_count")],
-        explanation=("Each synchronization empties the GPU's work queue: the host blocks until the device "
-                     "finishes, then the device idles while the host prepares and launches the next work; "
-                     "host work that could have run while the GPU computed (sampling, logging, batch "
-                     "preparation) now runs while it waits. "
-                     "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
-                     "indexing (data-dependent shapes) and blocking copies."),
-        suggestions=sync_advice(ctx))
+        pairs=[
+            ("syncs per step", "sync_count"),
+            ("host blocked in sync", "sync_blocked_ms"),
+            ("GPU busy", "gpu_busy_ms"),
+            ("GPU idle while the host sat in a sync", "idle_sync_wait_ms"),
+            ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
+            ("device->host copies per step", "dtoh_count"),
+        ],
+        explanation=(
+            "Each synchronization empties the GPU's work queue: the host blocks until the device "
+            "finishes, then the device idles while the host prepares and launches the next work; "
+            "host work that could have run while the GPU computed (sampling, logging, batch "
+            "preparation) now runs while it waits. "
+            "Typical sources are .item(), .cpu(), .tolist(), print(tensor), torch.nonzero or boolean "
+            "indexing (data-dependent shapes) and blocking copies."
+        ),
+        suggestions=sync_advice(ctx),
+    )
+
 
 def fix(inputs: FixInputs) -> Fix:
-    return Fix("no_syncs", "no host waits inside the step (values kept on the device)", {},
-               "the step's measured syncs and blocking reads")
+    return Fix(
+        "no_syncs",
+        "no host waits inside the step (values kept on the device)",
+        {},
+        "the step's measured syncs and blocking reads",
+    )
 
 
-RULES = [Rule("sync.per_step", "SYNCHRONIZATION", ("sync_count", "step_time_ms", "gpu_busy_ms", "sync_blocked_ms"),
-              model, report, pool=POOL, floor_pct=MIN_LOST_PCT, fix=fix)]
+RULES = [
+    Rule(
+        "sync.per_step",
+        "SYNCHRONIZATION",
+        ("sync_count", "step_time_ms", "gpu_busy_ms", "sync_blocked_ms"),
+        model,
+        report,
+        pool=POOL,
+        floor_pct=MIN_LOST_PCT,
+        fix=fix,
+    )
+]

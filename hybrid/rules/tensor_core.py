@@ -14,8 +14,12 @@ MISALIGNED_SLOWDOWN_SHARE = 0.5
 # GEMM kernels spending most of the step yet keeping the tensor pipe under 30% busy.
 LOW_TENSOR_PIPE_PCT = 30.0
 GEMM_SHARE_PCT = 20.0
-MISALIGNED_INPUTS = ("misaligned_gemm_device_ms", "misaligned_gemm_flops", "misaligned_gemm_bytes",
-                     "misaligned_gemm_precision")
+MISALIGNED_INPUTS = (
+    "misaligned_gemm_device_ms",
+    "misaligned_gemm_flops",
+    "misaligned_gemm_bytes",
+    "misaligned_gemm_precision",
+)
 
 
 def fp32_gemm_lost_ms(fp32_gemm_ms: float, fp32_peak: float | None, fast_peak: float | None) -> float:
@@ -34,8 +38,9 @@ def misaligned_lost_ms(misaligned_ms: float, achieved_pct: float | None) -> floa
     return misaligned_ms * max(0.0, 1.0 - achieved_pct / PRACTICAL_ROOFLINE_PCT)
 
 
-def misaligned_achieved_pct(ms: float | None, flops: float | None, nbytes: float | None, peak: float | None,
-                            bandwidth: float | None) -> float | None:
+def misaligned_achieved_pct(
+    ms: float | None, flops: float | None, nbytes: float | None, peak: float | None, bandwidth: float | None
+) -> float | None:
     """Where the misaligned calls sit on the roofline: their FLOP rate over what the roofline allows at
     their arithmetic intensity (FLOPs and bytes modeled from shapes, time measured)."""
     if not ms or not flops or not nbytes or not peak or not bandwidth:
@@ -46,8 +51,13 @@ def misaligned_achieved_pct(ms: float | None, flops: float | None, nbytes: float
 
 def _misaligned_achieved(values, peaks) -> float | None:
     peak = peaks.get("flops_per_s", {}).get(values["misaligned_gemm_precision"] or "fp16")
-    return misaligned_achieved_pct(values["misaligned_gemm_device_ms"], values["misaligned_gemm_flops"],
-                                   values["misaligned_gemm_bytes"], peak, peaks.get("dram_bytes_per_s"))
+    return misaligned_achieved_pct(
+        values["misaligned_gemm_device_ms"],
+        values["misaligned_gemm_flops"],
+        values["misaligned_gemm_bytes"],
+        peak,
+        peaks.get("dram_bytes_per_s"),
+    )
 
 
 def pipe_idle_lost_ms(gemm_ms: float, pipe_pct: float) -> float:
@@ -68,29 +78,45 @@ def fp32_gemm_advice(ctx: Context) -> list[Suggestion]:
     fp32_ms = ctx.value("gemm_fp32_ms", 0.0)
     matmul_ms, conv_ms = ctx.value("gemm_fp32_matmul_ms", 0.0), ctx.value("gemm_fp32_conv_ms", 0.0)
     measured = ctx.value("gemm_fp32_measured_pct")
-    how = (f"ncu measured FP32 math and no tensor-core work for {measured:.0f}% of that time, "
-           "kernel names say FP32 for the rest"
-           if measured else "their kernel names say FP32; ncu did not profile them")
+    how = (
+        f"ncu measured FP32 math and no tensor-core work for {measured:.0f}% of that time, "
+        "kernel names say FP32 for the rest"
+        if measured
+        else "their kernel names say FP32; ncu did not profile them"
+    )
     condition = f"{fp32_ms:.3g} ms a step of FP32 GEMM/convolution kernels ({how})"
     out = enable_tf32(config, matmul=matmul_ms > 0, conv=conv_ms > 0, condition=condition, applies_to=targets)
-    on = [family for family, flag, ms in (("matmul", config.tf32_matmul, matmul_ms), ("cuDNN conv", config.tf32_conv,
-                                                                                    conv_ms)) if flag and ms > 0]
+    on = [
+        family
+        for family, flag, ms in (
+            ("matmul", config.tf32_matmul, matmul_ms),
+            ("cuDNN conv", config.tf32_conv, conv_ms),
+        )
+        if flag and ms > 0
+    ]
     if on:
-        out.append(Suggestion(
-            "Find why these kernels stayed FP32 although TF32 is allowed: fp32 GEMVs and batched "
-            "shapes cuBLAS has no TF32 kernel for, convolutions cuDNN ran with a non-tensor algorithm "
-            "(try torch.backends.cudnn.benchmark=True), or TF32 turned off again later in the script",
-            f"{condition}; TF32 is on for {' and '.join(on)} in this run"
-            + ("" if ctx.config.recorded else " (TF32 kernels of that family ran in the same steps)"), targets))
+        out.append(
+            Suggestion(
+                "Find why these kernels stayed FP32 although TF32 is allowed: fp32 GEMVs and batched "
+                "shapes cuBLAS has no TF32 kernel for, convolutions cuDNN ran with a non-tensor algorithm "
+                "(try torch.backends.cudnn.benchmark=True), or TF32 turned off again later in the script",
+                f"{condition}; TF32 is on for {' and '.join(on)} in this run"
+                + ("" if ctx.config.recorded else " (TF32 kernels of that family ran in the same steps)"),
+                targets,
+            )
+        )
     out += use_autocast(config, condition=condition, applies_to=targets)
     if config.autocast_dtypes:
-        out.append(Suggestion(
-            "Move these matmuls/convolutions inside the autocast region, or check they are ops "
-            "autocast casts (torch.mm/conv/linear are; custom kernels and torch.bmm under some dtypes "
-            "are not)",
-            f"{condition}; autocast({', '.join(config.autocast_dtypes)}) regions ran, "
-            "yet these stayed FP32",
-            targets))
+        out.append(
+            Suggestion(
+                "Move these matmuls/convolutions inside the autocast region, or check they are ops "
+                "autocast casts (torch.mm/conv/linear are; custom kernels and torch.bmm under some dtypes "
+                "are not)",
+                f"{condition}; autocast({', '.join(config.autocast_dtypes)}) regions ran, "
+                "yet these stayed FP32",
+                targets,
+            )
+        )
     return out
 
 
@@ -104,17 +130,24 @@ def fp32_model(inp: Inputs) -> float | None:
 def fp32_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Matrix multiplies run in full FP32 without tensor cores",
-        pairs=[("FP32 GEMM time per step", "gemm_fp32_ms"), ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
-               ("of it with the precision measured by ncu", "gemm_fp32_measured_pct"),
-               ("kernels", "gemm_fp32_kernels"), ("layers", "gemm_fp32_layers"),
-               ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct"),
-               ("tensor pipe busy in the profiled GEMMs", "ncu_gemm_tensor_pipe_pct")],
-        explanation=("GEMM and convolution kernels ran in FP32 on CUDA cores (by ncu's FLOP counters where it "
-                     "profiled them, else by their names); TF32 or BF16 tensor cores have several times the peak. "
-                     "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost assumes the "
-                     "TF32 peak from the datasheet. This finding owns the FP32 GEMM time: the idle tensor pipe ncu "
-                     "sees in them is its evidence, not a second finding."),
-        suggestions=fp32_gemm_advice(ctx))
+        pairs=[
+            ("FP32 GEMM time per step", "gemm_fp32_ms"),
+            ("FP32 share of GEMM time", "gemm_fp32_time_pct"),
+            ("of it with the precision measured by ncu", "gemm_fp32_measured_pct"),
+            ("kernels", "gemm_fp32_kernels"),
+            ("layers", "gemm_fp32_layers"),
+            ("FP32 share of matmul FLOPs", "matmul_fp32_flops_pct"),
+            ("tensor pipe busy in the profiled GEMMs", "ncu_gemm_tensor_pipe_pct"),
+        ],
+        explanation=(
+            "GEMM and convolution kernels ran in FP32 on CUDA cores (by ncu's FLOP counters where it "
+            "profiled them, else by their names); TF32 or BF16 tensor cores have several times the peak. "
+            "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost assumes the "
+            "TF32 peak from the datasheet. This finding owns the FP32 GEMM time: the idle tensor pipe ncu "
+            "sees in them is its evidence, not a second finding."
+        ),
+        suggestions=fp32_gemm_advice(ctx),
+    )
 
 
 def misaligned_model(inp: Inputs) -> float | None:
@@ -126,23 +159,40 @@ def misaligned_model(inp: Inputs) -> float | None:
 def misaligned_report(ctx: Context, lost_ms: float) -> Report:
     values = {name: ctx.value(name) for name in MISALIGNED_INPUTS}
     achieved = _misaligned_achieved(values, ctx.peaks)
-    extra = [] if achieved is None else [Evidence("their share of the attainable roofline", achieved, "%", ESTIMATED)]
+    extra = (
+        []
+        if achieved is None
+        else [Evidence("their share of the attainable roofline", achieved, "%", ESTIMATED)]
+    )
     return Report(
         title="FP16/BF16 matmul dimensions are not multiples of 8",
-        pairs=[("misaligned GEMM calls per step", "misaligned_gemms_per_step"),
-               ("their GPU time", "misaligned_gemm_device_ms"), ("examples", "misaligned_gemm_shapes")],
+        pairs=[
+            ("misaligned GEMM calls per step", "misaligned_gemms_per_step"),
+            ("their GPU time", "misaligned_gemm_device_ms"),
+            ("examples", "misaligned_gemm_shapes"),
+        ],
         extra=extra,
-        assumes=None if achieved is not None else (
+        assumes=None
+        if achieved is not None
+        else (
             "the ~2x slowdown of misaligned shapes in NVIDIA's matrix-multiplication guide "
-            "(no FLOPs or bytes to place these calls on the roofline)"),
-        explanation=("Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
-                     "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
-                     f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."),
-        suggestions=[Suggestion("Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better); "
-                                "pad the batch or sequence length likewise",
-                                f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a "
-                                "dimension that is not a multiple of 8",
-                                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]))])
+            "(no FLOPs or bytes to place these calls on the roofline)"
+        ),
+        explanation=(
+            "Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
+            "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
+            f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."
+        ),
+        suggestions=[
+            Suggestion(
+                "Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better); "
+                "pad the batch or sequence length likewise",
+                f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a "
+                "dimension that is not a multiple of 8",
+                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]),
+            )
+        ],
+    )
 
 
 def pipe_model(inp: Inputs) -> float | None:
@@ -150,7 +200,12 @@ def pipe_model(inp: Inputs) -> float | None:
     causes), at the pipe figure of the profiled non-FP32 GEMMs."""
     pipe = inp["ncu_non_fp32_gemm_tensor_pipe_pct"]
     gemm = inp.pool_ms or 0.0
-    if pipe is None or pipe >= LOW_TENSOR_PIPE_PCT or not inp.step_ms or 100 * gemm / inp.step_ms < GEMM_SHARE_PCT:
+    if (
+        pipe is None
+        or pipe >= LOW_TENSOR_PIPE_PCT
+        or not inp.step_ms
+        or 100 * gemm / inp.step_ms < GEMM_SHARE_PCT
+    ):
         return None
     return pipe_idle_lost_ms(gemm, pipe)
 
@@ -159,26 +214,45 @@ def pipe_report(ctx: Context, lost_ms: float) -> Report:
     gemm, pipe = ctx.pools.get("tensor_pipe_idle", 0.0), ctx.value("ncu_non_fp32_gemm_tensor_pipe_pct", 0.0)
     return Report(
         title="GEMM time is high but the tensor pipe is mostly idle",
-        pairs=[("tensor pipe busy in the profiled non-FP32 GEMMs", "ncu_non_fp32_gemm_tensor_pipe_pct"),
-               ("GEMM time per step", "gemm_time_ms"), ("kernel time covered by ncu", "ncu_coverage_pct")],
-        extra=[Evidence("16-bit GEMM time with an idle tensor pipe", gemm, "ms", ctx.metrics["gemm_time_ms"].source)],
+        pairs=[
+            ("tensor pipe busy in the profiled non-FP32 GEMMs", "ncu_non_fp32_gemm_tensor_pipe_pct"),
+            ("GEMM time per step", "gemm_time_ms"),
+            ("kernel time covered by ncu", "ncu_coverage_pct"),
+        ],
+        extra=[
+            Evidence(
+                "16-bit GEMM time with an idle tensor pipe", gemm, "ms", ctx.metrics["gemm_time_ms"].source
+            )
+        ],
         explanation="GEMMs that are not FP32 take much of the step while the tensor pipe is busy "
-                    "a small fraction of their time: small or skinny matrices that cannot fill the "
-                    "tiles, or layouts that force narrow kernels. FP32 and misaligned GEMMs are left "
-                    "to their own findings.",
-        suggestions=[Suggestion("Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles; batch "
-                                "many small matmuls into one (torch.bmm, grouped GEMMs)",
-                                f"{gemm:.3g} ms a step of non-FP32 GEMMs with the tensor pipe {pipe:.0f}% busy")]
-                    + use_compile(ctx.config, why="fuse the small matmuls and the work between them",
-                                  condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs"))
+        "a small fraction of their time: small or skinny matrices that cannot fill the "
+        "tiles, or layouts that force narrow kernels. FP32 and misaligned GEMMs are left "
+        "to their own findings.",
+        suggestions=[
+            Suggestion(
+                "Grow matrix sizes (batch, hidden dims multiple of 64) to fill tensor-core tiles; batch "
+                "many small matmuls into one (torch.bmm, grouped GEMMs)",
+                f"{gemm:.3g} ms a step of non-FP32 GEMMs with the tensor pipe {pipe:.0f}% busy",
+            )
+        ]
+        + use_compile(
+            ctx.config,
+            why="fuse the small matmuls and the work between them",
+            condition=f"the tensor pipe is {pipe:.0f}% busy in these GEMMs",
+        ),
+    )
 
 
 def fp32_fix(inputs: FixInputs) -> Fix | NoFix:
     found = inputs.gemm_speedup("fp32", "tf32")
     if found is None:
         return NoFix("no GEMM speedup measured on this GPU (run `python -m hybrid.replay.calibrate RUN_DIR`)")
-    return Fix("faster_gemms", "FP32 GEMMs/convolutions on TF32 tensor cores",
-               {"speedup": found[0], "precisions": ("fp32",)}, found[1])
+    return Fix(
+        "faster_gemms",
+        "FP32 GEMMs/convolutions on TF32 tensor cores",
+        {"speedup": found[0], "precisions": ("fp32",)},
+        found[1],
+    )
 
 
 def misaligned_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -187,18 +261,49 @@ def misaligned_fix(inputs: FixInputs) -> Fix | NoFix:
     if not speedups:
         return NoFix("no aligned-shape speedup measured on this GPU")
     speedup, basis = speedups[0]
-    return Fix("faster_gemms", "GEMM dims padded to multiples of 8",
-               {"speedup": speedup, "precisions": ("fp16", "bf16")}, basis)
+    return Fix(
+        "faster_gemms",
+        "GEMM dims padded to multiples of 8",
+        {"speedup": speedup, "precisions": ("fp16", "bf16")},
+        basis,
+    )
 
 
-NOT_MEASURED = NotMeasured(id="tensor.not_measured", title="Tensor-core utilization was not measured",
-                           explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
-                                       "precision here is inferred from kernel names and op dtypes.")
+NOT_MEASURED = NotMeasured(
+    id="tensor.not_measured",
+    title="Tensor-core utilization was not measured",
+    explanation="Whether GEMM kernels keep the tensor pipe busy needs ncu counters; "
+    "precision here is inferred from kernel names and op dtypes.",
+)
 RULES = [
-    Rule("tensor.fp32_gemm", "TENSOR_CORE", ("gemm_fp32_ms", "step_time_ms"), fp32_model, fp32_report,
-         pool=("fp32_gemm",), floor_pct=MIN_LOST_PCT, fix=fp32_fix),
-    Rule("tensor.misaligned_dims", "TENSOR_CORE", ("misaligned_gemms_per_step", "step_time_ms"), misaligned_model,
-         misaligned_report, optional=MISALIGNED_INPUTS, pool=("misaligned_gemm",), fix=misaligned_fix),
-    Rule("tensor.pipe_idle", "TENSOR_CORE", ("gemm_time_ms", "step_time_ms"), pipe_model, pipe_report,
-         optional=("ncu_non_fp32_gemm_tensor_pipe_pct",), pool=("tensor_pipe_idle",), counters=NOT_MEASURED),
+    Rule(
+        "tensor.fp32_gemm",
+        "TENSOR_CORE",
+        ("gemm_fp32_ms", "step_time_ms"),
+        fp32_model,
+        fp32_report,
+        pool=("fp32_gemm",),
+        floor_pct=MIN_LOST_PCT,
+        fix=fp32_fix,
+    ),
+    Rule(
+        "tensor.misaligned_dims",
+        "TENSOR_CORE",
+        ("misaligned_gemms_per_step", "step_time_ms"),
+        misaligned_model,
+        misaligned_report,
+        optional=MISALIGNED_INPUTS,
+        pool=("misaligned_gemm",),
+        fix=misaligned_fix,
+    ),
+    Rule(
+        "tensor.pipe_idle",
+        "TENSOR_CORE",
+        ("gemm_time_ms", "step_time_ms"),
+        pipe_model,
+        pipe_report,
+        optional=("ncu_non_fp32_gemm_tensor_pipe_pct",),
+        pool=("tensor_pipe_idle",),
+        counters=NOT_MEASURED,
+    ),
 ]
