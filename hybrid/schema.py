@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hybrid.jsontypes import NUMBER, typed_fields
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the fields added in docs/DESIGN.md "Schema 1.1"
 
 MODES = ("hybrid", "nsys", "torch-only", "cpu-only")
 
