@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -74,7 +76,7 @@ class FakeProcess:
             # Stands in for report.ncu-rep; export_counters below "imports" it.
             shutil.copy(H200_RUN / "ncu" / "counters.csv", out / "report.ncu-rep")
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         return 0
 
     def poll(self) -> int:
@@ -302,7 +304,7 @@ class FailsWhenRunAgain(FakeProcess):
             )
             (out / "inject.json").write_text(json.dumps(inject))
 
-    def wait(self) -> int:
+    def wait(self, timeout: float | None = None) -> int:
         return 1 if self.pass_name == "nsys" else 0
 
 
@@ -334,3 +336,31 @@ def test_a_script_that_cannot_run_twice_keeps_the_windows_of_its_first_process(
         Orchestrator(
             Target([str(script)]), RunOptions(out_dir=tmp_path / "strict", mode="nsys", steps=3)
         ).run()
+
+
+def test_a_pass_that_outlives_its_workloads_record_is_stopped_as_stuck(tmp_path, monkeypatch):
+    """A collector that hangs after its workload ended (the workload wrote inject.json, the process never
+    exits) is stopped after AFTER_WORKLOAD_EXIT_S, its whole process group with it, and the pass says why."""
+    monkeypatch.setattr(orchestrate, "AFTER_WORKLOAD_EXIT_S", 1.0)
+    script = Path(__file__).parent / "scripts" / "train_optimizer.py"
+    orchestrator = Orchestrator(Target([str(script)]), RunOptions(out_dir=tmp_path / "run"))
+    record = orchestrator.run_dir.pass_dir("nsys") / "inject.json"
+    pid_file = tmp_path / "sleeper.pid"
+    # The "collector": records the workload's end, then a child of its own hangs, as a stuck nsys would.
+    stuck = (
+        "import json, subprocess, sys, time\n"
+        f"open({str(record)!r}, 'w').write(json.dumps({{'outcome': 'step_limit'}}))\n"
+        "sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(sleeper.pid))\n"
+        "time.sleep(120)\n"
+    )
+    result = orchestrator._run_child("nsys", [sys.executable, "-c", stuck])
+    assert result.status == "failed" and result.returncode != 0
+    assert "still running 1 s after the workload recorded its end" in result.message
+    assert result.wall_s < 60
+    sleeper = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # the group was signalled: its last member is reaped by init within moments
+            os.kill(sleeper, 0)
+            time.sleep(0.1)
+        os.kill(sleeper, 0)

@@ -67,6 +67,11 @@ PASS_CONTRIBUTIONS = {
 PROGRESS_PREFIX = "[hybrid] "  # lines the injector prints so the parent can show steps done
 # How long a pass may take to close its trace after a stop signal before its group is killed.
 STOP_GRACE_S = 20.0
+# How long a pass's process may outlive its workload's record (inject.json, written in every ending) before
+# it is stopped as stuck: a collector finishing its capture (nsys writing .nsys-rep took a few seconds of a
+# 22 s pass on the H200; its SQLite export is a separate call with its own timeout) never needs minutes, and
+# a hung one would hold the run forever.
+AFTER_WORKLOAD_EXIT_S = 600.0
 # What a process prints when a write fails for want of space (errno 28, EDQUOT, errno 27 under ulimit -f).
 NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
 
@@ -347,7 +352,7 @@ class Orchestrator:
             reader = threading.Thread(target=pump.run, args=(self._child, log), daemon=True)
             reader.start()
             try:
-                result.returncode = self._child.wait()
+                result.returncode, result.message = self._wait_child(name)
             except (KeyboardInterrupt, Terminated) as stop:
                 self._stop_child(stop.signum if isinstance(stop, Terminated) else signal.SIGINT)
                 reader.join(timeout=5)
@@ -384,6 +389,28 @@ class Orchestrator:
             )
         self.progress(name, "end", result.status)
         return result
+
+    def _wait_child(self, name: str) -> tuple[int, str]:
+        """The pass's exit status, and why it was stopped when its process outlived its workload's record by
+        AFTER_WORKLOAD_EXIT_S (a stuck collector): stopped like an interrupted pass, what it wrote is kept."""
+        child = self._child
+        assert child is not None
+        record = self.run_dir.pass_dir(name) / "inject.json"
+        recorded_at: float | None = None
+        while True:
+            try:
+                return child.wait(timeout=1.0), ""
+            except subprocess.TimeoutExpired:
+                if recorded_at is None:
+                    recorded_at = time.monotonic() if record.is_file() else None
+                elif time.monotonic() - recorded_at > AFTER_WORKLOAD_EXIT_S:
+                    self._stop_child(signal.SIGTERM)
+                    code = child.wait()
+                    return (code if code != 0 else 1), (
+                        f"the {name} pass's process was still running {AFTER_WORKLOAD_EXIT_S:.0f} s after "
+                        "the workload recorded its end (a stuck collector): it was stopped, and what it "
+                        "wrote is kept"
+                    )
 
     def _stop_child(self, signum: int) -> None:
         """Pass `signum` to the pass's whole process group (collector and workload), so it can close its
