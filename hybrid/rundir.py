@@ -188,9 +188,13 @@ class RunDir:
         data.update(fields)
         write_atomic(self.path / "run.json", json.dumps(data, indent=1, default=str))
 
+    def inject_path(self, name: str) -> Path:
+        """Where the pass's workload writes its record (inject.json), in every ending."""
+        return self.path / name / "inject.json"
+
     def read_inject(self, name: str) -> dict | None:
         """The pass's inject.json; None when absent or unreadable (inject_damaged tells which)."""
-        path = self.path / name / "inject.json"
+        path = self.inject_path(name)
         try:
             data = json.loads(read_regular_text(path))
         except (OSError, ValueError, RecursionError):
@@ -206,8 +210,7 @@ class RunDir:
 
     def inject_damaged(self, name: str) -> bool:
         """The pass left an inject.json that cannot be read as one."""
-        path = self.path / name / "inject.json"
-        return path.exists() and self.read_inject(name) is None
+        return self.inject_path(name).exists() and self.read_inject(name) is None
 
     def _regular(self, path: Path) -> bool:
         """`path` is a regular file; something else there (a FIFO, a device: a received directory may hold

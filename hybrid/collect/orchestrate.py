@@ -395,7 +395,7 @@ class Orchestrator:
         AFTER_WORKLOAD_EXIT_S (a stuck collector): stopped like an interrupted pass, what it wrote is kept."""
         child = self._child
         assert child is not None
-        record = self.run_dir.pass_dir(name) / "inject.json"
+        record = self.run_dir.inject_path(name)
         recorded_at: float | None = None
         while True:
             try:
