@@ -45,11 +45,25 @@ SCENARIOS = {
 }
 
 
+# Scenarios whose assertions read step times: run after the others, not beside nine scripts importing torch on
+# a 2-core box (settles_late's 50 ms steps read 214, 151, 153 ms there and never settled within 10%).
+TIMED_SCENARIOS = ("settles_late",)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Run]:
+    together = [name for name in SCENARIOS if name not in TIMED_SCENARIOS]
+    results = _run_scenarios(tmp_path_factory, together)
+    results.update(_run_scenarios(tmp_path_factory, list(TIMED_SCENARIOS)))
+    return results
+
+
+def _run_scenarios(tmp_path_factory, names: list[str]) -> dict[str, Run]:
+    """Start the named scenarios together, then wait for each."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     started = {}
-    for name, (pass_name, script, args, warmup, steps) in SCENARIOS.items():
+    for name in names:
+        pass_name, script, args, warmup, steps = SCENARIOS[name]
         out = tmp_path_factory.mktemp(name) / pass_name
         args = [str(out.parent / "record.json") if a == "RECORD" else a for a in args]
         argv = [
