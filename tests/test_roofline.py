@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.analysis.metrics import steady_steps
 from hybrid.analysis.roofline import roofline
 from hybrid.hardware import peaks_for
 from hybrid.load.ncu_match import attach_counters
@@ -180,3 +181,30 @@ def test_precision_mix_is_by_flops_and_the_ceiling_what_the_mix_reaches(analyzed
         roof["ceiling_flops_per_s"] / results["device"]["peaks"]["dram_bytes_per_s"]["value"]
     )
     assert roof["ceiling_method"].startswith("the step's FLOPs (tf32 ")
+
+
+def test_convolutions_are_placed_with_the_flops_of_the_op_torch_counted():
+    # A ResNet-style training step on the H200 (planted data_loader_workers0): torch counts FLOPs on
+    # aten::conv2d, which runs no kernel; cudnn_convolution under it and convolution_backward run them.
+    profile = load_torch_trace(
+        Path(__file__).parent / "fixtures/planted/data_loader_workers0/run/torch/trace.json.gz"
+    )
+    roof = roofline(profile, peaks_for(profile.device))
+    ops = profile.ops[profile.ops["device_ns"] > 0]
+    # Every op that ran kernels is placed: the convolutions are no longer left out.
+    assert roof["time_ms"] == pytest.approx(ops["device_ns"].sum() / max(profile.measured_steps, 1) / 1e6)
+    convs = [
+        p for p in roof["kernels"] if p["name"] in ("aten::cudnn_convolution", "aten::convolution_backward")
+    ]
+    assert convs and all(p["flops_per_s"] > 0 for p in convs)
+    # fp32 convolutions ran TF32 kernels (cuDNN's TF32 flag is on by default): the TF32 roof, not FP32's.
+    assert {p["precision"] for p in convs} == {"tf32"}
+    assert roof["precision_mix_pct"] == {"tf32": 100.0}
+    # The forward's FLOPs are torch's own count on aten::conv2d, moved to the op that ran the kernels.
+    steps = steady_steps(profile)
+    in_steps = profile.ops[profile.ops["step"].isin(steps["step"])]
+    forward = sum(
+        sum(p["flops_by_precision"].values()) for p in convs if p["name"] == "aten::cudnn_convolution"
+    )
+    counted = in_steps.loc[in_steps["name"] == "aten::conv2d", "flops"].sum() / len(steps)
+    assert forward == pytest.approx(counted)
