@@ -88,3 +88,13 @@ def test_a_job_is_ordered_and_graded_as_a_single_run_and_keeps_its_representativ
         == max(candidates, key=lambda f: weighed_lost_ms(f, timing))["id"]
     )
     assert all(isinstance(f["ranks"], list) for f in diagnosis["bottlenecks"])
+
+
+def test_a_finding_whose_fix_saves_nothing_is_left_out_whatever_its_floor(analyzed_copy):
+    """graph_breaks (H200): one tensor a step made on the host and copied, 3.4 µs of copy a step, and a
+    rule without a floor: a bottleneck ranked at 0 ms before; now listed with what it would save."""
+    results = analyzed_copy(Path(__file__).resolve().parent / "fixtures" / "planted" / "graph_breaks" / "run")
+    assert "cpu.late_migration" not in {f["id"] for f in results["diagnosis"]["bottlenecks"]}
+    (late,) = [b for b in results["diagnosis"]["below_floor"] if b["id"] == "cpu.late_migration"]
+    assert late["weighed_lost_ms"] == 0.0 and late["floor_pct"] == 0.0
+    assert all(weighed_lost_ms(f, results["timing"]) > 0 for f in results["diagnosis"]["bottlenecks"])
