@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.errors import InputError
+from hybrid.errors import InputError, nsight_errors_as_hybrid
 from hybrid.files import read_regular_text
 from hybrid.inject.stepping import INJECT_FILE
 from hybrid.load import periodicity, settle
@@ -907,7 +907,7 @@ def load_nsys_export(
     injector's `step N` ranges with N at or past it. With no kernel in the export,
     `extras["nsys"]["no_kernels_reason"]` says why (explain_no_kernels), and a warning repeats it.
     InputError when the file is not a readable export or --step-range names no range."""
-    with closing(open_export(path)) as export:
+    with nsight_errors_as_hybrid(), closing(open_export(path)) as export:
         warnings = list(export.warnings)
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
@@ -998,10 +998,11 @@ def explain_no_kernels(path_or_export: str | Path | NsysExport) -> str:
     """Why a capture has no kernels, as far as the export tells: nothing recorded at all (the
     capture range never opened), CUDA calls but no launches, or steps in one process while the
     CUDA work ran in another."""
-    if isinstance(path_or_export, NsysExport):
-        return _explain(path_or_export)
-    with closing(open_export(path_or_export)) as export:
-        return _explain(export)
+    with nsight_errors_as_hybrid():
+        if isinstance(path_or_export, NsysExport):
+            return _explain(path_or_export)
+        with closing(open_export(path_or_export)) as export:
+            return _explain(export)
 
 
 def _explain(export: NsysExport) -> str:
