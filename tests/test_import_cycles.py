@@ -163,6 +163,13 @@ def test_nsight_never_imports_hybrid():
     assert _arrows({n for n in MODULES if n.startswith("nsight")}, lambda t: t.startswith("hybrid")) == []
 
 
+def test_loaders_never_import_the_injector():
+    """The injector writes, the loaders read: the names both use live in hybrid.markers, so a loader never
+    reaches into the in-process injector for them."""
+    loaders = {n for n in MODULES if n.startswith("hybrid.load.")} | {"hybrid.analysis.job_metrics"}
+    assert _arrows(loaders, lambda t: t.startswith("hybrid.inject")) == []
+
+
 def test_renderers_never_import_the_analysis():
     """A received results.json renders like a fresh one: renderers read the document, never the analysis."""
     assert _arrows({n for n in MODULES if n.startswith("hybrid.report")}, _in_analysis) == []

@@ -30,9 +30,9 @@ import pandas as pd
 
 from hybrid.errors import InputError, nsight_errors_as_hybrid
 from hybrid.files import read_regular_text
-from hybrid.inject.stepping import INJECT_FILE
 from hybrid.load import periodicity, settle
 from hybrid.load.plausible import implausible_rows
+from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, STEP_DOMAIN
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -52,8 +52,6 @@ from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
 
-HYBRID_DOMAIN = "hybrid"
-MODULE_DOMAIN = "hybrid.modules"
 OUR_STEP_TEXT = re.compile(r"^step (\d+)$")
 
 # globalTid = (vm << 48) | (pid << 24) | tid; clearing the tid gives the globalPid that device
@@ -260,7 +258,7 @@ def _numbered(ranges: pd.DataFrame, source: str) -> _Steps:
 
 
 def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[str]) -> _Steps | None:
-    ours = nvtx[(nvtx["domain"] == HYBRID_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
+    ours = nvtx[(nvtx["domain"] == STEP_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
     if ours.empty:
         return None
     ranges = _with_pid(ours).rename(columns={"text": "name"})
@@ -276,11 +274,11 @@ def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[st
             ranges = ranges[~beyond]
         if ranges.empty:
             return None
-    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{HYBRID_DOMAIN}")
+    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{STEP_DOMAIN}")
 
 
 def _named_steps(nvtx: pd.DataFrame, name: str) -> _Steps:
-    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN])]
+    user = nvtx[~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN])]
     text = user["text"].fillna("")
     matched = user[text == name]
     if matched.empty:
@@ -300,7 +298,7 @@ def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
     overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
     ranges cover the most time (the iteration encloses its forward/backward ranges)."""
     user = nvtx[
-        ~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
+        ~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
     ].copy()
     if user.empty:
         return None
