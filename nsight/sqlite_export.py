@@ -1,4 +1,4 @@
-"""Read an Nsight Systems SQLite export through the queries in sql/.
+"""Read an Nsight Systems SQLite export through the queries in nsight/sql/.
 
 The export is opened read-only. Each query's header names the tables it needs; since nsys creates
 tables lazily (no copies captured, no MEMCPY table), a missing table means "no such events" and the
@@ -61,7 +61,7 @@ class Query:
 @cache
 def load_query(name: str) -> Query:
     """The query sql/<name>.sql with the tables its `-- requires:` header lists."""
-    resource = files("sql").joinpath(f"{name}.sql")
+    resource = files("nsight.sql").joinpath(f"{name}.sql")
     sql = resource.read_text(encoding="utf-8")
     match = re.search(r"^--\s*requires:\s*(.+)$", sql, flags=re.MULTILINE)
     if not match:
