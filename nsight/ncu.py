@@ -52,7 +52,8 @@ NCCL_PREFIX = "nccl"
 # ncu replays each profiled launch once per pass, saving and restoring the memory it writes, which
 # costs milliseconds per launch. A step of a large model can hold thousands of launches of the
 # selected kernels; this cap keeps the pass to minutes. Launches past it get counters from an
-# earlier profiled launch of the same kernel and launch configuration (hybrid/load/ncu_match.py).
+# earlier profiled launch of the same kernel and launch configuration (the caller matches them back:
+# hybrid.load.ncu_match).
 DEFAULT_MAX_LAUNCHES = 500
 
 LOG_TAIL_LINES = 20
