@@ -17,6 +17,7 @@ import pytest
 from hybrid.load.ncu_match import attach_counters, representative_step, select_kernels
 from hybrid.profile import (
     KERNEL_COLUMNS,
+    KERNEL_COUNTER_COLUMNS,
     MATCH_CONFIG,
     MATCH_LAUNCH,
     MATCH_NAME,
@@ -154,6 +155,11 @@ def test_one_step_of_counters_matches_every_step_by_launch(kernels):
     counters = parse_ncu_csv(_rows_of_ncu_ids({"2", "3", "4", "5"}))
     profile = attach_counters(Profile(kernels=kernels), counters)
     ncu = profile.extras["ncu"]
+    # One row per kernel, in the kernels' order, typed by the Profile's contract.
+    profile.validate()
+    assert len(profile.kernel_counters) == len(kernels)
+    assert list(profile.kernel_counters.columns) == list(KERNEL_COUNTER_COLUMNS)
+    assert profile.kernel_counters["counter_row"].dtype == "int64"
     levels = pd.Series(profile.kernel_counters["counter_match"].to_numpy(), index=kernels.index)
     assert (levels[kernels["step"] >= 0] == MATCH_LAUNCH).all()
     assert (levels[kernels["step"] < 0] == MATCH_NONE).all()  # the randn kernels were not profiled
