@@ -1,6 +1,6 @@
-"""The names the injector writes into a pass's folder and its traces, and the loaders read back: one
-home, so that the two sides cannot drift apart. Plain values (only `re` imported), cheap to import inside
-the user's process."""
+"""The names a run writes (the injector into a pass's folder and its traces, the collectors into the run
+directory) and the loaders read back: one home, so that the two sides cannot drift apart. Plain values
+(only `re` imported), cheap to import inside the user's process."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ TRACE_FILE = "trace.json"  # torch.profiler's Chrome trace (torch pass)
 # torch.profiler computes FLOPs per operator (with_flops) but recent versions leave them out of the
 # Chrome trace; they are saved beside it, keyed by the operator's `External id` in the trace.
 OP_FLOPS_FILE = "op_flops.json"
+
+# Where a run directory keeps the nsys pass's export: NSYS_DIR/NSYS_EXPORT_FILE.
+NSYS_DIR = "nsys"
+NSYS_EXPORT_FILE = "profile.sqlite"
 
 # NVTX domains of the injector's ranges (nsys and ncu passes).
 STEP_DOMAIN = "hybrid"  # `warmup` and `step N`

@@ -10,7 +10,7 @@ from pathlib import Path
 from hybrid.errors import InputError, UsageError
 from hybrid.files import claimed, is_no_space, output_error, read_regular_text, write_file
 from hybrid.jsontypes import NUMBER, text_items, typed_fields
-from hybrid.markers import INJECT_FILE, TRACE_FILE
+from hybrid.markers import INJECT_FILE, NSYS_DIR, NSYS_EXPORT_FILE, TRACE_FILE
 
 PASS_NAMES = ("plain", "torch", "nsys", "ncu")
 
@@ -230,7 +230,7 @@ class RunDir:
         return None
 
     def nsys_export(self) -> Path | None:
-        path = self.path / "nsys" / "profile.sqlite"
+        path = self.path / NSYS_DIR / NSYS_EXPORT_FILE
         return path if self._regular(path) else None
 
     def ncu_csv(self) -> Path | None:

@@ -30,9 +30,6 @@ KNOWN_SCHEMA_MAJORS = (3,)
 # Tables every nsys export has, whatever was traced; a database without them is not an export.
 EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 
-# Where `hybrid run` leaves the export inside a run directory.
-RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
-
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Result columns of the sql/ queries that hold text, and bytes; every other column holds numbers (or NULL).
@@ -71,17 +68,10 @@ def load_query(name: str) -> Query:
 
 
 def resolve_export_path(path: str | Path) -> Path:
-    """An export file, or a run directory holding nsys/profile.sqlite (or a profile.sqlite)."""
+    """The export file at `path` (a caller that accepts folders finds the export in them first)."""
     path = Path(path)
     if path.is_dir():
-        for candidate in (path / RUN_DIR_EXPORT, path / RUN_DIR_EXPORT.name):
-            if candidate.is_file():
-                return candidate
-        raise UnreadableInput(
-            f"{path} is a directory without an Nsight Systems export ({RUN_DIR_EXPORT})",
-            "pass the .sqlite file itself, or a run directory whose nsys pass finished "
-            "(see run.json for the status of each pass)",
-        )
+        raise UnreadableInput(f"{path} is a directory, not an Nsight Systems export", "pass the .sqlite file")
     if not path.is_file():
         raise UnreadableInput(
             f"{path} does not exist", "check the path to the .sqlite export or run directory"

@@ -32,7 +32,7 @@ from hybrid.errors import InputError, nsight_errors_as_hybrid
 from hybrid.files import read_regular_text
 from hybrid.load import periodicity, settle
 from hybrid.load.plausible import implausible_rows
-from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, STEP_DOMAIN
+from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, NSYS_DIR, NSYS_EXPORT_FILE, STEP_DOMAIN
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -885,6 +885,22 @@ def _window_warning(window: dict, steps: pd.DataFrame, kernels: int) -> str:
     )
 
 
+def export_file(path: str | Path) -> Path:
+    """`path`, or the export a run directory holds (nsys/profile.sqlite, or a profile.sqlite beside
+    run.json). InputError when a directory holds neither; a missing or foreign file is nsight's to name."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    for candidate in (path / NSYS_DIR / NSYS_EXPORT_FILE, path / NSYS_EXPORT_FILE):
+        if candidate.is_file():
+            return candidate
+    raise InputError(
+        f"{path} is a directory without an Nsight Systems export ({NSYS_DIR}/{NSYS_EXPORT_FILE})",
+        "pass the .sqlite file itself, or a run directory whose nsys pass finished "
+        "(see run.json for the status of each pass)",
+    )
+
+
 def injector_measured_steps(export_path: Path) -> int | None:
     """Measured steps that the injector reported in the inject.json next to the export (the nsys
     pass directory of a run); None for a foreign export or an unreadable file."""
@@ -905,7 +921,7 @@ def load_nsys_export(
     injector's `step N` ranges with N at or past it. With no kernel in the export,
     `extras["nsys"]["no_kernels_reason"]` says why (explain_no_kernels), and a warning repeats it.
     InputError when the file is not a readable export or --step-range names no range."""
-    with nsight_errors_as_hybrid(), closing(open_export(path)) as export:
+    with nsight_errors_as_hybrid(), closing(open_export(export_file(path))) as export:
         warnings = list(export.warnings)
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
@@ -999,7 +1015,7 @@ def explain_no_kernels(path_or_export: str | Path | NsysExport) -> str:
     with nsight_errors_as_hybrid():
         if isinstance(path_or_export, NsysExport):
             return _explain(path_or_export)
-        with closing(open_export(path_or_export)) as export:
+        with closing(open_export(export_file(path_or_export))) as export:
             return _explain(export)
 
 
