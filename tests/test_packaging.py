@@ -52,9 +52,7 @@ def test_wheel_ships_packages_queries_and_console_script(wheel):
     for query in sql_in_tree:
         assert f"nsight/sql/{query}" in names
     in_tree = sorted(
-        str(p.relative_to(ROOT))
-        for folder in ("hybrid", "nsight")
-        for p in (ROOT / folder).rglob("*.py")
+        str(p.relative_to(ROOT)) for folder in ("hybrid", "nsight") for p in (ROOT / folder).rglob("*.py")
     )
     assert "hybrid/ledger/build.py" in in_tree and "hybrid/replay/simulate.py" in in_tree
     assert [m for m in in_tree if m not in names] == []
