@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hybrid.collect.tool_probe import PROBE_TIMEOUT_ENV, probe_timeout_s, run_bounded
 from hybrid.errors import ProfilerError
+from nsight.tool_probe import PROBE_TIMEOUT_ENV, probe_timeout_s, run_bounded
 
 # A CUDA kernel small enough to profile in seconds, to learn whether counters are permitted.
 _COUNTER_PROBE = "import torch; x = torch.ones(1024, device='cuda'); print(float((x * 2).sum()))"
@@ -40,7 +40,7 @@ def _torch_facts() -> dict:
 
 def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
     """Run ncu on a one-kernel program: the only reliable test of ERR_NVGPUCTRPERM."""
-    from nsight import ncu
+    from hybrid.collect import ncu_tool as ncu
 
     with tempfile.TemporaryDirectory() as tmp:
         argv = [
@@ -70,7 +70,8 @@ def _counters_permitted(ncu_path: Path) -> tuple[bool | None, str]:
 
 
 def diagnose_environment(*, probe_counters: bool = True) -> dict:
-    from nsight import ncu, nsys
+    from hybrid.collect import ncu_tool as ncu
+    from hybrid.collect import nsys_tool as nsys
 
     facts: dict = {"python": sys.version.split()[0], "platform": platform.platform(), **_torch_facts()}
     nsys_path, ncu_path = nsys.find_nsys(), ncu.find_ncu()

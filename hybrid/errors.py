@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from nsight.errors import NsightError, ToolFailed
+
 EXIT_OK = 0
 EXIT_FINDING_AT_OR_ABOVE = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad usage or unreadable input
@@ -54,6 +59,22 @@ class WorkloadError(HybridError):
 
 class ProfilerError(HybridError):
     exit_code = EXIT_PROFILER_FAILED
+
+
+def from_nsight(error: NsightError) -> HybridError:
+    """nsight's error as hybrid's, same cause, fix and kept: a tool that failed is a ProfilerError (exit 4),
+    an export or counter table that cannot be read an InputError (exit 2)."""
+    kind = ProfilerError if isinstance(error, ToolFailed) else InputError
+    return kind(error.cause, error.fix, kept=error.kept)
+
+
+@contextlib.contextmanager
+def nsight_errors_as_hybrid() -> Iterator[None]:
+    """Around a call into nsight/: its errors leave as hybrid's (from_nsight), chained to the original."""
+    try:
+        yield
+    except NsightError as error:
+        raise from_nsight(error) from error
 
 
 class Terminated(BaseException):

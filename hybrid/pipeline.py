@@ -12,7 +12,7 @@ from hybrid import __version__
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.errors import InputError, OutputError, UsageError
-from hybrid.profile import STEP_COLUMNS, Profile
+from hybrid.profile import MEASURED_MATCHES, STEP_COLUMNS, Profile
 from hybrid.rules.base import Finding
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
@@ -65,13 +65,11 @@ def _attach_ncu(profile: Profile, csv_path: Path) -> Profile:
     """The profile with the CSV's counters attached. Raises InputError when the CSV cannot be read,
     or when its kernels are none of the profile's (counters of another workload, which would show as
     `measured (ncu)` over nothing)."""
-    from hybrid.load.ncu_match import attach_counters
-    from nsight.ncu_csv import parse_ncu_csv
+    from hybrid.load.ncu_match import attach_counters, read_counters
 
-    counters = parse_ncu_csv(csv_path)
+    counters = read_counters(csv_path)
     attached = attach_counters(profile, counters)
-    ncu = attached.extras["ncu"]
-    matched = sum(level in ("launch", "config") for level in ncu["kernel_match"])
+    matched = int(attached.kernel_counters["counter_match"].isin(MEASURED_MATCHES).sum())
     if len(counters.frame) and matched == 0:
         raise InputError(
             f"{csv_path}: none of its {len(counters.frame)} kernel(s) is a kernel of this profile "
@@ -263,7 +261,7 @@ def _results(
 def _counters_from_report(run: RunDir, notes: list[str]) -> Path | None:
     """counters.csv from the saved ncu report when the pass left none (ncu stopped before the CSV was
     written): read back with the ncu found on this machine, if any."""
-    from nsight import ncu
+    from hybrid.collect import ncu_tool as ncu
 
     report = run.path / "ncu" / ncu.REPORT_NAME
     found = ncu.find_ncu() if report.is_file() else None
@@ -502,7 +500,7 @@ def plain_step_samples_ms(run: RunDir) -> list[float]:
 def run_artifacts(run: RunDir) -> dict[str, str]:
     """The raw files the run kept, relative to its directory, for the commands that open them in their
     own tools (hybrid.report.views)."""
-    from nsight import ncu
+    from hybrid.collect import ncu_tool as ncu
 
     found = {
         "torch_trace": run.torch_trace(),

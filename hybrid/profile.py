@@ -170,6 +170,19 @@ COUNTER_COLUMNS = {
     "sm_clock_hz": "float64",
 }
 
+# Which counter row (position in `counters`) each kernel takes and how strongly it matched
+# (hybrid.load.ncu_match): one row per row of `kernels`, in the same order; -1 and MATCH_NONE where the
+# kernel took none. Empty when no counters were attached.
+KERNEL_COUNTER_COLUMNS = {"counter_row": "int64", "counter_match": "object"}
+# Match levels, strongest first.
+MATCH_LAUNCH = "launch"  # same signature, grid, block and position in the step
+MATCH_CONFIG = "config"  # same signature, grid and block; another launch of it was profiled
+# Same function base name, another instantiation or launch configuration: indicative only.
+MATCH_NAME = "name"
+MATCH_NONE = "none"
+# The levels whose counters stand for the kernel itself: what every measured figure reads.
+MEASURED_MATCHES = (MATCH_LAUNCH, MATCH_CONFIG)
+
 # Python stacks sampled on the host (nsys --python-sampling), one row per sample, reduced to the
 # sample's first frame in the user's own code, leaf first (nsight.python_frames): file, line and
 # function, file None and line -1 when the stack has no such frame. A sample stands for
@@ -197,6 +210,7 @@ FRAME_COLUMNS = {
     "ops": OP_COLUMNS,
     "layers": LAYER_COLUMNS,
     "counters": COUNTER_COLUMNS,
+    "kernel_counters": KERNEL_COUNTER_COLUMNS,
     "api_calls": API_CALL_COLUMNS,
     "samples": SAMPLE_COLUMNS,
     "op_callsites": OP_CALLSITE_COLUMNS,
@@ -248,6 +262,7 @@ class Profile:
     ops: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_COLUMNS))
     layers: pd.DataFrame = field(default_factory=lambda: empty_frame(LAYER_COLUMNS))
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(COUNTER_COLUMNS))
+    kernel_counters: pd.DataFrame = field(default_factory=lambda: empty_frame(KERNEL_COUNTER_COLUMNS))
     api_calls: pd.DataFrame = field(default_factory=lambda: empty_frame(API_CALL_COLUMNS))
     samples: pd.DataFrame = field(default_factory=lambda: empty_frame(SAMPLE_COLUMNS))
     op_callsites: pd.DataFrame = field(default_factory=lambda: empty_frame(OP_CALLSITE_COLUMNS))
@@ -281,3 +296,17 @@ class Profile:
     @property
     def measured_steps(self) -> int:
         return len(self.steps)
+
+
+def counters_per_kernel(profile: Profile) -> pd.DataFrame:
+    """profile.kernels (index reset) with the counter columns of the counter row each kernel took (NaN
+    where none) and its `counter_match`; every kernel MATCH_NONE when no counters are attached to them."""
+    kernels = profile.kernels.reset_index(drop=True)
+    matched = profile.kernel_counters
+    if len(matched) != len(kernels) or not len(matched):
+        return kernels.assign(counter_match=MATCH_NONE)
+    launch_key = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+    values = profile.counters.drop(columns=launch_key).reset_index(drop=True)
+    rows = matched["counter_row"].reset_index(drop=True)
+    picked = values.reindex(rows.where(rows >= 0)).reset_index(drop=True)
+    return pd.concat([kernels, picked], axis=1).assign(counter_match=matched["counter_match"].to_numpy())

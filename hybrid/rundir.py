@@ -10,6 +10,7 @@ from pathlib import Path
 from hybrid.errors import InputError, UsageError
 from hybrid.files import claimed, is_no_space, output_error, read_regular_text, write_file
 from hybrid.jsontypes import NUMBER, text_items, typed_fields
+from hybrid.markers import INJECT_FILE, NSYS_DIR, NSYS_EXPORT_FILE, TRACE_FILE
 
 PASS_NAMES = ("plain", "torch", "nsys", "ncu")
 
@@ -190,7 +191,7 @@ class RunDir:
 
     def inject_path(self, name: str) -> Path:
         """Where the pass's workload writes its record (inject.json), in every ending."""
-        return self.path / name / "inject.json"
+        return self.path / name / INJECT_FILE
 
     def read_inject(self, name: str) -> dict | None:
         """The pass's inject.json; None when absent or unreadable (inject_damaged tells which)."""
@@ -222,14 +223,14 @@ class RunDir:
         return False
 
     def torch_trace(self) -> Path | None:
-        for name in ("trace.json", "trace.json.gz"):  # archived runs keep the trace gzipped
+        for name in (TRACE_FILE, f"{TRACE_FILE}.gz"):  # archived runs keep the trace gzipped
             path = self.path / "torch" / name
             if self._regular(path):
                 return path
         return None
 
     def nsys_export(self) -> Path | None:
-        path = self.path / "nsys" / "profile.sqlite"
+        path = self.path / NSYS_DIR / NSYS_EXPORT_FILE
         return path if self._regular(path) else None
 
     def ncu_csv(self) -> Path | None:

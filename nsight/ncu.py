@@ -22,15 +22,14 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybrid.collect.tool_probe import probe_timeout_s, run_bounded
-from hybrid.errors import ProfilerError
-from hybrid.files import write_file
+from nsight.errors import ToolFailed
 from nsight.locate import find_tool
 from nsight.ncu_metrics import METRICS
+from nsight.tool_probe import probe_timeout_s, run_bounded
 
 NCU_ENV = "HYBRID_NCU"
 
@@ -53,7 +52,8 @@ NCCL_PREFIX = "nccl"
 # ncu replays each profiled launch once per pass, saving and restoring the memory it writes, which
 # costs milliseconds per launch. A step of a large model can hold thousands of launches of the
 # selected kernels; this cap keeps the pass to minutes. Launches past it get counters from an
-# earlier profiled launch of the same kernel and launch configuration (hybrid/load/ncu_match.py).
+# earlier profiled launch of the same kernel and launch configuration (the caller matches them back:
+# hybrid.load.ncu_match).
 DEFAULT_MAX_LAUNCHES = 500
 
 LOG_TAIL_LINES = 20
@@ -81,6 +81,15 @@ PERMISSION_FIX = (
     "with `--cap-add SYS_ADMIN`. See https://developer.nvidia.com/ERR_NVGPUCTRPERM. "
     "Or skip counters with --mode nsys."
 )
+
+
+# How the pass's files (ncu.log, counters.csv) are written: a plain write by default; a caller with its
+# own file policy (hybrid: atomic, never over a user's file) passes its writer.
+Write = Callable[[Path, str], object]
+
+
+def write_text(path: Path, text: str) -> None:
+    Path(path).write_text(text, encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -247,12 +256,12 @@ def build_ncu_command(
     return argv + list(target_argv)
 
 
-def check_counter_permission(output: str) -> ProfilerError | None:
-    """A ProfilerError naming the fixes when ncu's output says counters are not accessible."""
+def check_counter_permission(output: str) -> ToolFailed | None:
+    """A ToolFailed naming the fixes when ncu's output says counters are not accessible."""
     for marker in PERMISSION_MARKERS:
         if marker in output:
             line = next((ln.strip() for ln in output.splitlines() if marker in ln), marker)
-            return ProfilerError(f"ncu may not read GPU performance counters: {line}", PERMISSION_FIX)
+            return ToolFailed(f"ncu may not read GPU performance counters: {line}", PERMISSION_FIX)
     return None
 
 
@@ -276,9 +285,11 @@ def profiled_kernel(line: str) -> str | None:
     return match["kernel"] if match else None
 
 
-def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = "") -> bool:
+def check_run(
+    csv_path: Path, log_path: Path, returncode: int, console: str = "", *, write: Write = write_text
+) -> bool:
     """Check an ncu pass after it ran: write ncu's message lines from the CSV and `console` (the
-    run's stdout/stderr) into `log_path`; raise ProfilerError, keeping what exists, when counters
+    run's stdout/stderr) into `log_path`; raise ToolFailed, keeping what exists, when counters
     were not permitted or no table was written. Returns True when the table is partial (ncu exited
     non-zero after profiling some kernels); the CSV is never rewritten.
     """
@@ -288,14 +299,14 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
     log = messages + "\n" if messages else ""
     if console:
         log += f"--- workload and ncu console output ---\n{console}"
-    write_file(log_path, log)
+    write(log_path, log)
     output = f"{console}\n{messages}"
     denied = check_counter_permission(output)
     if denied is not None:
         denied.kept = f"{csv_path} and {log_path}"
         raise denied
     if not _has_table(text):
-        raise ProfilerError(
+        raise ToolFailed(
             f"ncu exited with status {returncode} and wrote no counter table; its output ends:\n"
             f"{_tail(output)}",
             "read ncu.log and the pass's console log; a filter that matched no kernel prints "
@@ -305,7 +316,7 @@ def check_run(csv_path: Path, log_path: Path, returncode: int, console: str = ""
     return returncode != 0
 
 
-def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
+def export_counters(ncu: Path, report_path: Path, csv_path: Path, *, write: Write = write_text) -> str:
     """Write the report's counters to `csv_path`; returns what the import printed on stderr (empty
     when fine). A missing report leaves no CSV, and check_run then says why from ncu's output."""
     report_path, csv_path = Path(report_path), Path(csv_path)
@@ -315,19 +326,26 @@ def export_counters(ncu: Path, report_path: Path, csv_path: Path) -> str:
         proc = run_bounded(build_import_command(ncu, report_path), IMPORT_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"reading {report_path.name} back failed: {exc}"
-    write_file(csv_path, proc.stdout)
+    write(csv_path, proc.stdout)
     return proc.stderr.strip() if proc.returncode != 0 or not _has_table(proc.stdout) else ""
 
 
 def finish_pass(
-    ncu: Path, report_path: Path, csv_path: Path, log_path: Path, returncode: int, console: str
+    ncu: Path,
+    report_path: Path,
+    csv_path: Path,
+    log_path: Path,
+    returncode: int,
+    console: str,
+    *,
+    write: Write = write_text,
 ) -> bool:
-    """After the profiling run: the report as CSV, then check_run (raises ProfilerError; returns
+    """After the profiling run: the report as CSV, then check_run (raises ToolFailed; returns
     whether the table is partial)."""
-    import_error = export_counters(ncu, report_path, csv_path)
+    import_error = export_counters(ncu, report_path, csv_path, write=write)
     if import_error:
         console = f"{console}\n==ERROR== {import_error}\n"
-    return check_run(csv_path, log_path, returncode, console)
+    return check_run(csv_path, log_path, returncode, console, write=write)
 
 
 def run_ncu(
@@ -377,8 +395,8 @@ def run_ncu(
     except subprocess.TimeoutExpired as exc:
         os.killpg(proc.pid, signal.SIGKILL)
         console, _ = proc.communicate()
-        write_file(log_path, console)
-        raise ProfilerError(
+        write_text(log_path, console)
+        raise ToolFailed(
             f"ncu did not finish within {timeout_s:.0f} s",
             "select fewer kernels or launches (coverage, cap), or raise the timeout",
             kept=f"{report_path} and {log_path}",

@@ -1,4 +1,5 @@
-"""Read Nsight Compute CSV into the counter frame (`COUNTER_COLUMNS` of hybrid.profile).
+"""Read Nsight Compute CSV into a counter frame: one row per profiled kernel instance, its name, launch
+dimensions and the columns nsight.ncu_metrics.counter_columns names.
 
 Two layouts exist and both are read:
 - long (`ncu --csv --metrics ...`, the default details page): one row per (kernel, metric) with
@@ -22,8 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hybrid.errors import InputError
-from hybrid.profile import COUNTER_COLUMNS, conform
+from nsight.errors import UnreadableInput
 from nsight.ncu_metrics import METRICS, counter_columns
 
 # Column names shared by both layouts (ncu 2023+; checked on 2025.3.1).
@@ -87,7 +87,7 @@ _LAUNCH_DIMS = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)$")
 class NcuCounters:
     """Counters of one ncu run: the frame plus what the reader noticed about it."""
 
-    frame: pd.DataFrame  # COUNTER_COLUMNS, one row per profiled kernel instance, in ncu's ID order
+    frame: pd.DataFrame  # one row per profiled kernel instance, in ncu's ID order (parse_ncu_csv)
     missing_metrics: list[str] = field(default_factory=list)  # requested but reported for no kernel
     # requested, reported for some kernels and n/a (or absent) for others: metric -> kernels lacking it
     partial_metrics: dict[str, int] = field(default_factory=dict)
@@ -208,15 +208,15 @@ def _read_raw(
             inst.values[metric] = _to_base(parse_number(row[i]), units[i], metric, notes)
 
 
-def _no_table_error(text: str, source: str) -> InputError:
+def _no_table_error(text: str, source: str) -> UnreadableInput:
     if NO_KERNELS_TEXT in text:
-        return InputError(
+        return UnreadableInput(
             f"ncu profiled no kernel ({source} says '{NO_KERNELS_TEXT}'): the kernel-name filter or "
             "the NVTX step range matched no launch",
             "check that the step range exists (the workload must step under the injector) and that "
             "the selected kernels run inside it (ncu.log lists the launches ncu saw)",
         )
-    return InputError(
+    return UnreadableInput(
         f"{source} holds no ncu CSV table (no header line starting with {HEADER_START})",
         "pass the CSV written by `ncu --csv` (stdout or --log-file) or by "
         "`ncu --import REPORT --csv --page raw`; see ncu.log next to it for why ncu wrote none",
@@ -225,7 +225,7 @@ def _no_table_error(text: str, source: str) -> InputError:
 
 def parse_ncu_csv(source: Path | str, *, metrics: tuple[str, ...] = METRICS) -> NcuCounters:
     """Parse ncu CSV (either layout) into counters: a Path is read from disk, a str is the CSV text.
-    Raises InputError when the file cannot be read, holds no table, or the table has no kernel."""
+    Raises UnreadableInput when the file cannot be read, holds no table, or the table has no kernel."""
     if isinstance(source, Path):
         return read_ncu_csv(source, metrics=metrics)
     return _parse_text(source, "ncu CSV", metrics)
@@ -242,7 +242,7 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
         required = [ID_COLUMN, PID_COLUMN, KERNEL_COLUMN, BLOCK_COLUMN, GRID_COLUMN]
         absent = [c for c in required if c not in header]
         if absent:
-            raise InputError(
+            raise UnreadableInput(
                 f"{source}: ncu CSV header lacks columns {absent}",
                 "write the CSV with a recent ncu (2023.1 or newer) and --csv",
             )
@@ -254,7 +254,7 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
     if not instances:
         if NO_KERNELS_TEXT in text:
             raise _no_table_error(text, source)
-        raise InputError(
+        raise UnreadableInput(
             f"{source}: the ncu CSV table has a header but no kernel rows",
             "ncu stopped before printing results; read ncu.log next to it",
         )
@@ -275,8 +275,8 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
                 **counter_columns(inst.values),
             }
         )
-    frame = conform(pd.DataFrame.from_records(records), COUNTER_COLUMNS)
-    # pandas turns None into NaN in a mixed object column; the contract says None.
+    frame = pd.DataFrame.from_records(records)
+    # pandas turns None into NaN in a mixed object column; no limiter is None.
     limiter = frame["occupancy_limiter"]
     frame["occupancy_limiter"] = limiter.astype(object).where(limiter.notna(), None)
 
@@ -320,7 +320,7 @@ def read_ncu_csv(path: str | Path, *, metrics: tuple[str, ...] = METRICS) -> Ncu
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
-        raise InputError(
+        raise UnreadableInput(
             f"cannot read ncu CSV {path}: {exc.strerror}",
             "check the path; the ncu pass writes RUN_DIR/ncu/counters.csv",
         ) from exc

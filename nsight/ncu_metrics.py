@@ -1,5 +1,5 @@
-"""The minimal Nsight Compute metric set a diagnosis needs, and how its values become the
-`COUNTER_COLUMNS` of `hybrid.profile`.
+"""The minimal Nsight Compute metric set a diagnosis needs, and the counter columns its values become
+(counter_columns; hybrid.profile.COUNTER_COLUMNS is the same set of names, typed).
 
 Kept small on purpose: every hardware counter metric costs replay passes (the kernel is re-run once
 per pass with its memory saved and restored), and `--set full` needs dozens per kernel. Launch

@@ -10,10 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybrid.collect.tool_probe import probe_timeout_s, run_bounded
-from hybrid.errors import ProfilerError
-from hybrid.files import write_file
+from nsight.errors import ToolFailed
 from nsight.locate import find_tool
+from nsight.tool_probe import probe_timeout_s, run_bounded
 
 NSYS_ENV = "HYBRID_NSYS"
 
@@ -98,18 +97,18 @@ def parse_nsys_version(text: str) -> tuple[int, ...] | None:
 
 
 def nsys_version(nsys: Path) -> str:
-    """The version of an nsys binary ('2025.3.1.90'); ProfilerError when it does not run."""
+    """The version of an nsys binary ('2025.3.1.90'); ToolFailed when it does not run."""
     try:
         proc = run_bounded([str(nsys), "--version"], probe_timeout_s())  # a stuck nsys must not hang doctor
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProfilerError(
+        raise ToolFailed(
             f"could not run `{nsys} --version`: {exc}",
             f"check that {nsys} is a working Nsight Systems CLI, or set {NSYS_ENV}",
         ) from exc
     output = proc.stdout + proc.stderr
     version = parse_nsys_version(output)
     if proc.returncode != 0 or version is None:
-        raise ProfilerError(
+        raise ToolFailed(
             f"`{nsys} --version` failed: {_tail(output)}",
             _fix_for(output) or f"check the Nsight Systems install, or set {NSYS_ENV} to another nsys",
         )
@@ -117,11 +116,11 @@ def nsys_version(nsys: Path) -> str:
 
 
 def check_nsys_version(version: str) -> None:
-    """ProfilerError when `version` (as nsys_version returns it) predates MIN_NSYS_VERSION."""
+    """ToolFailed when `version` (as nsys_version returns it) predates MIN_NSYS_VERSION."""
     parsed = parse_nsys_version(version)
     if parsed is None or parsed[:2] < MIN_NSYS_VERSION:
         need = ".".join(map(str, MIN_NSYS_VERSION))
-        raise ProfilerError(
+        raise ToolFailed(
             f"nsys {version} is too old: hybrid needs {need} or newer "
             "(for --cuda-graph-trace and --capture-range-end)",
             f"install a newer Nsight Systems and put it on PATH or in {NSYS_ENV}",
@@ -299,11 +298,11 @@ def _fix_for(log: str) -> str | None:
 
 
 def check_export(out_base: Path, returncode: int, log: str, log_path: Path | None = None) -> Path:
-    """The .sqlite an nsys pass wrote to `out_base`; ProfilerError quoting the end of nsys's output
+    """The .sqlite an nsys pass wrote to `out_base`; ToolFailed quoting the end of nsys's output
     (and the fix for failures we recognize) when there is none."""
     sqlite_path = Path(f"{out_base}.sqlite")
     if not sqlite_path.is_file():
-        raise ProfilerError(
+        raise ToolFailed(
             f"nsys exited with status {returncode} and wrote no {sqlite_path.name}; its output ends:\n"
             f"{_tail(log)}",
             _fix_for(log) or "read the nsys log above; rerun the same command by hand to reproduce it",
@@ -345,13 +344,13 @@ def run_nsys(
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         if log_path is not None:
-            write_file(log_path, partial)
-        raise ProfilerError(
+            Path(log_path).write_text(partial)
+        raise ToolFailed(
             f"nsys did not finish within {timeout_s:.0f} s",
             "measure fewer steps or raise the pass timeout",
             kept=str(log_path) if log_path is not None else None,
         ) from exc
     if log_path is not None:
-        write_file(log_path, proc.stdout)
+        Path(log_path).write_text(proc.stdout)
     sqlite_path = check_export(out_base, proc.returncode, proc.stdout, log_path)
     return NsysRun(proc.returncode, proc.stdout, Path(f"{out_base}.nsys-rep"), sqlite_path)

@@ -1,4 +1,4 @@
-"""Read an Nsight Systems SQLite export through the queries in sql/.
+"""Read an Nsight Systems SQLite export through the queries in nsight/sql/.
 
 The export is opened read-only. Each query's header names the tables it needs; since nsys creates
 tables lazily (no copies captured, no MEMCPY table), a missing table means "no such events" and the
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.errors import InputError
+from nsight.errors import UnreadableInput
 
 # Schema majors this code was written against (3.x: Nsight Systems 2023.x through 2025.x). Another
 # major may rename tables or columns; we still try, and say so.
@@ -29,9 +29,6 @@ KNOWN_SCHEMA_MAJORS = (3,)
 
 # Tables every nsys export has, whatever was traced; a database without them is not an export.
 EXPORT_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
-
-# Where `hybrid run` leaves the export inside a run directory.
-RUN_DIR_EXPORT = Path("nsys") / "profile.sqlite"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -61,7 +58,7 @@ class Query:
 @cache
 def load_query(name: str) -> Query:
     """The query sql/<name>.sql with the tables its `-- requires:` header lists."""
-    resource = files("sql").joinpath(f"{name}.sql")
+    resource = files("nsight.sql").joinpath(f"{name}.sql")
     sql = resource.read_text(encoding="utf-8")
     match = re.search(r"^--\s*requires:\s*(.+)$", sql, flags=re.MULTILINE)
     if not match:
@@ -71,19 +68,14 @@ def load_query(name: str) -> Query:
 
 
 def resolve_export_path(path: str | Path) -> Path:
-    """An export file, or a run directory holding nsys/profile.sqlite (or a profile.sqlite)."""
+    """The export file at `path` (a caller that accepts folders finds the export in them first)."""
     path = Path(path)
     if path.is_dir():
-        for candidate in (path / RUN_DIR_EXPORT, path / RUN_DIR_EXPORT.name):
-            if candidate.is_file():
-                return candidate
-        raise InputError(
-            f"{path} is a directory without an Nsight Systems export ({RUN_DIR_EXPORT})",
-            "pass the .sqlite file itself, or a run directory whose nsys pass finished "
-            "(see run.json for the status of each pass)",
-        )
+        raise UnreadableInput(f"{path} is a directory, not an Nsight Systems export", "pass the .sqlite file")
     if not path.is_file():
-        raise InputError(f"{path} does not exist", "check the path to the .sqlite export or run directory")
+        raise UnreadableInput(
+            f"{path} does not exist", "check the path to the .sqlite export or run directory"
+        )
     return path
 
 
@@ -94,14 +86,14 @@ class NsysExport:
     def __init__(self, path: str | Path) -> None:
         self.path = resolve_export_path(path)
         if self.path.stat().st_size == 0:
-            raise InputError(
+            raise UnreadableInput(
                 f"{self.path} is empty (0 bytes)",
                 "the export was interrupted; export it again with "
                 "`nsys export --type sqlite REPORT.nsys-rep`",
             )
         with self.path.open("rb") as handle:
             if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-                raise InputError(
+                raise UnreadableInput(
                     f"{self.path} is not an SQLite database",
                     "export the report with `nsys export --type sqlite REPORT.nsys-rep`, "
                     "or pass the .sqlite file that `nsys profile --export sqlite` wrote",
@@ -115,7 +107,7 @@ class NsysExport:
             }
         except sqlite3.DatabaseError as exc:
             self.close()
-            raise InputError(
+            raise UnreadableInput(
                 f"{self.path} cannot be read as SQLite: {exc}",
                 "the file is damaged or truncated; export it again from the .nsys-rep",
             ) from exc
@@ -123,7 +115,7 @@ class NsysExport:
         if missing:
             self.close()
             shown = ", ".join(sorted(self.tables)[:8]) or "no tables"
-            raise InputError(
+            raise UnreadableInput(
                 f"{self.path} is an SQLite database but not an Nsight Systems export "
                 f"(it lacks {', '.join(missing)}; it has {shown})",
                 "pass the .sqlite written by `nsys export --type sqlite` or by a hybrid run",
@@ -157,7 +149,7 @@ class NsysExport:
         try:
             return (connection or self.connection).execute(query.sql, bound)
         except sqlite3.DatabaseError as exc:
-            raise InputError(
+            raise UnreadableInput(
                 f"query sql/{name}.sql failed on {self.path}: {exc}",
                 "the export's schema differs from what hybrid expects; re-export it with "
                 "a supported Nsight Systems (see the schema warning, if any)",
@@ -223,10 +215,10 @@ class NsysExport:
             at, bad = next(((i, v) for i, v in enumerate(values) if not _is_int(v)), (0, text[:40]))
             raise self._damaged(name, f"record {at} has a non-numeric {column} {bad[:40]!r}") from None
 
-    def _damaged(self, name: str, what: str) -> InputError:
+    def _damaged(self, name: str, what: str) -> UnreadableInput:
         # The export's own tables, not only our query's file: they are what the user can look at in sqlite3.
         tables = ", ".join(load_query(name).requires)
-        return InputError(
+        return UnreadableInput(
             f"{self.path} is damaged: {tables} (read by sql/{name}.sql): {what}",
             "export it again from the .nsys-rep (nsys export --type sqlite)",
         )

@@ -9,8 +9,9 @@ import pytest
 from hybrid.analysis.kernel_classes import MATMUL_KINDS
 from hybrid.analysis.metrics import compute_metrics, kernel_classes, steady_steps
 from hybrid.hardware import peaks_for
-from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, attach_counters, counters_per_kernel
+from hybrid.load.ncu_match import attach_counters
 from hybrid.load.nsys_export import load_nsys_export
+from hybrid.profile import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
 from nsight.ncu_csv import parse_ncu_csv
 
 RESNET50 = Path(__file__).parent / "fixtures" / "runs" / "h200-resnet50"
@@ -85,9 +86,7 @@ def test_gemm_tensor_pipe_is_over_gemm_kernels_only(profile, metrics, launches):
 def test_dram_rate_counts_each_kernel_as_often_as_it_runs(profile, metrics, launches):
     c = profile.counters.reset_index(drop=True)
     per_step = launches.groupby("step").size().mean()
-    counts = launches.groupby(
-        launches.index.map(lambda i: profile.extras["ncu"]["kernel_counter_rows"][i])
-    ).size()
+    counts = launches.groupby(launches.index.map(lambda i: profile.kernel_counters["counter_row"][i])).size()
     counts = counts / launches["step"].nunique()
     assert counts.sum() == pytest.approx(per_step)
     nbytes = (c["dram_read_bytes"] + c["dram_write_bytes"]).loc[counts.index]

@@ -251,11 +251,11 @@ def damaged_csv(draw) -> bytes:
 @FUZZ
 @given(data=damaged_csv())
 def test_damaged_ncu_csv(tmp_path_factory, data):
+    from hybrid.load.ncu_match import read_counters
     from hybrid.pipeline import analyze_run_dir
-    from nsight.ncu_csv import parse_ncu_csv
 
     run = _small_run_with(tmp_path_factory, "ncu/counters.csv", data)
-    only_input_errors(lambda: parse_ncu_csv(run / "ncu" / "counters.csv"))
+    only_input_errors(lambda: read_counters(run / "ncu" / "counters.csv"))
     # In a run directory, unreadable counters are left out with a warning; given with --ncu, refused.
     only_input_errors(lambda: analyze_run_dir(run))
     only_input_errors(lambda: analyze_run_dir(run, ncu_csv=run / "ncu" / "counters.csv"))

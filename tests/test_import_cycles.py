@@ -157,13 +157,17 @@ def test_the_layer_finder_names_a_forbidden_arrow():
     assert ("hybrid.pipeline", "hybrid.analysis.diagnosis") in _arrows({"hybrid.pipeline"}, _in_analysis)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nsight/ imports hybrid.errors, files, tool_probe and profile: it "
-    "needs its own errors and plain frames (issue 25, item 4)",
-)
 def test_nsight_never_imports_hybrid():
+    """nsight/ knows the Nsight tools and their files: it raises its own errors and returns plain frames,
+    and hybrid maps them (hybrid.errors.from_nsight, hybrid.load conforms the frames)."""
     assert _arrows({n for n in MODULES if n.startswith("nsight")}, lambda t: t.startswith("hybrid")) == []
+
+
+def test_loaders_never_import_the_injector():
+    """The injector writes, the loaders read: the names both use live in hybrid.markers, so a loader never
+    reaches into the in-process injector for them."""
+    loaders = {n for n in MODULES if n.startswith("hybrid.load.")} | {"hybrid.analysis.job_metrics"}
+    assert _arrows(loaders, lambda t: t.startswith("hybrid.inject")) == []
 
 
 def test_renderers_never_import_the_analysis():
@@ -173,9 +177,8 @@ def test_renderers_never_import_the_analysis():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="metrics and ledger.shortfall import ncu_pass's match levels and "
-    "counters, replay.calibrate runs a torch pass: they belong in the loading stage "
-    "(issue 25, items 3-5)",
+    reason="replay.calibrate loads a torch pass (hybrid.load.torch_trace): that loading moves into "
+    "hybrid/collect/ (issue 25, items 3-5)",
 )
 def test_analysis_never_imports_the_loaders_or_the_injector():
     assert (

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_ncu_pass import probe_kernels
 
-from hybrid.errors import ProfilerError
 from nsight import ncu
+from nsight.errors import ToolFailed
 from nsight.ncu_csv import parse_ncu_csv
 from nsight.ncu_metrics import METRICS
 
@@ -109,7 +109,7 @@ def test_profiling_lines_name_the_replayed_kernel_and_nothing_else_does():
 
 def test_finish_pass_without_a_report_says_ncu_wrote_none_and_keeps_the_log(tmp_path):
     console = "==PROF== Connected to process 1\n==ERROR== The application returned an error code (1).\n"
-    with pytest.raises(ProfilerError, match="wrote no counter table") as failed:
+    with pytest.raises(ToolFailed, match="wrote no counter table") as failed:
         ncu.finish_pass(
             Path("/nonexistent/ncu"),
             tmp_path / "report.ncu-rep",
@@ -227,7 +227,7 @@ def test_metric_characters_need_escaping_in_the_filter():
 
 def test_permission_error_is_detected_with_the_fixes():
     error = ncu.check_counter_permission(PERMISSION_TEXT)
-    assert isinstance(error, ProfilerError) and error.exit_code == 4
+    assert isinstance(error, ToolFailed)
     assert "ERR_NVGPUCTRPERM" in error.cause
     for fix in ("root", "NVreg_RestrictProfilingToAdminUsers=0", "--cap-add SYS_ADMIN"):
         assert fix in error.fix
@@ -237,7 +237,7 @@ def test_permission_error_is_detected_with_the_fixes():
 def test_check_run_raises_on_permission_and_keeps_files(tmp_path):
     csv_path, log_path = tmp_path / "counters.csv", tmp_path / "ncu.log"
     csv_path.write_text(PERMISSION_TEXT)
-    with pytest.raises(ProfilerError, match="may not read GPU performance counters") as info:
+    with pytest.raises(ToolFailed, match="may not read GPU performance counters") as info:
         ncu.check_run(csv_path, log_path, 1)
     assert str(csv_path) in info.value.kept
     assert "ERR_NVGPUCTRPERM" in log_path.read_text()
@@ -257,10 +257,10 @@ def test_check_run_on_real_capture_splits_messages_and_flags_partial(tmp_path):
 def test_check_run_without_table_says_so(tmp_path):
     csv_path = tmp_path / "counters.csv"
     csv_path.write_text("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n")
-    with pytest.raises(ProfilerError, match="no counter table") as info:
+    with pytest.raises(ToolFailed, match="no counter table") as info:
         ncu.check_run(csv_path, tmp_path / "ncu.log", 0)
     assert "No kernels were profiled" in info.value.cause
-    with pytest.raises(ProfilerError):
+    with pytest.raises(ToolFailed):
         ncu.check_run(tmp_path / "never-written.csv", tmp_path / "ncu.log", 1)
 
 

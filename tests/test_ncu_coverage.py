@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, MATCH_NAME, attach_counters, select_kernels
+from hybrid.load.ncu_match import attach_counters, select_kernels
 from hybrid.load.nsys_export import load_nsys_export
+from hybrid.profile import MATCH_CONFIG, MATCH_LAUNCH, MATCH_NAME
 from nsight.ncu import function_base_name, kernel_signature
 from nsight.ncu_csv import parse_ncu_csv
 
@@ -103,8 +104,8 @@ def test_every_launch_of_a_profiled_configuration_gets_counters(profile, counter
     ncu = attached.extras["ncu"]
     kernels = _keys(profile.kernels.reset_index(drop=True))
     counter_keys = _keys(counters.frame)[KEY].to_numpy().tolist()
-    levels = pd.Series(ncu["kernel_match"])
-    rows = pd.Series(ncu["kernel_counter_rows"])
+    levels = attached.kernel_counters["counter_match"]
+    rows = attached.kernel_counters["counter_row"]
     counter_key_set = _key_set(counters.frame)
     profiled = pd.Series([tuple(k) in counter_key_set for k in kernels[KEY].to_numpy().tolist()])
     assert profiled.sum() > 0
@@ -139,7 +140,7 @@ def test_instantiations_launched_alike_do_not_share_counters(profile, counters):
     for add and for fill) are different kernels: the one ncu did not profile gets no counters of the other."""
     attached = attach_counters(profile, counters)
     kernels = _keys(profile.kernels.reset_index(drop=True))
-    levels = pd.Series(attached.extras["ncu"]["kernel_match"])
+    levels = attached.kernel_counters["counter_match"]
     base_keys, signature_keys = _key_set(counters.frame, BASE_KEY), _key_set(counters.frame)
     same_base = pd.Series([tuple(k) in base_keys for k in kernels[BASE_KEY].to_numpy().tolist()])
     same_signature = pd.Series([tuple(k) in signature_keys for k in kernels[KEY].to_numpy().tolist()])

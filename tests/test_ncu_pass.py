@@ -14,17 +14,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybrid.load.ncu_match import (
+from hybrid.load.ncu_match import attach_counters, representative_step, select_kernels
+from hybrid.profile import (
+    KERNEL_COLUMNS,
+    KERNEL_COUNTER_COLUMNS,
     MATCH_CONFIG,
     MATCH_LAUNCH,
     MATCH_NAME,
     MATCH_NONE,
-    attach_counters,
+    Profile,
+    conform,
     counters_per_kernel,
-    representative_step,
-    select_kernels,
 )
-from hybrid.profile import KERNEL_COLUMNS, Profile, conform
 from hybrid.provenance import MEASURED_NCU
 from nsight.ncu_csv import NcuCounters, parse_ncu_csv
 
@@ -154,7 +155,12 @@ def test_one_step_of_counters_matches_every_step_by_launch(kernels):
     counters = parse_ncu_csv(_rows_of_ncu_ids({"2", "3", "4", "5"}))
     profile = attach_counters(Profile(kernels=kernels), counters)
     ncu = profile.extras["ncu"]
-    levels = pd.Series(ncu["kernel_match"], index=kernels.index)
+    # One row per kernel, in the kernels' order, typed by the Profile's contract.
+    profile.validate()
+    assert len(profile.kernel_counters) == len(kernels)
+    assert list(profile.kernel_counters.columns) == list(KERNEL_COUNTER_COLUMNS)
+    assert profile.kernel_counters["counter_row"].dtype == "int64"
+    levels = pd.Series(profile.kernel_counters["counter_match"].to_numpy(), index=kernels.index)
     assert (levels[kernels["step"] >= 0] == MATCH_LAUNCH).all()
     assert (levels[kernels["step"] < 0] == MATCH_NONE).all()  # the randn kernels were not profiled
     assert ncu["covered_gpu_time_pct"] == 100.0
@@ -175,7 +181,7 @@ def test_one_step_of_counters_matches_every_step_by_launch(kernels):
 def test_all_counters_attach_and_unprofiled_kernels_are_listed(kernels):
     full = parse_ncu_csv(STDOUT_CSV.read_text())
     profile = attach_counters(Profile(kernels=kernels), full)
-    levels = profile.extras["ncu"]["kernel_match"]
+    levels = list(profile.kernel_counters["counter_match"])
     # The two randn kernels (Half and float) share name, grid and block; launch order pairs them.
     randn = counters_per_kernel(profile)[kernels["step"] == -1]
     assert list(randn["counter_match"]) == [MATCH_LAUNCH, MATCH_LAUNCH]
@@ -203,7 +209,7 @@ def test_other_launch_configuration_falls_back_to_name(kernels):
     counters = parse_ncu_csv(_rows_of_ncu_ids({"2"}))
     reshaped = counters.frame.assign(grid_y=counters.frame["grid_y"] * 2)
     profile = attach_counters(Profile(kernels=kernels), NcuCounters(frame=reshaped))
-    levels = pd.Series(profile.extras["ncu"]["kernel_match"], index=kernels.index)
+    levels = pd.Series(profile.kernel_counters["counter_match"].to_numpy(), index=kernels.index)
     assert set(levels[kernels["name"].str.startswith("nvjet")]) == {MATCH_NAME}
     assert profile.extras["ncu"]["covered_gpu_time_pct"] == 0.0
     step_time = (kernels["end_ns"] - kernels["start_ns"])[kernels["step"] >= 0]
@@ -221,5 +227,5 @@ def test_later_launches_past_the_profiled_ones_match_by_configuration(kernels):
     second = gemm.assign(start_ns=gemm["start_ns"] + 1, launch_ns=gemm["launch_ns"] + 1)
     doubled = pd.concat([step0, second], ignore_index=True)
     profile = attach_counters(Profile(kernels=doubled), parse_ncu_csv(_rows_of_ncu_ids({"2"})))
-    levels = pd.Series(profile.extras["ncu"]["kernel_match"], index=doubled.index)
+    levels = pd.Series(profile.kernel_counters["counter_match"].to_numpy(), index=doubled.index)
     assert list(levels[doubled["name"].str.startswith("nvjet")]) == [MATCH_LAUNCH, MATCH_CONFIG]

@@ -17,10 +17,12 @@ from typing import ClassVar
 
 import pytest
 
+from hybrid.collect import ncu_tool as ncu
+from hybrid.collect import nsys_tool as nsys
 from hybrid.collect import orchestrate
 from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
 from hybrid.errors import ProfilerError, WorkloadError
-from nsight import ncu, nsys
+from nsight.ncu import kernel_name_filter
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
@@ -184,7 +186,7 @@ def test_exact_argv_of_every_pass(patched, tmp_path):
         "--kernel-name-base",
         "function",
         "--kernel-name",
-        ncu.kernel_name_filter(selected),
+        kernel_name_filter(selected),
         "--profile-from-start",
         "off",
         "--filter-mode",

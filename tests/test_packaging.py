@@ -1,4 +1,4 @@
-"""The wheel carries hybrid/, nsight/ and the sql/ queries, and the queries load from the installed
+"""The wheel carries hybrid/, nsight/ and the nsight/sql/ queries, and the queries load from the installed
 package (importlib.resources), not from the source tree."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for folder in ("hybrid", "nsight", "sql"):
+    for folder in ("hybrid", "nsight"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
@@ -47,14 +47,12 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_ships_packages_queries_and_console_script(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    sql_in_tree = sorted(p.name for p in (ROOT / "sql").glob("*.sql"))
-    assert sql_in_tree, "no queries in sql/"
+    sql_in_tree = sorted(p.name for p in (ROOT / "nsight" / "sql").glob("*.sql"))
+    assert sql_in_tree, "no queries in nsight/sql/"
     for query in sql_in_tree:
-        assert f"sql/{query}" in names
+        assert f"nsight/sql/{query}" in names
     in_tree = sorted(
-        str(p.relative_to(ROOT))
-        for folder in ("hybrid", "nsight", "sql")
-        for p in (ROOT / folder).rglob("*.py")
+        str(p.relative_to(ROOT)) for folder in ("hybrid", "nsight") for p in (ROOT / folder).rglob("*.py")
     )
     assert "hybrid/ledger/build.py" in in_tree and "hybrid/replay/simulate.py" in in_tree
     assert [m for m in in_tree if m not in names] == []
@@ -67,7 +65,7 @@ def test_queries_load_from_the_installed_wheel(wheel, tmp_path):
     zipfile.ZipFile(wheel).extractall(target)
     # Run from an empty folder with only the unpacked wheel on the path: the source tree is invisible.
     code = (
-        "import nsight.sqlite_export as e, sql, pathlib, hybrid.pipeline; "
+        "import nsight.sqlite_export as e, nsight.sql as sql, pathlib, hybrid.pipeline; "
         "assert 'site' in pathlib.Path(sql.__file__).parts, sql.__file__; "
         "assert 'site' in pathlib.Path(hybrid.pipeline.__file__).parts, hybrid.pipeline.__file__; "
         "q = e.load_query('kernels'); print(len(q.sql))"

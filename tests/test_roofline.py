@@ -102,7 +102,7 @@ def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50
     # Independent aggregation: walk every kernel launch of the measured steps; a launch inside a module
     # range that ncu_pass matched to a profiled kernel (by launch or launch configuration) adds that
     # kernel's FLOPs and DRAM bytes once, and its timeline time.
-    from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH
+    from hybrid.profile import MATCH_CONFIG, MATCH_LAUNCH
     from hybrid.rundir import RunDir
     from nsight.ncu_csv import parse_ncu_csv
 
@@ -110,11 +110,11 @@ def test_layer_points_sum_the_counters_of_each_layers_profiled_launches(resnet50
     profile = attach_counters(load_nsys_export(run.nsys_export()), parse_ncu_csv(run.ncu_csv()))
     assert resnet50["timing"]["steps_excluded"] == 0  # so every measured step counts
     steps = len(profile.steps)
-    ncu = profile.extras["ncu"]
+    matches = profile.kernel_counters
     counters = profile.counters
     expected: dict[str, dict[str, float]] = {}
     for i, kernel in enumerate(profile.kernels.itertuples(index=False)):
-        row, match = ncu["kernel_counter_rows"][i], ncu["kernel_match"][i]
+        row, match = matches["counter_row"][i], matches["counter_match"][i]
         if not isinstance(kernel.layer, str) or kernel.step < 0 or match not in (MATCH_LAUNCH, MATCH_CONFIG):
             continue
         c = counters.loc[row]

@@ -16,7 +16,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "h200-probe" / "nsys_matmul_copy.
 # Queries over the Python samples run on a capture that has them (nsys --python-sampling).
 SAMPLED = Path(__file__).parent / "fixtures" / "callsites" / "h200_data_pageable_h2d_sampled_no_blobs.sqlite"
 EXPORT_FOR = {"python_samples": SAMPLED, "python_sample_layout": SAMPLED}
-QUERIES = sorted(p.name[:-4] for p in files("sql").iterdir() if p.name.endswith(".sql"))
+QUERIES = sorted(p.name[:-4] for p in files("nsight.sql").iterdir() if p.name.endswith(".sql"))
 COLUMNAR = {"kernels", "runtime_calls", "memcpys", "memsets", "sync_targets"}
 WHOLE = {"t0": 0, "t1": 2**62}
 PARAMS = {

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.inject.rank import RANK_DIR_FORMAT
+from hybrid.markers import RANK_DIR_FORMAT, TORCH_STEP_NAME
 from hybrid.profile import is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union, step_of
@@ -211,8 +211,6 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
-    from hybrid.inject.stepping import TORCH_STEP_NAME
-
     marked = events[(events["cat"] == "user_annotation") & events["name"].str.match(TORCH_STEP_NAME)]
     finished = [a.get("finished", True) is not False for a in marked["args"]]
     marked = marked[finished]

@@ -22,8 +22,7 @@ from hybrid.analysis.kernel_classes import (
     per_kernel,
 )
 from hybrid.hardware import Peaks
-from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH
-from hybrid.profile import ANNOTATION_PREFIX, Profile, is_communication
+from hybrid.profile import ANNOTATION_PREFIX, MEASURED_MATCHES, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
@@ -729,15 +728,18 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
 
 def matched_counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame | None:
     """Kernel launches of `steps` that stand for a profiled kernel (its counter row, matched by launch or
-    launch configuration as ncu_pass matched them), with their timeline GPU time `ns`; None when the
-    counters were attached to no kernel frame."""
-    ncu = profile.extras.get("ncu") or {}
+    launch configuration as hybrid.load.ncu_match matched them), with their timeline GPU time `ns`; None
+    when the counters were attached to no kernel frame."""
     kernels = profile.kernels.reset_index(drop=True)
-    rows, levels = ncu.get("kernel_counter_rows"), ncu.get("kernel_match")
-    if rows is None or len(rows) != len(kernels):
+    per_kernel = profile.kernel_counters
+    if "counters" not in profile.sources or len(per_kernel) != len(kernels):
         return None
-    matched = kernels.assign(counter_row=rows, match=levels, ns=kernels["end_ns"] - kernels["start_ns"])
-    return matched[matched["match"].isin([MATCH_LAUNCH, MATCH_CONFIG]) & matched["step"].isin(steps["step"])]
+    matched = kernels.assign(
+        counter_row=per_kernel["counter_row"].to_numpy(),
+        match=per_kernel["counter_match"].to_numpy(),
+        ns=kernels["end_ns"] - kernels["start_ns"],
+    )
+    return matched[matched["match"].isin(MEASURED_MATCHES) & matched["step"].isin(steps["step"])]
 
 
 def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:

@@ -250,7 +250,8 @@ class Orchestrator:
     def _tools(self) -> dict:
         """Which collectors exist, and why a pass will be skipped. Imported lazily: nsight/ is
         torch-free but not needed for torch-only runs."""
-        from nsight import ncu, nsys
+        from hybrid.collect import ncu_tool as ncu
+        from hybrid.collect import nsys_tool as nsys
 
         nsys_path = nsys.find_nsys()
         ncu_path = ncu.find_ncu()
@@ -748,7 +749,7 @@ class Orchestrator:
         self.mode_reasons.append(f"{name} pass failed, falling back: {error.cause}")
 
     def _nsys_pass(self, tools: dict, stepless: bool) -> None:
-        from nsight import nsys
+        from hybrid.collect import nsys_tool as nsys
 
         out_base = self.run_dir.pass_dir("nsys") / "profile"
         # With no step found by the torch pass, nsys records the whole run (no capture range) while
@@ -839,9 +840,10 @@ class Orchestrator:
         )
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
+        from hybrid.collect import ncu_tool as ncu
         from hybrid.load.ncu_match import select_kernels
         from hybrid.load.nsys_export import load_nsys_export
-        from nsight import ncu, ncu_metrics
+        from nsight import ncu_metrics
 
         planned = self.options.mode != "hybrid" and not stepless
         if planned:

@@ -220,7 +220,7 @@ class JobOrchestrator(Orchestrator):
         )
 
     def _nsys_pass(self, tools: dict, stepless: bool) -> None:
-        from nsight import nsys
+        from hybrid.collect import nsys_tool as nsys
 
         out_base = Path(RANK_DIR_PLACEHOLDER) / "nsys" / "profile"
         prefix = nsys.build_nsys_command(Path(tools["nsys"]), out_base, [], capture_range=not stepless)
@@ -256,9 +256,10 @@ class JobOrchestrator(Orchestrator):
         return (ranks[0] if ranks else 0), "no straggler in the nsys pass: every rank runs the same kernels"
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
+        from hybrid.collect import ncu_tool as ncu
         from hybrid.load.ncu_match import select_kernels
         from hybrid.load.nsys_export import load_nsys_export
-        from nsight import ncu, ncu_metrics
+        from nsight import ncu_metrics
 
         rank, reason = self.choose_ncu_rank()
         self.ncu_rank = rank

@@ -19,8 +19,7 @@ from hybrid.analysis.metrics import kernel_classes
 from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
-from hybrid.load.ncu_match import MATCH_CONFIG, MATCH_LAUNCH, counters_per_kernel
-from hybrid.profile import Profile, is_communication
+from hybrid.profile import MEASURED_MATCHES, Profile, counters_per_kernel, is_communication
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
 # of every fetched sector (hopper-metrics.md).
@@ -96,17 +95,15 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
     """The busy cause of each row of profile.kernels (positional): communication for collectives, the
     first shortfall that holds for compute kernels, else kernel_no_shortfall (counters read) or
     kernel_unprofiled (none)."""
-    ncu = profile.extras.get("ncu") or {}
+    attached = len(profile.kernel_counters) > 0
     # Without counters there is nothing to join (a copy of a million-row frame saved).
-    kernels = counters_per_kernel(profile) if ncu else profile.kernels.reset_index(drop=True)
+    kernels = counters_per_kernel(profile) if attached else profile.kernels.reset_index(drop=True)
     n = len(kernels)
     causes = np.full(n, "kernel_unprofiled", dtype=object)
     if n == 0:
         return causes
     measured = (
-        kernels["counter_match"].isin([MATCH_LAUNCH, MATCH_CONFIG]).to_numpy(bool)
-        if ncu
-        else np.zeros(n, bool)
+        kernels["counter_match"].isin(MEASURED_MATCHES).to_numpy(bool) if attached else np.zeros(n, bool)
     )
 
     def counter(col: str) -> np.ndarray:
@@ -114,7 +111,7 @@ def kernel_causes(profile: Profile, peaks: Peaks) -> np.ndarray:
             return np.full(n, np.nan)
         return np.where(measured, kernels[col].to_numpy(float), np.nan)
 
-    rows = pd.Series(ncu.get("kernel_counter_rows", []))
+    rows = profile.kernel_counters["counter_row"].reset_index(drop=True)
     achieved = (
         counter_row_achieved_pct(profile.counters.reset_index(drop=True), peaks)
         .reindex(rows.where(rows >= 0))

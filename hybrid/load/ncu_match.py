@@ -1,7 +1,6 @@
 """The ncu pass's two jobs around the profiler run: choose which kernels are worth replaying (from the
 nsys timeline; hybrid.collect.ncu_plan decides whether counters can change the diagnosis at all), and match
-the
-counters ncu measured back to every kernel instance in the Profile.
+the counters ncu measured back to every kernel instance in the Profile (Profile.kernel_counters).
 
 Matching key: nsys and ncu demangle C++ names differently ('at::native::f<(int)4>' vs 'at::f<4>'),
 so kernels are matched on the signature both names reduce to (nsight.ncu.kernel_signature: template
@@ -15,15 +14,27 @@ inference loop does.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pandas as pd
 
+from hybrid.errors import nsight_errors_as_hybrid
 from hybrid.hardware import peaks_for
 from hybrid.load.plausible import drop_implausible_counters
-from hybrid.profile import COUNTER_COLUMNS, Profile, conform, is_communication
+from hybrid.profile import (
+    COUNTER_COLUMNS,
+    KERNEL_COUNTER_COLUMNS,
+    MATCH_CONFIG,
+    MATCH_LAUNCH,
+    MATCH_NAME,
+    MATCH_NONE,
+    Profile,
+    conform,
+    is_communication,
+)
 from hybrid.provenance import MEASURED_NCU
 from nsight.ncu import function_base_name, kernel_signature
-from nsight.ncu_csv import NcuCounters
+from nsight.ncu_csv import NcuCounters, read_ncu_csv
 
 DEFAULT_COVERAGE = 0.9
 # More names cost more replay time for little: GPU time is usually concentrated in a handful of
@@ -33,13 +44,6 @@ DEFAULT_CAP = 12
 NOT_PROFILED_LISTED = 20
 # Below this share of measured GPU time with counters, the report warns that ncu saw too little.
 LOW_COVERAGE_PCT = 50.0
-
-# Match levels, strongest first, as recorded per kernel in extras["ncu"]["kernel_match"].
-MATCH_LAUNCH = "launch"  # same signature, grid, block and position in the step
-MATCH_CONFIG = "config"  # same signature, grid and block; another launch of it was profiled
-# Same function base name, another instantiation or launch configuration: indicative only.
-MATCH_NAME = "name"
-MATCH_NONE = "none"
 
 _KEY = ["signature", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
@@ -160,14 +164,22 @@ def _renamed_counters(
     return renamed, ncu_names, unmatched
 
 
+def read_counters(path: Path) -> NcuCounters:
+    """ncu's counter CSV (nsight.ncu_csv, either layout) with its frame conformed to the Profile's
+    COUNTER_COLUMNS. InputError when the file cannot be read, holds no table, or the table no kernel."""
+    with nsight_errors_as_hybrid():
+        parsed = read_ncu_csv(path)
+    return dataclasses.replace(parsed, frame=conform(parsed.frame, COUNTER_COLUMNS))
+
+
 def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> Profile:
     """A copy of `profile` with ncu's counters attached.
 
     `profile.counters` gets the counter rows, renamed to the kernel names of `profile.kernels`
-    wherever a launch matched (so a join on name + grid + block works); `extras["ncu"]` records, per
-    kernel row, the counter row it takes and how strongly it matched (counters_per_kernel joins them),
-    the share of measured GPU time covered, the kernels not profiled, replay passes and missing
-    metrics.
+    wherever a launch matched (so a join on name + grid + block works); `profile.kernel_counters` the
+    counter row each kernel takes and how strongly it matched (hybrid.profile.counters_per_kernel joins
+    them); `extras["ncu"]` the share of measured GPU time covered, the kernels not profiled, replay
+    passes and missing metrics.
     """
     parsed = counters if isinstance(counters, NcuCounters) else NcuCounters(frame=counters)
     frame, implausible = drop_implausible_counters(
@@ -203,8 +215,6 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
         )
     extras = dict(profile.extras)
     extras["ncu"] = {
-        "kernel_counter_rows": rows,
-        "kernel_match": levels,
         "covered_gpu_time_pct": covered_pct,
         "name_only_gpu_time_pct": share(level == MATCH_NAME),
         "kernels_not_profiled": [{"name": name, "gpu_time_ns": int(ns)} for name, ns in missed.items()],
@@ -216,17 +226,15 @@ def attach_counters(profile: Profile, counters: NcuCounters | pd.DataFrame) -> P
     }
     sources = dict(profile.sources)
     sources["counters"] = MEASURED_NCU
-    return dataclasses.replace(profile, counters=renamed, extras=extras, sources=sources, warnings=warnings)
-
-
-def counters_per_kernel(profile: Profile) -> pd.DataFrame:
-    """profile.kernels with the counter columns of the counter row each kernel matched (NaN where
-    none) and a `counter_match` column (launch / config / name / none)."""
-    kernels = profile.kernels.reset_index(drop=True)
-    ncu = profile.extras.get("ncu")
-    if not ncu or len(ncu["kernel_counter_rows"]) != len(kernels):
-        return kernels.assign(counter_match=MATCH_NONE)
-    values = profile.counters.drop(columns=["name", *_KEY[1:]]).reset_index(drop=True)
-    rows = pd.Series(ncu["kernel_counter_rows"])
-    picked = values.reindex(rows.where(rows >= 0)).reset_index(drop=True)
-    return pd.concat([kernels, picked], axis=1).assign(counter_match=ncu["kernel_match"])
+    kernel_counters = conform(
+        pd.DataFrame({"counter_row": rows, "counter_match": levels}, columns=list(KERNEL_COUNTER_COLUMNS)),
+        KERNEL_COUNTER_COLUMNS,
+    )
+    return dataclasses.replace(
+        profile,
+        counters=renamed,
+        kernel_counters=kernel_counters,
+        extras=extras,
+        sources=sources,
+        warnings=warnings,
+    )

@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.errors import InputError
+from hybrid.errors import InputError, nsight_errors_as_hybrid
 from hybrid.files import read_regular_text
-from hybrid.inject.stepping import INJECT_FILE
 from hybrid.load import periodicity, settle
 from hybrid.load.plausible import implausible_rows
+from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, NSYS_DIR, NSYS_EXPORT_FILE, STEP_DOMAIN
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -52,8 +52,6 @@ from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
 
-HYBRID_DOMAIN = "hybrid"
-MODULE_DOMAIN = "hybrid.modules"
 OUR_STEP_TEXT = re.compile(r"^step (\d+)$")
 
 # globalTid = (vm << 48) | (pid << 24) | tid; clearing the tid gives the globalPid that device
@@ -260,7 +258,7 @@ def _numbered(ranges: pd.DataFrame, source: str) -> _Steps:
 
 
 def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[str]) -> _Steps | None:
-    ours = nvtx[(nvtx["domain"] == HYBRID_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
+    ours = nvtx[(nvtx["domain"] == STEP_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
     if ours.empty:
         return None
     ranges = _with_pid(ours).rename(columns={"text": "name"})
@@ -276,11 +274,11 @@ def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[st
             ranges = ranges[~beyond]
         if ranges.empty:
             return None
-    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{HYBRID_DOMAIN}")
+    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{STEP_DOMAIN}")
 
 
 def _named_steps(nvtx: pd.DataFrame, name: str) -> _Steps:
-    user = nvtx[~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN])]
+    user = nvtx[~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN])]
     text = user["text"].fillna("")
     matched = user[text == name]
     if matched.empty:
@@ -300,7 +298,7 @@ def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
     overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
     ranges cover the most time (the iteration encloses its forward/backward ranges)."""
     user = nvtx[
-        ~nvtx["domain"].isin([HYBRID_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
+        ~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
     ].copy()
     if user.empty:
         return None
@@ -887,6 +885,22 @@ def _window_warning(window: dict, steps: pd.DataFrame, kernels: int) -> str:
     )
 
 
+def export_file(path: str | Path) -> Path:
+    """`path`, or the export a run directory holds (nsys/profile.sqlite, or a profile.sqlite beside
+    run.json). InputError when a directory holds neither; a missing or foreign file is nsight's to name."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    for candidate in (path / NSYS_DIR / NSYS_EXPORT_FILE, path / NSYS_EXPORT_FILE):
+        if candidate.is_file():
+            return candidate
+    raise InputError(
+        f"{path} is a directory without an Nsight Systems export ({NSYS_DIR}/{NSYS_EXPORT_FILE})",
+        "pass the .sqlite file itself, or a run directory whose nsys pass finished "
+        "(see run.json for the status of each pass)",
+    )
+
+
 def injector_measured_steps(export_path: Path) -> int | None:
     """Measured steps that the injector reported in the inject.json next to the export (the nsys
     pass directory of a run); None for a foreign export or an unreadable file."""
@@ -907,7 +921,7 @@ def load_nsys_export(
     injector's `step N` ranges with N at or past it. With no kernel in the export,
     `extras["nsys"]["no_kernels_reason"]` says why (explain_no_kernels), and a warning repeats it.
     InputError when the file is not a readable export or --step-range names no range."""
-    with closing(open_export(path)) as export:
+    with nsight_errors_as_hybrid(), closing(open_export(export_file(path))) as export:
         warnings = list(export.warnings)
         if measured_steps is None:
             measured_steps = injector_measured_steps(export.path)
@@ -998,10 +1012,11 @@ def explain_no_kernels(path_or_export: str | Path | NsysExport) -> str:
     """Why a capture has no kernels, as far as the export tells: nothing recorded at all (the
     capture range never opened), CUDA calls but no launches, or steps in one process while the
     CUDA work ran in another."""
-    if isinstance(path_or_export, NsysExport):
-        return _explain(path_or_export)
-    with closing(open_export(path_or_export)) as export:
-        return _explain(export)
+    with nsight_errors_as_hybrid():
+        if isinstance(path_or_export, NsysExport):
+            return _explain(path_or_export)
+        with closing(open_export(export_file(path_or_export))) as export:
+            return _explain(export)
 
 
 def _explain(export: NsysExport) -> str:

@@ -23,9 +23,9 @@ import pandas as pd
 
 from hybrid.errors import InputError
 from hybrid.files import gunzip_limited
-from hybrid.inject.stepping import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from hybrid.jsontypes import typed_fields
 from hybrid.load.torch_stacks import op_callsites, stack_samples
+from hybrid.markers import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from hybrid.profile import (
     ANNOTATION_PREFIX,
     KERNEL_COLUMNS,

@@ -1,4 +1,4 @@
-"""Calls hybrid makes to an external tool (nsys, ncu) to learn about it or read its output back: each ends
+"""Calls made to an external tool (nsys, ncu) to learn about it or read its output back: each ends
 within a bounded time, children included. A stuck binary (an nsys wrapper script whose child hangs, a
 license server that never answers) otherwise held `hybrid doctor` for minutes, and killing only the
 tool's own process at a timeout left its children running, holding the output pipe."""
