@@ -132,7 +132,6 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     movable = headroom.movable_ms()
     gain = headroom.weighed_ms(movable)
     sway = _Sway(findings, (analysis.get("ledger") or {}).get("ms_per_step") or {}, timing, plain)
-    figures = {"headroom_ms": gain, "movable_ms": movable}
     bound = (
         f"counters can give a cause to {movable:.2f} ms of kernel time a step (the kernels no name or launch "
         f"configuration classes); a finding claiming all of it would save {gain:.2f} ms a "
@@ -146,7 +145,8 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
             f"{bound}, less than the primary finding {primary['id']} ({sway.weighed(primary):.2f} ms), and "
             "no finding sharing that time could change severity: counters cannot change the primary or a "
             f"severity (a finding they add would be {added} at most)",
-            **figures,
+            headroom_ms=gain,
+            movable_ms=movable,
         )
     ranked = [name for name in headroom.by_name.sort_values(ascending=False).index if name in candidates]
     for count in range(1, len(ranked)):
@@ -157,11 +157,12 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
                 f"{bound}: {change}; ncu profiles the {count} kernels holding the most of that time, as "
                 f"the others' ({rest:.2f} ms) could change neither",
                 kernel_names=ranked[:count],
-                **figures,
+                headroom_ms=gain,
+                movable_ms=movable,
             )
     # No fewer will do: every candidate holding such time, as the others' counters cannot move theirs.
     fewer = ranked if len(ranked) < len(candidates) else None
-    return NcuPlan(True, f"{bound}: {change}", kernel_names=fewer, **figures)
+    return NcuPlan(True, f"{bound}: {change}", headroom_ms=gain, kernel_names=fewer, movable_ms=movable)
 
 
 class _Sway:
