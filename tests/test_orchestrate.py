@@ -269,6 +269,10 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     ncu_pass = next(p for p in run["passes"] if p["name"] == "ncu")
     assert ncu_pass["status"] == "skipped" and ncu_pass["wall_s"] == 0.0
     assert not run["ncu_plan"]["run"] and "counters cannot change the primary" in run["ncu_plan"]["reason"]
+    # What the reason says in words: the kernel time counters could move, and its weighed saving.
+    plan = run["ncu_plan"]
+    assert f"give a cause to {plan['movable_ms']:.2f} ms" in plan["reason"]
+    assert f"would save {plan['headroom_ms']:.2f} ms" in plan["reason"]
     assert ncu_pass["contributed"] == run["ncu_plan"]["reason"]
     assert any(
         r.startswith("ncu pass skipped: counters can give a cause to") and r.endswith("--mode hybrid runs it")
