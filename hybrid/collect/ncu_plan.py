@@ -72,12 +72,26 @@ class KernelHeadroom:
         )
         duration_ms = (kernels["end_ns"] - kernels["start_ns"]).to_numpy(float) / 1e6
         per_step = max(len(steps), 1)
+        names = kernels["name"].astype(str).to_numpy()
         self.by_name = (
-            pd.Series(duration_ms[movable], dtype=float)
-            .groupby(kernels["name"].astype(str).to_numpy()[movable])
-            .sum()
-            .div(per_step)
+            pd.Series(duration_ms[movable], dtype=float).groupby(names[movable]).sum().div(per_step)
         )
+        # ncu replays one launch per launch configuration in one step (what each kernel name costs it).
+        first = kernels[kernels["step"].to_numpy() == steps.min()] if len(steps) else kernels.iloc[:0]
+        self.launches = (
+            first.assign(name=first["name"].astype(str))
+            .drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+            .groupby("name")
+            .size()
+            .reindex(self.by_name.index, fill_value=1)
+            .clip(lower=1)
+        )
+
+    def profiling_order(self, candidates: Sequence[str]) -> list[str]:
+        """The candidates holding movable time, most of it per launch ncu replays first: the fewest launches
+        that take the most movable time out of what the unprofiled rest could move."""
+        held = self.by_name[self.by_name.index.isin(list(candidates)) & (self.by_name > 0)]
+        return list((held / self.launches.loc[held.index]).sort_values(ascending=False, kind="stable").index)
 
     def movable_ms(self, profiled: Sequence[str] = ()) -> float:
         """Kernel time a step whose cause counters could tell, outside the kernels named in `profiled`."""
@@ -103,8 +117,8 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     the timeline found no bottleneck. Otherwise, on the step the findings are weighed at (the plain step
     where a collector slowed the measured one, hybrid.analysis.diagnosis): where the time counters can move
     could make a finding that overtakes the primary, or take enough from a finding sharing its pool to
-    change the primary or a severity, the fewest candidates, most movable time first, that leave the rest
-    unable to; none otherwise. `forced` (--mode hybrid) runs it on every candidate."""
+    change the primary or a severity, the fewest candidates, most movable time per launch first, that leave
+    the rest unable to; none otherwise. `forced` (--mode hybrid) runs it on every candidate."""
     from hybrid.replay.graph import ReplayUnavailable
 
     if forced:
@@ -148,14 +162,14 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
             headroom_ms=gain,
             movable_ms=movable,
         )
-    ranked = [name for name in headroom.by_name.sort_values(ascending=False).index if name in candidates]
+    ranked = headroom.profiling_order(candidates)
     for count in range(1, len(ranked)):
         rest = headroom.movable_ms(ranked[:count])
         if sway.change(primary, rest, headroom.weighed_ms(rest)) is None:
             return NcuPlan(
                 True,
-                f"{bound}: {change}; ncu profiles the {count} kernels holding the most of that time, as "
-                f"the others' ({rest:.2f} ms) could change neither",
+                f"{bound}: {change}; ncu profiles the {count} kernels holding the most of that time per "
+                f"launch it replays, as the others' ({rest:.2f} ms) could change neither",
                 kernel_names=ranked[:count],
                 headroom_ms=gain,
                 movable_ms=movable,
