@@ -181,7 +181,7 @@ def _plan_without_counters(capture: str, tmp_path: Path):
         # Unfused GELU chains: a finding resting on counters could save as much as the fusion finding.
         ("planted/roofline_unfused_gelu/run", True, "could save as much as the primary finding compile."),
         # The fusion finding (MODERATE at 5.0% of the step) draws on the time counters move.
-        ("runs/h200-hf-trainer-bf16", True, "from compile.fusible_elementwise (MODERATE), which draws on"),
+        ("runs/h200-hf-trainer-bf16", True, "of compile.fusible_elementwise's saving (MODERATE)"),
     ],
 )
 def test_ncu_runs_only_where_counters_can_change_the_primary_or_a_severity(capture, runs, why, tmp_path):

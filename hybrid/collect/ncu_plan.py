@@ -8,7 +8,7 @@ time is `kernel_unprofiled`; with them it moves to uncoalesced, low_occupancy, t
 below_roofline or kernel_no_shortfall. So a finding resting on counters claims at most that time (its
 pool), and the analysis weighs such a claim by replaying the step with the claimed kernel time taken off
 the step's kernels (hybrid.replay.transforms.faster_kernels): the replay of the movable time is the most
-it can save, and bounds what it can take from, or add to, any other finding."""
+it can save, and the movable time bounds what moves into or out of another finding's pool."""
 
 from __future__ import annotations
 
@@ -217,6 +217,15 @@ class _Sway:
         )
         return left - float(finding.get("time_lost_ms") or 0.0)
 
+    def highest(self, finding: dict, movable_ms: float) -> float:
+        """The most the finding's weighed saving can be with counters: time moves into its pool only where it
+        draws on a cause counters move time to and not on the one they move it from (no rule does today:
+        the fusion finding's pool holds both)."""
+        pool = set(finding.get("pool") or [])
+        if UNCLASSED in pool or not pool & (MOVABLE_CAUSES - {UNCLASSED}):
+            return self.weighed(finding)
+        return self.weighed(finding) + movable_ms * self.to_weighed
+
     def lowest(self, finding: dict, movable_ms: float) -> float:
         """The least the finding's weighed saving can be once counters give a cause to `movable_ms`."""
         spare = self.spare_ms(finding)
@@ -242,15 +251,15 @@ class _Sway:
         for finding in self.findings:
             if finding.get("id") == primary.get("id"):
                 continue
+            high = self.highest(finding, movable_ms)
             # An alternative remedy for time other findings own is never the primary.
-            if not finding.get("alternative_to") and self.weighed(finding) >= floor:
+            if not finding.get("alternative_to") and high >= floor:
                 return f"{finding['id']} could overtake the primary finding {primary['id']}"
-            low = self.lowest(finding, movable_ms)
-            if low < self.weighed(finding) and self._band(low, finding) != self._band(
-                self.weighed(finding), finding
-            ):
+            now, low = self._band(self.weighed(finding), finding), self.lowest(finding, movable_ms)
+            if self._band(low, finding) != now or self._band(high, finding) != now:
+                moved = max(self.weighed(finding) - low, high - self.weighed(finding))
                 return (
-                    f"counters could take up to {self.weighed(finding) - low:.2f} ms from {finding['id']} "
+                    f"counters could move up to {moved:.2f} ms of {finding['id']}'s saving "
                     f"({finding.get('severity')}), which draws on that time"
                 )
         return None
