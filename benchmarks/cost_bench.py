@@ -11,6 +11,11 @@ job folders into cost.json and checks each against its goal.
       --diagnose "python3 -m hybrid diagnose --model resnet50 --out $RUN/run --quiet"
   python benchmarks/cost_bench.py collect JOB_DIR... > benchmarks/results/cost.json
   python benchmarks/cost_bench.py collect --into benchmarks/results/cost.json JOB_DIR...   # re-measured rows
+  python benchmarks/cost_bench.py plans > benchmarks/results/ncu_plans.json   # on this machine, no GPU
+
+`plans` re-decides the ncu pass of every committed H200 capture with counters as `--mode auto` would
+(its analysis without the counters) and sets beside it the answers with and without them: whether the
+plan skipped ncu only where counters changed neither the primary, the severities nor the savings.
 
 Goals: `make diagnose MODEL=resnet50` (its defaults) within 2 x plain + 30 s; any workload within
 3 x plain + 60 s.
@@ -24,6 +29,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _timed(command: str, log: Path, timeout_s: float) -> tuple[float, int | None]:
@@ -136,6 +143,100 @@ def collect(args: argparse.Namespace) -> int:
     return 0
 
 
+# Committed H200 captures with an ncu pass (run directories).
+CAPTURES = ("tests/fixtures/planted/*/run", "tests/fixtures/runs/h200-*")
+# Savings that differ by less than this, or less than 2%, are the same answer (a replay's rounding).
+SAME_SAVING_MS = 0.05
+
+
+def _diagnosis_answers(results: dict) -> dict:
+    diagnosis = results.get("diagnosis") or {}
+    primary = diagnosis.get("primary_bottleneck")
+    return {
+        "primary": primary.get("id") if isinstance(primary, dict) else None,
+        "findings": {
+            f["id"]: {
+                "severity": f.get("severity"),
+                "weighed_ms": round(float(f.get("weighed_lost_ms") or 0), 3),
+            }
+            for f in diagnosis.get("bottlenecks") or []
+            if not f.get("not_measured")
+        },
+    }
+
+
+def _changed(without: dict, with_counters: dict) -> list[str]:
+    """How the answers with counters differ from those without: primary, severities, savings."""
+    changes = []
+    if without["primary"] != with_counters["primary"]:
+        changes.append(f"primary {without['primary']} -> {with_counters['primary']}")
+    for fid in sorted(set(without["findings"]) | set(with_counters["findings"])):
+        a, b = without["findings"].get(fid), with_counters["findings"].get(fid)
+        if a is None or b is None:
+            present = b or a
+            changes.append(
+                f"{fid} {'added' if b else 'gone'} ({present['severity']}, {present['weighed_ms']} ms)"
+            )
+        elif a["severity"] != b["severity"]:
+            changes.append(f"{fid} {a['severity']} -> {b['severity']}")
+        elif abs(a["weighed_ms"] - b["weighed_ms"]) > max(SAME_SAVING_MS, 0.02 * a["weighed_ms"]):
+            changes.append(f"{fid} {a['weighed_ms']} -> {b['weighed_ms']} ms")
+    return changes
+
+
+def plan_row(capture: Path) -> dict:
+    """The ncu plan `--mode auto` makes on one capture without its counters, the launches ncu would replay
+    (one per launch configuration of the planned kernels, and of every selected kernel), and how the
+    answers with the counters differ from those without."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from hybrid.collect.ncu_plan import plan_ncu
+    from hybrid.collect.orchestrate import Orchestrator
+    from hybrid.load.ncu_match import select_kernels
+    from hybrid.load.nsys_export import load_nsys_export
+    from hybrid.pipeline import analyze_run_dir
+    from hybrid.rundir import RunDir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        shutil.copytree(capture, run, ignore=shutil.ignore_patterns("results*.json", "report*"))
+        with_counters = _diagnosis_answers(analyze_run_dir(run))
+        shutil.rmtree(run / "ncu")
+        analysis = analyze_run_dir(run)
+        profile = load_nsys_export(RunDir(run).nsys_export())
+    selected = select_kernels(profile.kernels)
+    plan = plan_ncu(analysis, profile, selected, forced=False)
+    without = _diagnosis_answers(analysis)
+    changes = _changed(without, with_counters)
+    return {
+        "capture": str(capture.relative_to(ROOT)),
+        "ncu_runs": plan.run,
+        "kernels": len(plan.kernel_names) if plan.kernel_names else None,
+        "launches": Orchestrator._launch_configs(profile, plan.kernel_names or selected) if plan.run else 0,
+        "launches_all_selected": Orchestrator._launch_configs(profile, selected),
+        "reason": plan.reason,
+        "movable_ms": plan.movable_ms,
+        "headroom_ms": plan.headroom_ms,
+        "primary": without["primary"],
+        "counters_change": changes,
+        # A skip is safe where counters change nothing but findings they add at LOW.
+        "skip_safe": not plan.run and all(c.endswith("ms)") and "(LOW" in c for c in changes),
+    }
+
+
+def plans(_args: argparse.Namespace) -> int:
+    """plan_row for every committed capture with counters; fails where a skip changed an answer."""
+    rows = []
+    for capture in sorted(p for pattern in CAPTURES for p in ROOT.glob(pattern) if (p / "ncu").is_dir()):
+        rows.append(plan_row(capture))
+        print(f"{rows[-1]['capture']}: ncu {'runs' if rows[-1]['ncu_runs'] else 'skipped'}", file=sys.stderr)
+    json.dump(rows, sys.stdout, indent=1)
+    print()
+    return 0 if all(r["ncu_runs"] or r["skip_safe"] for r in rows) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -151,8 +252,9 @@ def main() -> int:
     gather = commands.add_parser("collect")
     gather.add_argument("dirs", nargs="+")
     gather.add_argument("--into", type=Path, help="a cost.json whose invalid rows these replace")
+    commands.add_parser("plans", help="the ncu plan of every committed capture with counters")
     args = parser.parse_args()
-    return measure(args) if args.command == "measure" else collect(args)
+    return {"measure": measure, "collect": collect, "plans": plans}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -271,10 +271,13 @@ def test_auto_mode_skips_ncu_where_counters_cannot_change_the_primary(patched, t
     ncu_pass = next(p for p in run["passes"] if p["name"] == "ncu")
     assert ncu_pass["status"] == "skipped" and ncu_pass["wall_s"] == 0.0
     assert not run["ncu_plan"]["run"] and "counters cannot change the primary" in run["ncu_plan"]["reason"]
+    # What the reason says in words: the kernel time counters could move, and its weighed saving.
+    plan = run["ncu_plan"]
+    assert f"give a cause to {plan['movable_ms']:.2f} ms" in plan["reason"]
+    assert f"would save {plan['headroom_ms']:.2f} ms" in plan["reason"]
     assert ncu_pass["contributed"] == run["ncu_plan"]["reason"]
     assert any(
-        r.startswith("ncu pass skipped: faster kernels could save at most")
-        and r.endswith("--mode hybrid runs it")
+        r.startswith("ncu pass skipped: counters can give a cause to") and r.endswith("--mode hybrid runs it")
         for r in run["mode_reasons"]
     )
     # The final analysis reuses the profiles the plan loaded: the same document as re-reading the directory.
@@ -366,3 +369,27 @@ def test_a_pass_that_outlives_its_workloads_record_is_stopped_as_stuck(tmp_path,
             os.kill(sleeper, 0)
             time.sleep(0.1)
         os.kill(sleeper, 0)
+
+
+def test_the_final_analysis_reuses_the_plans_profiles_with_the_counters_that_came_after(
+    patched, tmp_path, monkeypatch
+):
+    # The plan runs ncu (on every kernel): the run's analysis adds its counters to the torch and nsys
+    # profiles the plan loaded, and is the document re-reading the directory gives.
+    from hybrid.collect import ncu_plan
+    from hybrid.pipeline import analyze_run_dir
+
+    monkeypatch.setattr(ncu_plan, "plan_ncu", lambda *_a, **_k: ncu_plan.NcuPlan(True, "the test runs it"))
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    out = tmp_path / "run"
+    orchestrator = Orchestrator(
+        Target([str(script)]), RunOptions(out_dir=out, mode="auto", warmup=2, steps=3)
+    )
+    orchestrator.run()
+    assert [c[c.index("--pass") + 1] for c in patched.calls] == ["torch", "nsys", "ncu"]
+    reused, reread = orchestrator.results(), analyze_run_dir(out)
+    assert reused["mode"] == reread["mode"] == "hybrid"
+    assert reused["diagnosis"]["bottlenecks"] == reread["diagnosis"]["bottlenecks"]
+    assert reused["roofline"] == reread["roofline"] and reused["roofline"]["source"] == "measured:ncu"
+    assert reused["warnings"] == reread["warnings"]

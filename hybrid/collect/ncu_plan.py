@@ -1,7 +1,16 @@
 """Whether the ncu pass can change the diagnosis (`--mode auto`), and on which kernels: decided on the
-analysis of what the torch and nsys passes measured, before ncu runs. Counters can only change findings
-about kernel time (hybrid.ledger's counter causes), and a fix such a finding names only shortens kernels,
-so the step replayed with those kernels at zero time bounds what any of them can save."""
+analysis of what the torch and nsys passes measured, before ncu runs.
+
+Counters change one thing: the ledger cause of a compute kernel that no name or launch configuration
+already classes (hybrid.ledger.shortfall: an FP32 GEMM, a narrow-alignment GEMM and a grid smaller than
+the GPU are told without counters, and take precedence over every counter cause; counters also measure a
+GEMM's precision, taken to agree with the one its name states: they do for all 39 such kernels ncu measured
+in the 24 committed H200 captures). Without counters that
+time is `kernel_unprofiled`; with them it moves to uncoalesced, low_occupancy, tensor_pipe_idle,
+below_roofline or kernel_no_shortfall. So a finding resting on counters claims at most that time (its
+pool), and the analysis weighs such a claim by replaying the step with the claimed kernel time taken off
+the step's kernels (hybrid.replay.transforms.faster_kernels): the replay of the movable time is the most
+it can save, and the movable time bounds what moves into or out of another finding's pool."""
 
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.profile import Profile, is_communication
+from hybrid.rules.engine import severity_for
 
 # Ledger pools only hardware counters give a cause (hybrid.ledger.causes): uncoalesced loads, occupancy, an
 # idle tensor pipe and the distance to the roofline are ncu's figures; without them that kernel time is
@@ -19,6 +29,10 @@ from hybrid.profile import Profile, is_communication
 COUNTER_POOLS = frozenset(
     {"uncoalesced", "low_occupancy", "tensor_pipe_idle", "below_roofline", "kernel_unprofiled"}
 )
+# The causes counters move kernel time between: a finding drawing on one of them can gain or lose time.
+MOVABLE_CAUSES = COUNTER_POOLS | {"kernel_no_shortfall"}
+# The cause of the kernel time whose cause counters could tell (the time they can move).
+UNCLASSED = "kernel_unprofiled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,52 +41,86 @@ class NcuPlan:
 
     run: bool
     reason: str
-    headroom_ms: float | None = None  # the most faster kernels could save a step (KernelHeadroom)
+    headroom_ms: float | None = None  # the most a finding resting on counters saves a step (weighed)
     kernel_names: list[str] | None = None  # the kernels worth counters, where fewer than the selection
+    movable_ms: float | None = None  # kernel time a step counters could give a cause (kernel_unprofiled)
 
 
 class KernelHeadroom:
-    """How much shorter the replayed step gets with compute kernels of the measured steps at zero time:
-    what no counter-based finding on those kernels can exceed, as each fix such a finding names only
-    shortens kernels. With `host_scale` (the analysis' fit to the plain step), on the plain step."""
+    """What counters could change on one profile: the kernel time a step that no name or launch
+    configuration classes (`movable_ms`, per kernel name), and what a finding claiming some of it saves
+    the replayed step (`weighed_ms`). With `host_scale` (the analysis' fit to the plain step), on the
+    plain step."""
 
     def __init__(self, profile: Profile, host_scale: float | None = None) -> None:
-        from hybrid.replay.graph import KERNEL, build_graph
+        from hybrid.hardware import peaks_for
+        from hybrid.ledger.shortfall import kernel_causes
+        from hybrid.replay.graph import build_graph
         from hybrid.replay.predict import ANALYSIS_MAX_KERNELS
         from hybrid.replay.simulate import replay_step
         from hybrid.replay.transforms import host_scaled
 
         graph = build_graph(profile, max_kernels=ANALYSIS_MAX_KERNELS)  # ReplayUnavailable where it cannot
         self.graph = host_scaled(graph, host_scale) if host_scale else graph
-        names = pd.Series(self.graph.d_name)
-        self.names = names.astype(str).to_numpy()
-        self.kernels = (
-            (self.graph.d_kind == KERNEL)
-            & np.isin(self.graph.d_step, self.graph.step_ids)
-            & ~is_communication(names)
-        )
         self._replay = replay_step
         self.base_ms = replay_step(self.graph).step_time_ms
+        kernels = profile.kernels
+        causes = kernel_causes(profile, peaks_for(profile.device))
+        steps = np.asarray(self.graph.step_ids)
+        movable = (
+            (causes == UNCLASSED)
+            & kernels["step"].isin(steps).to_numpy(bool)
+            & ~is_communication(kernels["name"])
+        )
+        duration_ms = (kernels["end_ns"] - kernels["start_ns"]).to_numpy(float) / 1e6
+        per_step = max(len(steps), 1)
+        names = kernels["name"].astype(str).to_numpy()
+        self.by_name = (
+            pd.Series(duration_ms[movable], dtype=float).groupby(names[movable]).sum().div(per_step)
+        )
+        # ncu replays one launch per launch configuration in one step (what each kernel name costs it).
+        first = kernels[kernels["step"].to_numpy() == steps.min()] if len(steps) else kernels.iloc[:0]
+        self.launches = (
+            first.assign(name=first["name"].astype(str))
+            .drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+            .groupby("name")
+            .size()
+            .reindex(self.by_name.index, fill_value=1)
+            .clip(lower=1)
+        )
 
-    def saved_ms(self, keep: Sequence[str] = ()) -> float:
-        """The step time saved with every compute kernel but those named in `keep` at zero time."""
-        instant = self.graph.copy(copy_arrays=("d_dur",))
-        instant.d_dur[self.kernels & ~np.isin(self.names, list(keep))] = 0.0
-        return max(0.0, self.base_ms - self._replay(instant).step_time_ms)
+    def profiling_order(self, candidates: Sequence[str]) -> list[str]:
+        """The candidates holding movable time, most of it per launch ncu replays first: the fewest launches
+        that take the most movable time out of what the unprofiled rest could move."""
+        held = self.by_name[self.by_name.index.isin(list(candidates)) & (self.by_name > 0)]
+        return list((held / self.launches.loc[held.index]).sort_values(ascending=False, kind="stable").index)
+
+    def movable_ms(self, profiled: Sequence[str] = ()) -> float:
+        """Kernel time a step whose cause counters could tell, outside the kernels named in `profiled`."""
+        return float(self.by_name.drop(list(profiled), errors="ignore").sum())
+
+    def weighed_ms(self, claimed_ms: float) -> float:
+        """What a kernel finding claiming `claimed_ms` of kernel time a step saves the replayed step: the
+        claim taken off the step's kernels in proportion to their time, as the analysis replays it
+        (hybrid.replay.predict, the faster_kernels fix)."""
+        from hybrid.replay.transforms import faster_kernels
+        from hybrid.rules.base import Fix
+
+        if claimed_ms <= 0:
+            return 0.0
+        fix = Fix("faster_kernels", "", {"saved_ns_per_step": claimed_ms * 1e6}, "")
+        return max(0.0, self.base_ms - self._replay(faster_kernels(self.graph, fix)).step_time_ms)
 
 
 def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced: bool) -> NcuPlan:
     """Run ncu only where its counters can change the diagnosis of `analysis` (the results of the torch and
     nsys passes, without counters), on the `candidates` (select_kernels) whose counters can: all of them
     where a finding rests on kernel time only counters explain (they would measure what it estimates) or
-    the timeline found no bottleneck; where faster kernels could save as much as the primary finding (on
-    the step the findings are weighed at: the plain step where a collector slowed the measured one,
-    hybrid.analysis.diagnosis), the fewest largest candidates that leave the other kernels unable to, even at
-    zero
-    time; none otherwise. `forced` (--mode hybrid) runs it on every candidate.
-
-    On the committed H200 captures without their counters, this skips 17 of 25 runs, whose primary,
-    severities and savings were the same with counters (two gain a LOW memory.uncoalesced finding)."""
+    the timeline found no bottleneck. Otherwise, on the step the findings are weighed at (the plain step
+    where a collector slowed the measured one, hybrid.analysis.diagnosis): where the time counters can move
+    could make a finding that overtakes the primary, or take enough from a finding sharing its pool to
+    change the primary or a severity, the fewest candidates, most movable time per launch first, that leave
+    the rest unable to; none otherwise. `forced` (--mode hybrid) runs it on every candidate."""
     from hybrid.replay.graph import ReplayUnavailable
 
     if forced:
@@ -96,32 +144,127 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     try:
         headroom = KernelHeadroom(profile, host_scale)
     except ReplayUnavailable:
-        return NcuPlan(True, "the step could not be replayed to bound what faster kernels save")
-    primary_ms = _weighed_lost_ms(primary, timing)
-    step = "plain step" if plain else "step"
-    saved = headroom.saved_ms()
-
-    def bound(compared: str) -> str:
-        return (
-            f"faster kernels could save at most {saved:.2f} ms a {step} (the step replayed with every "
-            f"kernel at zero time), {compared} the primary finding {primary.get('id')} "
-            f"({primary_ms:.2f} ms)"
+        return NcuPlan(True, "the step could not be replayed to bound what counters change")
+    movable = headroom.movable_ms()
+    gain = headroom.weighed_ms(movable)
+    sway = _Sway(findings, (analysis.get("ledger") or {}).get("ms_per_step") or {}, timing, plain)
+    bound = (
+        f"counters can give a cause to {movable:.2f} ms of kernel time a step (the kernels no name or launch "
+        f"configuration classes); a finding claiming all of it would save {gain:.2f} ms a "
+        f"{'plain step' if plain else 'step'} (replayed)"
+    )
+    change = sway.change(primary, movable, gain)
+    if change is None:
+        added = severity_for(100.0 * gain / sway.step_ms) if sway.step_ms else "LOW"
+        return NcuPlan(
+            False,
+            f"{bound}, less than the primary finding {primary['id']} ({sway.weighed(primary):.2f} ms), and "
+            "no finding sharing that time could change severity: counters cannot change the primary or a "
+            f"severity (a finding they add would be {added} at most)",
+            headroom_ms=gain,
+            movable_ms=movable,
         )
-
-    if saved < primary_ms:
-        return NcuPlan(False, bound("less than") + ": counters cannot change the primary", saved)
-    for count in range(1, len(candidates)):
-        rest_ms = headroom.saved_ms(keep=candidates[:count])
-        if rest_ms < primary_ms:
+    ranked = headroom.profiling_order(candidates)
+    for count in range(1, len(ranked)):
+        rest = headroom.movable_ms(ranked[:count])
+        if sway.change(primary, rest, headroom.weighed_ms(rest)) is None:
             return NcuPlan(
                 True,
-                bound("at least") + ": counters can change the primary; ncu profiles the "
-                f"{count} largest kernels, as the others at zero time would save "
-                f"{rest_ms:.2f} ms, less than the primary",
-                saved,
-                candidates[:count],
+                f"{bound}: {change}; ncu profiles the {count} kernels holding the most of that time per "
+                f"launch it replays, as the others' ({rest:.2f} ms) could change neither",
+                kernel_names=ranked[:count],
+                headroom_ms=gain,
+                movable_ms=movable,
             )
-    return NcuPlan(True, bound("at least") + ": counters can change the primary", saved)
+    # No fewer will do: every candidate holding such time, as the others' counters cannot move theirs.
+    fewer = ranked if len(ranked) < len(candidates) else None
+    return NcuPlan(True, f"{bound}: {change}", headroom_ms=gain, kernel_names=fewer, movable_ms=movable)
+
+
+class _Sway:
+    """How far counters can move each finding's weighed saving when they give a cause to some kernel time:
+    a finding drawing on the causes they move time between loses what counter findings drawn before it
+    take beyond what its pool holds over its claim (its pool's ledger time, less what other findings
+    drew); a finding counters add saves at most what claiming all that time saves."""
+
+    def __init__(self, findings: list[dict], pools: dict, timing: dict, plain: bool) -> None:
+        self.findings = findings
+        self.pools = pools
+        self.timing = timing
+        # The step findings are weighed at: the plain step where a collector slowed the measured one.
+        self.step_ms = float(
+            (timing.get("baseline_step_time_ms") if plain else timing.get("step_time_ms")) or 0
+        )
+        measured = timing.get("replay_step_time_ms") or timing.get("step_time_ms")
+        weighed = timing.get("replay_baseline_step_time_ms") or timing.get("baseline_step_time_ms")
+        # A millisecond drawn on the measured step, on the step findings are weighed at.
+        self.to_weighed = (weighed / measured) if plain and weighed and measured else 1.0
+
+    def weighed(self, finding: dict) -> float:
+        return _weighed_lost_ms(finding, self.timing)
+
+    def spare_ms(self, finding: dict) -> float | None:
+        """What the finding's pool holds beyond its claim; None where it draws on no cause counters move."""
+        pool = finding.get("pool") or []
+        if not set(pool) & MOVABLE_CAUSES:
+            return None
+        others = [f for f in self.findings if f is not finding]
+        left = sum(
+            max(
+                0.0,
+                float(self.pools.get(cause, 0.0))
+                - sum((f.get("claimed") or {}).get(cause, 0.0) for f in others),
+            )
+            for cause in pool
+        )
+        return left - float(finding.get("time_lost_ms") or 0.0)
+
+    def highest(self, finding: dict, movable_ms: float) -> float:
+        """The most the finding's weighed saving can be with counters: time moves into its pool only where it
+        draws on a cause counters move time to and not on the one they move it from (no rule does today:
+        the fusion finding's pool holds both)."""
+        pool = set(finding.get("pool") or [])
+        if UNCLASSED in pool or not pool & (MOVABLE_CAUSES - {UNCLASSED}):
+            return self.weighed(finding)
+        return self.weighed(finding) + movable_ms * self.to_weighed
+
+    def lowest(self, finding: dict, movable_ms: float) -> float:
+        """The least the finding's weighed saving can be once counters give a cause to `movable_ms`."""
+        spare = self.spare_ms(finding)
+        if spare is None or spare >= movable_ms:
+            return self.weighed(finding)
+        return max(0.0, self.weighed(finding) - (movable_ms - max(spare, 0.0)) * self.to_weighed)
+
+    def _band(self, saved_ms: float, finding: dict) -> str:
+        """The severity band of a saving on the weighed step, or "below floor" where the finding would be
+        dropped (hybrid.analysis.diagnosis.grade)."""
+        share = 100.0 * saved_ms / self.step_ms if self.step_ms else 0.0
+        return "below floor" if share < float(finding.get("floor_pct") or 0.0) else severity_for(share)
+
+    def change(self, primary: dict, movable_ms: float, gain_ms: float) -> str | None:
+        """What counters giving a cause to `movable_ms` (a finding claiming it all saving `gain_ms`) can
+        change: the primary or another finding's severity; None where neither."""
+        floor = self.lowest(primary, movable_ms)
+        if gain_ms >= floor:
+            return (
+                f"a finding resting on counters could save as much as the primary finding {primary['id']} "
+                f"({floor:.2f} ms)"
+            )
+        for finding in self.findings:
+            if finding.get("id") == primary.get("id"):
+                continue
+            high = self.highest(finding, movable_ms)
+            # An alternative remedy for time other findings own is never the primary.
+            if not finding.get("alternative_to") and high >= floor:
+                return f"{finding['id']} could overtake the primary finding {primary['id']}"
+            now, low = self._band(self.weighed(finding), finding), self.lowest(finding, movable_ms)
+            if self._band(low, finding) != now or self._band(high, finding) != now:
+                moved = max(self.weighed(finding) - low, high - self.weighed(finding))
+                return (
+                    f"counters could move up to {moved:.2f} ms of {finding['id']}'s saving "
+                    f"({finding.get('severity')}), which draws on that time"
+                )
+        return None
 
 
 def _weighed_lost_ms(finding: dict, timing: dict) -> float:

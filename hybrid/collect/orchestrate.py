@@ -806,7 +806,7 @@ class Orchestrator:
     def _analyze_before_ncu(self) -> tuple[Profile, dict | None]:
         """The nsys profile, and the analysis of the torch and nsys passes the ncu plan rests on (about 2 s
         for resnet50 on 2 loaded cores). The profiles loaded for it are kept: the run's final analysis reuses
-        them when no counters come after them (results())."""
+        them, with the counters of the ncu pass where it ran (results())."""
         from copy import deepcopy
 
         from hybrid.load.nsys_export import load_nsys_export
@@ -827,17 +827,20 @@ class Orchestrator:
         return nsys_profile, analysis
 
     def results(self) -> dict:
-        """The run's analysis (results.json); it reuses the profiles loaded for the ncu plan where no counters
-        came after them (resnet50 b32 on 2 loaded cores: 2.5 s of loading saved)."""
+        """The run's analysis (results.json); it reuses the torch and nsys profiles loaded for the ncu plan,
+        with the counters that came after them where the ncu pass ran (resnet50 b32 on 2 loaded cores: 2.5 s
+        of loading saved)."""
         from hybrid.pipeline import analyze_artifacts, analyze_run_dir
 
         loaded, self._loaded = self._loaded, None
-        if loaded is None or any(p.name == "ncu" and p.status != "skipped" for p in self.passes):
+        run = RunDir.open(self.run_dir.path)
+        counters = run.ncu_csv()
+        ncu_ran = any(p.name == "ncu" and p.status != "skipped" for p in self.passes)
+        # Counters only in ncu's own report, or none after an ncu pass that ran: the loader's way, in full.
+        if loaded is None or (ncu_ran and counters is None):
             return analyze_run_dir(self.run_dir.path)
         torch_profile, nsys_profile, notes = loaded
-        return analyze_artifacts(
-            RunDir.open(self.run_dir.path), torch_profile, nsys_profile, None, notes=notes
-        )
+        return analyze_artifacts(run, torch_profile, nsys_profile, counters if ncu_ran else None, notes=notes)
 
     def _ncu_pass(self, tools: dict, stepless: bool) -> None:
         from hybrid.collect import ncu_tool as ncu
@@ -874,6 +877,7 @@ class Orchestrator:
                     "reason": plan.reason,
                     "kernels": plan.kernel_names,
                     "headroom_ms": plan.headroom_ms,
+                    "movable_ms": plan.movable_ms,
                 }
             )
             self.progress(
@@ -881,7 +885,7 @@ class Orchestrator:
                 "end",
                 "counters can change the diagnosis: ncu runs"
                 if plan.run
-                else "skipped: counters cannot change the primary finding",
+                else "skipped: counters cannot change the primary finding or a severity",
             )
             if not plan.run:
                 self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
@@ -890,7 +894,7 @@ class Orchestrator:
                         name="ncu",
                         status="skipped",
                         contributed=plan.reason,
-                        message="counters cannot change the primary",
+                        message="counters cannot change the primary or a severity",
                     )
                 )
                 return
