@@ -286,6 +286,9 @@ def _finding_cell(
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
+    if finding.get("time_lost_method") == "model" and finding.get("replay_reason"):
+        # The figure beside it is the rule's closed form, not a replay: why, first.
+        details.insert(0, Text.assemble(("not replayed: ", "bold"), str(finding["replay_reason"])))
     explanation = str(finding.get("explanation") or "")
     if explanation:
         details.append(
