@@ -70,7 +70,10 @@ def calibrate_run(
             "calibrate a run directory written by `hybrid run` with the torch pass on",
         )
     shapes = run_shapes(trace, top)
-    result = calibrate(shapes, device, cache, budget_s)
+    precision = ((run.read_inject("torch") or {}).get("config") or {}).get("precision") or {}
+    result = calibrate(
+        shapes, device, cache, budget_s, cudnn_benchmark=precision.get("cudnn_benchmark") is True
+    )
     if not shapes:
         result["note"] = NO_SHAPES
     return result

@@ -161,17 +161,21 @@ def calibrate(
     device: str = "cuda",
     cache: Path | None = None,
     budget_s: float | None = None,
+    cudnn_benchmark: bool = False,
 ) -> dict:
     """Time each shape in its current precision and its proposals, largest share first, while `budget_s`
-    lasts; reuse what `cache` holds for this device. Returns the calibration document: {"device", "shapes":
-    [{key, op, dims, dtype, conv, conv_params, share, us: {variant: us}}], "untimed": [{key, share, why}],
-    "pinned_copy_bytes_per_s", "budget_s", "timing_s"}; the cache is updated."""
+    lasts; reuse what `cache` holds for this device. Convolutions pick their cuDNN algorithm as the run did
+    (`cudnn_benchmark`: autotuned, else cuDNN's heuristics). Returns the calibration document: {"device",
+    "shapes": [{key, op, dims, dtype, conv, conv_params, share, us: {variant: us}}], "untimed": [{key, share,
+    why}], "pinned_copy_bytes_per_s", "budget_s", "cudnn_benchmark", "timing_s"}; the cache is updated."""
     import torch
 
     cache = cache or cache_path()
     stored = read_cache(cache)
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     key = device_key(torch, device)
-    known = stored.setdefault(key, {})
+    # Autotuned convolutions may run other algorithms: their timings are kept apart.
+    known = stored.setdefault(key + (" | cudnn.benchmark" if cudnn_benchmark else ""), {})
     started = time.monotonic()
     rows, untimed = [], []
     for shape, share in shapes:
@@ -213,5 +217,6 @@ def calibrate(
         "untimed": untimed,
         "pinned_copy_bytes_per_s": known["pinned_copy_bytes_per_s"],
         "budget_s": budget_s,
+        "cudnn_benchmark": cudnn_benchmark,
         "timing_s": round(time.monotonic() - started, 3),
     }
