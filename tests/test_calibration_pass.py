@@ -15,6 +15,8 @@ from hybrid.collect import calibration_pass
 from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
 from hybrid.pipeline import analyze_run_dir
 from hybrid.replay.calibrate import CALIBRATION_FILE
+from hybrid.report.terminal import render_terminal
+from hybrid.report.units import format_value
 from hybrid.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +62,12 @@ def test_the_pass_times_the_runs_own_shapes_in_a_child_process(tmp_path):
     assert set(written["shapes"][0]["us"]) == {"current", "tf32", "bf16"} and written["budget_s"] == 3.0
     assert events == [("calibration", "start"), ("calibration", "end")]
     assert (run.path / "calibration" / "command.txt").read_text().split()[2] == "hybrid.collect.calibrate_run"
+    # The cost line lists the pass with its wall time and the speedups it measured.
+    assert row["message"].startswith("fp32->tf32 ") and ", fp32->bf16 " in row["message"]
+    run.update_run_json(passes=[*run.run_json()["passes"], row])
+    results = analyze_run_dir(run.path)
+    passes = " ".join(render_terminal(results, color=False).split())
+    assert f"calibration ({format_value(row['wall_s'], 's')}, {row['message']})" in passes
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from hybrid.collect.calibrate_run import DEFAULT_BUDGET_S
 from hybrid.files import read_regular_text
-from hybrid.replay.calibrate import CALIBRATION_FILE, summary
+from hybrid.numbers import significant as fmt
+from hybrid.replay.calibrate import CALIBRATION_FILE, speedups, summary
 from hybrid.rundir import RunDir
 
 NAME = "calibration"
@@ -68,7 +69,13 @@ def pass_row(
     row["wall_s"] = round(time.monotonic() - started, 3)
     if row["status"] == "ok":
         try:
-            row["contributed"] = summary(json.loads(read_regular_text(run_dir.path / CALIBRATION_FILE)))
+            calibration = json.loads(read_regular_text(run_dir.path / CALIBRATION_FILE))
+            row["contributed"] = summary(calibration)
+            # The cost line's short form: what was measured, in a few words.
+            found = speedups(calibration)
+            row["message"] = ", ".join(f"{name} {fmt(value)}x" for name, value in found.items()) or (
+                "no GEMM/conv shape timed"
+            )
         except (OSError, ValueError) as error:
             row.update(status="failed", message=f"its {CALIBRATION_FILE} is unreadable: {error}")
     if row["status"] != "ok":

@@ -493,8 +493,8 @@ def _pass_part(item: dict) -> str:
         details.append(f"{format_value(step, 'ms')}/step")
         if item.get("name") != "plain" and item.get("overhead_pct") is not None:
             details.append(f"overhead {format_change_pct(item['overhead_pct'])}")
-    if item.get("status") != "ok" and item.get("message"):
-        details.append(str(item["message"]))
+    if (item.get("status") != "ok" or item.get("name") == "calibration") and item.get("message"):
+        details.append(str(item["message"]))  # the calibration's: the speedups it measured
     return part + (f" ({', '.join(details)})" if details else "")
 
 
