@@ -543,8 +543,8 @@ def read_calibration(run: RunDir, run_json: dict) -> dict:
     skipped = recorded.get("skipped") if isinstance(recorded, dict) else None
     return {
         "not_run": skipped
-        or "this run has no calibration pass (recorded before hybrid calibrated, or a multi-process job): "
-        "`python -m hybrid.collect.calibrate_run RUN_DIR` on its GPU adds one"
+        or "the run has no calibration pass (`python -m hybrid.collect.calibrate_run RUN_DIR` on its GPU "
+        "adds one)"
     }
 
 
@@ -595,10 +595,7 @@ def rank_path(run_dir: Path, rank: int) -> Path:
 
 
 # Why the job's own findings keep their closed form (Diagnosis.combine marks them "model").
-JOB_FINDING_MODEL = (
-    "the replay models one rank's step, not the collectives between ranks: the time lost is the rule's "
-    "closed form over the ranks' measured communication and wait times"
-)
+JOB_FINDING_MODEL = "a job finding: the replay models one rank's step, not the collectives between ranks"
 
 
 def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:

@@ -105,7 +105,7 @@ def test_a_skipped_pass_says_why_in_run_json_and_in_the_finding(tmp_path, enable
     assert row is None and run.run_json()["calibration"] == {"skipped": reason}
     fp32 = _fp32_finding(run)
     assert fp32["time_lost_method"] == "model"
-    assert fp32["replay_reason"].startswith("no TF32 speedup of this run's FP32 GEMMs was measured")
+    assert fp32["replay_reason"].startswith("the datasheet's FP32/TF32 peak ratio; no TF32 speedup measured")
     assert fp32["replay_reason"].endswith(reason)
 
 

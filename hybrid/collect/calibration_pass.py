@@ -23,12 +23,11 @@ NAME = "calibration"
 # Seconds the child may take beyond its timing budget: Python, torch and CUDA start-up and the torch trace
 # (resnet50's 0.76 MB trace.json.gz loads in about a second); a child still running after them is stopped.
 START_UP_ALLOWANCE_S = 90.0
-DISABLED = "the calibration pass was turned off (--no-calibrate)"
-NO_CUDA = "the calibration pass did not run: the workload used no CUDA device to time its shapes on"
+DISABLED = "calibration turned off (--no-calibrate)"
+NO_CUDA = "no CUDA device to calibrate on"
 NO_TRACE = (
-    "the calibration pass did not run: the torch pass left no trace, and the GEMM and convolution shapes "
-    "come from it (nsys and ncu record launch "
-    "grids, not matrix dimensions)"
+    "no torch trace to take the GEMM/convolution shapes from (nsys and ncu record launch grids, not matrix "
+    "dimensions)"
 )
 
 

@@ -37,19 +37,17 @@ def calibration_status(calibration: dict | None) -> str:
     """What the run's calibration holds, for a fix that found no speedup in it: why the pass did not run
     (`not_run`, hybrid.pipeline.read_calibration), or which shapes it timed."""
     if not calibration:
-        return "this analysis has no calibration of the GPU"
+        return "no calibration in this analysis"
     if calibration.get("not_run"):
         return str(calibration["not_run"])
     if _on_cpu(calibration):
-        return "the run's calibration was timed on the CPU (--device cpu, a smoke test): not a GPU's speedups"
+        return "the calibration was timed on the CPU (--device cpu): not a GPU's speedups"
     rows = calibration.get("shapes") or []
     if not rows:
-        return f"the calibration pass timed no shape ({calibration.get('note') or 'none found'})"
+        return f"the calibration timed no shape ({calibration.get('note') or 'none found'})"
     dtypes = sorted({str(r.get("dtype")) for r in rows})
-    return (
-        f"the calibration pass timed {len(rows)} shape(s) on {calibration.get('device')}, "
-        f"all {'/'.join(dtypes)}"
-        + (f"; not timed: {calibration['untimed'][0].get('why')}" if calibration.get("untimed") else "")
+    return f"the calibration timed {len(rows)} shape(s), all {'/'.join(dtypes)}" + (
+        f"; not timed: {calibration['untimed'][0].get('why')}" if calibration.get("untimed") else ""
     )
 
 

@@ -90,13 +90,10 @@ def run_fix_inputs(analyzed: Analyzed, graph: ReplayGraph, torch_to_nsys: float 
 def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
     """The fix the finding's rule proposes, as the replay applies it, or why none is replayed."""
     if finding.not_measured:
-        return NoFix("not measured: no time lost is estimated without the data it needs")
+        return NoFix("not measured")
     rule = RULE_BY_ID.get(finding.id)
     if rule is None or rule.fix is None:
-        return NoFix(
-            "the replay has no transformation for this fix: the time lost is the rule's closed form over "
-            "the time it measured"
-        )
+        return NoFix("the replay has no transformation for this fix: the rule's closed form")
     return rule.fix(replace(run_inputs, lost_ms=float(finding.time_lost_ms or 0.0)))
 
 

@@ -250,8 +250,8 @@ def fp32_fix(inputs: FixInputs) -> Fix | NoFix:
     found = inputs.gemm_speedup("fp32", "tf32")
     if found is None:
         return NoFix(
-            "no TF32 speedup of this run's FP32 GEMMs was measured on this GPU, so the time lost is the "
-            f"datasheet's FP32/TF32 peak ratio: {inputs.calibration_status}"
+            "the datasheet's FP32/TF32 peak ratio; no TF32 speedup measured on this GPU: "
+            + inputs.calibration_status
         )
     return Fix(
         "faster_gemms",
@@ -266,9 +266,8 @@ def misaligned_fix(inputs: FixInputs) -> Fix | NoFix:
     speedups = [s for s in calibrated if s]
     if not speedups:
         return NoFix(
-            "no speedup of this run's fp16/bf16 GEMMs padded to multiples of 8 was measured on this GPU, so "
-            "the time lost is their distance from the practical roofline (or the matrix-multiplication "
-            f"guide's ~2x): {inputs.calibration_status}"
+            "the distance from the practical roofline (or the guide's ~2x); no padded-shape speedup measured "
+            f"on this GPU: {inputs.calibration_status}"
         )
     speedup, basis = speedups[0]
     return Fix(
