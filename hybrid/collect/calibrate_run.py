@@ -22,7 +22,7 @@ from hybrid.collect.microbench import cache_path, calibrate, write_json
 from hybrid.errors import HybridError, InputError
 from hybrid.files import gunzip_limited, read_regular
 from hybrid.load.torch_trace import load_torch_trace
-from hybrid.replay.calibrate import CALIBRATION_FILE, Shape, summary, top_shapes
+from hybrid.replay.calibrate import CALIBRATION_FILE, RunShape, summary, top_shapes
 from hybrid.rundir import RunDir
 
 # Seconds of timing one run's calibration may take (start-up, trace loading and the pinned copy aside):
@@ -49,12 +49,12 @@ def conv_inputs(trace_path: Path) -> dict[tuple[int, int], list]:
     return out
 
 
-def run_shapes(trace_path: Path, top: int) -> list[tuple[Shape, float]]:
+def run_shapes(trace_path: Path, top: int) -> list[RunShape]:
     """The run's top shapes; a convolution among them takes its stride, padding, dilation and groups from
     the trace (a second read of it, made only then)."""
     ops = load_torch_trace(trace_path).ops
     shapes = top_shapes(ops, top)
-    if any(shape.op == "conv" for shape, _ in shapes):
+    if any(found.shape.op == "conv" for found in shapes):
         shapes = top_shapes(ops, top, conv_inputs(trace_path))
     return shapes
 

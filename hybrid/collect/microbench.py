@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hybrid.files import write_file
-from hybrid.replay.calibrate import CONV_ASSUMED, PROPOSALS, Shape, padded
+from hybrid.replay.calibrate import CONV_ASSUMED, PROPOSALS, RunShape, Shape, padded
 
 CACHE_NAME = "calibration.json"
 # A timing is the median of TIMED_RUNS loops after WARMUP_RUNS calls, each loop long enough (MIN_LOOP_S)
@@ -157,7 +157,7 @@ def _fits(timings: dict, left_s: float) -> bool:
 
 
 def calibrate(
-    shapes: list[tuple[Shape, float]],
+    shapes: list[RunShape],
     device: str = "cuda",
     cache: Path | None = None,
     budget_s: float | None = None,
@@ -166,8 +166,9 @@ def calibrate(
     """Time each shape in its current precision and its proposals, largest share first, while `budget_s`
     lasts; reuse what `cache` holds for this device. Convolutions pick their cuDNN algorithm as the run did
     (`cudnn_benchmark`: autotuned, else cuDNN's heuristics). Returns the calibration document: {"device",
-    "shapes": [{key, op, dims, dtype, conv, conv_params, share, us: {variant: us}}], "untimed": [{key, share,
-    why}], "pinned_copy_bytes_per_s", "budget_s", "cudnn_benchmark", "timing_s"}; the cache is updated."""
+    "shapes": [{key, op, dims, dtype, conv, conv_params, share, run_us, us: {variant: us}}], "untimed":
+    [{key, share, why}], "pinned_copy_bytes_per_s", "budget_s", "cudnn_benchmark", "timing_s"}; the cache is
+    updated."""
     import torch
 
     cache = cache or cache_path()
@@ -178,7 +179,7 @@ def calibrate(
     known = stored.setdefault(key + (" | cudnn.benchmark" if cudnn_benchmark else ""), {})
     started = time.monotonic()
     rows, untimed = [], []
-    for shape, share in shapes:
+    for shape, share, run_us in shapes:
         timings = known.setdefault(shape.key, {})
         why = ""
         for variant in ("current", *PROPOSALS.get(shape.dtype, ())):
@@ -204,6 +205,7 @@ def calibrate(
                 **asdict(shape),
                 "key": shape.key,
                 "share": share,
+                "run_us": run_us,
                 "us": dict(timings),
                 **({"conv_params": "recorded" if shape.conv else CONV_ASSUMED} if shape.op == "conv" else {}),
             }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -115,27 +116,35 @@ def _subtree_device_ns(ops) -> np.ndarray:
     return out
 
 
-def top_shapes(
-    ops, top: int, concrete: Mapping[tuple[int, int], list] | None = None
-) -> list[tuple[Shape, float]]:
-    """The `top` GEMM/conv shapes of the measured steps by device time, with their share of the
-    GEMM/conv device time (ops: Profile.ops from the torch pass; concrete: each convolution's recorded
-    Concrete Inputs by (tid, start_ns))."""
+class RunShape(NamedTuple):
+    """A shape of the run, its share of the run's GEMM/conv device time, and its device time per call in
+    the run (what the calibration's "current" timing should come close to)."""
+
+    shape: Shape
+    share: float
+    run_us: float
+
+
+def top_shapes(ops, top: int, concrete: Mapping[tuple[int, int], list] | None = None) -> list[RunShape]:
+    """The `top` GEMM/conv shapes of the measured steps by device time (ops: Profile.ops from the torch
+    pass; concrete: each convolution's recorded Concrete Inputs by (tid, start_ns))."""
     if ops is None or len(ops) == 0:
         return []
     ops = ops.reset_index(drop=True)
     device_ns = _subtree_device_ns(ops)
     wanted = np.flatnonzero(ops["name"].isin(list(GEMM_OPS)).to_numpy() & (ops["step"] >= 0).to_numpy())
     totals: dict[Shape, float] = {}
+    calls: dict[Shape, int] = {}
     for i in wanted:
         row = ops.iloc[i]
         inputs = (concrete or {}).get((int(row["tid"]), int(row["start_ns"])))
         shape = shape_of(row["name"], list(row["shapes"] or []), list(row["dtypes"] or []), inputs)
         if shape is not None:
             totals[shape] = totals.get(shape, 0.0) + float(device_ns[i])
+            calls[shape] = calls.get(shape, 0) + 1
     whole = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
-    return [(shape, ns / whole if whole else 0.0) for shape, ns in ranked]
+    return [RunShape(shape, ns / whole if whole else 0.0, ns / calls[shape] / 1e3) for shape, ns in ranked]
 
 
 def timed_rows(calibration: Mapping, dtype: str, variant: str) -> list[dict]:

@@ -20,9 +20,13 @@ def calibrated_speedup(calibration: dict | None, dtype: str, variant: str) -> tu
         return None
     speedup = weighted_speedup(rows, variant)
     top = max(rows, key=lambda r: float(r.get("share") or 0.0))
+    # The run's own time per call of that shape (where recorded) tells whether the timed kernel is the one
+    # that ran.
+    in_run = top.get("run_us")
+    ran = f"; {fmt(in_run)} µs a call in the run" if isinstance(in_run, (int, float)) and in_run > 0 else ""
     basis = (
         f"measured on this GPU ({calibration.get('device', 'unknown')}): "
-        f"{top['key']} {fmt(top['us']['current'])} -> {fmt(top['us'][variant])} µs ({variant}); "
+        f"{top['key']} {fmt(top['us']['current'])} -> {fmt(top['us'][variant])} µs ({variant}{ran}); "
         f"{fmt(speedup)}x over {len(rows)} shape(s)"
     )
     return speedup, basis
