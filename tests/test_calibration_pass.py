@@ -58,7 +58,7 @@ def test_the_pass_times_the_runs_own_shapes_in_a_child_process(tmp_path):
     assert row["wall_s"] > 0 and row["command"][-4:] == ["--device", "cpu", "--budget-s", "3"]
     assert "1 GEMM/conv shape(s) of this run timed (fp32->tf32" in row["contributed"]
     written = json.loads((run.path / CALIBRATION_FILE).read_text())
-    assert [r["key"] for r in written["shapes"]] == ["mm:1x256x256:fp32"]
+    assert [r["key"] for r in written["shapes"]] == ["mm:1x256x256+nt:fp32"]  # nn.Linear: x @ W.t()
     assert set(written["shapes"][0]["us"]) == {"current", "tf32", "bf16"} and written["budget_s"] == 3.0
     assert events == [("calibration", "start"), ("calibration", "end")]
     assert (run.path / "calibration" / "command.txt").read_text().split()[2] == "hybrid.collect.calibrate_run"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.collect import microbench
-from hybrid.collect.calibrate_run import conv_inputs, run_shapes
+from hybrid.collect.calibrate_run import recorded_args, run_shapes
 from hybrid.load.torch_trace import load_torch_trace
 from hybrid.replay import calibrate as cal
 from hybrid.replay.choose import calibrated_speedup, calibration_status
@@ -81,10 +81,26 @@ def test_resnet50_convolutions_carry_the_strides_the_trace_recorded():
     assert by_key["conv:32x3x224x224x64x3x7x7+2x2x3x3x1x1x1:fp32"].conv == (2, 2, 3, 3, 1, 1, 1)
     strided = [s for s in shapes if s.op == "conv" and s.conv[:2] == (2, 2)]
     assert len(strided) >= 4 and all(s.conv for s in shapes if s.op == "conv")
-    # One entry per convolution call of the trace, keyed as the loader keys its operators.
+    # One entry per GEMM/convolution call of the trace, keyed as the loader keys its operators.
     ops = load_torch_trace(trace).ops
-    calls = ops[ops["name"] == "aten::convolution"]
-    assert set(zip(calls["tid"], calls["start_ns"], strict=True)) == set(conv_inputs(trace))
+    calls = ops[ops["name"].isin(cal.GEMM_OPS)]
+    assert set(zip(calls["tid"], calls["start_ns"], strict=True)) == set(recorded_args(trace))
+
+
+def test_gemms_keep_the_operand_layout_the_run_had():
+    # tc_fp16_unaligned: nn.Linear's forward multiplies by the weight's transposed view ("nt"), its weight
+    # gradient by the activations' ("tn"); the input gradient is row-major in both.
+    trace = RunDir.open(FIXTURES / "planted" / "tc_fp16_unaligned" / "run").torch_trace()
+    keys = [found.shape.key for found in run_shapes(trace, 3)]
+    assert keys == ["mm:8192x50257x1020+nt:fp16", "mm:8192x1020x50257:fp16", "mm:50257x1020x8192+tn:fp16"]
+    import torch
+
+    a, b = microbench._operands(torch, cal.Shape("mm", (16, 24, 8), "fp32", layout="tn"), "current", "cpu")
+    assert tuple(a.shape) == (16, 8) and a.stride() == (1, 16) and b.is_contiguous()
+    a, b = microbench._operands(
+        torch, cal.Shape("mm", (10, 20, 30), "fp16", layout="nt"), "fp16_aligned", "cpu"
+    )
+    assert tuple(b.shape) == (32, 24) and b.stride() == (1, 32) and a.is_contiguous()
 
 
 def test_a_convolution_without_recorded_parameters_is_timed_as_assumed():

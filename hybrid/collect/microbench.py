@@ -55,14 +55,18 @@ def _operands(torch, shape: Shape, variant: str, device: str):
     base = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
     dims = padded(shape).dims if variant.endswith("_aligned") else shape.dims
     dtype = torch.bfloat16 if variant == "bf16" else base
-    if shape.op == "mm":
+
+    def matrix(rows: int, cols: int, batch: tuple[int, ...], transposed: bool):
+        """A (batch, rows, cols) operand, column-major where the run's was (a transposed view)."""
+        if transposed:
+            return torch.randn(*batch, cols, rows, device=device, dtype=dtype).transpose(-1, -2)
+        return torch.randn(*batch, rows, cols, device=device, dtype=dtype)
+
+    layout = shape.layout or "nn"
+    if shape.op in ("mm", "bmm"):
         m, n, k = dims[:3]
-        return torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
-    if shape.op == "bmm":
-        m, n, k, b = dims[:4]
-        return torch.randn(b, m, k, device=device, dtype=dtype), torch.randn(
-            b, k, n, device=device, dtype=dtype
-        )
+        batch = tuple(dims[3:4])
+        return matrix(m, k, batch, layout[0] == "t"), matrix(k, n, batch, layout[1] == "t")
     n_, c, h, w, o, ci, kh, kw = dims
     return (
         torch.randn(n_, c, h, w, device=device, dtype=dtype),

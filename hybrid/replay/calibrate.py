@@ -30,16 +30,21 @@ CONV_ASSUMED = "stride 1, padding k//2, no dilation, 1 group (not recorded in th
 class Shape:
     """A GEMM (m, n, k[, batch]) or a convolution (input NCHW, weight OIhw) in a dtype; a convolution's
     `conv` is (stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups) where the trace recorded
-    them, else () and CONV_ASSUMED is timed."""
+    them, else () and CONV_ASSUMED is timed. A GEMM's `layout` says which operand was column-major in the
+    run ("nt": b transposed, as nn.Linear's weight; "tn", "tt"), "" for both row-major or unrecorded:
+    cuBLAS runs other kernels for them (tc_fp16_unaligned's transposed weight gradient: 5.5 ms a call in
+    the run, 3.4 ms timed contiguous)."""
 
     op: str  # "mm", "bmm" or "conv"
     dims: tuple[int, ...]
     dtype: str  # "fp32", "fp16", "bf16"
     conv: tuple[int, ...] = ()
+    layout: str = ""
 
     @property
     def key(self) -> str:
         params = "+" + "x".join(map(str, self.conv)) if self.conv else ""
+        params += "+" + self.layout if self.layout else ""
         return f"{self.op}:{'x'.join(map(str, self.dims))}{params}:{self.dtype}"
 
 
@@ -50,7 +55,8 @@ def _aligned(n: int) -> int:
 def padded(shape: Shape) -> Shape:
     """The shape with every GEMM dim (a convolution's channels, per group) padded to a multiple of ALIGN."""
     if shape.op != "conv":
-        return Shape(shape.op, tuple(_aligned(d) for d in shape.dims[:3]) + shape.dims[3:], shape.dtype)
+        dims = tuple(_aligned(d) for d in shape.dims[:3]) + shape.dims[3:]
+        return Shape(shape.op, dims, shape.dtype, layout=shape.layout)
     n, _c, h, w, o, ci, kh, kw = shape.dims
     groups = shape.conv[6] if shape.conv else 1
     per_group_in, per_group_out = _aligned(ci), _aligned(o // groups)
@@ -78,9 +84,19 @@ def _conv_params(concrete: list | None) -> tuple[int, ...] | None:
     return (*stride, *padding, *dilation, groups)
 
 
-def shape_of(name: str, shapes: list, dtypes: list, concrete: list | None = None) -> Shape | None:
+def _column_major(dims: list, strides: object) -> bool:
+    """Whether a matrix operand's recorded strides make it column-major (a transposed view)."""
+    if not isinstance(strides, list) or len(strides) != len(dims) or len(dims) < 2:
+        return False
+    return strides[-2] == 1 and strides[-1] != 1 and dims[-2] > 1
+
+
+def shape_of(
+    name: str, shapes: list, dtypes: list, concrete: list | None = None, strides: list | None = None
+) -> Shape | None:
     """The calibration shape of one torch op (aten::mm/addmm/bmm/baddbmm/convolution), None otherwise.
-    `concrete`: the op's recorded Concrete Inputs (a convolution's stride, padding, dilation, groups)."""
+    `concrete`: the op's recorded Concrete Inputs (a convolution's stride, padding, dilation, groups);
+    `strides`: its recorded Input Strides (a GEMM operand's layout)."""
     dtype = next((DTYPES[str(d).lower()] for d in dtypes if str(d).lower() in DTYPES), None)
     if dtype is None:
         return None
@@ -91,14 +107,19 @@ def shape_of(name: str, shapes: list, dtypes: list, concrete: list | None = None
         if params is None:
             return None
         return Shape("conv", (*shapes[0], *shapes[1]), dtype, params)
-    mats = [s for s in shapes if isinstance(s, list) and len(s) in (2, 3)]
+    mats = [i for i, s in enumerate(shapes) if isinstance(s, list) and len(s) in (2, 3)]
     if len(mats) < 2:
         return None
-    a, b = mats[-2], mats[-1]
+    a, b = shapes[mats[-2]], shapes[mats[-1]]
+    recorded = strides if isinstance(strides, list) and len(strides) == len(shapes) else None
+    layout = (
+        "".join("t" if _column_major(shapes[i], recorded[i]) else "n" for i in mats[-2:]) if recorded else ""
+    )
+    layout = "" if layout == "nn" else layout
     if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
-        return Shape("mm", (a[0], b[1], a[1]), dtype)
+        return Shape("mm", (a[0], b[1], a[1]), dtype, layout=layout)
     if len(a) == 3 and len(b) == 3 and a[2] == b[1] and a[0] == b[0]:
-        return Shape("bmm", (a[1], b[2], a[2], a[0]), dtype)
+        return Shape("bmm", (a[1], b[2], a[2], a[0]), dtype, layout=layout)
     return None
 
 
@@ -125,9 +146,10 @@ class RunShape(NamedTuple):
     run_us: float
 
 
-def top_shapes(ops, top: int, concrete: Mapping[tuple[int, int], list] | None = None) -> list[RunShape]:
+def top_shapes(ops, top: int, recorded: Mapping[tuple[int, int], dict] | None = None) -> list[RunShape]:
     """The `top` GEMM/conv shapes of the measured steps by device time (ops: Profile.ops from the torch
-    pass; concrete: each convolution's recorded Concrete Inputs by (tid, start_ns))."""
+    pass; recorded: each GEMM/conv op's trace args by (tid, start_ns), for its Concrete Inputs and Input
+    Strides, which Profile.ops does not keep)."""
     if ops is None or len(ops) == 0:
         return []
     ops = ops.reset_index(drop=True)
@@ -137,8 +159,14 @@ def top_shapes(ops, top: int, concrete: Mapping[tuple[int, int], list] | None = 
     calls: dict[Shape, int] = {}
     for i in wanted:
         row = ops.iloc[i]
-        inputs = (concrete or {}).get((int(row["tid"]), int(row["start_ns"])))
-        shape = shape_of(row["name"], list(row["shapes"] or []), list(row["dtypes"] or []), inputs)
+        args = (recorded or {}).get((int(row["tid"]), int(row["start_ns"]))) or {}
+        shape = shape_of(
+            row["name"],
+            list(row["shapes"] or []),
+            list(row["dtypes"] or []),
+            args.get("Concrete Inputs"),
+            args.get("Input Strides"),
+        )
         if shape is not None:
             totals[shape] = totals.get(shape, 0.0) + float(device_ns[i])
             calls[shape] = calls.get(shape, 0) + 1
