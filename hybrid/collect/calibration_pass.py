@@ -64,7 +64,10 @@ def pass_row(
     run_dir.write_text(f"{NAME}/command.txt", shlex.join(argv) + "\n")
     progress(NAME, "start", f"timing this run's GEMM/conv shapes on the GPU (~{budget_s:g} s)")
     started = time.monotonic()
-    row = _run(argv, env, run_dir.pass_dir(NAME) / "console.log", budget_s + START_UP_ALLOWANCE_S)
+    try:
+        row = _run(argv, env, run_dir.pass_dir(NAME) / "console.log", budget_s + START_UP_ALLOWANCE_S)
+    except OSError as error:  # its log could not be written (a full disk): the run goes on without it
+        row = {"status": "failed", "returncode": None, "message": f"could not start: {error}"}
     row["wall_s"] = round(time.monotonic() - started, 3)
     if row["status"] == "ok":
         try:
