@@ -16,8 +16,8 @@ from hybrid.numbers import significant as fmt
 CALIBRATION_FILE = "calibration.json"
 # Tensor-core tiles want M, N, K (and channels) in multiples of this for 16-bit types.
 ALIGN = 8
-# Precisions a fix can propose for a matmul of a given dtype: TF32 (tensor.fp32_gemm's first advice, on
-# when allowed), bf16 autocast (its second), dims padded to ALIGN (tensor.misaligned_dims).
+# Precisions a fix can propose for a matmul of a given dtype: TF32 (tensor.fp32_gemm's first advice, and
+# the speedup its replay uses), bf16 autocast (its second), dims padded to ALIGN (tensor.misaligned_dims).
 PROPOSALS = {"fp32": ("tf32", "bf16"), "fp16": ("fp16_aligned",), "bf16": ("bf16_aligned",)}
 DTYPES = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16"}
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution")
