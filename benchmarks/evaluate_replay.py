@@ -4,7 +4,7 @@ For each capture folder (run/ from `hybrid run --mode hybrid`, plain_script/ and
 passes of the script and its fixed twin, see tests/fixtures/planted/README.md): the full analysis
 with the replay, fitted to the plain step time of the script; predicted = the saving replayed at
 that step time for the finding of the planted category; realized = plain script - plain twin. A
-calibration.json in the capture folder (python -m hybrid.replay.calibrate) supplies the speedups
+calibration.json in the capture folder (python -m hybrid.collect.calibrate_run) supplies the speedups
 measured on the GPU; without one, TENSOR_CORE findings keep the rule's closed form. A second table
 replays resnet50 b32 fp32 with TF32 and bf16 against plain passes of each (--precision-*).
 

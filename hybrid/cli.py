@@ -337,6 +337,12 @@ BaselineOpt = typer.Option(
     False, "--baseline", help="add a plain pass with no collector, the reference for profiler overhead"
 )
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+CalibrateOpt = typer.Option(
+    True,
+    "--calibrate/--no-calibrate",
+    help="after the passes, time the run's GEMM/conv shapes on its GPU (about 5 s, no collector) so that "
+    "TF32, bf16 and padded-shape savings are measured, not datasheet ratios",
+)
 CallsitesOpt = typer.Option(
     "python",
     "--callsites",
@@ -376,6 +382,7 @@ def run(
     nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    calibrate: bool = CalibrateOpt,
     callsites: str = CallsitesOpt,
     torch_stacks: bool = TorchStacksOpt,
     whole_run: bool = typer.Option(
@@ -411,6 +418,7 @@ def run(
         nvtx_modules=nvtx_modules,
         baseline=baseline,
         ncu_kernels=ncu_kernels,
+        calibrate=calibrate,
         callsites=callsites,
         torch_stacks=torch_stacks,
         whole_run=whole_run,
@@ -465,6 +473,7 @@ def diagnose(
     nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
     ncu_kernels: int = NcuKernelsOpt,
+    calibrate: bool = CalibrateOpt,
     as_json: bool = JsonOpt,
     html: bool = HtmlOpt,
     verbose: bool = VerboseOpt,
@@ -529,6 +538,7 @@ def diagnose(
         nvtx_modules=nvtx_modules,
         baseline=baseline,
         ncu_kernels=ncu_kernels,
+        calibrate=calibrate,
     )
     _profile_and_report(
         target,

@@ -474,7 +474,7 @@ def _diagnose_artifacts(
         extra_warnings=list(run_json.get("mode_reasons") or []) + list(facts.get("warnings") or []) + notes,
         facts=facts,
         baseline_step_ms=baseline_step_ms,
-        calibration=calibration or read_calibration(run.path),
+        calibration=calibration or read_calibration(run, run_json),
         script=_script(run_json),
         script_is_module=bool((run_json.get("target") or {}).get("is_module")),
         stack_profiles=stack_profiles,
@@ -515,17 +515,35 @@ def run_artifacts(run: RunDir) -> dict[str, str]:
     }
 
 
-def read_calibration(run_path: Path) -> dict | None:
-    """The speedups `python -m hybrid.replay.calibrate` measured for this run, if it ran."""
+def read_calibration(run: RunDir, run_json: dict) -> dict:
+    """The speedups the calibration pass measured for this run (hybrid.collect.calibration_pass), or
+    {"not_run": why there are none}: the reason the findings it would have replayed give for their model."""
     import json
 
     from hybrid.files import read_regular_text
     from hybrid.replay.calibrate import CALIBRATION_FILE
 
     try:
-        return json.loads(read_regular_text(run_path / CALIBRATION_FILE))
-    except (OSError, ValueError):
-        return None
+        calibration = json.loads(read_regular_text(run.path / CALIBRATION_FILE))
+        if isinstance(calibration, dict):
+            return calibration
+        return {
+            "not_run": f"the run's {CALIBRATION_FILE} is a JSON {type(calibration).__name__}, not an object"
+        }
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, RecursionError) as error:
+        return {"not_run": f"the run's {CALIBRATION_FILE} is unreadable ({error})"}
+    row = next((p for p in run_json.get("passes") or [] if p.get("name") == "calibration"), None)
+    if row is not None:
+        return {"not_run": f"the calibration pass {row.get('status')}: {row.get('message')}"}
+    recorded = run_json.get("calibration")
+    skipped = recorded.get("skipped") if isinstance(recorded, dict) else None
+    return {
+        "not_run": skipped
+        or "the run has no calibration pass (`python -m hybrid.collect.calibrate_run RUN_DIR` on its GPU "
+        "adds one)"
+    }
 
 
 def _script(run_json: dict) -> str | None:
@@ -574,6 +592,10 @@ def rank_path(run_dir: Path, rank: int) -> Path:
     return folder
 
 
+# Why the job's own findings keep their closed form (Diagnosis.combine marks them "model").
+JOB_FINDING_MODEL = "a job finding: the replay models one rank's step, not the collectives between ranks"
+
+
 def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     """The job's own findings: communication and the straggler, from the job block's metrics."""
     from hybrid.provenance import Metric
@@ -595,7 +617,10 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     ctx = Context(
         metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {}))
     )
-    return engine.run(communication.RULES, ctx)
+    findings = engine.run(communication.RULES, ctx)
+    for finding in findings:
+        finding.replay_reason = JOB_FINDING_MODEL
+    return findings
 
 
 def analyze_job(run_dir: Path) -> dict:

@@ -83,6 +83,8 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "weighed_lost_ms": NUMBER,
     "not_measured": (bool,),
     "time_lost_method": (str,),
+    # Why a "model" figure is not a replay (set whenever time_lost_method is "model").
+    "replay_reason": (str,),
 }
 
 

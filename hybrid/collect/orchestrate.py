@@ -105,6 +105,9 @@ class RunOptions:
     torch_stacks: bool = False  # the torch pass records operators' Python stacks (with_stack)
     whole_run: bool = False  # every pass captures the whole script as one range (asked for explicitly)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # After the passes, time the run's GEMM/conv shapes on its GPU (hybrid.collect.calibration_pass); the
+    # CLI turns it on unless --no-calibrate.
+    calibrate: bool = False
     # out_dir is a default name (not --out): a taken one gets a -2, -3, ... suffix instead of an error.
     unique_out_dir: bool = False
 
@@ -553,6 +556,14 @@ class Orchestrator:
             self._nsys_pass(tools, stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
+        from hybrid.collect.calibration_pass import pass_row
+
+        cuda_used = bool(inject.get("cuda_available"))
+        row = pass_row(
+            self.run_dir, enabled=opts.calibrate, cuda_used=cuda_used, env=self._env(), progress=self.progress
+        )
+        if row is not None:
+            self._record(PassResult(**row))
 
     def _rerun_warmup(self, inject: dict) -> int | None:
         """The warmup a second torch pass drops when the first could not measure what was asked, else None:

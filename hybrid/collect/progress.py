@@ -20,6 +20,7 @@ PASS_TITLES = {
     "torch": "torch.profiler pass",
     "nsys": "Nsight Systems pass",
     "ncu": "Nsight Compute pass (hardware counters)",
+    "calibration": "calibration (GEMM/conv micro-benchmarks, no collector)",
 }
 
 

@@ -10,7 +10,7 @@ from functools import partial
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.provenance import ESTIMATED
-from hybrid.replay.choose import calibrated_speedup, pinned_bandwidth
+from hybrid.replay.choose import calibrated_speedup, calibration_status, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
 from hybrid.replay.transforms import apply, host_scaled
@@ -83,6 +83,7 @@ def run_fix_inputs(analyzed: Analyzed, graph: ReplayGraph, torch_to_nsys: float 
         gemm_speedup=partial(calibrated_speedup, analyzed.calibration),
         pinned_copy=pinned_bandwidth(graph, analyzed.calibration, {"pinned_copy_bytes_per_s": pinned_peak}),
         torch_to_nsys=torch_to_nsys,
+        calibration_status=calibration_status(analyzed.calibration),
     )
 
 
@@ -92,7 +93,7 @@ def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
         return NoFix("not measured")
     rule = RULE_BY_ID.get(finding.id)
     if rule is None or rule.fix is None:
-        return NoFix("no transformation for this finding")
+        return NoFix("the replay has no transformation for this fix: the rule's closed form")
     return rule.fix(replace(run_inputs, lost_ms=float(finding.time_lost_ms or 0.0)))
 
 
@@ -106,6 +107,7 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         timing["replay_step_time_ms"] = None
         for finding in diagnosis.findings:
             finding.time_lost_method = "model"
+            finding.replay_reason = f"no replay of the step: {exc}"
         diagnosis.limitations.append(
             f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate."
         )

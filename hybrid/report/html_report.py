@@ -585,7 +585,13 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
         f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
         f"{w.text(finding.get('category'))}: {w.text(finding.get('title'))}</h3>"
         f"<p>time lost: {_lost(finding, timing, w)}" + f" · id "
-        f"<code>{w.text(finding.get('id'))}</code></p>"
+        f"<code>{w.text(finding.get('id'))}</code>"
+        + (
+            f'<br><span class="muted">not replayed: {w.text(finding.get("replay_reason"))}</span>'
+            if finding.get("time_lost_method") == "model" and finding.get("replay_reason")
+            else ""
+        )
+        + "</p>"
         + (f"<table>{evidence}</table>" if evidence else "")
         + _callsites(finding, w)
         + f"<p>{w.text(finding.get('explanation'))}</p>"

@@ -286,6 +286,9 @@ def _finding_cell(
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
+    if finding.get("time_lost_method") == "model" and finding.get("replay_reason"):
+        # The figure beside it is the rule's closed form, not a replay: why, first.
+        details.insert(0, Text.assemble(("not replayed: ", "bold"), str(finding["replay_reason"])))
     explanation = str(finding.get("explanation") or "")
     if explanation:
         details.append(
@@ -490,8 +493,8 @@ def _pass_part(item: dict) -> str:
         details.append(f"{format_value(step, 'ms')}/step")
         if item.get("name") != "plain" and item.get("overhead_pct") is not None:
             details.append(f"overhead {format_change_pct(item['overhead_pct'])}")
-    if item.get("status") != "ok" and item.get("message"):
-        details.append(str(item["message"]))
+    if (item.get("status") != "ok" or item.get("name") == "calibration") and item.get("message"):
+        details.append(str(item["message"]))  # the calibration's: the speedups it measured
     return part + (f" ({', '.join(details)})" if details else "")
 
 

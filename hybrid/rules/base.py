@@ -218,6 +218,8 @@ class FixInputs:
     gemm_speedup: Callable[[str, str], tuple[float, str] | None]
     pinned_copy: tuple[float, str] | None  # pinned host->device bytes/s, and where that rate came from
     torch_to_nsys: float = 1.0  # converts a duration the torch pass measured to the analyzed timeline
+    # Why gemm_speedup finds no speedup where it finds none: the calibration pass's outcome on this run.
+    calibration_status: str = ""
 
     def number(self, name: str) -> float | None:
         value = self.metrics.get(name)

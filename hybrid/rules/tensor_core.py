@@ -142,9 +142,11 @@ def fp32_report(ctx: Context, lost_ms: float) -> Report:
         explanation=(
             "GEMM and convolution kernels ran in FP32 on CUDA cores (by ncu's FLOP counters where it "
             "profiled them, else by their names); TF32 or BF16 tensor cores have several times the peak. "
-            "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost assumes the "
-            "TF32 peak from the datasheet. This finding owns the FP32 GEMM time: the idle tensor pipe ncu "
-            "sees in them is its evidence, not a second finding."
+            "Normalization, pooling, softmax and elementwise kernels are not counted. Time lost: the step "
+            "replayed with these kernels at the TF32 speedup measured on this GPU for this run's shapes "
+            "(the calibration pass), else the datasheet's ratio of the FP32 and TF32 peaks. This finding "
+            "owns the FP32 GEMM time: the idle tensor pipe ncu sees in them is its evidence, not a second "
+            "finding."
         ),
         suggestions=fp32_gemm_advice(ctx),
     )
@@ -180,8 +182,9 @@ def misaligned_report(ctx: Context, lost_ms: float) -> Report:
         ),
         explanation=(
             "Tensor-core GEMM tiles need M, N and K to be multiples of 8 for 16-bit types; other shapes "
-            "are padded or run on slower, narrow-alignment kernels. Time lost: their time beyond the "
-            f"~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."
+            "are padded or run on slower, narrow-alignment kernels. Time lost: the step replayed with these "
+            "GEMMs at the speedup of padded shapes measured on this GPU (the calibration pass), else their "
+            f"time beyond the ~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."
         ),
         suggestions=[
             Suggestion(
@@ -246,7 +249,10 @@ def pipe_report(ctx: Context, lost_ms: float) -> Report:
 def fp32_fix(inputs: FixInputs) -> Fix | NoFix:
     found = inputs.gemm_speedup("fp32", "tf32")
     if found is None:
-        return NoFix("no GEMM speedup measured on this GPU (run `python -m hybrid.replay.calibrate RUN_DIR`)")
+        return NoFix(
+            "the datasheet's FP32/TF32 peak ratio; no TF32 speedup measured on this GPU: "
+            + inputs.calibration_status
+        )
     return Fix(
         "faster_gemms",
         "FP32 GEMMs/convolutions on TF32 tensor cores",
@@ -259,7 +265,10 @@ def misaligned_fix(inputs: FixInputs) -> Fix | NoFix:
     calibrated = (inputs.gemm_speedup("fp16", "fp16_aligned"), inputs.gemm_speedup("bf16", "bf16_aligned"))
     speedups = [s for s in calibrated if s]
     if not speedups:
-        return NoFix("no aligned-shape speedup measured on this GPU")
+        return NoFix(
+            "the distance from the practical roofline (or the guide's ~2x); no padded-shape speedup measured "
+            f"on this GPU: {inputs.calibration_status}"
+        )
     speedup, basis = speedups[0]
     return Fix(
         "faster_gemms",
