@@ -110,9 +110,8 @@ def test_no_rule_family_imports_another():
         assert not (_imports(family, MODULES[family]) & families), family
 
 
-# The layers of the intended structure (BRIEF.md: artifacts -> Profile -> ledger -> rules -> Diagnosis
-# stages -> results -> renderers), as the arrows that must never exist. A rule that does not hold yet is
-# xfail(strict): it fails the suite the day it starts to hold, so that its mark comes off.
+# The layers of the intended structure (docs/DESIGN.md: artifacts -> Profile -> ledger -> rules -> Diagnosis
+# stages -> results -> renderers), as the arrows that must never exist.
 LOADERS_AND_INJECTOR = {
     "hybrid.load.nsys_export",
     "hybrid.load.torch_trace",
@@ -175,11 +174,6 @@ def test_renderers_never_import_the_analysis():
     assert _arrows({n for n in MODULES if n.startswith("hybrid.report")}, _in_analysis) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay.calibrate loads a torch pass (hybrid.load.torch_trace): that loading moves into "
-    "hybrid/collect/ (issue 25, items 3-5)",
-)
 def test_analysis_never_imports_the_loaders_or_the_injector():
     assert (
         _arrows(
