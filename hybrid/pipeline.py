@@ -597,7 +597,10 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     ctx = Context(
         metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {}))
     )
-    return engine.run(communication.RULES, ctx)
+    findings = engine.run(communication.RULES, ctx)
+    for finding in findings:
+        finding.callsite_reason = communication.JOB_CALLSITE_REASON
+    return findings
 
 
 def analyze_job(run_dir: Path) -> dict:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -40,7 +41,7 @@ from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, IDLE, STATE
 from hybrid.profile import Profile
-from hybrid.rules.base import CopyFilter, Finding
+from hybrid.rules.base import CopyFilter, Finding, Rule
 from hybrid.rules.registry import RULE_BY_ID
 from nsight.ncu import function_base_name
 from nsight.python_frames import is_user_file
@@ -543,6 +544,19 @@ def _evidence_ops(finding: Finding) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class _KernelPart:
+    """A finding's kernel time by the samples at the launches: weight (ns) per frame code, the kernels' total
+    ns, the module most of each code's kernels ran in, each kernel's module and ns (None without kernels),
+    and whether any matched a kernel of the sampled pass."""
+
+    weights: np.ndarray
+    total: float
+    modules: dict[int, str]
+    layers: tuple[np.ndarray, np.ndarray] | None
+    matched: bool
+
+
 class _Placer:
     """Places one finding at a time: the run's samples, stacks and ledgers, read once."""
 
@@ -560,7 +574,6 @@ class _Placer:
         self.analyzed, self.analyzed_ledger = analyzed, analyzed_ledger
         self.sampled, self.sampled_ledger = sampled, sampled_ledger
         self.stacked, self.samples, self.paths, self.missing = stacked, samples, paths, missing
-        self._matched = False  # whether the last finding's kernels matched any of the sampled pass's
 
     def place(self, finding: Finding) -> tuple[list[dict], str | None]:
         """The finding's callsites, and why it has none (None when it has some)."""
@@ -575,29 +588,24 @@ class _Placer:
             return [], ALTERNATIVE_REASON
         if not any(ms > 0 for ms in finding.claimed.values()):
             return [], NO_CLAIM_REASON
-        weights = np.zeros(len(self.samples.keys))
-        total = 0.0
-        if self.sampled_ledger is not None and not self.samples.frames.empty:
-            host, host_total = self._host_weights(finding, rule)
-            weights, total = weights + host, total + host_total
-        kernel, kernel_total, modules, layers = self._kernel_weights(finding)
-        weights, total = weights + kernel, total + kernel_total
-        placed = _ranked(weights, total, self.samples, self.paths, modules)
+        host, host_total = self._host_weights(finding, rule)
+        kernels = self._kernel_weights(finding)
+        total = host_total + kernels.total
+        placed = _ranked(host + kernels.weights, total, self.samples, self.paths, kernels.modules)
+        if not placed and kernels.layers is not None:
+            placed = _module_callsites(*kernels.layers, total)
         if placed:
             return placed, None
-        if layers is not None:
-            placed = _module_callsites(*layers, total)
-            if placed:
-                return placed, None
         if self.missing is not None:
             return [], self.missing
-        if kernel_total > 0 and self.sampled is not self.analyzed and not self._matched:
+        if kernels.total > 0 and self.sampled is not self.analyzed and not kernels.matched:
             return [], UNMATCHED_REASON
         return [], NO_USER_FRAME_REASON
 
-    def _host_weights(self, finding: Finding, rule) -> tuple[np.ndarray, float]:
+    def _host_weights(self, finding: Finding, rule: Rule | None) -> tuple[np.ndarray, float]:
         """Weights per frame code of the finding's idle and copy segments, by the samples in their owners."""
-        assert self.sampled_ledger is not None
+        if self.sampled_ledger is None or self.samples.frames.empty:
+            return np.zeros(len(self.samples.keys)), 0.0
         owners = _claimed_segments(
             finding, self.sampled_ledger, self.sampled, rule.copies if rule is not None else None
         )
@@ -612,35 +620,25 @@ class _Placer:
         )
         return weights, float(total)
 
-    def _kernel_weights(
-        self, finding: Finding
-    ) -> tuple[np.ndarray, float, dict[int, str], tuple[np.ndarray, np.ndarray] | None]:
-        """Weights per frame code of the finding's kernels, by the samples at their launches; their total ns;
-        the module each code's kernels were mostly launched in; and the kernels' modules and ns."""
+    def _kernel_weights(self, finding: Finding) -> _KernelPart:
         weights = np.zeros(len(self.samples.keys))
-        self._matched = False
         if self.analyzed_ledger is None:
-            return weights, 0.0, {}, None
+            return _KernelPart(weights, 0.0, {}, None, False)
         rows, ns = _claimed_kernels(finding, self.analyzed_ledger, self.analyzed)
         total = float(ns.sum())
         if not len(rows):
-            return weights, total, {}, None
+            return _KernelPart(weights, total, {}, None, False)
         layer_of = self.analyzed.kernels["layer"].to_numpy(dtype=object)
         layers = (layer_of[rows], ns.astype(np.float64))
         if self.samples.frames.empty:
-            return weights, total, {}, layers
+            return _KernelPart(weights, total, {}, layers, False)
         mine, theirs, share = _matched_rows(rows, ns, self.analyzed, self.sampled)
-        self._matched = len(theirs) > 0
         codes = self.samples.at(*_launches_at(self.sampled, theirs))
         user = codes >= 0
         np.add.at(weights, codes[user], share[user])
         frame = pd.DataFrame({"code": codes[user], "layer": layer_of[mine[user]], "ns": share[user]}).dropna()
-        modules = (
-            {}
-            if frame.empty
-            else {
-                int(code): str(group.groupby("layer")["ns"].sum().idxmax())
-                for code, group in frame.groupby("code")
-            }
-        )
-        return weights, total, modules, layers
+        modules = {
+            int(code): str(group.groupby("layer")["ns"].sum().idxmax())
+            for code, group in frame.groupby("code")
+        }
+        return _KernelPart(weights, total, modules, layers, len(theirs) > 0)
