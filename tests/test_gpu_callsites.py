@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from hybrid.analysis.callsites import _launch_order
-from hybrid.pipeline import analyze_run_dir, load_run_dir
+from hybrid.pipeline import analyze_run_dir, diagnose, load_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLED = FIXTURES / "callsites" / "planted"
@@ -139,3 +139,20 @@ def test_the_terminal_and_html_show_gpu_callsites_and_reasons(tmp_path):
     page = render_html(modules)
     assert f"<li>in module <code>{module['module']}</code>" in page
     assert '<p class="callsites">no callsites: the capture has no Python samples' in page
+
+
+def test_kernels_of_another_pass_find_the_sampled_launches():
+    """The torch pass analyzed alone, with the nsys pass as the run's sampled profile (the shape of a
+    --torch-stacks run the other way round): its kernels are matched to the sampled pass's by name and order
+    within the step, and the GPU findings name the same lines, with the same shares within 1 point, as the
+    nsys pass analyzed with its own samples."""
+    _, torch_profile, nsys_profile, _ = load_run_dir(SAMPLED / "cpu_numpy_augment" / "run")
+    own = {f.id: f for f in diagnose(nsys_profile, script="cpu_numpy_augment.py")[1].findings}
+    _, torch_profile, nsys_profile, _ = load_run_dir(SAMPLED / "cpu_numpy_augment" / "run")
+    matched = diagnose(torch_profile, stack_profiles=[nsys_profile], script="cpu_numpy_augment.py")[1]
+    checked = [f for f in matched.findings if f.id in ("tensor.fp32_gemm", "occupancy.small_grid")]
+    assert len(checked) == 2
+    for finding in checked:
+        mine, theirs = finding.callsites, own[finding.id].callsites
+        assert mine and [s["line"] for s in mine] == [s["line"] for s in theirs], finding.id
+        assert all(abs(a["share_pct"] - b["share_pct"]) <= 1.0 for a, b in zip(mine, theirs, strict=True))

@@ -178,8 +178,10 @@ def _matched_rows(
     analyzed kernel matches one kernel per sampled step)."""
     if sampled is analyzed:
         return rows, rows, ns.astype(np.float64)
-    mine = _launch_order(analyzed).set_index("row").loc[rows, ["key", "ordinal"]]
+    # A kernel launched in a step left out as an outlier may run into a steady one: it has no ordinal.
+    mine = _launch_order(analyzed).set_index("row").reindex(rows)[["key", "ordinal"]]
     mine["ns"] = ns
+    mine = mine.dropna(subset=["key"]).astype({"ordinal": np.int64})
     theirs = _launch_order(sampled)[["row", "key", "ordinal"]]
     joined = mine.reset_index(names="mine").merge(theirs, on=["key", "ordinal"])
     share = joined["ns"] / joined.groupby("mine")["row"].transform("size")
