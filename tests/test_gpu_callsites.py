@@ -94,7 +94,10 @@ def test_module_ranges_name_the_modules_whose_kernels_a_finding_is_made_of(tmp_p
     gemm_layers = set(
         kernels.loc[kernels["name"].str.contains("gemm|conv|cudnn", case=False), "layer"].dropna()
     )
-    assert {s["module"] for s in sites} <= gemm_layers
+    # Each named module launched GEMMs itself or holds modules that did (a finding spread thin over the
+    # model's leaf modules is named by the modules that enclose them).
+    for site in sites:
+        assert any(layer == site["module"] or layer.startswith(site["module"] + ".") for layer in gemm_layers)
     shares = [s["share_pct"] for s in sites]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 100.1
 
