@@ -590,6 +590,8 @@ class _Placer:
         self.analyzed, self.analyzed_ledger = analyzed, analyzed_ledger
         self.sampled, self.sampled_ledger = sampled, sampled_ledger
         self.stacked, self.samples, self.paths, self.missing = stacked, samples, paths, missing
+        # Without samples or module ranges no kernel can be placed: a bare 10M-kernel export skips the lookup.
+        self.placeable = not samples.frames.empty or bool(analyzed.kernels["layer"].notna().any())
 
     def place(self, finding: Finding) -> tuple[list[dict], str | None]:
         """The finding's callsites, and why it has none (None when it has some)."""
@@ -638,7 +640,7 @@ class _Placer:
 
     def _kernel_weights(self, finding: Finding) -> _KernelPart:
         weights = np.zeros(len(self.samples.keys))
-        if self.analyzed_ledger is None:
+        if self.analyzed_ledger is None or not self.placeable:
             return _KernelPart(weights, 0.0, {}, None, False)
         rows, ns = _claimed_kernels(finding, self.analyzed_ledger, self.analyzed)
         total = float(ns.sum())
