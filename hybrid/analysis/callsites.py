@@ -13,7 +13,7 @@ come from the nsys pass's Python sampling; operators the torch pass recorded wit
 that draws on compiled regions split by graph breaks is placed at the lines dynamo recorded for them.
 
 Kernel time (a GPU finding's busy causes) is placed where the host launched it: each of the finding's
-kernels takes the user line of the sample that covers its launch on the launching thread, or, for a
+kernels takes the user line of the sample nearest its launch on the launching thread, or, for a
 thread without Python frames (autograd's backward thread), on the thread that ran the user's code then
 (sitting in `loss.backward()`). Where the samples lie on another pass's clock (the torch pass's, with
 --torch-stacks), the finding's kernels are matched to that pass's kernels by name and order within the
