@@ -620,6 +620,7 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     findings = engine.run(communication.RULES, ctx)
     for finding in findings:
         finding.replay_reason = JOB_FINDING_MODEL
+        finding.callsite_reason = communication.JOB_CALLSITE_REASON
     return findings
 
 

@@ -74,6 +74,7 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "suggestions": (list,),
     "advice": (list,),
     "callsites": (list,),
+    "callsite_reason": (str,),
     "alternative_to": (list,),
     "claimed": (dict,),
     "time_lost_ms": NUMBER,

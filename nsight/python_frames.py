@@ -16,8 +16,13 @@ import re
 # site-packages), any site-packages or dist-packages folder (virtual environments, user installs),
 # and <...> pseudo-files.
 LIBRARY_PATH = re.compile(r"^<|/lib(64)?/python\d+(\.\d+)?/|[/\\](site|dist)-packages[/\\]|^$")
-# hybrid's modules on the profiled process's stack: the injector, its step markers, the rank shim.
-HYBRID_IN_PROCESS = re.compile(r"[/\\]hybrid[/\\](inject|stepping|rank_inject|__init__|__main__)\.py$")
+# hybrid's modules on the profiled process's stack: everything under hybrid/inject/ (the injector, its
+# step markers, NVTX ranges, the rank shim), and their flat names in captures made before the package
+# moved into folders (hybrid/inject.py, stepping.py, rank_inject.py, nvtx_ranges.py: the committed
+# hf_trainer_fp32 capture's sampled stacks name hybrid/nvtx_ranges.py:26).
+HYBRID_IN_PROCESS = re.compile(
+    r"[/\\]hybrid[/\\](?:inject[/\\]\w+|inject|stepping|rank_inject|nvtx_ranges|__init__|__main__)\.py$"
+)
 
 
 def is_hybrid_file(path: str | None) -> bool:

@@ -214,12 +214,13 @@ CASES = [
         never=("torch.compile(model",),
     ),
     Case(
-        "host data each step: move the preprocessing, build a DataLoader",
+        "host images each step (a CNN reads them): move the image work to the GPU, build a DataLoader",
         NUMPY,
         "cpu.preprocessing",
         _config(),
         says=(
-            "numpy or Python preprocessing",
+            "per-batch image work",
+            "through aten::_convolution",
             "torch.utils.data.DataLoader",
             "the script uses no DataLoader",
         ),
@@ -230,7 +231,7 @@ CASES = [
         "cpu.preprocessing",
         _config(framework=HF, data_loaders=[{"num_workers": 0, "pin_memory": True}]),
         says=("py-spy",),
-        never=("numpy or Python preprocessing", "dataloader_num_workers"),
+        never=("per-batch image work", "numpy or Python loops", "dataloader_num_workers"),
     ),
     Case(
         "no host data: no numpy, no DataLoader advice",

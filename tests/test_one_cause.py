@@ -15,11 +15,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RUN_DIRS = sorted(
     [
         *FIXTURES.glob("planted/*/run"),
+        *FIXTURES.glob("callsites/planted/*/run"),
         *FIXTURES.glob("precision/*/run"),
         *(p.parent for p in (FIXTURES / "runs").glob("**/run.json")),
     ]
 )
 EXPORTS = sorted(FIXTURES.glob("bare/*.sqlite"))
+JOBS = sorted(p for p in (FIXTURES / "jobs").iterdir() if p.is_dir())
 
 
 def _name(path: Path) -> str:
@@ -44,8 +46,20 @@ def _kept(results: dict) -> list[dict]:
     return [f for f in results["diagnosis"]["bottlenecks"] if not f.get("not_measured")]
 
 
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory) -> dict[str, dict]:
+    from hybrid.pipeline import analyze_job
+
+    out = {}
+    for job in JOBS:
+        copy = tmp_path_factory.mktemp("job") / job.name
+        shutil.copytree(job, copy)
+        out[_name(job)] = analyze_job(copy)
+    return out
+
+
 def test_every_capture_is_analyzed(analyzed):
-    assert len(analyzed) == len(RUN_DIRS) + len(EXPORTS) >= 38
+    assert len(analyzed) == len(RUN_DIRS) + len(EXPORTS) >= 41
 
 
 def test_no_kept_finding_of_moderate_or_worse_without_an_action(analyzed):
@@ -180,3 +194,48 @@ def test_a_fusion_primary_lights_its_elementwise_kernels(analyzed):
     primary = analyzed["bare/raw_elementwise_loop.sqlite"]["diagnosis"]["primary_bottleneck"]
     assert primary["id"] == "compile.fusible_elementwise" and primary["claimed"]
     assert highlighted_segments(primary) == "elementwise"
+
+
+def test_every_finding_names_the_users_code_or_says_why(analyzed, jobs):
+    """Every finding, kept or a note, host-side or GPU-side, of every committed capture and torchrun job: its
+    callsites are lines of the user's files or the NVTX modules its kernels ran in, or it says why it has
+    none (what the run did not record, or why no event of the step places it)."""
+    from nsight.python_frames import is_user_file
+
+    unplaced, foreign = [], []
+    for name, results in {**analyzed, **jobs}.items():
+        for f in results["diagnosis"]["bottlenecks"]:
+            sites = f.get("callsites") or []
+            if not sites and not str(f.get("callsite_reason") or "").startswith("no callsite"):
+                unplaced.append((name, f["id"]))
+            foreign += [
+                (name, f["id"], site)
+                for site in sites
+                if not (site.get("module") if site.get("file") is None else is_user_file(site.get("path")))
+            ]
+    assert not unplaced and not foreign
+
+
+def test_gpu_findings_are_placed_wherever_the_run_recorded_stacks_or_modules(analyzed):
+    """A finding made of kernel time is placed wherever the run sampled Python or recorded module ranges: the
+    kernel findings of the sampled captures (callsites/, resnet50-default, hf_trainer_fp32) and of the
+    --nvtx-modules ones (simple_cnn, resnet50, resnet50_bf16/tf32) all have callsites."""
+    placed = {
+        "callsites/planted/cpu_numpy_augment/run",
+        "precision/hf_trainer_fp32/run",
+        "precision/resnet50_bf16/run",
+        "precision/resnet50_tf32/run",
+        "runs/h200-resnet50",
+        "runs/h200-resnet50-50steps",
+        "runs/h200-resnet50-default",
+        "runs/h200-simple_cnn",
+    }
+    gpu = [
+        (name, f["id"], f.get("callsite_reason"))
+        for name in placed
+        for f in _kept(analyzed[name])
+        if f["category"] in ("TENSOR_CORE", "OCCUPANCY", "MEMORY_HIERARCHY", "ROOFLINE", "COMPILER_GRAPH")
+        and any(ms > 0 for ms in f.get("claimed", {}).values())
+        and not f["callsites"]
+    ]
+    assert not gpu

@@ -603,13 +603,23 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
 def _callsites(finding: dict, w: _Writer) -> str:
     """The finding's top user lines: 'at train.py:42 (63%) total += loss.item()', full paths with
     include_paths."""
-    items = "".join(
-        f"<li>at <code>{w.text(c.get('path') if w.include_paths and c.get('path') else c.get('file'))}:"
-        f"{w.text(c.get('line'))}</code> ({w.value(c.get('share_pct'), '%')}) "
-        f"<code>{w.text(c.get('source_line') or c.get('function') or '')}</code></li>"
-        for c in finding.get("callsites") or []
+    items = "".join(_callsite_item(c, w) for c in finding.get("callsites") or [])
+    if items:
+        return f'<ul class="callsites">{items}</ul>'
+    reason = finding.get("callsite_reason")
+    return f'<p class="callsites">{w.text(reason)}</p>' if reason else ""
+
+
+def _callsite_item(site: dict, w: _Writer) -> str:
+    share = f"({w.value(site.get('share_pct'), '%')})"
+    if site.get("file") is None:  # only the module range its kernels were launched in
+        return f"<li>in module <code>{w.text(site.get('module'))}</code> {share}</li>"
+    file = site.get("path") if w.include_paths and site.get("path") else site.get("file")
+    module = f" in module <code>{w.text(site['module'])}</code>" if site.get("module") else ""
+    return (
+        f"<li>at <code>{w.text(file)}:{w.text(site.get('line'))}</code> {share} "
+        f"<code>{w.text(site.get('source_line') or site.get('function') or '')}</code>{module}</li>"
     )
-    return f'<ul class="callsites">{items}</ul>' if items else ""
 
 
 def _findings(results: dict, w: _Writer) -> str:

@@ -296,20 +296,28 @@ def _finding_cell(
         )
     if verbose:
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
+        if finding.get("callsite_reason"):
+            details.append(Text(str(finding["callsite_reason"]), style="dim"))
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
     return Group(title, *([callsite] if callsite is not None else []), Padding(Group(*details), (0, 0, 0, 2)))
 
 
 def _top_callsite(finding: dict) -> Text | None:
-    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding."""
+    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding, and the
+    module its kernels were launched in when module ranges were recorded ('in module layer3.0'); the
+    module alone where no line places them."""
     callsites = finding.get("callsites") or []
     if not callsites:
         return None
     top = callsites[0]
+    module = f"  (in module {top['module']})" if top.get("module") else ""
+    if top.get("file") is None:
+        return Text.assemble("  in module ", (str(top.get("module")), "bold"))
     return Text.assemble(
         "  at ",
         (f"{top.get('file')}:{top.get('line')}", "bold"),
         f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
+        module,
     )
 
 

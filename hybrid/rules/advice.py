@@ -373,3 +373,57 @@ def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> li
         else "the DataLoader's settings were not recorded"
     )
     return [Suggestion(f"DataLoader({', '.join(missing)})", f"{condition}; {state}")]
+
+
+# What the model reads a batch made on the host with tells what the host made: ids looked up in an embedding
+# table (token ids: text tokenized in the step), or images through convolutions. torch.profiler names the ops.
+TOKEN_INPUT_OPS = frozenset({"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"})
+IMAGE_INPUT_OPS = frozenset({"aten::convolution", "aten::_convolution", "aten::cudnn_convolution"})
+
+
+def batch_inputs(op_names: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    """The kinds of input the run's operators show ('token ids', 'images') with the operators that show
+    each; empty when neither shows (no torch pass, or a model that reads neither)."""
+    kinds = {"token ids": sorted(TOKEN_INPUT_OPS & op_names), "images": sorted(IMAGE_INPUT_OPS & op_names)}
+    return {kind: tuple(ops) for kind, ops in kinds.items() if ops}
+
+
+def host_batch_work(op_names: frozenset[str], *, condition: str) -> list[Suggestion]:
+    """What takes the per-batch work the host does in the step off the GPU's path, for the input the model
+    reads: tokenize ahead or in batches for token ids, transforms on the GPU for images, and batched torch
+    ops or precomputing where the operators show neither."""
+    inputs = batch_inputs(op_names)
+    out = []
+    if "token ids" in inputs:
+        ops = inputs["token ids"]
+        out.append(
+            Suggestion(
+                "Tokenize ahead of the GPU: tokenize the texts once before the loop with the fast "
+                "tokenizer's batch call (tokenizer(texts, padding=True, truncation=True, "
+                "return_tensors='pt'), or datasets' map(tokenize, batched=True)) and feed batches of "
+                "token ids, or tokenize in DataLoader workers with a collate_fn that calls the tokenizer "
+                "once per batch",
+                f"{condition}; the model reads its input through {', '.join(ops)}, so the host makes ids "
+                "(token ids where text is tokenized in the step)",
+                ops,
+            )
+        )
+    if "images" in inputs:
+        ops = inputs["images"]
+        out.append(
+            Suggestion(
+                "Move the per-batch image work (decoding, augmentation, normalization) to the GPU as "
+                "batched torch ops (torchvision.transforms.v2 on CUDA tensors, NVIDIA DALI)",
+                f"{condition}; the model reads its input through {', '.join(ops)} (images)",
+                ops,
+            )
+        )
+    if not out:
+        out.append(
+            Suggestion(
+                "Move that per-batch work (numpy or Python loops over samples) to the GPU as batched torch "
+                "ops, or compute what does not change between epochs once before the loop",
+                condition,
+            )
+        )
+    return out

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from hybrid.provenance import Metric
 from hybrid.rules.advice import RunConfig, Suggestion
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 CATEGORIES = (
     "ROOFLINE",
@@ -70,6 +75,7 @@ class Finding:
     # Set by the stages after the rules (hybrid.analysis.diagnosis); a figure a stage did not set stays out of
     # results.json. The user's lines that spent the time (hybrid.analysis.callsites):
     callsites: list[dict] | None = None
+    callsite_reason: str | None = None  # why `callsites` is empty: what the run lacked, or why none applies
     # The time lost as a share of the step without a collector, and its share of that step:
     time_lost_baseline_ms: float | None = None
     time_lost_baseline_pct: float | None = None
@@ -106,6 +112,7 @@ class Finding:
 # Finding fields the stages after the rules set.
 STAGE_FIELDS = (
     "callsites",
+    "callsite_reason",
     "time_lost_baseline_ms",
     "time_lost_baseline_pct",
     "time_lost_method",
@@ -261,5 +268,8 @@ class Rule:
     # the operators its evidence names).
     copies: CopyFilter | None = None
     callsite_ops: frozenset[str] | None = None
+    # Of the kernels in its pool's causes, those the finding is about (kernel names -> mask; None: all): the
+    # fusion finding draws on shared kernel causes for its elementwise chains.
+    callsite_kernels: Callable[[pd.Series], np.ndarray] | None = None
     # Holds without a GPU: it reads only the torch pass's host timeline, so it runs on CPU-only runs too.
     host_side: bool = False

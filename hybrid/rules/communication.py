@@ -252,6 +252,13 @@ def host_sync_report(ctx: Context, lost_ms: float) -> Report:
 
 # Job-level figures (means over ranks, per step) with no ledger of their own: the job's step is the
 # slowest rank's, and these findings are bounded by their models alone.
+# The job's findings are made of every rank's step and collective times, not of one timeline's events: the
+# ranks' own findings name their lines.
+JOB_CALLSITE_REASON = (
+    "no callsite: a finding of the whole job, from the ranks' step and collective times; each rank's "
+    "report (--rank N) names the lines of its own findings"
+)
+
 RULES = [
     Rule(
         "comm.exposed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybrid.analysis.kernel_classes import elementwise_mask
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import rule_saving
@@ -155,6 +156,7 @@ RULES = [
         floor_pct=MIN_LOST_PCT,
         fix=fusion_fix,
         bound="fusible_chain_ms",
+        callsite_kernels=elementwise_mask,
     ),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before
     # launch.bound's.

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from hybrid.analysis.metrics import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
-from hybrid.rules.advice import Suggestion, fused_optimizer, loader_workers, use_compile, use_cuda_graphs
+from hybrid.rules.advice import (
+    Suggestion,
+    fused_optimizer,
+    host_batch_work,
+    loader_workers,
+    use_compile,
+    use_cuda_graphs,
+)
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import SCALAR_READ_OPS
 
@@ -157,13 +164,7 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
             f" (created by {created})" if created else ""
         )
-        out.append(
-            Suggestion(
-                "Move that per-batch work (numpy or Python preprocessing, augmentation) to the "
-                "GPU as batched torch ops (torchvision.transforms.v2 on CUDA tensors, DALI)",
-                feed,
-            )
-        )
+        out += host_batch_work(ctx.op_names, condition=feed)
         out += loader_workers(
             ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU"
         )

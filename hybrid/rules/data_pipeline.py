@@ -4,7 +4,7 @@ with compute, step jitter."""
 from __future__ import annotations
 
 from hybrid.numbers import significant
-from hybrid.rules.advice import Suggestion, loader_workers
+from hybrid.rules.advice import Suggestion, batch_inputs, loader_workers
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import NS_PER_MS
 
@@ -66,14 +66,7 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
                 condition + " from worker processes that fall behind",
             )
         ]
-    advice += [
-        Suggestion(
-            "Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on CUDA "
-            "tensors, NVIDIA DALI), or store preprocessed data; measure the loader alone (iterate it "
-            "without the model) to see the batches per second it can deliver",
-            condition,
-        )
-    ]
+    advice += per_item_work(ctx, condition)
     return Report(
         title="The GPU waits for the DataLoader",
         pairs=[
@@ -90,6 +83,40 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
         ),
         suggestions=advice,
     )
+
+
+def per_item_work(ctx: Context, condition: str) -> list[Suggestion]:
+    """Cheaper per-item work in the loader, for the input the model reads (hybrid.rules.advice.batch_inputs):
+    tokenizing per batch or ahead for token ids, GPU transforms for images, preprocessed data for either."""
+    inputs = batch_inputs(ctx.op_names)
+    measure = (
+        "; measure the loader alone (iterate it without the model) to see the batches per second it delivers"
+    )
+    out = []
+    if "token ids" in inputs:
+        ops = inputs["token ids"]
+        out.append(
+            Suggestion(
+                "Make per-item work cheaper: store the dataset tokenized (datasets' map(tokenize, "
+                "batched=True), saved once), or tokenize a whole batch in the collate_fn with the fast "
+                "tokenizer instead of one text per __getitem__" + measure,
+                f"{condition}; the model reads its input through {', '.join(ops)} (token ids)",
+                ops,
+            )
+        )
+    if "images" in inputs:
+        ops = inputs["images"]
+        out.append(
+            Suggestion(
+                "Make per-item work cheaper: decode and augment on the GPU (torchvision.transforms.v2 on "
+                "CUDA tensors, NVIDIA DALI), or store preprocessed images" + measure,
+                f"{condition}; the model reads its input through {', '.join(ops)} (images)",
+                ops,
+            )
+        )
+    return out or [
+        Suggestion("Make per-item work cheaper: store the data preprocessed, once" + measure, condition)
+    ]
 
 
 def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
