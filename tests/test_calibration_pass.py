@@ -17,6 +17,7 @@ from hybrid.pipeline import analyze_run_dir
 from hybrid.replay.calibrate import CALIBRATION_FILE
 from hybrid.report.terminal import render_terminal
 from hybrid.report.units import format_value
+from hybrid.rules.registry import RULE_BY_ID
 from hybrid.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,6 +117,25 @@ def test_a_run_without_a_torch_trace_is_not_calibrated(tmp_path):
         calibration_pass.pass_row(run, enabled=True, cuda_used=True, env={}, progress=lambda *_: None) is None
     )
     assert run.run_json()["calibration"] == {"skipped": calibration_pass.NO_TRACE}
+
+
+def test_a_run_whose_findings_replay_no_calibrated_speedup_is_not_calibrated(tmp_path):
+    """The analysis the ncu plan made decides: resnet50 b64 on the H200 (fusion, roofline and small-grid
+    findings) timed 8 shapes in 8.6 s for fixes that read none of them. The planted FP32 run's analysis
+    holds tensor.fp32_gemm, whose rule replays the TF32 speedup: that run is calibrated."""
+    run = _run_copy(tmp_path, "graph_breaks")
+    analysis = analyze_run_dir(run.path)
+    diagnosis = analysis["diagnosis"]
+    ids = [f["id"] for f in diagnosis["bottlenecks"] + diagnosis["below_floor"]]
+    assert ids and not any(i.startswith("tensor.") and not i.endswith("not_measured") for i in ids)
+    row = calibration_pass.pass_row(
+        run, enabled=True, cuda_used=True, env={}, progress=lambda *_: None, finding_ids=ids
+    )
+    assert row is None and run.run_json()["calibration"] == {"skipped": calibration_pass.NOT_NEEDED}
+    fp32_run = _run_copy(tmp_path, "tc_fp32_no_tf32")
+    fp32_ids = [f["id"] for f in analyze_run_dir(fp32_run.path)["diagnosis"]["bottlenecks"]]
+    assert "tensor.fp32_gemm" in fp32_ids
+    assert any(RULE_BY_ID[i].calibrated for i in fp32_ids)
 
 
 @pytest.mark.slow

@@ -233,6 +233,8 @@ class Orchestrator:
         self._ncu_warmup: int | None = None
         # The torch and nsys profiles (and load notes) the ncu plan analyzed, for results() to reuse.
         self._loaded: tuple[Profile | None, Profile, list[str]] | None = None
+        # The findings (kept and below their floor) of the analysis the ncu plan made, where it made one.
+        self._planned_finding_ids: list[str] | None = None
         self._child: subprocess.Popen | None = None
 
     # -- planning ---------------------------------------------------------------------------------
@@ -560,7 +562,12 @@ class Orchestrator:
 
         cuda_used = bool(inject.get("cuda_available"))
         row = pass_row(
-            self.run_dir, enabled=opts.calibrate, cuda_used=cuda_used, env=self._env(), progress=self.progress
+            self.run_dir,
+            enabled=opts.calibrate,
+            cuda_used=cuda_used,
+            env=self._env(),
+            progress=self.progress,
+            finding_ids=self._planned_finding_ids,
         )
         if row is not None:
             self._record(PassResult(**row))
@@ -835,6 +842,11 @@ class Orchestrator:
         except Exception:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
             return load_nsys_export(self.run_dir.nsys_export()), None
         self._loaded = (torch_profile, deepcopy(nsys_profile), notes)
+        diagnosis = (analysis or {}).get("diagnosis") or {}
+        self._planned_finding_ids = [
+            str(f.get("id"))
+            for f in (diagnosis.get("bottlenecks") or []) + (diagnosis.get("below_floor") or [])
+        ]
         return nsys_profile, analysis
 
     def results(self) -> dict:

@@ -273,3 +273,6 @@ class Rule:
     callsite_kernels: Callable[[pd.Series], np.ndarray] | None = None
     # Holds without a GPU: it reads only the torch pass's host timeline, so it runs on CPU-only runs too.
     host_side: bool = False
+    # Its fix replays the speedups the calibration pass times on the run's GPU (FixInputs.gemm_speedup):
+    # a run without such a finding skips that pass (hybrid.collect.calibration_pass).
+    calibrated: bool = False

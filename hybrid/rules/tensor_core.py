@@ -294,6 +294,7 @@ RULES = [
         pool=("fp32_gemm",),
         floor_pct=MIN_LOST_PCT,
         fix=fp32_fix,
+        calibrated=True,
     ),
     Rule(
         "tensor.misaligned_dims",
@@ -304,6 +305,7 @@ RULES = [
         optional=MISALIGNED_INPUTS,
         pool=("misaligned_gemm",),
         fix=misaligned_fix,
+        calibrated=True,
     ),
     Rule(
         "tensor.pipe_idle",
