@@ -42,4 +42,4 @@ lint: setup
 	$(BIN)/python tools/mypy_ratchet.py
 
 clean:
-	rm -rf build dist *.egg-info hybrid-runs .pytest_cache
+	rm -rf build dist *.egg-info hybrid-runs hybrid-reports .pytest_cache
