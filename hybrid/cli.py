@@ -823,7 +823,7 @@ def _load_results(path: Path) -> dict:
         if path.is_dir() and (path / "run.json").is_file():  # a run directory never analyzed (or re-analyzed)
             raise UsageError(
                 f"{target} not found: {path} holds a run that was not analyzed",
-                f"analyze it first with `hybrid report {path}`, then compare",
+                f"analyze it first with `hybrid report {path} --out {path}`, then compare",
             ) from None
         raise UsageError(
             f"{target} not found", "pass a run directory holding results.json, or the file itself"
