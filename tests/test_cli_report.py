@@ -183,7 +183,7 @@ def test_a_json_that_is_no_results_document_is_bad_input_for_report(tmp_path, do
 
 
 def test_the_committed_seed_results_render(tmp_path):
-    for document in sorted((ROOT / "examples" / "seed-commands").glob("*/results.json")):
+    for document in sorted((ROOT / "tests" / "fixtures" / "seed-commands").glob("*/results.json")):
         shutil.copy(document, tmp_path / "results.json")
         done = hybrid("report", str(tmp_path / "results.json"))
         assert done.returncode == 0, (document, done.stderr)
