@@ -137,9 +137,10 @@ class UserProfilers:
             (profile, "step", step),
             (legacy.profile, "__enter__", legacy_enter),
         ]
-        profile.start = guarded_start
-        profile.step = guarded_step
-        legacy.profile.__enter__ = guarded_enter
+        for owner, attribute, _original in self._patches:
+            setattr(
+                owner, attribute, {"start": guarded_start, "step": guarded_step}.get(attribute, guarded_enter)
+            )
 
     def uninstall(self) -> None:
         """Restore torch's classes; the profilers made inert stay inert."""
