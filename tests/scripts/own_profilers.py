@@ -1,5 +1,6 @@
-"""A training loop that profiles itself, in the form named by argv[1]; each step sleeps STEP_S on top of
-a small model's forward, backward and optimizer step, so that its step time is known from below.
+"""A training loop that profiles itself, in the form named by argv[1] (on the device argv[2], default cpu);
+each step sleeps STEP_S on top of a small model's forward, backward and optimizer step, so that its step
+time is known from below.
 
     schedule       torch.profiler.profile with a schedule and a tensorboard_trace_handler, prof.step()
     no_schedule    torch.profiler.profile without a schedule, prof.step(), then key_averages()
@@ -22,9 +23,11 @@ STEPS = 60
 PROFILED = 4
 
 form = sys.argv[1]
-model = torch.nn.Linear(64, 64)
+device = sys.argv[2] if len(sys.argv) > 2 else "cpu"  # cuda on a GPU machine (benchmarks/jobs/s6_userprof.tsv)
+activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+model = torch.nn.Linear(64, 64).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(16, 64)
+x = torch.randn(16, 64, device=device)
 
 
 def train_step():
@@ -39,19 +42,19 @@ def train_step():
 if form == "schedule":
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
     handler = torch.profiler.tensorboard_trace_handler("tb")
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, on_trace_ready=handler) as prof:
+    with torch.profiler.profile(activities=activities, schedule=schedule, on_trace_ready=handler) as prof:
         for _ in range(STEPS):
             train_step()
             prof.step()
 elif form == "no_schedule":
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+    with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
         for _ in range(STEPS):
             train_step()
             prof.step()
     print(prof.key_averages().table(row_limit=5))
 elif form == "start_stop":
     # The first PROFILED steps profiled, then training goes on unprofiled.
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    prof = torch.profiler.profile(activities=activities)
     prof.start()
     for _ in range(PROFILED):
         train_step()
