@@ -137,10 +137,9 @@ class UserProfilers:
             (profile, "step", step),
             (legacy.profile, "__enter__", legacy_enter),
         ]
+        guarded = {"start": guarded_start, "step": guarded_step, "__enter__": guarded_enter}
         for owner, attribute, _original in self._patches:
-            setattr(
-                owner, attribute, {"start": guarded_start, "step": guarded_step}.get(attribute, guarded_enter)
-            )
+            setattr(owner, attribute, guarded[attribute])
 
     def uninstall(self) -> None:
         """Restore torch's classes; the profilers made inert stay inert."""
