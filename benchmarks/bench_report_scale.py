@@ -82,8 +82,20 @@ def main() -> None:
                 if what == "load_nsys_export":
                     runs.append(measure([sys.executable, "-c", LOAD_ONLY, str(export)], subprocess.DEVNULL))
                     continue
-                with tempfile.NamedTemporaryFile("w+", suffix=".json") as out:
-                    report = [sys.executable, "-m", "hybrid", "report", str(export), "--json"]
+                with (
+                    tempfile.NamedTemporaryFile("w+", suffix=".json") as out,
+                    tempfile.TemporaryDirectory() as folder,
+                ):
+                    report = [
+                        sys.executable,
+                        "-m",
+                        "hybrid",
+                        "report",
+                        str(export),
+                        "--json",
+                        "--out",
+                        folder,
+                    ]
                     runs.append(measure(report, out))
                     found = _found(Path(out.name))
             walls = [r["wall_s"] for r in runs]

@@ -4,7 +4,7 @@ capture: the proof that a refactor leaves what users read unchanged.
     python benchmarks/diff_results.py save /tmp/results-before     # before the change
     python benchmarks/diff_results.py diff /tmp/results-before     # after it: lists every difference
 
-Each capture is analyzed in a scratch copy (`hybrid report` writes into its input). Canonical form:
+Each capture is analyzed in a scratch copy, whatever the analysis may write. Canonical form:
 keys sorted, floats rounded to 9 significant digits (a reordered sum moves the last bits), fields
 that are no property of the capture (the Python version, the analysis's own directory) dropped."""
 

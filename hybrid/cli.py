@@ -569,17 +569,20 @@ def report(
     step_range: str | None = typer.Option(None, "--step-range", help="NVTX range name that marks a step"),
     rank: int | None = RankOpt,
     as_json: bool = JsonOpt,
-    html: bool = typer.Option(
-        False,
-        "--html",
-        help="also write report.html (into the run directory; next to an export as NAME.report.html)",
+    html: bool = typer.Option(False, "--html", help="also write report.html into the report folder"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="folder for results.json, report.txt (and report.html); default hybrid-reports/NAME-N in the "
+        "working directory, a new one each time. The input is never written to unless named here",
     ),
     verbose: bool = VerboseOpt,
     include_paths: bool = PathsOpt,
     fail_on: Severity | None = FailOnOpt,
 ) -> None:
     """Re-analyze saved artifacts offline (a run directory or someone's nsys export), or re-render a
-    results.json whose artifacts are gone."""
+    results.json whose artifacts are gone. Reads its input only: what it writes goes to a new folder."""
     from hybrid.pipeline import analyze_export, analyze_run_dir
 
     if not path.exists():
@@ -603,7 +606,8 @@ def report(
         with _received(path):
             _render_saved(
                 _complete(_load_results(path), path),
-                html_path=path.with_suffix(".report.html") if html else None,
+                report_dir=_report_dir(path, out) if html or out else None,
+                html=html,
                 as_json=as_json,
                 verbose=verbose,
                 include_paths=include_paths,
@@ -638,7 +642,8 @@ def report(
                 with _received(path / "results.json"):
                     _render_saved(
                         _complete(_load_results(path), path / "results.json"),
-                        html_path=path / "report.html" if html else None,
+                        report_dir=_report_dir(path, out) if html or out else None,
+                        html=html,
                         as_json=as_json,
                         verbose=verbose,
                         include_paths=include_paths,
@@ -650,20 +655,83 @@ def report(
     else:
         results = analyze_export(path, ncu_csv=ncu, step_range=step_range)
         run_dir = None
-        if html:
-            from hybrid.report.html_report import render_html
-
-            _write_page(path.with_suffix(".report.html"), render_html(results, include_paths=include_paths))
+    _save_report(
+        results,
+        _report_dir(path, out),
+        artifacts_base=run_dir or path.parent,
+        html=html,
+        include_paths=include_paths,
+    )
     _emit(
         results,
-        run_dir=run_dir,
+        run_dir=None,
         as_json=as_json,
-        html=html and run_dir is not None,
+        html=False,
         verbose=verbose,
         include_paths=include_paths,
         fail_on=fail_on,
         location=run_dir or path.parent,
     )
+
+
+REPORTS_DIR_ENV = "HYBRID_REPORTS_DIR"  # where `hybrid report` makes its folders (default ./hybrid-reports)
+
+
+def _report_dir(source: Path, out: Path | None) -> Path | None:
+    """Where `hybrid report` writes: --out as given (the user may name any folder, the input's own
+    included), else a new NAME-N in $HYBRID_REPORTS_DIR or ./hybrid-reports, N the first number free,
+    never inside the input (a received capture may be read-only or shared: from a working directory
+    inside it, the folder goes beside the input instead). None, said on stderr, when no folder can be
+    made there: the report is then printed only."""
+    if out is not None:
+        return out
+    name = source.resolve().name if source.is_dir() else source.stem
+    if source.is_file() and source.name == "results.json":
+        name = source.resolve().parent.name  # runs/r50/results.json -> r50
+    base = Path(os.environ.get(REPORTS_DIR_ENV) or "hybrid-reports")
+    if source.is_dir() and base.resolve().is_relative_to(source.resolve()):
+        base = source.resolve().parent / "hybrid-reports"
+    from hybrid.files import claimed
+
+    for number in range(1, 10_000):
+        folder = base / f"{name}-{number}"
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            _stderr(f"warning: cannot make a report folder in {base} ({error.strerror}); pass --out DIR")
+            return None
+        claimed(folder)
+        return folder
+    _stderr(f"warning: {base} holds 9999 reports of {name}; pass --out DIR")
+    return None
+
+
+def _save_report(
+    results: dict, report_dir: Path | None, *, artifacts_base: Path, html: bool, include_paths: bool
+) -> None:
+    """results.json, report.txt (and report.html) in the report folder, said on stderr; a folder that
+    cannot be written still gets its report printed, with a warning. The saved document's artifacts
+    are rebased onto the report folder, so that `hybrid report FOLDER/results.json` still finds them."""
+    if report_dir is None:
+        return
+    from hybrid.errors import OutputError
+
+    saved = dict(results)
+    saved["artifacts"] = {
+        key: Path(os.path.relpath(artifacts_base.absolute() / relative, report_dir.absolute())).as_posix()
+        for key, relative in (results.get("artifacts") or {}).items()
+    }
+    written: list[str] = []
+    try:
+        _save_reports(saved, report_dir, written, html=html, include_paths=include_paths)
+    except OutputError as error:
+        kept = f"only {', '.join(written)} saved" if written else "nothing saved"
+        _stderr(f"warning: {kept} in {report_dir} ({error.cause}); the report is on stdout only")
+        return
+    _stderr(f"report folder: {report_dir}  ({', '.join(written)})")
 
 
 def _write_page(path: Path, page: str) -> None:
@@ -693,14 +761,16 @@ def _artifacts_gone(path: Path) -> bool:
 def _render_saved(
     results: dict,
     *,
-    html_path: Path | None,
+    report_dir: Path | None,
+    html: bool,
     as_json: bool,
     verbose: bool,
     include_paths: bool,
     fail_on: Severity | None,
     location: str,
 ) -> None:
-    """Show a saved results document without re-analysis (and without rewriting it)."""
+    """Show a saved results document without re-analysis (never rewriting it: a copy goes to the report
+    folder)."""
     from rich.console import Console
 
     # Only the artifacts still beside the document get a command to open them.
@@ -715,18 +785,20 @@ def _render_saved(
     from hybrid.report.terminal import print_report
     from hybrid.streams import json_text
 
-    if html_path is not None:
-        from hybrid.report.html_report import render_html
-
-        _write_page(html_path, render_html(results, include_paths=include_paths))
+    _save_report(results, report_dir, artifacts_base=Path(location), html=html, include_paths=include_paths)
     if as_json:
         sys.stdout.write(json_text(results_to_json(results)))
     else:
+        # The commands that open the artifacts name them from here: a report folder's document reaches
+        # them through ../ (hybrid-reports/r50-1/../../r50/torch/trace.json reads r50/torch/trace.json).
+        shown = {
+            key: os.path.normpath(os.path.join(location, relative))
+            for key, relative in results["artifacts"].items()
+        }
         print_report(
-            results,
+            {**results, "artifacts": shown},
             Console(no_color=bool(os.environ.get("NO_COLOR")) or None),
             verbose=verbose,
-            location=location,
         )
     _fail_on(results, fail_on)
 
@@ -761,7 +833,7 @@ def _load_results(path: Path) -> dict:
         if path.is_dir() and (path / "run.json").is_file():  # a run directory never analyzed (or re-analyzed)
             raise UsageError(
                 f"{target} not found: {path} holds a run that was not analyzed",
-                f"analyze it first with `hybrid report {path}`, then compare",
+                f"analyze it first with `hybrid report {path} --out {path}`, then compare",
             ) from None
         raise UsageError(
             f"{target} not found", "pass a run directory holding results.json, or the file itself"

@@ -259,20 +259,28 @@ def _results(
 
 
 def _counters_from_report(run: RunDir, notes: list[str]) -> Path | None:
-    """counters.csv from the saved ncu report when the pass left none (ncu stopped before the CSV was
-    written): read back with the ncu found on this machine, if any."""
+    """The counters of the saved ncu report when the pass left no counters.csv (ncu stopped before the CSV
+    was written): read back with the ncu found on this machine, if any, into a temporary folder removed
+    when the process ends, as the run directory is an input (`hybrid report` never writes into it)."""
+    import atexit
+    import shutil
+    import tempfile
+
     from hybrid.collect import ncu_tool as ncu
 
     report = run.path / "ncu" / ncu.REPORT_NAME
     found = ncu.find_ncu() if report.is_file() else None
     if found is None:
         return None
+    folder = Path(tempfile.mkdtemp(prefix="hybrid-counters-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    csv = folder / "counters.csv"
     try:
-        ncu.export_counters(found, report, run.path / "ncu" / "counters.csv")
+        ncu.export_counters(found, report, csv)
     except OutputError as error:
         notes.append(f"the counters in {report} were not read back: {error.cause}")
         return None
-    return run.ncu_csv()
+    return csv if csv.is_file() else None
 
 
 def _load_intact(label: str, load: Callable[[], Profile], damaged: list[InputError]) -> Profile | None:

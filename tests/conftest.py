@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,3 +21,12 @@ def analyzed_copy(tmp_path_factory) -> Callable[[Path], dict]:
         return analyze_run_dir(copy)
 
     return analyze
+
+
+@pytest.fixture(scope="session", autouse=True)
+def report_folders(tmp_path_factory) -> Path:
+    """`hybrid report` run by a test (its working directory is the repository) makes its report folders
+    here rather than in the repository's hybrid-reports/."""
+    folder = tmp_path_factory.mktemp("hybrid-reports")
+    os.environ["HYBRID_REPORTS_DIR"] = str(folder)
+    return folder

@@ -240,7 +240,7 @@ def browser(tmp_path_factory):
 
 def _render(run_dir: Path) -> Path:
     done = subprocess.run(
-        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html"],
+        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html", "--out", str(run_dir)],
         cwd=ROOT,
         check=False,
         capture_output=True,

@@ -369,12 +369,12 @@ def h200_run(tmp_path) -> Path:
     import shutil
 
     copy = tmp_path / "h200-simple_cnn"
-    shutil.copytree(H200_RUN, copy)  # `hybrid report DIR` writes results.json into DIR
+    shutil.copytree(H200_RUN, copy)  # the committed capture stays as captured whatever a test does
     return copy
 
 
-def test_report_on_a_real_h200_run_directory(h200_run):
-    done = hybrid("report", str(h200_run), "--json")
+def test_report_on_a_real_h200_run_directory(h200_run, tmp_path):
+    done = hybrid("report", str(h200_run), "--json", "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert missing_keys(results) == []
@@ -388,7 +388,9 @@ def test_report_on_a_real_h200_run_directory(h200_run):
     sources = {m["source"] for m in results["metrics"].values()}
     assert {"measured:torch", "measured:nsys", "measured:ncu"} <= sources
     assert results["diagnosis"]["primary_bottleneck"] is not None
-    assert (h200_run / "results.json").is_file() and (h200_run / "report.txt").is_file()
+    # Written to the folder named, never into the run directory it read.
+    assert (tmp_path / "report" / "results.json").is_file() and (tmp_path / "report" / "report.txt").is_file()
+    assert not (h200_run / "results.json").exists() and not (h200_run / "report.txt").exists()
 
 
 def test_fail_on_gates_ci_on_a_real_run(h200_run):
@@ -408,10 +410,10 @@ def test_fail_on_gates_ci_on_a_real_run(h200_run):
         assert hybrid("report", str(h200_run), "--fail-on", severity).returncode == 0
 
 
-def test_html_report_from_saved_artifacts(h200_run):
-    done = hybrid("report", str(h200_run), "--html")
+def test_html_report_from_saved_artifacts(h200_run, tmp_path):
+    done = hybrid("report", str(h200_run), "--html", "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
-    page = (h200_run / "report.html").read_text()
+    page = (tmp_path / "report" / "report.html").read_text()
     assert "<svg" in page and "NVIDIA H200" in page
     assert "/tmp/hybrid-gpu-runs" not in page  # no absolute paths of the profiled machine
 

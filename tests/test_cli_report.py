@@ -41,9 +41,9 @@ def analyzed(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name in ("h200-resnet50", "h200-simple_cnn"):
         shutil.copytree(RUNS / name, base / name)
-        done = hybrid("report", str(base / name), "--json")
+        done = hybrid("report", str(base / name), "--json", "--out", str(base / f"{name}-report"))
         assert done.returncode == 0, done.stderr
-        out[name] = base / name / "results.json"
+        out[name] = base / f"{name}-report" / "results.json"
     return out
 
 
@@ -51,14 +51,14 @@ def test_a_results_json_is_rendered_without_its_artifacts(analyzed, tmp_path):
     saved = tmp_path / "results.json"
     shutil.copy(analyzed["h200-resnet50"], saved)
     before = saved.read_bytes()
-    done = hybrid("report", str(saved), "--html")
+    done = hybrid("report", str(saved), "--html", "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     assert "NVIDIA H200" in done.stdout and "TENSOR_CORE" in done.stdout
     assert saved.read_bytes() == before  # shown, not re-analyzed or rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "results.json"]  # nothing beside it
     assert "Open the raw views" not in done.stdout  # its artifacts are not beside it
-    assert (
-        tmp_path / "results.report.html"
-    ).is_file() and f"wrote {tmp_path / 'results.report.html'}" in done.stderr
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert f"report folder: {tmp_path / 'report'}  (results.json, report.txt, report.html)" in done.stderr
 
 
 def test_a_run_directory_whose_artifacts_are_gone_is_rendered_from_its_results(analyzed, tmp_path):
@@ -183,7 +183,7 @@ def test_a_json_that_is_no_results_document_is_bad_input_for_report(tmp_path, do
 
 
 def test_the_committed_seed_results_render(tmp_path):
-    for document in sorted((ROOT / "examples" / "seed-commands").glob("*/results.json")):
+    for document in sorted((ROOT / "tests" / "fixtures" / "seed-commands").glob("*/results.json")):
         shutil.copy(document, tmp_path / "results.json")
         done = hybrid("report", str(tmp_path / "results.json"))
         assert done.returncode == 0, (document, done.stderr)
@@ -194,8 +194,12 @@ def test_an_export_with_its_ncu_csv_reads_as_one_mode_throughout(tmp_path):
     run = RUNS / "h200-resnet50"
     export = tmp_path / "profile.sqlite"
     shutil.copy(run / "nsys" / "profile.sqlite", export)
-    done = hybrid("report", str(export), "--ncu", str(run / "ncu" / "counters.csv"), "--html")
+    report = tmp_path / "report"
+    done = hybrid(
+        "report", str(export), "--ncu", str(run / "ncu" / "counters.csv"), "--html", "--out", str(report)
+    )
     assert done.returncode == 0, done.stderr
     header, roofline = done.stdout.splitlines()[0], " ".join(done.stdout.split("Roofline:")[1].split()[:30])
     assert "mode hybrid" in header and "[measured (ncu)]" in roofline
-    assert f"wrote {tmp_path / 'profile.report.html'}" in done.stderr
+    assert "mode hybrid" in (report / "report.txt").read_text().splitlines()[0]
+    assert "measured (ncu)" in (report / "report.html").read_text()

@@ -217,4 +217,7 @@ def test_a_run_directory_never_analyzed_says_how_to_compare_it(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn", run)
     done = hybrid("compare", str(run), str(RESULTS))
-    assert done.returncode == EXIT_USAGE and f"analyze it first with `hybrid report {run}`" in done.stderr
+    assert (
+        done.returncode == EXIT_USAGE
+        and f"analyze it first with `hybrid report {run} --out {run}`" in done.stderr
+    )

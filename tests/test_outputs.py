@@ -21,15 +21,15 @@ RESULTS = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
 SCRIPTS = ROOT / "tests" / "scripts"
 
 
-def hybrid(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def hybrid(*args: str, timeout: float = 120, cwd: Path = ROOT, **extra: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path, NO_COLOR="1")
+    env = dict(os.environ, PYTHONPATH=path, NO_COLOR="1", **extra)
     return subprocess.run(
         [sys.executable, "-m", "hybrid", *args],
         capture_output=True,
         text=True,
         check=False,
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         timeout=timeout,
     )
@@ -93,12 +93,58 @@ def test_an_output_path_that_is_not_a_regular_file_is_left_alone_without_hanging
     assert page.is_fifo() if kind == "fifo" else (page / "inside.txt").read_text() == "keep\n"
 
 
-def test_reanalysis_keeps_every_earlier_report_file(tmp_path):
+def _tree(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every file under `folder`: its digest and modification time, to show that nothing changed."""
+    return {
+        str(path.relative_to(folder)): (digest(path), path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_report_writes_a_new_folder_each_time_and_never_into_its_input(tmp_path):
+    """The default: hybrid-reports/NAME-N in the working directory, a new N each time; a read-only copy of
+    a committed capture (a received one may be shared) is analyzed without one byte written into it."""
+    run = tmp_path / "h200-simple_cnn"
+    shutil.copytree(H200_RUN, run)
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    before = _tree(run)
+    subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
+    try:
+        for number in (1, 2):
+            # HYBRID_REPORTS_DIR empty: the default place, relative to the working directory.
+            done = hybrid("report", str(run), "--html", cwd=cwd, HYBRID_REPORTS_DIR="")
+            assert done.returncode == 0, done.stderr
+            folder = cwd / "hybrid-reports" / f"h200-simple_cnn-{number}"
+            assert sorted(p.name for p in folder.iterdir()) == ["report.html", "report.txt", "results.json"]
+            assert f"report folder: hybrid-reports/h200-simple_cnn-{number}  (" in done.stderr
+            assert "NVIDIA H200" in done.stdout
+        assert _tree(run) == before
+        # The saved document still opens the run's artifacts, from where it lies.
+        again = hybrid("report", str(folder / "results.json"), cwd=cwd, HYBRID_REPORTS_DIR="")
+        assert again.returncode == 0, again.stderr
+        assert f"load {run / 'torch' / 'trace.json'}" in again.stdout
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
+
+
+def test_a_working_directory_inside_the_input_puts_the_folder_beside_it(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(H200_RUN, run)
+    before = _tree(run)
+    done = hybrid("report", ".", cwd=run, HYBRID_REPORTS_DIR="")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "hybrid-reports" / "run-1" / "results.json").is_file()
+    assert _tree(run) == before
+
+
+def test_a_report_written_into_the_run_directory_as_asked_keeps_every_earlier_file(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(H200_RUN, run)
     (run / "report.txt").write_text("notes the user wrote into report.txt\n")
     for _ in range(2):
-        done = hybrid("report", str(run), "--html")
+        done = hybrid("report", str(run), "--html", "--out", str(run))
         assert done.returncode == 0, done.stderr
     assert (run / "report.1.txt").read_text() == "notes the user wrote into report.txt\n"
     assert (run / "report.2.txt").read_text() == (run / "report.txt").read_text()
@@ -107,22 +153,26 @@ def test_reanalysis_keeps_every_earlier_report_file(tmp_path):
     assert "earlier files kept: results.json as results.1.json" in done.stderr
 
 
-def test_export_report_html_beside_the_export_keeps_the_earlier_page(tmp_path):
+def test_a_report_into_a_folder_of_earlier_reports_keeps_the_earlier_page(tmp_path):
     export = tmp_path / "profile.sqlite"
     shutil.copy(H200_RUN / "nsys" / "profile.sqlite", export)
-    (tmp_path / "profile.report.html").write_text("an earlier page\n")
-    done = hybrid("report", str(export), "--html")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "report.html").write_text("an earlier page\n")
+    done = hybrid("report", str(export), "--html", "--out", str(reports))
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "profile.report.1.html").read_text() == "an earlier page\n"
-    assert "NVIDIA H200" in (tmp_path / "profile.report.html").read_text()
+    assert (reports / "report.1.html").read_text() == "an earlier page\n"
+    assert "NVIDIA H200" in (reports / "report.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.sqlite", "reports"]
 
 
-def test_report_html_of_a_results_json_never_replaces_the_document(baseline):
-    before = digest(baseline / "results.json")
+def test_report_html_of_a_results_json_never_writes_beside_the_document(baseline):
+    before = _tree(baseline)
     done = hybrid("report", str(baseline / "results.json"), "--html")
     assert done.returncode == 0, done.stderr
-    assert digest(baseline / "results.json") == before
-    assert (baseline / "results.report.html").is_file()
+    assert _tree(baseline) == before
+    folder = Path(done.stderr.split("report folder: ")[1].split("  (")[0])
+    assert (folder / "report.html").is_file() and folder.name == "A-1"
 
 
 def test_a_run_rewrites_its_own_files_without_keeping_copies_of_them(tmp_path):

@@ -85,7 +85,11 @@ def fixture_kernel_names() -> frozenset[str]:
     ]:
         raw = gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else trace.read_bytes()
         names |= {json.loads(b'"' + match + b'"') for match in TRACE_KERNEL.findall(raw)}
-    for doc in [*(REPO / "examples").rglob("results.json"), *(FIXTURES / "results").glob("*.json")]:
+    for doc in [
+        *(REPO / "examples").rglob("results.json"),
+        *(FIXTURES / "results").glob("*.json"),
+        *(FIXTURES / "seed-commands").glob("*/results.json"),
+    ]:
         results = json.loads(doc.read_text())
         names |= {
             k["name"]

@@ -150,7 +150,7 @@ def test_every_reanalysis_keeps_each_earlier_results_json(h200_run):
     shutil.copy(ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json", h200_run / "results.json")
     contents = [(h200_run / "results.json").read_text()]
     for _ in range(2):
-        done = hybrid("report", str(h200_run), "--json")
+        done = hybrid("report", str(h200_run), "--json", "--out", str(h200_run))  # into the run, as asked
         assert done.returncode == 0, done.stderr
         contents.append((h200_run / "results.json").read_text())
     assert (h200_run / "results.1.json").read_text() == contents[0]
@@ -166,7 +166,7 @@ def test_reports_are_never_written_through_links_planted_in_a_run_directory(h200
     victim.write_text("the user's own file\n")
     for name in ("report.txt", "report.html", "results.json"):
         (h200_run / name).symlink_to(victim)
-    done = hybrid("report", str(h200_run), "--html")
+    done = hybrid("report", str(h200_run), "--html", "--out", str(h200_run))
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "the user's own file\n"
     for name in ("report.txt", "report.html", "results.json"):
@@ -178,38 +178,51 @@ def test_export_report_html_is_never_written_through_a_planted_link(tmp_path):
     shutil.copy(H200_RUN / "nsys" / "profile.sqlite", export)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
-    (tmp_path / "profile.report.html").symlink_to(victim)
-    done = hybrid("report", str(export), "--html")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "report.html").symlink_to(victim)
+    done = hybrid("report", str(export), "--html", "--out", str(reports))
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "keep me\n"
-    assert "NVIDIA H200" in (tmp_path / "profile.report.html").read_text()
+    assert "NVIDIA H200" in (reports / "report.html").read_text()
 
 
-def test_written_files_honor_the_umask(h200_run):
-    done = hybrid("report", str(h200_run), "--html", preexec=lambda: os.umask(0o002))
+def test_written_files_honor_the_umask(h200_run, tmp_path):
+    done = hybrid(
+        "report", str(h200_run), "--html", "--out", str(tmp_path / "r"), preexec=lambda: os.umask(0o002)
+    )
     assert done.returncode == 0, done.stderr
     for name in ("results.json", "report.txt", "report.html"):
-        assert (h200_run / name).stat().st_mode & 0o777 == 0o664, name
+        assert (tmp_path / "r" / name).stat().st_mode & 0o777 == 0o664, name
 
 
 @pytest.mark.skipif(
     not _can_unshare_mounts() and os.geteuid() == 0,
     reason="as root, only a read-only mount makes a directory read-only",
 )
-def test_read_only_run_directory_still_gets_its_report_with_a_warning(h200_run):
+@pytest.mark.parametrize("into_input", [False, True])
+def test_a_read_only_run_directory_is_reported(h200_run, into_input):
+    """Read, and its report saved in a folder of its own; asked to save into it (--out), the report is still
+    printed, with a warning that nothing was saved."""
+    args = ["report", str(h200_run), "--json", *(["--out", str(h200_run)] if into_input else [])]
     if _can_unshare_mounts():
-        done = hybrid_on_mount(f"--bind -o ro '{h200_run}'", h200_run, "report", str(h200_run), "--json")
+        done = hybrid_on_mount(f"--bind -o ro '{h200_run}'", h200_run, *args)
     else:
         for folder in (h200_run, *[p for p in h200_run.rglob("*") if p.is_dir()]):
             folder.chmod(0o555)
         try:
-            done = hybrid("report", str(h200_run), "--json")
+            done = hybrid(*args)
         finally:
             for folder in (h200_run, *[p for p in h200_run.rglob("*") if p.is_dir()]):
                 folder.chmod(0o755)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["device"]["name"] == "NVIDIA H200"
-    assert "nothing saved" in done.stderr and "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr
+    if into_input:
+        assert "nothing saved" in done.stderr
+    else:
+        folder = Path(done.stderr.split("report folder: ")[1].split("  (")[0])
+        assert (folder / "results.json").is_file() and folder.name.startswith("h200-simple_cnn-")
     assert not (h200_run / "results.json").exists()
 
 

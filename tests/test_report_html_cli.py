@@ -18,7 +18,7 @@ SOURCE_RUN = ROOT / "tests" / "fixtures" / "runs" / "h200-simple_cnn"
 
 def _report_html(run_dir: Path, *options: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html", *options],
+        [sys.executable, "-m", "hybrid", "report", str(run_dir), "--html", "--out", str(run_dir), *options],
         cwd=ROOT,
         check=False,
         capture_output=True,

@@ -53,7 +53,7 @@ def planted(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     run = tmp_path_factory.mktemp("planted") / "run"
     shutil.copytree(SOURCE_RUN, run)
     _plant(run / "nsys" / "profile.sqlite")
-    done = hybrid("report", str(run), "--verbose", "--html")
+    done = hybrid("report", str(run), "--verbose", "--html", "--out", str(run))
     assert done.returncode == 0, done.stderr
     return run, done
 
@@ -92,7 +92,7 @@ def test_compare_shows_the_names_escaped(planted, tmp_path):
     run, _ = planted
     original = tmp_path / "original"
     shutil.copytree(SOURCE_RUN, original)
-    assert hybrid("report", str(original), "--json").returncode == 0
+    assert hybrid("report", str(original), "--json", "--out", str(original)).returncode == 0
     done = hybrid("compare", str(original), str(run), "--html", str(tmp_path / "compare.html"))
     assert done.returncode == 0, done.stderr
     _assert_inert(done.stdout, "compare")

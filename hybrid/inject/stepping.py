@@ -6,7 +6,8 @@ collector of its pass for exactly the measured steps, times that window, writes
 in-process API both drive it.
 
 Steps come from the strongest source that fires, without edits to the user's script:
-  1. explicit marks: `hybrid.mark_step()` / `with hybrid.step():`, torch.profiler's `prof.step()`;
+  1. explicit marks: `hybrid.mark_step()` / `with hybrid.step():`, torch.profiler's `prof.step()` (the
+     script's own profilers are kept inert meanwhile: hybrid.inject.user_profiler);
   2. a global optimizer step post-hook;
   3. with `detect` on (the injector), hybrid.inject.step_finder: repeated top-level module calls, else the
      script's own outermost working loop.
@@ -34,6 +35,7 @@ from typing import Any
 from hybrid.errors import UsageError
 from hybrid.inject import run_config
 from hybrid.inject.nvtx_ranges import RangeStack
+from hybrid.inject.user_profiler import UserProfilers
 from hybrid.load import settle
 
 PASSES = ("plain", "torch", "nsys", "ncu")
@@ -221,6 +223,7 @@ class StepSession:
         self._optimizer_hook: Any = None
         self._module_hooks: list[Any] = []
         self._profiler: Any = None
+        self._user_profilers: UserProfilers | None = None  # the script's own profilers, kept inert
         self._torch_step_range: Any = None
         self._step_ranges = RangeStack(STEP_DOMAIN, enabled=config.pass_name in NVTX_PASSES)
         self._result: dict | None = None
@@ -279,13 +282,13 @@ class StepSession:
         import torch
 
         session = self
-        profile_step = torch.profiler.profile.step
         optimizer_init = torch.optim.Optimizer.__init__
-
-        def step(profiler: Any, *args: Any, **kwargs: Any) -> Any:
-            result = profile_step(profiler, *args, **kwargs)
-            session.mark(SOURCE_PROFILER_STEP)
-            return result
+        self._user_profilers = UserProfilers(
+            lambda: session.mark(SOURCE_PROFILER_STEP),
+            self._profiler_marks_ended,
+            self.config.user_root or os.getcwd(),
+        )
+        self._user_profilers.install()
 
         def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             session._optimizer_built = True
@@ -302,11 +305,9 @@ class StepSession:
             real_exit(status)
 
         self._patches = [
-            (torch.profiler.profile, "step", profile_step),
             (torch.optim.Optimizer, "__init__", optimizer_init),
             (os, "_exit", real_exit),
         ]
-        torch.profiler.profile.step = step
         torch.optim.Optimizer.__init__ = init
         os._exit = exit_now
 
@@ -314,6 +315,8 @@ class StepSession:
         for owner, attribute, original in self._patches:
             setattr(owner, attribute, original)
         self._patches = []
+        if self._user_profilers is not None:
+            self._user_profilers.uninstall()
         if self._finder is not None:
             self._finder.stop()
 
@@ -364,6 +367,8 @@ class StepSession:
                 if self.config.whole_run
                 else HOW_TO_MARK + ", or pass --whole-run to capture the whole script as one range"
             )
+        if self._user_profilers is not None:
+            self.warnings += self._user_profilers.notes()
         if self.step_end_ns:
             self.window_ns = self.step_end_ns[-1]
         if self._optimizer_hook is not None:
@@ -452,6 +457,12 @@ class StepSession:
             # can no longer lose the measurement.
             self.finish(STEP_LIMIT, 0)
             raise StepLimitReached()
+
+    def _profiler_marks_ended(self) -> None:
+        """The script stopped its own (inert) profiler: its step() calls no longer mark steps, so the
+        optimizer hook may count them again."""
+        if self.step_source == SOURCE_PROFILER_STEP:
+            self._explicit_seen = False
 
     def _set_source(self, source: str) -> None:
         self.step_source = source
@@ -568,12 +579,14 @@ class StepSession:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self._profiler = torch.profiler.profile(
-                activities=activities,
-                record_shapes=True,
-                with_flops=True,
-                profile_memory=False,
-                with_stack=self.config.python_stacks,
+            self._profiler = UserProfilers.adopt(
+                torch.profiler.profile(
+                    activities=activities,
+                    record_shapes=True,
+                    with_flops=True,
+                    profile_memory=False,
+                    with_stack=self.config.python_stacks,
+                )
             )
             self._profiler.start()
         elif pass_name in NVTX_PASSES:
@@ -710,6 +723,10 @@ class StepSession:
             "batch_size": self.batch_size,
             "config": run_config.capture(),
             "trace": self.trace_path.name if self.trace_path else None,
+            # The script's own profilers, kept inert (hybrid.inject.user_profiler).
+            "user_profilers": [p.to_dict() for p in self._user_profilers.found]
+            if self._user_profilers
+            else [],
             "nvtx_domains": self._step_ranges.uses_domain if config.pass_name in NVTX_PASSES else None,
             "warnings": self.warnings,
         }
