@@ -55,6 +55,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
                 "results": json.loads((run / "results.json").read_text()),
                 "inject": json.loads((run / "torch" / "inject.json").read_text()),
                 "trace": json.loads((run / "torch" / "trace.json").read_text()),
+                "run_json": json.loads((run / "run.json").read_text()),
             }
     return results
 
@@ -98,6 +99,9 @@ def test_the_scripts_profiler_is_kept_inert_and_said(runs, form):
     assert len(notes) == 1 and notes[0].startswith(f"your {KINDS[form]} at {profiler['site']}")
     printed = " ".join(run["stdout"].split())  # the terminal wraps long lines
     assert f"your {KINDS[form]} at {profiler['site']}" in printed and "kept inert" in printed
+    # run.json's torch pass keeps the record too, for whoever reads the run directory and not the report.
+    (torch_pass,) = [p for p in run["run_json"]["passes"] if p["name"] == "torch"]
+    assert torch_pass["user_profilers"] == run["inject"]["user_profilers"]
 
 
 def test_the_scripts_trace_files_are_never_written(runs):

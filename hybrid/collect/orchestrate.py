@@ -154,6 +154,8 @@ class PassResult:
         out["step_time_ms"] = self.step_time_ms
         # Hits and misses of the shared compile caches, where the script compiled (inject.json compile_cache).
         out["compile_cache"] = (self.inject or {}).get("compile_cache")
+        # The script's own torch.profiler instances the injector kept inert in this pass, with their lines.
+        out["user_profilers"] = (self.inject or {}).get("user_profilers")
         out.pop("inject")
         return out
 
