@@ -11,7 +11,7 @@ holds {"ranks": "all" | [int, ...], "argv": [...]} where "{rank_dir}" in argv is
 A SIGTERM (how torchrun stops the surviving ranks when one fails) is turned into KeyboardInterrupt,
 so the injector still writes inject.json and the trace of the steps done so far.
 
-Standard library only (and hybrid.inject.script): it runs in every rank before the user's code.
+Standard library only (and hybrid.inject.script, hybrid.markers): it runs in every rank before the user's code.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-RANK_DIR_FORMAT = "rank-{:02d}"
+from hybrid.markers import RANK_DIR_FORMAT
+
 RANK_DIR_PLACEHOLDER = "{rank_dir}"
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 import traceback as traceback_module
@@ -37,22 +36,18 @@ from hybrid.inject import run_config
 from hybrid.inject.nvtx_ranges import RangeStack
 from hybrid.inject.user_profiler import UserProfilers
 from hybrid.load import settle
+from hybrid.markers import (  # the names the loaders read back, in one home
+    INJECT_FILE,
+    MODULE_DOMAIN,
+    OP_FLOPS_FILE,
+    STEP_DOMAIN,
+    TORCH_STEP_PREFIX,
+    TRACE_FILE,
+)
 
 PASSES = ("plain", "torch", "nsys", "ncu")
 NVTX_PASSES = ("nsys", "ncu")  # passes whose collector reads NVTX ranges
 
-STEP_DOMAIN = "hybrid"  # NVTX domain of `warmup` and `step N` ranges
-MODULE_DOMAIN = "hybrid.modules"  # NVTX domain of module ranges (--nvtx-modules)
-# record_function name of measured step N in the torch trace: torch.profiler's own step marker, which
-# HolisticTraceAnalysis and TensorBoard read. Traces of earlier versions named it `hybrid/step N`.
-TORCH_STEP_PREFIX = "ProfilerStep#"
-LEGACY_TORCH_STEP_PREFIX = "hybrid/step "
-TORCH_STEP_NAME = re.compile(r"^(?:ProfilerStep#|hybrid/step )(\d+)$")
-INJECT_FILE = "inject.json"
-TRACE_FILE = "trace.json"
-# torch.profiler computes FLOPs per operator (with_flops) but recent versions leave them out of the
-# Chrome trace; they are saved beside it, keyed by the operator's `External id` in the trace.
-OP_FLOPS_FILE = "op_flops.json"
 MODULE_NAME_ATTR = "_hybrid_qualified_name"
 
 # step_source values in inject.json (hybrid.inject.step_finder adds "module_call" and "script_loop")
