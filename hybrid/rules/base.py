@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from hybrid.provenance import Metric
 from hybrid.rules.advice import RunConfig, Suggestion
+from hybrid.rules.switches import Switch
 
 CATEGORIES = (
     "ROOFLINE",
@@ -78,6 +79,9 @@ class Finding:
     time_lost_model_ms: float | None = None
     replay_reason: str | None = None
     replay: dict | None = None  # fix, description, basis, step_time_ms
+    # The fix switched on and the plain window re-run (hybrid run --verify): the saving it realized beside
+    # the predicted one, and whether the loss changed (hybrid.analysis.verified).
+    verify: dict | None = None
     # In a torchrun job: the rank it costs most on (None for the job's own findings), every rank it holds on.
     rank: int | None = None
     ranks: list[int] | None = None
@@ -112,6 +116,7 @@ STAGE_FIELDS = (
     "time_lost_model_ms",
     "replay_reason",
     "replay",
+    "verify",
     "rank",
     "ranks",
 )
@@ -261,3 +266,6 @@ class Rule:
     callsite_ops: frozenset[str] | None = None
     # Holds without a GPU: it reads only the torch pass's host timeline, so it runs on CPU-only runs too.
     host_side: bool = False
+    # The fix as settings hybrid can switch on itself, in order of preference: `hybrid run --verify` re-runs
+    # the plain window with the first one the run did not already have (hybrid.collect.verify).
+    switches: tuple[Switch, ...] = ()

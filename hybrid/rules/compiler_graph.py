@@ -5,6 +5,7 @@ from __future__ import annotations
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import rule_saving
+from hybrid.rules.switches import COMPILE, FUSED_OPTIMIZER
 
 MIN_LOST_PCT = 1.0
 # The kernel time an elementwise chain can be in (not GEMMs: their causes are the tensor-core findings'):
@@ -154,6 +155,7 @@ RULES = [
         pool=FUSION_POOL,
         floor_pct=MIN_LOST_PCT,
         fix=fusion_fix,
+        switches=(COMPILE, FUSED_OPTIMIZER),
         bound="fusible_chain_ms",
     ),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before
