@@ -1,5 +1,5 @@
-"""`hybrid run --verify`: a real run on the CPU of a loop whose DataLoader (num_workers=0) waits for every item
-realizes the DataLoader-workers fix in a plain run of its own, with the loss compared at the same step; and
+"""`hybrid run --verify`: a real run on the CPU of a loop whose DataLoader (num_workers=0) waits for every
+item realizes the DataLoader-workers fix in a plain run of its own, with the loss compared at the same step; and
 on a real H200 capture, the fixes --verify would run are those its rules declare, never a setting the run
 already had on."""
 
@@ -42,7 +42,8 @@ def verified_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, P
     argv += ["--quiet", "--json", "-o", str(out), str(script)]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
     results = json.loads(done.stdout) if done.returncode == 0 else {}
-    return done, results, out, cache, digest if hashlib.sha256(script.read_bytes()).hexdigest() == digest else ""
+    unchanged = hashlib.sha256(script.read_bytes()).hexdigest() == digest
+    return done, results, out, cache, digest if unchanged else ""
 
 
 def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
@@ -138,7 +139,8 @@ def test_verify_runs_the_switch_the_rule_declares_for_each_top_finding(hf_captur
 
 def test_a_setting_the_run_already_had_is_never_verified(hf_capture):
     """With TF32 on the FP32 finding falls back to its next switch; compiled, the elementwise chains' next
-    switch is the fused optimizer, which this Trainer already runs (AdamW fused=True): passed over, with why."""
+    switch is the fused optimizer, which this Trainer already runs (AdamW fused=True): passed over, and
+    why."""
     run, results = hf_capture
     config = _capture_config(
         run, results, precision={"tf32_matmul": True, "tf32_conv": True}, compile={"used": True}
