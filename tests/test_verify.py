@@ -1,6 +1,6 @@
 """`hybrid run --verify`: a real run on the CPU of a loop whose DataLoader (num_workers=0) waits for every
-item realizes the DataLoader-workers fix in a plain run of its own, with the loss compared at the same step; and
-on a real H200 capture, the fixes --verify would run are those its rules declare, never a setting the run
+item realizes the DataLoader-workers fix in a plain run of its own, with the loss compared at the same step;
+and on a real H200 capture, the fixes --verify would run are those its rules declare, never a setting the run
 already had on."""
 
 from __future__ import annotations
