@@ -10,16 +10,31 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, observed_config
 from hybrid.rules.registry import RULE_BY_ID
 from hybrid.rules.switches import Switch
+from hybrid.rundir import RunDir
 
-if TYPE_CHECKING:
-    from hybrid.collect.orchestrate import Orchestrator
+
+class Runner(Protocol):
+    """What verification needs of the run's orchestrator (hybrid.collect.orchestrate.Orchestrator, which
+    calls in here: naming it would close an import circle)."""
+
+    run_dir: RunDir
+    target: Any  # its argv, is_module and display
+    passes: list
+    mode_reasons: list[str]
+
+    def results(self) -> dict: ...
+
+    def run_side_pass(
+        self, name: str, argv: list[str], *, note: str, contributed: str, limit_s: float
+    ) -> tuple[Any, str | None]: ...
+
 
 # A fix's run is stopped after this long, or twice the torch pass's wall time where that is longer (a
 # compiled fix compiles again: a compiled training script's torch pass took 92 s of a 27 s plain run on the
@@ -69,7 +84,7 @@ def plan(results: dict, top: int, config: RunConfig) -> tuple[list[Planned], lis
     return list(planned.values()), skipped
 
 
-def verify_fixes(orchestrator: Orchestrator, top: int) -> None:
+def verify_fixes(orchestrator: Runner, top: int) -> None:
     """Run the planned fixes (see the module) and write run.json `verify`."""
     run = orchestrator.run_dir
     reference = plain_reference(run)
@@ -110,7 +125,7 @@ def verify_fixes(orchestrator: Orchestrator, top: int) -> None:
     run.update_run_json(verify=block)
 
 
-def _run_fix(orchestrator: Orchestrator, item: Planned, reference: dict, limit_s: float) -> dict:
+def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: float) -> dict:
     """One plain run of the script with the fix on: the plain step's warmup and step count (so its last step
     is the same step of the script), stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
