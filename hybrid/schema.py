@@ -83,6 +83,7 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "weighed_lost_ms": NUMBER,
     "not_measured": (bool,),
     "time_lost_method": (str,),
+    "verify": (dict,),  # hybrid run --verify: the fix's realized saving (docs/DESIGN.md)
 }
 
 
