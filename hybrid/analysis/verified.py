@@ -106,16 +106,18 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
     after_ms = inject.get("step_time_ms")
     if not after_ms:
         return {**out, "status": "failed", "reason": "the run measured no step"}
-    actions = _read_json(run.path / folder / FIX_FILE).get("actions") or []
+    applied = _read_json(run.path / folder / FIX_FILE)
+    actions, passed_over = applied.get("actions") or [], applied.get("left_as_built") or []
     out["actions"] = actions
     switch = SWITCH_BY_NAME.get(str(record.get("fix")))
     held = switch.is_on(RunConfig(inject.get("config") or {})) if switch is not None else None
     if not actions or held is False:
-        why = (
-            "the script built nothing the fix acts on"
-            if not actions
-            else "the setting was off again at the window's end (the script sets it itself)"
-        )
+        if actions:
+            why = "the setting was off again at the window's end (the script sets it itself)"
+        elif passed_over:
+            why = "left as built: " + "; ".join(passed_over)
+        else:
+            why = "the script built nothing the fix acts on"
         return {**out, "status": "not applied", "reason": why, "step_after_ms": float(after_ms)}
     last_step = reference["warmup"] + reference["steps"] - 1
     return {

@@ -412,7 +412,7 @@ class Orchestrator:
         finally:
             timer.cancel()
         failure = self._workload_failure(result)
-        result.process, result.contributed = name, contributed
+        result.contributed = contributed
         if (result.inject or {}).get("outcome") == "interrupted" and result.wall_s >= limit_s:
             reason: str | None = f"stopped after {limit_s:.0f} s, the limit of this pass"
         elif failure is not None:

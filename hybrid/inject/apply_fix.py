@@ -23,12 +23,14 @@ FIX_FILE = "fix.json"
 MAX_LOADER_WORKERS = 4
 
 _actions: list[str] = []  # what the fix did, in order (fix.json `actions`)
+_passed_over: list[str] = []  # what it found and left as built, and why (fix.json `left_as_built`)
 _fix: str | None = None
 
 
-def _did(action: str) -> None:
-    if action not in _actions:  # a loader rebuilt every epoch is one action
-        _actions.append(action)
+def _did(action: str, *, taken: bool = True) -> None:
+    kept = _actions if taken else _passed_over
+    if action not in kept:  # a loader rebuilt every epoch is one action
+        kept.append(action)
 
 
 def _tf32() -> None:
@@ -124,7 +126,11 @@ def _patch_data_loader(settings: Callable[[dict], dict]) -> None:
         given = dict(bound.arguments)
         if isinstance(given.get("dataset"), IterableDataset):
             # Each worker of an iterable dataset yields every item unless the dataset shards itself.
-            _did(f"DataLoader over {type(given['dataset']).__name__} left as built (an IterableDataset)")
+            _did(
+                f"DataLoader over {type(given['dataset']).__name__}: an IterableDataset, whose workers would "
+                "each yield every item",
+                taken=False,
+            )
         else:
             changed = settings(given)
             bound.arguments.update(changed)
@@ -178,7 +184,7 @@ def _fuse(cls: type) -> None:
             kwargs.update(fused=True, foreach=None)
             _did(f"{cls.__name__}(..., fused=True)")
         else:
-            _did(f"{cls.__name__} left unfused: not every parameter is on CUDA")
+            _did(f"{cls.__name__}: not every parameter is on CUDA", taken=False)
         init(self, params, *args, **kwargs)
 
     cls.__init__ = patched  # type: ignore[method-assign]
@@ -208,5 +214,7 @@ def write(out_dir: Path) -> None:
     if _fix is None:
         return
     partial = out_dir / (FIX_FILE + ".partial")
-    partial.write_text(json.dumps({"fix": _fix, "actions": _actions}, indent=1))
+    partial.write_text(
+        json.dumps({"fix": _fix, "actions": _actions, "left_as_built": _passed_over}, indent=1)
+    )
     os.replace(partial, out_dir / FIX_FILE)
