@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hybrid.analysis.verified import plain_reference, realized, relative_error
+from hybrid.errors import HybridError
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, observed_config
 from hybrid.rules.registry import RULE_BY_ID
@@ -95,7 +96,11 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
         )
         run.update_run_json(mode_reasons=orchestrator.mode_reasons)
         return
-    results = orchestrator.results()
+    try:
+        results = orchestrator.results()
+    except HybridError as error:  # the run's own analysis, next, reports it with its exit code
+        orchestrator.mode_reasons.append(f"--verify: nothing verified, the diagnosis failed: {error.cause}")
+        return
     torch_inject = run.read_inject("torch") or {}
     config = RunConfig(torch_inject.get("config") or {}, observed_config(results.get("metrics") or {}))
     planned, skipped = plan(results, top, config)
