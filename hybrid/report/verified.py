@@ -42,6 +42,8 @@ def replay_error_line(results: dict) -> str | None:
     summary = (results.get("diagnosis") or {}).get("verify_summary")
     if not isinstance(summary, dict):
         return None
+    if not summary.get("fixes"):
+        return "--verify: nothing run, as no finding's fix is one hybrid can switch on itself in this run"
     history = summary.get("gpu_history") or {}
     this_run = (
         f"this run: {format_value(summary.get('median_error_pct'), '%')} over {summary.get('error_findings')}"
