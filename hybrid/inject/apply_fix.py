@@ -137,7 +137,7 @@ def _patch_data_loader(settings: Callable[[dict], dict]) -> None:
             _did("DataLoader(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")")
         init(*bound.args, **bound.kwargs)
 
-    DataLoader.__init__ = patched
+    DataLoader.__init__ = patched  # type: ignore[method-assign]
 
 
 def _loader_workers() -> None:
@@ -166,13 +166,14 @@ def _fused_optimizer() -> None:
     for cls in vars(torch.optim).values():
         if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
             continue
-        if "fused" not in inspect.signature(cls.__init__).parameters or "__init__" not in vars(cls):
+        init = vars(cls).get("__init__")
+        if init is None or "fused" not in inspect.signature(init).parameters:
             continue
         _fuse(cls)
 
 
 def _fuse(cls: type) -> None:
-    init = cls.__init__
+    init = vars(cls)["__init__"]
 
     @functools.wraps(init)
     def patched(self: Any, params: Any, *args: Any, **kwargs: Any) -> None:
@@ -187,7 +188,7 @@ def _fuse(cls: type) -> None:
             _did(f"{cls.__name__}: not every parameter is on CUDA", taken=False)
         init(self, params, *args, **kwargs)
 
-    cls.__init__ = patched  # type: ignore[method-assign]
+    cls.__init__ = patched  # type: ignore[method-assign,misc]
 
 
 FIXES: dict[str, Callable[[], None]] = {

@@ -283,12 +283,15 @@ def _finding_cell(
         title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
     # What --verify realized leads: a measured saving outranks every predicted figure beside it.
     realized = verify_line(finding)
+    heading: list[RenderableType] = [title]
     if realized is not None:
         style = "bold green" if finding["verify"].get("status") == "realized" else "yellow"
-        title = Group(title, Padding(Text(realized, style=style), (0, 0, 0, 2)))
+        heading.append(Padding(Text(realized, style=style), (0, 0, 0, 2)))
     callsite = _top_callsite(finding)
+    if callsite is not None:
+        heading.append(callsite)
     if not expanded:
-        return title if callsite is None else Group(title, callsite)
+        return Group(*heading) if len(heading) > 1 else title
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
@@ -300,7 +303,7 @@ def _finding_cell(
     if verbose:
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(title, *([callsite] if callsite is not None else []), Padding(Group(*details), (0, 0, 0, 2)))
+    return Group(*heading, Padding(Group(*details), (0, 0, 0, 2)))
 
 
 def _top_callsite(finding: dict) -> Text | None:

@@ -29,7 +29,7 @@ def verify_line(finding: dict) -> str | None:
 def _numerics(numerics: dict) -> str:
     status = numerics.get("status") or "not measured"
     change = numerics.get("relative_change")
-    if is_number(change):
+    if isinstance(change, (int, float)):
         step, tolerance = numerics.get("step"), numerics.get("tolerance")
         return f"loss {status} ({format_value(100.0 * float(change), '%')} at step {step}; tolerance "
         f"{format_value(100.0 * float(tolerance or 0), '%')})"
