@@ -111,6 +111,31 @@ def test_the_report_leads_with_the_realized_saving(verified_run):
     assert page.index("realized") < page.index("time lost:")
 
 
+def test_a_fix_whose_run_fails_is_reported_failed_and_the_run_keeps_the_rest(tmp_path):
+    """Workers break a dataset that can only be read in the main process: the fix's run fails, its finding
+    says so with the script's own error, and the diagnosis stands (exit 0)."""
+    out = tmp_path / "run"
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        CUDA_VISIBLE_DEVICES="",
+        HYBRID_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "3", "--warmup", "1", "--verify", "1"]
+    argv += ["--quiet", "--json", "-o", str(out), str(SCRIPT), "--main-process-only"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    primary = results["diagnosis"]["primary_bottleneck"]
+    assert primary["id"] == "data.loader_in_step" and primary["time_lost_ms"] > 0
+    verify = primary["verify"]
+    assert verify["status"] == "failed" and "only be read in the main process" in verify["reason"]
+    assert "realized_ms" not in verify
+    failed = next(p for p in results["passes"] if p["name"] == "verify-loader_workers")
+    assert failed["status"] == "failed" and failed["contributed"].startswith("nothing:")
+    assert results["diagnosis"]["verify_summary"]["realized"] == 0
+
+
 def _capture_config(run: Path, results: dict, **changes: dict) -> RunConfig:
     config = dict(RunDir(run).read_inject("torch")["config"])
     for section, values in changes.items():
