@@ -131,10 +131,13 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
 
 
 def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: float) -> dict:
-    """One plain run of the script with the fix on: the plain step's warmup and step count (so its last step
-    is the same step of the script), stopped after `limit_s`."""
+    """One plain run of the script with the fix on: the plain step's warmup (or the fix's own minimum) and
+    step count, stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
     target = orchestrator.target
+    # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
+    # last step, inside this run's warmup (hybrid.inject.numerics keeps the last steps' losses).
+    warmup = max(reference["warmup"], item.switch.min_warmup)
     argv = [
         sys.executable,
         "-m",
@@ -144,7 +147,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
         "--out",
         str(orchestrator.run_dir.pass_dir(name)),
         "--warmup",
-        str(reference["warmup"]),
+        str(warmup),
         "--fixed-warmup",
         "--steps",
         str(reference["steps"]),
@@ -161,6 +164,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
         "findings": list(item.predicted_ms),
         "predicted_ms": item.predicted_ms,
         "pass": name,
+        "warmup": warmup,
     }
     _result, reason = orchestrator.run_side_pass(
         name,

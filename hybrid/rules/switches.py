@@ -20,6 +20,8 @@ class Switch:
     is_on: Callable[[RunConfig], bool | None]
     # Why the switch has nothing to act on in this run (no DataLoader, no optimizer), else None.
     missing: Callable[[RunConfig], str | None] = lambda _config: None
+    # Steps the fix's run drops at least before its plain window, where the fix itself needs them to settle.
+    min_warmup: int = 0
 
     def blocked(self, config: RunConfig) -> str | None:
         """Why this switch is not verified on a run with `config`, or None when it can be."""
@@ -63,11 +65,18 @@ AUTOCAST_BF16 = Switch(
     "bf16 autocast around the stepped module",
     lambda c: None if c.autocast_dtypes is None else bool(c.autocast_dtypes),
 )
-COMPILE = Switch("compile", "torch.compile of the stepped module", lambda c: c.compiled)
+# The stepped module is compiled at its first call (hybrid.inject.apply_fix), compiles at its second, and
+# under reduce-overhead CUDA graph trees warm up on the third and record on the fourth call before replaying:
+# the fifth step is the first steady one.
+COMPILED_WARMUP = 4
+COMPILE = Switch(
+    "compile", "torch.compile of the stepped module", lambda c: c.compiled, min_warmup=COMPILED_WARMUP
+)
 COMPILE_REDUCE_OVERHEAD = Switch(
     "compile_reduce_overhead",
     "torch.compile(mode='reduce-overhead') of the stepped module (CUDA graphs)",
     lambda c: c.cuda_graphs,
+    min_warmup=COMPILED_WARMUP,
 )
 LOADER_WORKERS = Switch(
     "loader_workers",
