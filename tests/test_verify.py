@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.analysis import verified
 from hybrid.collect.verify import plan
+from hybrid.inject import apply_fix, numerics
 from hybrid.inject.apply_fix import FIXES
 from hybrid.pipeline import analyze_run_dir
 from hybrid.rules.advice import RunConfig, observed_config
@@ -186,3 +188,5 @@ def test_every_declared_switch_is_one_the_injector_applies():
     declared = {switch.name for rule in RULES for switch in rule.switches}
     assert declared and declared <= set(FIXES)
     assert {switch.name for switch in SWITCHES} == set(FIXES)
+    # The analysis reads what the injector writes (it imports nothing from the injector).
+    assert (verified.FIX_FILE, verified.LOSS_FILE) == (apply_fix.FIX_FILE, numerics.LOSS_FILE)

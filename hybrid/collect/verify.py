@@ -71,9 +71,9 @@ def plan(results: dict, top: int, config: RunConfig) -> tuple[list[Planned], lis
         rule = RULE_BY_ID.get(str(finding.get("id")))
         if rule is None or not rule.switches:
             continue
-        reasons = [reason for s in rule.switches if (reason := s.blocked(config)) is not None]
         switch = next((s for s in rule.switches if s.blocked(config) is None), None)
         if switch is None:
+            reasons = [str(s.blocked(config)) for s in rule.switches]
             skipped.append({"finding": finding["id"], "reason": "; ".join(reasons)})
             continue
         entry = planned.setdefault(switch.name, Planned(switch))
