@@ -586,8 +586,7 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
         f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
         f"{w.text(finding.get('category'))}: {w.text(finding.get('title'))}</h3>"
         + _verified(finding, w)
-        + f"<p>time lost: {_lost(finding, timing, w)}" + f" · id "
-        f"<code>{w.text(finding.get('id'))}</code></p>"
+        + f"<p>time lost: {_lost(finding, timing, w)} · id <code>{w.text(finding.get('id'))}</code></p>"
         + (f"<table>{evidence}</table>" if evidence else "")
         + _callsites(finding, w)
         + f"<p>{w.text(finding.get('explanation'))}</p>"
