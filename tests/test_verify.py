@@ -190,3 +190,32 @@ def test_every_declared_switch_is_one_the_injector_applies():
     assert {switch.name for switch in SWITCHES} == set(FIXES)
     # The analysis reads what the injector writes (it imports nothing from the injector).
     assert (verified.FIX_FILE, verified.LOSS_FILE) == (apply_fix.FIX_FILE, numerics.LOSS_FILE)
+
+
+def test_a_fix_the_script_switches_off_again_reads_not_applied(tmp_path):
+    """A script that sets TF32 off itself (as Hugging Face's TrainingArguments(tf32=False) does) undoes the
+    fix the injector set before it ran: the run says so instead of calling its step time the fix's saving."""
+    script = tmp_path / "tf32_off.py"
+    script.write_text(
+        "import torch\n"
+        "torch.backends.cuda.matmul.allow_tf32 = False\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(20):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(torch.ones(4, 8)).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain"]
+    argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3", "--apply-fix", "tf32", "--capture-loss"]
+    argv += ["--", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((run / "verify-tf32" / "fix.json").read_text())["actions"]
+    reference = {"step_ms": 1.0, "warmup": 2, "steps": 3, "folder": "verify-tf32"}
+    record = {"fix": "tf32", "status": "ok", "pass": "verify-tf32"}
+    outcome = verified.realized(RunDir(run), record, reference)
+    assert outcome["status"] == "not applied" and "off again" in outcome["reason"]
+    assert "realized_ms" not in outcome
