@@ -208,7 +208,8 @@ def test_a_fix_the_script_switches_off_again_reads_not_applied(tmp_path):
     )
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain"]
-    argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3", "--apply-fix", "tf32", "--capture-loss"]
+    argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3"]
+    argv += ["--apply-fix", "tf32", "--capture-loss"]
     argv += ["--", str(script)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
