@@ -336,6 +336,14 @@ PathsOpt = typer.Option(False, "--include-paths", help="keep absolute paths in r
 BaselineOpt = typer.Option(
     False, "--baseline", help="add a plain pass with no collector, the reference for profiler overhead"
 )
+VerifyOpt = typer.Option(
+    0,
+    "--verify",
+    metavar="N",
+    help="after the diagnosis, re-run the plain steps with the fix of each of the top N findings that hybrid "
+    "can switch on itself (TF32, autocast, torch.compile, DataLoader workers, ...): the realized saving "
+    "beside the predicted one, one run of the script per fix (e.g. --verify 3)",
+)
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
 CalibrateOpt = typer.Option(
     True,
@@ -381,6 +389,7 @@ def run(
     out: Path | None = OutOpt,
     nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
+    verify: int = VerifyOpt,
     ncu_kernels: int = NcuKernelsOpt,
     calibrate: bool = CalibrateOpt,
     callsites: str = CallsitesOpt,
@@ -417,12 +426,18 @@ def run(
         steps=steps,
         nvtx_modules=nvtx_modules,
         baseline=baseline,
+        verify=verify,
         ncu_kernels=ncu_kernels,
         calibrate=calibrate,
         callsites=callsites,
         torch_stacks=torch_stacks,
         whole_run=whole_run,
     )
+    if verify and (launcher is not None or nproc_per_node is not None):
+        raise UsageError(
+            "--verify runs single-process scripts only: a torchrun job's fixes are not switched yet",
+            "profile the job without --verify, or one process of it with --verify",
+        )
     if launcher is not None or nproc_per_node is not None:
         _profile_job(
             argv,
@@ -472,6 +487,7 @@ def diagnose(
     out: Path | None = OutOpt,
     nvtx_modules: bool = NvtxModulesOpt,
     baseline: bool = BaselineOpt,
+    verify: int = VerifyOpt,
     ncu_kernels: int = NcuKernelsOpt,
     calibrate: bool = CalibrateOpt,
     as_json: bool = JsonOpt,
@@ -537,6 +553,7 @@ def diagnose(
         steps=steps,
         nvtx_modules=nvtx_modules,
         baseline=baseline,
+        verify=verify,
         ncu_kernels=ncu_kernels,
         calibrate=calibrate,
     )

@@ -57,6 +57,7 @@ RUN_JSON_TYPES: dict[str, tuple[type, ...]] = {
     "options": (dict,),
     "target": (dict,),
     "fixed_warmup": (dict,),
+    "verify": (dict,),
 }
 TARGET_TYPES: dict[str, tuple[type, ...]] = {"argv": (list,), "is_module": (bool,)}
 FIXED_WARMUP_TYPES: dict[str, tuple[type, ...]] = {"warmup": (int,), "reason": (str,)}

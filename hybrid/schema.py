@@ -86,6 +86,7 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "time_lost_method": (str,),
     # Why a "model" figure is not a replay (set whenever time_lost_method is "model").
     "replay_reason": (str,),
+    "verify": (dict,),  # hybrid run --verify: the fix's realized saving (docs/DESIGN.md)
 }
 
 

@@ -44,6 +44,7 @@ def test_the_stages_run_in_order_and_the_diagnosis_writes_one_order_and_one_prim
         "weigh_at_plain_step",
         "replay_findings",
         "grade",
+        "attach_verified",
     ]
     profile, torch_profile = _profile()
     document, diagnosis = diagnose(profile, baseline_step_ms=None, stack_profiles=[torch_profile])

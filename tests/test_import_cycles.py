@@ -98,6 +98,7 @@ RULE_FRAMEWORK = {
     "hybrid.rules.common",
     "hybrid.rules.engine",
     "hybrid.rules.registry",
+    "hybrid.rules.switches",
 }
 
 

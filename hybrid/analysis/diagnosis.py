@@ -42,6 +42,8 @@ class Analyzed:
     calibration: dict | None = None
     script: str | None = None  # the profiled script as the run was given it; None for a foreign export
     script_is_module: bool = False
+    # The fixes `hybrid run --verify` switched on and what they realized (hybrid.analysis.verified).
+    verified: dict | None = None
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Diagnosis:
     limitations: list[str] = field(default_factory=list)
     below_floor: list[dict] = field(default_factory=list)
     replay_all: dict | None = None
+    verify_summary: dict | None = None  # what --verify realized against the predictions
 
     def weighed_lost_ms(self, finding: Finding) -> float:
         """The time the finding's fix would save per step, on the step the findings are weighed at."""
@@ -93,6 +96,8 @@ class Diagnosis:
             out["below_floor"] = self.below_floor
         if self.replay_all is not None:
             out["replay_all_fixes"] = self.replay_all
+        if self.verify_summary is not None:
+            out["verify_summary"] = self.verify_summary
         return out
 
     def to_results(self, results: dict) -> None:

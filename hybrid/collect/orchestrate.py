@@ -110,6 +110,9 @@ class RunOptions:
     calibrate: bool = False
     # out_dir is a default name (not --out): a taken one gets a -2, -3, ... suffix instead of an error.
     unique_out_dir: bool = False
+    # After the diagnosis, re-run the plain window with the fix of each of the top `verify` findings whose fix
+    # hybrid can switch on (hybrid.collect.verify); 0: none.
+    verify: int = 0
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -123,6 +126,10 @@ class RunOptions:
         if self.warmup < 0:
             raise UsageError(
                 f"--warmup cannot be negative (got {self.warmup})", "pass --warmup 5, for example"
+            )
+        if self.verify < 0:
+            raise UsageError(
+                f"--verify cannot be negative (got {self.verify})", "pass --verify 3, for example"
             )
         if self.ncu_kernels < 1:
             raise UsageError(
@@ -290,6 +297,8 @@ class Orchestrator:
             flags.append("--python-stacks")
         if self._plain_steps and pass_name == "torch":
             flags += ["--plain-steps", str(self._plain_steps), "--plain-on-cpu"]
+        if self.options.verify and (pass_name == "plain" or (self._plain_steps and pass_name == "torch")):
+            flags.append("--capture-loss")  # the plain steps' losses, which a fix's run is compared with
         if whole_run:
             flags.append("--whole-run")
         if self.target.is_module:
@@ -397,6 +406,36 @@ class Orchestrator:
             )
         self.progress(name, "end", result.status)
         return result
+
+    def run_side_pass(
+        self, name: str, argv: list[str], *, note: str, contributed: str, limit_s: float
+    ) -> tuple[PassResult, str | None]:
+        """A pass beside the diagnosis (a fix's plain run, hybrid.collect.verify), recorded in run.json: its
+        process group is stopped after `limit_s`, and a failure of the workload is returned as its reason
+        (None when it measured), never raised: the run keeps what the other passes measured."""
+        timer = threading.Timer(limit_s, self._stop_child, args=(signal.SIGTERM,))
+        timer.start()
+        try:
+            result = self._run_child(name, argv, note)
+        finally:
+            timer.cancel()
+        failure = self._workload_failure(result)
+        result.contributed = contributed
+        if (result.inject or {}).get("outcome") == "interrupted" and result.wall_s >= limit_s:
+            reason: str | None = f"stopped after {limit_s:.0f} s, the limit of this pass"
+        elif failure is not None:
+            lines = [line.strip() for line in failure.cause.splitlines() if line.strip()]
+            reason = lines[0].rstrip(":") + (f": {lines[-1]}" if len(lines) > 1 else "")
+        elif result.status != "ok":
+            reason = result.message or f"exit status {result.returncode}"
+        elif not (result.inject or {}).get("measured_steps"):
+            reason = "it measured no step"
+        else:
+            reason = None
+        if reason is not None:
+            result.status, result.contributed = "failed", f"nothing: {reason}"
+        self._record(result)
+        return result, reason
 
     def _wait_child(self, name: str) -> tuple[int, str]:
         """The pass's exit status, and why it was stopped when its process outlived its workload's record by
@@ -573,6 +612,10 @@ class Orchestrator:
         )
         if row is not None:
             self._record(PassResult(**row))
+        if opts.verify:
+            from hybrid.collect.verify import verify_fixes
+
+            verify_fixes(self, opts.verify)
 
     def _rerun_warmup(self, inject: dict) -> int | None:
         """The warmup a second torch pass drops when the first could not measure what was asked, else None:

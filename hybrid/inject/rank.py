@@ -11,7 +11,8 @@ holds {"ranks": "all" | [int, ...], "argv": [...]} where "{rank_dir}" in argv is
 A SIGTERM (how torchrun stops the surviving ranks when one fails) is turned into KeyboardInterrupt,
 so the injector still writes inject.json and the trace of the steps done so far.
 
-Standard library only (and hybrid.inject.script, hybrid.markers): it runs in every rank before the user's code.
+Standard library only (and hybrid.inject.script, hybrid.markers): it runs in every rank before the
+user's code.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
     python -m hybrid.inject.script --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
-                            [--whole-run] [--fixed-warmup] [--module] -- TARGET [ARGS...]
+                            [--whole-run] [--fixed-warmup] [--module] [--apply-fix FIX] [--capture-loss]
+                            -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
 under `python -m`), its own directory first on sys.path, and the caller's cwd. The process exits
@@ -27,7 +28,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from hybrid.errors import EXIT_USAGE, HybridError
-from hybrid.inject import run_config
+from hybrid.inject import apply_fix, numerics, run_config
 from hybrid.inject.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig, StepSession, outcome_of
 
 # The pid of the `hybrid run` that started this pass (hybrid.collect.orchestrate sets it), and how often the
@@ -74,6 +75,17 @@ def _parser() -> argparse.ArgumentParser:
         "--python-stacks",
         action="store_true",
         help="torch pass: record operators' Python stacks (with_stack), for callsites",
+    )
+    parser.add_argument(
+        "--apply-fix",
+        choices=sorted(apply_fix.FIXES),
+        help="switch this fix on before the script runs (hybrid run --verify); OUT/fix.json says what it did",
+    )
+    parser.add_argument(
+        "--capture-loss",
+        action="store_true",
+        help="seed the random generators and write the loss of each step without a collector to "
+        "OUT/loss.json (hybrid run --verify compares them)",
     )
     return parser
 
@@ -201,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         session.begin()
         run_config.install()  # before the target runs: its autocast regions and torch.compile calls
+        if args.capture_loss:
+            numerics.install()
+        if args.apply_fix:
+            apply_fix.apply(args.apply_fix)
     except HybridError as exc:
         print(exc.message(), file=sys.stderr)
         return exc.exit_code
@@ -230,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     # The record first: printing can fail (a closed pipe) and must not cost what was measured.
     session.finish(outcome, exit_code, traceback_text)
+    with contextlib.suppress(OSError):
+        if args.capture_loss:
+            numerics.write(args.out)
+        apply_fix.write(args.out)
     with contextlib.suppress(OSError):
         if outcome == EXCEPTION:
             sys.stderr.write(traceback_text)

@@ -26,6 +26,7 @@ from hybrid.report.kernel_labels import launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_controls, escape_strings
 from hybrid.report.units import format_change_pct, noun
+from hybrid.report.verified import replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Roofline plot geometry (SVG user units).
@@ -584,8 +585,8 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
     return (
         f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
         f"{w.text(finding.get('category'))}: {w.text(finding.get('title'))}</h3>"
-        f"<p>time lost: {_lost(finding, timing, w)}" + f" · id "
-        f"<code>{w.text(finding.get('id'))}</code>"
+        + _verified(finding, w)
+        + f"<p>time lost: {_lost(finding, timing, w)} · id <code>{w.text(finding.get('id'))}</code>"
         + (
             f'<br><span class="muted">not replayed: {w.text(finding.get("replay_reason"))}</span>'
             if finding.get("time_lost_method") == "model" and finding.get("replay_reason")
@@ -598,6 +599,12 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
         + (f"<ul>{fixes}</ul>" if fixes else "")
         + "</div>"
     )
+
+
+def _verified(finding: dict, w: _Writer) -> str:
+    """What --verify realized, before the predicted figures."""
+    line = verify_line(finding)
+    return f'<p class="verified"><b>{w.text(line)}</b></p>' if line else ""
 
 
 def _callsites(finding: dict, w: _Writer) -> str:
@@ -634,6 +641,9 @@ def _findings(results: dict, w: _Writer) -> str:
         f"<h2>Bottlenecks ({len(findings)})</h2>"
         + "".join(_card(i, f, w, timing) for i, f in enumerate(findings, 1))
         + _below_floor(results, w)
+        + "".join(
+            f"<p>{w.text(line)}</p>" for line in (replay_error_line(results), skipped_line(results)) if line
+        )
     )
 
 

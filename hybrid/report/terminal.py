@@ -37,6 +37,7 @@ from hybrid.report.kernel_labels import distinct_labels, launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
+from hybrid.report.verified import replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
@@ -280,9 +281,17 @@ def _finding_cell(
     ]
     if instead_of:
         title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
+    # What --verify realized leads: a measured saving outranks every predicted figure beside it.
+    realized = verify_line(finding)
+    heading: list[RenderableType] = [title]
+    if realized is not None:
+        style = "bold green" if finding["verify"].get("status") == "realized" else "yellow"
+        heading.append(Padding(Text(realized, style=style), (0, 0, 0, 2)))
     callsite = _top_callsite(finding)
+    if callsite is not None:
+        heading.append(callsite)
     if not expanded:
-        return title if callsite is None else Group(title, callsite)
+        return Group(*heading) if len(heading) > 1 else title
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
@@ -299,7 +308,7 @@ def _finding_cell(
         if finding.get("callsite_reason"):
             details.append(Text(str(finding["callsite_reason"]), style="dim"))
     # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(title, *([callsite] if callsite is not None else []), Padding(Group(*details), (0, 0, 0, 2)))
+    return Group(*heading, Padding(Group(*details), (0, 0, 0, 2)))
 
 
 def _top_callsite(finding: dict) -> Text | None:
@@ -347,7 +356,8 @@ def _below_floor(results: dict) -> list[Text]:
 
 
 def _findings(results: dict, verbose: bool) -> list[RenderableType]:
-    return _finding_table(results, verbose) + _below_floor(results)
+    verified = [line for line in (replay_error_line(results), skipped_line(results)) if line]
+    return _finding_table(results, verbose) + _below_floor(results) + [Text(line) for line in verified]
 
 
 def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:

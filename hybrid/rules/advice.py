@@ -72,6 +72,10 @@ class RunConfig:
         return self._or_observed(self._get("precision", "tf32_conv"), "tf32_conv")
 
     @property
+    def cudnn_benchmark(self) -> bool | None:
+        return self._get("precision", "cudnn_benchmark")
+
+    @property
     def autocast_dtypes(self) -> list[str] | None:
         """Dtypes of the autocast regions that ran ([] for none); with nothing recorded, the 16-bit types the
         GEMM kernels ran in (mixed precision by autocast or by 16-bit tensors)."""

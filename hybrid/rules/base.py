@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hybrid.provenance import Metric
 from hybrid.rules.advice import RunConfig, Suggestion
+from hybrid.rules.switches import Switch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,6 +85,9 @@ class Finding:
     time_lost_model_ms: float | None = None
     replay_reason: str | None = None
     replay: dict | None = None  # fix, description, basis, step_time_ms
+    # The fix switched on and the plain window re-run (hybrid run --verify): the saving it realized beside
+    # the predicted one, and whether the loss changed (hybrid.analysis.verified).
+    verify: dict | None = None
     # In a torchrun job: the rank it costs most on (None for the job's own findings), every rank it holds on.
     rank: int | None = None
     ranks: list[int] | None = None
@@ -119,6 +123,7 @@ STAGE_FIELDS = (
     "time_lost_model_ms",
     "replay_reason",
     "replay",
+    "verify",
     "rank",
     "ranks",
 )
@@ -276,3 +281,6 @@ class Rule:
     # Its fix replays the speedups the calibration pass times on the run's GPU (FixInputs.gemm_speedup):
     # a run without such a finding skips that pass (hybrid.collect.calibration_pass).
     calibrated: bool = False
+    # The fix as settings hybrid can switch on itself, in order of preference: `hybrid run --verify` re-runs
+    # the plain window with the first one the run did not already have (hybrid.collect.verify).
+    switches: tuple[Switch, ...] = ()

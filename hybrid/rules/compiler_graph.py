@@ -6,6 +6,7 @@ from hybrid.analysis.kernel_classes import elementwise_mask
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import rule_saving
+from hybrid.rules.switches import COMPILE, FUSED_OPTIMIZER
 
 MIN_LOST_PCT = 1.0
 # The kernel time an elementwise chain can be in (not GEMMs: their causes are the tensor-core findings'):
@@ -155,6 +156,7 @@ RULES = [
         pool=FUSION_POOL,
         floor_pct=MIN_LOST_PCT,
         fix=fusion_fix,
+        switches=(COMPILE, FUSED_OPTIMIZER),
         bound="fusible_chain_ms",
         callsite_kernels=elementwise_mask,
     ),

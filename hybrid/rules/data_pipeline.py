@@ -7,6 +7,7 @@ from hybrid.numbers import significant
 from hybrid.rules.advice import Suggestion, batch_inputs, loader_workers
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import NS_PER_MS
+from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
 
 # Below 1% of the step a copy problem is not worth a finding.
 MIN_LOST_PCT = 1.0
@@ -350,6 +351,7 @@ RULES = [
         pool=("dataloader_fetch",),
         floor_pct=LOADER_STALL_MIN_PCT,
         fix=loader_stall_fix,
+        switches=(LOADER_WORKERS,),
     ),
     # A run without a device timeline: the fetch itself is the step's wait (host-side rules run on the CPU).
     Rule(
@@ -361,6 +363,7 @@ RULES = [
         optional=("gpu_busy_ms",),
         floor_pct=LOADER_STALL_MIN_PCT,
         host_side=True,
+        switches=(LOADER_WORKERS,),
     ),
     # The copy pool after cpu.late_migration and cpu.transfers took theirs.
     Rule(
@@ -374,6 +377,7 @@ RULES = [
         floor_pct=MIN_LOST_PCT,
         fix=pageable_fix,
         copies=CopyFilter(kinds=("HtoD", "DtoH", "HtoH"), pinned=False),
+        switches=(LOADER_PIN_MEMORY,),
     ),
     Rule(
         "copy.not_overlapped",

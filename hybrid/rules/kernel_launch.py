@@ -6,6 +6,7 @@ from __future__ import annotations
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile, use_cuda_graphs
 from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, Report, Rule
+from hybrid.rules.switches import COMPILE_REDUCE_OVERHEAD
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
@@ -252,6 +253,7 @@ RULES = [
         pool=DISPATCH_POOL,
         floor_pct=MIN_LOST_PCT,
         fix=launch_bound_fix,
+        switches=(COMPILE_REDUCE_OVERHEAD,),
     ),
     Rule(
         "launch.bound",
@@ -263,6 +265,7 @@ RULES = [
         pool=("launch_gap",),
         floor_pct=MIN_LOST_PCT,
         fix=launch_bound_fix,
+        switches=(COMPILE_REDUCE_OVERHEAD,),
     ),
     Rule(
         "batch.headroom",

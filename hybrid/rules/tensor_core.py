@@ -6,6 +6,7 @@ from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, NoFix, NotMeasured, Report, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
+from hybrid.rules.switches import CUDNN_BENCHMARK, TF32
 
 MIN_LOST_PCT = 2.0
 # Without FLOPs for the misaligned calls, assume NVIDIA's Matrix Multiplication guide's ~2x slowdown of
@@ -295,6 +296,7 @@ RULES = [
         floor_pct=MIN_LOST_PCT,
         fix=fp32_fix,
         calibrated=True,
+        switches=(TF32, CUDNN_BENCHMARK),
     ),
     Rule(
         "tensor.misaligned_dims",

@@ -1,0 +1,139 @@
+"""Tabulate `hybrid run --verify` jobs (benchmarks/jobs/s6_verify.tsv): for every job folder with
+run/results.json, each verified fix's predicted saving beside the realized one, and issue 23's goal figures:
+the share of runs whose primary finding is the verified fix that saved most, and the share of predictions
+within +-20% of the realized saving. Markdown on stdout:
+
+    python3 benchmarks/verify_table.py DIR [DIR...] > benchmarks/results/verify_h200.md
+
+Realized figures are measured (plain runs of the script, no collector); predicted ones are hybrid's
+estimates (replay or closed form, as `time_lost_method` says), on the plain step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from hybrid.analysis.verified import relative_error
+
+# Issue 23's goal: a prediction within 20% of the realized saving.
+WITHIN = 0.20
+
+
+def _results(folder: Path) -> dict | None:
+    path = folder / "run" / "results.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ms(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else "-"
+
+
+def _rows(name: str, results: dict) -> tuple[list[str], dict]:
+    diagnosis = results.get("diagnosis") or {}
+    primary = (diagnosis.get("primary_bottleneck") or {}).get("id")
+    rows, realized = [], {}
+    for finding in diagnosis.get("bottlenecks") or []:
+        verify = finding.get("verify")
+        if not isinstance(verify, dict):
+            continue
+        predicted, saved = verify.get("predicted_ms"), verify.get("realized_ms")
+        error = (
+            relative_error(predicted, saved, verify["step_before_ms"])
+            if isinstance(saved, (int, float)) and isinstance(predicted, (int, float))
+            else None
+        )
+        if verify.get("status") == "realized":
+            realized[finding["id"]] = (saved, error)
+        numerics = verify.get("numerics") or {}
+        label = f"`{finding['id']}`" + (" (primary)" if finding["id"] == primary else "")
+        cells = [
+            name,
+            label,
+            str(verify.get("fix")),
+            str(verify.get("status")),
+            f"{_ms(predicted)} ({finding.get('time_lost_method') or '-'})",
+            _ms(saved),
+            f"{_ms(verify.get('step_before_ms'))} -> {_ms(verify.get('step_after_ms'))}",
+            "-" if error is None else f"{100 * error:.0f}%",
+            str(numerics.get("status", "-")),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    best = max(realized, key=lambda k: realized[k][0]) if realized else None
+    return rows, {
+        "primary": primary,
+        "best": best,
+        "primary_saves_most": None if best is None or primary not in realized else best == primary,
+        "errors": [error for _saved, error in realized.values() if error is not None],
+        "command": results.get("workload", {}).get("command"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="+", type=Path, help="job folders, or folders holding job folders")
+    args = parser.parse_args(argv)
+    folders = sorted(
+        {f for d in args.dirs for f in ([d] if (d / "run").is_dir() else d.iterdir()) if (f / "run").is_dir()}
+    )
+    header = ["job", "finding", "fix", "status", "predicted ms (method)", "realized ms", "plain step ms"]
+    header += ["error", "loss"]
+    out = [
+        "# `hybrid run --verify 3` on the H200: predicted vs realized savings",
+        "",
+        (
+            "Realized: the plain step (no collector) minus the plain step with the fix switched on by the "
+            "injector, measured; predicted: hybrid's saving on the plain step (its method in brackets). "
+            "Error: |realized - predicted| / realized (the denominator at least 1% of the plain step)."
+        ),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    summaries, commands = [], []
+    for folder in folders:
+        results = _results(folder)
+        if results is None:
+            out.append(f"| {folder.name} | no results.json | | | | | | | |")
+            continue
+        rows, summary = _rows(folder.name, results)
+        out += rows or [f"| {folder.name} | nothing verified | | | | | | | |"]
+        summaries.append((folder.name, summary))
+        commands.append(f"- {folder.name}: `hybrid run --verify 3 {summary['command']}`")
+    decided = [s for _n, s in summaries if s["primary_saves_most"] is not None]
+    errors = [e for _n, s in summaries for e in s["errors"]]
+    within = [e for e in errors if e <= WITHIN]
+    saves_most = sum(bool(s["primary_saves_most"]) for s in decided)
+    unverified = [f"{n} (`{s['primary']}`)" for n, s in summaries if s["primary_saves_most"] is None]
+    median = f"; median error {100 * statistics.median(errors):.0f}%" if errors else ""
+    out += [
+        "",
+        "## Goal figures",
+        "",
+        (
+            f"- primary is the verified fix that saved most: {saves_most} of {len(decided)} runs whose "
+            "primary was verified (goal >= 90%)"
+        ),
+        (
+            f"- prediction within +-{WITHIN:.0%} of realized: {len(within)} of {len(errors)} realized fixes "
+            f"(goal >= 85%){median}"
+        ),
+        "",
+        "Runs whose primary was not verified (its rule declares no switch, or the run already had it on): "
+        + (", ".join(unverified) or "none"),
+        "",
+        "## Commands",
+        "",
+        *commands,
+    ]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

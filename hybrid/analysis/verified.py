@@ -1,0 +1,187 @@
+"""What the fixes `hybrid run --verify` switched on realized (hybrid.collect.verify ran them): each fix's
+plain window against the run's own plain step, and the loss at the window's last step against the loss at the
+same step of the plain window without the fix. Read from the run directory's records, so `hybrid report
+DIR` shows them again; the stage `attach_verified` puts each beside the finding's predicted saving."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.files import read_regular_text
+from hybrid.rules.advice import RunConfig
+from hybrid.rules.switches import SWITCHES
+from hybrid.rundir import RunDir
+
+# The loss after a fix counts as unchanged within 1% of the loss without it (relative). The check is
+# there to catch a fix that breaks training (a non-finite loss, a different data stream), not to certify
+# equal bits: TF32 and bf16 change the loss by design, by how much each run's `numerics` shows.
+NUMERICS_RTOL = 0.01
+# A fix that realizes nothing would have an infinite relative error: the error's denominator is at least
+# this share of the plain step.
+ERROR_FLOOR_PCT = 1.0
+LOSS_FILE = "loss.json"  # hybrid.inject.numerics writes it
+FIX_FILE = "fix.json"  # hybrid.inject.apply_fix writes it
+SWITCH_BY_NAME = {switch.name: switch for switch in SWITCHES}
+
+
+def _read_json(path) -> dict:
+    try:
+        data = json.loads(read_regular_text(path))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def plain_reference(run: RunDir) -> dict | None:
+    """The run's plain step the fixes are compared with: its step time, the warmup before it and its steps
+    (a fix's run drops as many and measures as many, so its last step is the same step of the script), and
+    the folder whose loss.json holds its losses. None without a plain step."""
+    passes = run.run_json().get("passes") or []
+    plain = next((p for p in passes if p["name"] == "plain" and p.get("status") == "ok"), None)
+    if plain is None or not plain.get("step_time_ms"):
+        return None
+    if plain.get("process") == "torch":  # the window the torch pass's process timed before its profiler
+        inject = run.read_inject("torch") or {}
+        steps = (inject.get("plain_window") or {}).get("measured_steps")
+        folder = "torch"
+    else:
+        inject = run.read_inject("plain") or {}
+        steps = inject.get("measured_steps")
+        folder = "plain"
+    warmup = inject.get("warmup_dropped")
+    if not isinstance(steps, int) or not isinstance(warmup, int) or steps < 1:
+        return None
+    return {"step_ms": float(plain["step_time_ms"]), "warmup": warmup, "steps": steps, "folder": folder}
+
+
+def _loss(run: RunDir, folder: str, step: int) -> tuple[float | None, dict]:
+    record = _read_json(run.path / folder / LOSS_FILE)
+    value = (record.get("losses") or {}).get(str(step))
+    return (float(value) if isinstance(value, (int, float)) else None), record
+
+
+def numerics(run: RunDir, reference: dict, folder: str, last_step: int) -> dict:
+    """Whether the loss at the fix's last plain step differs from the loss at the same step without it by
+    more than NUMERICS_RTOL; "not measured" with the reason where either was not captured."""
+    before, before_record = _loss(run, reference["folder"], last_step)
+    after, after_record = _loss(run, folder, last_step)
+    out: dict = {"step": last_step, "tolerance": NUMERICS_RTOL, "loss_before": before, "loss_after": after}
+    if not after_record or not before_record:
+        return {**out, "status": "not measured", "reason": "no loss was captured (loss.json is missing)"}
+    if not after_record.get("backward_calls"):
+        return {
+            **out,
+            "status": "not measured",
+            "reason": "no .backward() call in the plain steps: an inference loop has no loss to compare",
+        }
+    if before is None or after is None:
+        return {
+            **out,
+            "status": "not measured",
+            "reason": f"the loss of step {last_step} was not captured in both runs (a non-scalar backward)",
+        }
+    if not math.isfinite(after) or not math.isfinite(before):
+        return {**out, "status": "changed", "reason": "the loss is not finite"}
+    change = abs(after - before) / max(abs(before), 1e-12)
+    return {**out, "relative_change": change, "status": "unchanged" if change <= NUMERICS_RTOL else "changed"}
+
+
+def realized(run: RunDir, record: dict, reference: dict) -> dict:
+    """One verified fix: its plain step against the run's, the saving that makes, the numerics, and what
+    the fix did; status "realized", "failed" (the run failed: its reason) or "not applied" (the fix found
+    nothing to act on, or the script switched it off again)."""
+    folder = str(record.get("pass"))
+    out = {
+        "fix": record.get("fix"),
+        "description": record.get("description"),
+        "pass": folder,
+        "step_before_ms": reference["step_ms"],
+    }
+    if record.get("status") != "ok":
+        return {**out, "status": "failed", "reason": record.get("reason") or "the run failed"}
+    inject = run.read_inject(folder) or {}
+    after_ms = inject.get("step_time_ms")
+    if not after_ms:
+        return {**out, "status": "failed", "reason": "the run measured no step"}
+    applied = _read_json(run.path / folder / FIX_FILE)
+    actions, passed_over = applied.get("actions") or [], applied.get("left_as_built") or []
+    out["actions"] = actions
+    switch = SWITCH_BY_NAME.get(str(record.get("fix")))
+    held = switch.is_on(RunConfig(inject.get("config") or {})) if switch is not None else None
+    if not actions or held is False:
+        if actions:
+            why = "the setting was off again at the window's end (the script sets it itself)"
+        elif passed_over:
+            why = "left as built: " + "; ".join(passed_over)
+        else:
+            why = "the script built nothing the fix acts on"
+        return {**out, "status": "not applied", "reason": why, "step_after_ms": float(after_ms)}
+    last_step = reference["warmup"] + reference["steps"] - 1
+    return {
+        **out,
+        "status": "realized",
+        "step_after_ms": float(after_ms),
+        "realized_ms": reference["step_ms"] - float(after_ms),
+        "numerics": numerics(run, reference, folder, last_step),
+    }
+
+
+def verified_fixes(run: RunDir) -> dict | None:
+    """Each fix the run verified, realized, with the findings it was verified for and their predictions at
+    the time; the history of this GPU as it stood then. None where the run verified nothing."""
+    block = run.run_json().get("verify")
+    if not isinstance(block, dict):
+        return None
+    reference = plain_reference(run)
+    fixes = []
+    for record in block.get("fixes") or []:
+        if not isinstance(record, dict):
+            continue
+        result = (
+            realized(run, record, reference)
+            if reference is not None
+            else {"fix": record.get("fix"), "status": "failed", "reason": "the run has no plain step"}
+        )
+        fixes.append({**result, "findings": list(record.get("findings") or [])})
+    return {**block, "fixes": fixes}
+
+
+def relative_error(predicted_ms: float, realized_ms: float, step_ms: float) -> float:
+    """|realized - predicted| / realized, the denominator at least ERROR_FLOOR_PCT of the plain step."""
+    return abs(realized_ms - predicted_ms) / max(abs(realized_ms), step_ms * ERROR_FLOOR_PCT / 100.0)
+
+
+def attach_verified(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
+    """Give each verified finding `verify`: the fix, its predicted saving on the plain step (the figure the
+    fix's run is measured against), the realized one, both step times and the numerics; and the diagnosis
+    a summary: how far the predictions were from what this run realized, and this GPU's history."""
+    block = analyzed.verified
+    if not block:
+        return
+    errors: list[float] = []
+    for fix in block.get("fixes") or []:
+        for finding in diagnosis.findings:
+            if finding.id not in fix.get("findings", []):
+                continue
+            predicted = (
+                finding.time_lost_baseline_ms
+                if finding.time_lost_baseline_ms is not None
+                else finding.time_lost_ms
+            )
+            finding.verify = {key: value for key, value in fix.items() if key not in ("findings",)} | {
+                "predicted_ms": predicted
+            }
+            if fix.get("status") == "realized":
+                errors.append(relative_error(predicted, fix["realized_ms"], fix["step_before_ms"]))
+    diagnosis.verify_summary = {
+        "requested": block.get("requested"),
+        "fixes": len(block.get("fixes") or []),
+        "realized": sum(1 for f in block.get("fixes") or [] if f.get("status") == "realized"),
+        "skipped": block.get("skipped") or [],
+        "median_error_pct": 100.0 * statistics.median(errors) if errors else None,
+        "error_findings": len(errors),
+        "gpu_history": block.get("history"),
+    }

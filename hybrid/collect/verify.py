@@ -1,0 +1,176 @@
+"""`hybrid run --verify N`: after the passes, the top N findings (by the saving they predict) whose fix hybrid
+can switch on itself (their rule's `switches`, hybrid.rules.switches) get that fix applied in a plain run of
+the script (no collector; hybrid.inject.apply_fix), and what it saves is measured against the run's own plain
+step. One process per fix, whatever number of findings share it; a switch the run already had on is never
+run. A fix whose run fails is recorded as failed with its reason; the rest of the run is kept. The records go
+to run.json `verify` (hybrid.analysis.verified reads them back), and each realized saving into this GPU's
+history (hybrid.replay.realized)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hybrid.analysis.verified import plain_reference, realized, relative_error
+from hybrid.errors import HybridError
+from hybrid.replay import realized as history
+from hybrid.rules.advice import RunConfig, observed_config
+from hybrid.rules.registry import RULE_BY_ID
+from hybrid.rules.switches import Switch
+from hybrid.rundir import RunDir
+
+
+class Runner(Protocol):
+    """What verification needs of the run's orchestrator (hybrid.collect.orchestrate.Orchestrator, which
+    calls in here: naming it would close an import circle)."""
+
+    run_dir: RunDir
+    target: Any  # its argv, is_module and display
+    passes: list
+    mode_reasons: list[str]
+
+    def results(self) -> dict: ...
+
+    def run_side_pass(
+        self, name: str, argv: list[str], *, note: str, contributed: str, limit_s: float
+    ) -> tuple[Any, str | None]: ...
+
+
+# A fix's run is stopped after this long, or twice the torch pass's wall time where that is longer (a
+# compiled fix compiles again: a compiled training script's torch pass took 92 s of a 27 s plain run on the
+# H200, benchmarks/results/cost.md); what it measured by then is kept.
+MIN_LIMIT_S = 300.0
+PASS_PREFIX = "verify-"
+
+
+@dataclass
+class Planned:
+    """One fix to run, and the findings it is verified for with their predicted savings (ms per step)."""
+
+    switch: Switch
+    predicted_ms: dict[str, float] = field(default_factory=dict)
+    titles: list[str] = field(default_factory=list)
+
+
+def plan(results: dict, top: int, config: RunConfig) -> tuple[list[Planned], list[dict]]:
+    """The fixes for the `top` findings with the largest predicted saving whose rule declares a switch this
+    run did not have on, and the findings passed over on the way, with why."""
+    findings = [
+        f
+        for f in (results.get("diagnosis") or {}).get("bottlenecks") or []
+        if not f.get("not_measured") and not f.get("alternative_to")
+    ]
+    findings.sort(key=lambda f: -(f.get("weighed_lost_ms") or 0.0))
+    planned: dict[str, Planned] = {}
+    skipped: list[dict] = []
+    verified = 0
+    for finding in findings:
+        if verified >= top:
+            break
+        rule = RULE_BY_ID.get(str(finding.get("id")))
+        if rule is None or not rule.switches:
+            continue
+        switch = next((s for s in rule.switches if s.blocked(config) is None), None)
+        if switch is None:
+            reasons = [str(s.blocked(config)) for s in rule.switches]
+            skipped.append({"finding": finding["id"], "reason": "; ".join(reasons)})
+            continue
+        entry = planned.setdefault(switch.name, Planned(switch))
+        entry.predicted_ms[finding["id"]] = float(
+            finding.get("time_lost_baseline_ms") or finding.get("time_lost_ms") or 0.0
+        )
+        entry.titles.append(str(finding.get("title")))
+        verified += 1
+    return list(planned.values()), skipped
+
+
+def verify_fixes(orchestrator: Runner, top: int) -> None:
+    """Run the planned fixes (see the module) and write run.json `verify`."""
+    run = orchestrator.run_dir
+    reference = plain_reference(run)
+    if reference is None:
+        orchestrator.mode_reasons.append(
+            "--verify: nothing verified, as the run has no plain step to compare a fix with (the torch "
+            "pass's plain window did not complete)"
+        )
+        run.update_run_json(mode_reasons=orchestrator.mode_reasons)
+        return
+    try:
+        results = orchestrator.results()
+    except HybridError as error:  # the run's own analysis, next, reports it with its exit code
+        orchestrator.mode_reasons.append(f"--verify: nothing verified, the diagnosis failed: {error.cause}")
+        return
+    torch_inject = run.read_inject("torch") or {}
+    config = RunConfig(torch_inject.get("config") or {}, observed_config(results.get("metrics") or {}))
+    planned, skipped = plan(results, top, config)
+    block: dict = {"requested": top, "fixes": [], "skipped": skipped}
+    run.update_run_json(verify=block)
+    torch_wall = next((p.wall_s for p in orchestrator.passes if p.name == "torch"), 0.0)
+    entries = []
+    for item in planned:
+        record = _run_fix(orchestrator, item, reference, max(MIN_LIMIT_S, 2 * torch_wall))
+        block["fixes"].append(record)
+        run.update_run_json(verify=block)
+        outcome = realized(run, record, reference)
+        for finding_id, predicted in item.predicted_ms.items():
+            if outcome.get("status") == "realized" and predicted > 0:
+                entries.append(
+                    {
+                        "fix": item.switch.name,
+                        "finding": finding_id,
+                        "predicted_ms": predicted,
+                        "realized_ms": outcome["realized_ms"],
+                        "error": relative_error(predicted, outcome["realized_ms"], reference["step_ms"]),
+                        "command": orchestrator.target.display,
+                    }
+                )
+    device = str(torch_inject.get("device_name") or "cpu")
+    block["history"] = {"device": device, **history.record(device, entries)}
+    run.update_run_json(verify=block)
+
+
+def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: float) -> dict:
+    """One plain run of the script with the fix on: the plain step's warmup (or the fix's own minimum) and
+    step count, stopped after `limit_s`."""
+    name = PASS_PREFIX + item.switch.name
+    target = orchestrator.target
+    # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
+    # last step, inside this run's warmup (hybrid.inject.numerics keeps the last steps' losses).
+    warmup = max(reference["warmup"], item.switch.min_warmup)
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        "plain",
+        "--out",
+        str(orchestrator.run_dir.pass_dir(name)),
+        "--warmup",
+        str(warmup),
+        "--fixed-warmup",
+        "--steps",
+        str(reference["steps"]),
+        "--apply-fix",
+        item.switch.name,
+        "--capture-loss",
+        *(["--module"] if target.is_module else []),
+        "--",
+        *target.argv,
+    ]
+    record = {
+        "fix": item.switch.name,
+        "description": item.switch.description,
+        "findings": list(item.predicted_ms),
+        "predicted_ms": item.predicted_ms,
+        "pass": name,
+        "warmup": warmup,
+    }
+    _result, reason = orchestrator.run_side_pass(
+        name,
+        argv,
+        note=f"verifying {item.switch.description} for: {'; '.join(item.titles)}",
+        contributed=f"the step with {item.switch.description} on, without a collector",
+        limit_s=limit_s,
+    )
+    return {**record, "status": "ok" if reason is None else "failed", "reason": reason}

@@ -1,0 +1,221 @@
+"""Switch one fix on inside the profiled process, before the user's script runs (`hybrid run --verify`): the
+script's files are never touched. Flags are set (TF32, cudnn.benchmark); constructors are patched so the
+objects the script builds get the setting (DataLoader workers and pinning, fused optimizers); the stepped
+module, the first module with parameters that the script calls at the top level, is compiled or wrapped in
+autocast from its second call on. What was done is written to OUT/fix.json, so a fix that found nothing to
+act on says so instead of reporting a saving of zero as realized.
+
+Standard library and torch only: it runs inside the profiled process (hybrid.inject.script --apply-fix)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FIX_FILE = "fix.json"
+# DataLoader workers the loader_workers fix gives a loader with none: the usual advice (Hugging Face's
+# dataloader_num_workers suggestion in hybrid.rules.advice) of 4, within the cores this process may use.
+MAX_LOADER_WORKERS = 4
+
+_actions: list[str] = []  # what the fix did, in order (fix.json `actions`)
+_passed_over: list[str] = []  # what it found and left as built, and why (fix.json `left_as_built`)
+_fix: str | None = None
+
+
+def _did(action: str, *, taken: bool = True) -> None:
+    kept = _actions if taken else _passed_over
+    if action not in kept:  # a loader rebuilt every epoch is one action
+        kept.append(action)
+
+
+def _tf32() -> None:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    _did("torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True")
+
+
+def _cudnn_benchmark() -> None:
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    _did("torch.backends.cudnn.benchmark = True")
+
+
+def _on_stepped_module(act: Callable[[Any], str]) -> None:
+    """Call `act(module)` on the first module with parameters called outside any other module's call (the
+    model the loop steps; a parameterless loss module is passed over), then stop watching. Global forward
+    hooks, removed at that first call: eager module calls pay for them only until then."""
+    import torch.nn.modules.module as nn_module
+
+    depth = [0]
+    handles: list[Any] = []
+
+    def enter(module: Any, _args: Any) -> None:
+        if depth[0] == 0 and handles and next(module.parameters(), None) is not None:
+            for handle in handles:
+                handle.remove()
+            handles.clear()
+            _did(act(module))
+            return
+        depth[0] += 1
+
+    def leave(_module: Any, _args: Any, _output: Any) -> None:
+        depth[0] = max(0, depth[0] - 1)
+
+    handles += [
+        nn_module.register_module_forward_pre_hook(enter),
+        nn_module.register_module_forward_hook(leave, always_call=True),
+    ]
+
+
+def _compile(mode: str | None) -> Callable[[], None]:
+    def install() -> None:
+        def act(module: Any) -> str:
+            # nn.Module.compile compiles in place: every later call of this object, wherever the script
+            # holds it, runs compiled (this first call finishes eager).
+            module.compile(**({"mode": mode} if mode else {}))
+            return f"{type(module).__name__}.compile({f'mode={mode!r}' if mode else ''}) at its first call"
+
+        _on_stepped_module(act)
+
+    return install
+
+
+def _autocast_bf16() -> None:
+    import torch
+
+    def act(module: Any) -> str:
+        device = next(module.parameters()).device.type
+        forward = module.forward
+
+        @functools.wraps(forward)
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device, dtype=torch.bfloat16):
+                return forward(*args, **kwargs)
+
+        module.forward = autocast_forward
+        return f"{type(module).__name__}.forward under torch.autocast({device!r}, dtype=torch.bfloat16)"
+
+    _on_stepped_module(act)
+
+
+def _cpu_budget() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _patch_data_loader(settings: Callable[[dict], dict]) -> None:
+    """Every DataLoader the script builds gets `settings(its arguments)` on top of its own arguments."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    init = DataLoader.__init__
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        given = dict(bound.arguments)
+        if isinstance(given.get("dataset"), IterableDataset):
+            # Each worker of an iterable dataset yields every item unless the dataset shards itself.
+            _did(
+                f"DataLoader over {type(given['dataset']).__name__}: an IterableDataset, whose workers would "
+                "each yield every item",
+                taken=False,
+            )
+        else:
+            changed = settings(given)
+            bound.arguments.update(changed)
+            _did("DataLoader(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")")
+        init(*bound.args, **bound.kwargs)
+
+    DataLoader.__init__ = patched  # type: ignore[method-assign]
+
+
+def _loader_workers() -> None:
+    import torch
+
+    workers = max(1, min(MAX_LOADER_WORKERS, _cpu_budget()))
+
+    def settings(given: dict) -> dict:
+        out = {"num_workers": given.get("num_workers") or workers, "persistent_workers": True}
+        if torch.cuda.is_available():
+            out["pin_memory"] = True
+        return out
+
+    _patch_data_loader(settings)
+
+
+def _loader_pin_memory() -> None:
+    _patch_data_loader(lambda _given: {"pin_memory": True})
+
+
+def _fused_optimizer() -> None:
+    """Each torch.optim class with a fused implementation is built with fused=True (foreach left to it),
+    where every parameter is on CUDA: a fused step on other devices fails on older torch."""
+    import torch
+
+    for cls in vars(torch.optim).values():
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            continue
+        init = vars(cls).get("__init__")
+        if init is None or "fused" not in inspect.signature(init).parameters:
+            continue
+        _fuse(cls)
+
+
+def _fuse(cls: type) -> None:
+    init = vars(cls)["__init__"]
+
+    @functools.wraps(init)
+    def patched(self: Any, params: Any, *args: Any, **kwargs: Any) -> None:
+        params = list(params)
+        tensors = [
+            p for item in params for p in (item.get("params", []) if isinstance(item, dict) else [item])
+        ]
+        if tensors and all(getattr(p, "is_cuda", False) for p in tensors):
+            kwargs.update(fused=True, foreach=None)
+            _did(f"{cls.__name__}(..., fused=True)")
+        else:
+            _did(f"{cls.__name__}: not every parameter is on CUDA", taken=False)
+        init(self, params, *args, **kwargs)
+
+    cls.__init__ = patched  # type: ignore[method-assign,misc]
+
+
+FIXES: dict[str, Callable[[], None]] = {
+    "tf32": _tf32,
+    "cudnn_benchmark": _cudnn_benchmark,
+    "autocast_bf16": _autocast_bf16,
+    "compile": _compile(None),
+    "compile_reduce_overhead": _compile("reduce-overhead"),
+    "loader_workers": _loader_workers,
+    "loader_pin_memory": _loader_pin_memory,
+    "fused_optimizer": _fused_optimizer,
+}
+
+
+def apply(name: str) -> None:
+    """Switch fix `name` on (a key of FIXES) for the rest of this process."""
+    global _fix
+    _fix = name
+    FIXES[name]()
+
+
+def write(out_dir: Path) -> None:
+    """OUT/fix.json: the fix and what it did (nothing, where the script never built what it acts on)."""
+    if _fix is None:
+        return
+    partial = out_dir / (FIX_FILE + ".partial")
+    partial.write_text(
+        json.dumps({"fix": _fix, "actions": _actions, "left_as_built": _passed_over}, indent=1)
+    )
+    os.replace(partial, out_dir / FIX_FILE)

@@ -1,0 +1,108 @@
+"""The fixes hybrid can switch on by itself, without editing the user's code: `hybrid run --verify` re-runs
+the plain window with one applied (hybrid.inject.apply_fix applies it by `name`) and measures what it
+saves. A rule declares the switches of its fix in order (Rule.switches); a switch whose setting the run
+already had (the injector's `config`, hybrid.inject.run_config) is never verified, nor one with nothing to
+act on (no DataLoader to give workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hybrid.rules.advice import RunConfig
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str  # what hybrid.inject.apply_fix applies (`--apply-fix NAME`)
+    description: str  # what it switches, in the user's words
+    # True where the run already had it on, None where its configuration was not recorded.
+    is_on: Callable[[RunConfig], bool | None]
+    # Why the switch has nothing to act on in this run (no DataLoader, no optimizer), else None.
+    missing: Callable[[RunConfig], str | None] = lambda _config: None
+    # Steps the fix's run drops at least before its plain window, where the fix itself needs them to settle.
+    min_warmup: int = 0
+
+    def blocked(self, config: RunConfig) -> str | None:
+        """Why this switch is not verified on a run with `config`, or None when it can be."""
+        if self.is_on(config) is True:
+            return f"{self.description}: already on in this run"
+        return self.missing(config)
+
+
+def _loaders_missing(config: RunConfig) -> str | None:
+    return "the script uses no DataLoader" if config.data_loaders == [] else None
+
+
+def _all_loaders(config: RunConfig, setting: Callable[[dict], bool]) -> bool | None:
+    loaders = config.data_loaders
+    return None if not loaders else all(setting(loader) for loader in loaders)
+
+
+def _fusable(config: RunConfig) -> list[dict] | None:
+    optimizers = config.optimizers
+    return None if optimizers is None else [o for o in optimizers if o.get("supports_fused")]
+
+
+def _fused_missing(config: RunConfig) -> str | None:
+    if config.optimizers == []:
+        return "the script builds no optimizer"
+    if _fusable(config) == []:
+        return "its optimizers have no fused implementation"
+    return None
+
+
+TF32 = Switch(
+    "tf32",
+    "TF32 for FP32 matmuls and cuDNN convolutions",
+    lambda c: None if c.tf32_matmul is None else bool(c.tf32_matmul and c.tf32_conv),
+)
+CUDNN_BENCHMARK = Switch(
+    "cudnn_benchmark", "torch.backends.cudnn.benchmark = True", lambda c: c.cudnn_benchmark
+)
+AUTOCAST_BF16 = Switch(
+    "autocast_bf16",
+    "bf16 autocast around the stepped module",
+    lambda c: None if c.autocast_dtypes is None else bool(c.autocast_dtypes),
+)
+# The stepped module is compiled at its first call (hybrid.inject.apply_fix), compiles at its second, and
+# under reduce-overhead CUDA graph trees warm up on the third and record on the fourth call before replaying:
+# the fifth step is the first steady one.
+COMPILED_WARMUP = 4
+COMPILE = Switch(
+    "compile", "torch.compile of the stepped module", lambda c: c.compiled, min_warmup=COMPILED_WARMUP
+)
+COMPILE_REDUCE_OVERHEAD = Switch(
+    "compile_reduce_overhead",
+    "torch.compile(mode='reduce-overhead') of the stepped module (CUDA graphs)",
+    lambda c: c.cuda_graphs,
+    min_warmup=COMPILED_WARMUP,
+)
+LOADER_WORKERS = Switch(
+    "loader_workers",
+    "DataLoader workers (num_workers, persistent_workers; pin_memory on CUDA)",
+    lambda c: _all_loaders(c, lambda d: bool(d.get("num_workers")) and bool(d.get("persistent_workers"))),
+    _loaders_missing,
+)
+LOADER_PIN_MEMORY = Switch(
+    "loader_pin_memory",
+    "DataLoader(pin_memory=True)",
+    lambda c: _all_loaders(c, lambda d: bool(d.get("pin_memory"))),
+    _loaders_missing,
+)
+FUSED_OPTIMIZER = Switch(
+    "fused_optimizer",
+    "the optimizer's fused implementation (fused=True)",
+    lambda c: None if not _fusable(c) else all(o.get("fused") for o in _fusable(c) or []),
+    _fused_missing,
+)
+SWITCHES: tuple[Switch, ...] = (
+    TF32,
+    CUDNN_BENCHMARK,
+    AUTOCAST_BF16,
+    COMPILE,
+    COMPILE_REDUCE_OVERHEAD,
+    LOADER_WORKERS,
+    LOADER_PIN_MEMORY,
+    FUSED_OPTIMIZER,
+)

@@ -1,0 +1,222 @@
+"""`hybrid run --verify`: a real run on the CPU of a loop whose DataLoader (num_workers=0) waits for every
+item realizes the DataLoader-workers fix in a plain run of its own, with the loss compared at the same step;
+and on a real H200 capture, the fixes --verify would run are those its rules declare, never a setting the run
+already had on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid.analysis import verified
+from hybrid.collect.verify import plan
+from hybrid.inject import apply_fix, numerics
+from hybrid.inject.apply_fix import FIXES
+from hybrid.pipeline import analyze_run_dir
+from hybrid.rules.advice import RunConfig, observed_config
+from hybrid.rules.registry import RULES
+from hybrid.rules.switches import SWITCHES
+from hybrid.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "waiting_loader.py"
+HF_CAPTURE = ROOT / "tests" / "fixtures" / "precision" / "hf_trainer_fp32" / "run"
+
+
+@pytest.fixture(scope="module")
+def verified_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path, Path, str]:
+    base = tmp_path_factory.mktemp("verify")
+    out, cache = base / "run", base / "cache"
+    script = base / SCRIPT.name
+    shutil.copy(SCRIPT, script)
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", CUDA_VISIBLE_DEVICES="", HYBRID_CACHE_DIR=str(cache)
+    )
+    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "3", "--warmup", "1", "--verify", "2"]
+    # 10 ms of waiting per item: long beside the CPU a worker costs to hand a batch over (under -n 2 on a
+    # loaded 2-core box, 2 ms items once made the run with workers slower than the one without).
+    argv += ["--quiet", "--json", "-o", str(out), str(script), "--item-ms", "10"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
+    results = json.loads(done.stdout) if done.returncode == 0 else {}
+    unchanged = hashlib.sha256(script.read_bytes()).hexdigest() == digest
+    return done, results, out, cache, digest if unchanged else ""
+
+
+def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
+    done, results, out, _cache, unchanged = verified_run
+    assert done.returncode == 0, done.stderr
+    assert unchanged, "the user's script was modified"
+    primary = results["diagnosis"]["primary_bottleneck"]
+    assert primary["id"] == "data.loader_in_step"
+    verify = primary["verify"]
+    assert verify["fix"] == "loader_workers" and verify["status"] == "realized"
+    assert any("num_workers=" in action for action in verify["actions"])
+    # 16 items of 10 ms of waiting a batch, fetched in the step without workers; with two, the waits overlap
+    # the step and each other: the plain step loses at least a fifth (about half on a 2-core box).
+    assert verify["step_before_ms"] == results["timing"]["baseline_step_time_ms"]
+    assert verify["realized_ms"] == pytest.approx(verify["step_before_ms"] - verify["step_after_ms"])
+    assert verify["realized_ms"] > 0.2 * verify["step_before_ms"]
+    assert verify["predicted_ms"] == pytest.approx(primary["time_lost_baseline_ms"])
+    # The same items in the same order reach the same seeded model: the loss of the last plain step is the
+    # loss without workers.
+    numerics = verify["numerics"]
+    assert numerics["status"] == "unchanged", numerics
+    assert numerics["loss_before"] == pytest.approx(numerics["loss_after"], rel=1e-4)
+    # One process for the fix, recorded beside the others, named for what it verified.
+    passes = {p["name"]: p for p in results["passes"]}
+    assert passes["verify-loader_workers"]["status"] == "ok"
+    assert (out / "verify-loader_workers" / "inject.json").is_file()
+    assert sum(name.startswith("verify-") for name in passes) == 1
+
+
+def test_the_realized_saving_feeds_the_gpus_history(verified_run):
+    done, results, _out, cache, _ = verified_run
+    assert done.returncode == 0, done.stderr
+    summary = results["diagnosis"]["verify_summary"]
+    history = summary["gpu_history"]
+    assert history["verified"] == 1 and history["applied"] is False
+    stored = json.loads((cache / "realized.json").read_text())
+    (entry,) = stored[history["device"]]["loader_workers"]
+    verify = results["diagnosis"]["primary_bottleneck"]["verify"]
+    assert entry["realized_ms"] == pytest.approx(verify["realized_ms"])
+    # |realized - predicted| / realized, the denominator at least 1% of the plain step.
+    floor = 0.01 * verify["step_before_ms"]
+    error = abs(entry["realized_ms"] - entry["predicted_ms"]) / max(abs(entry["realized_ms"]), floor)
+    assert entry["error"] == pytest.approx(error)
+    assert summary["median_error_pct"] == pytest.approx(100.0 * error)
+
+
+def test_the_report_leads_with_the_realized_saving(verified_run):
+    done, _results, out, _cache, _ = verified_run
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="200")
+    report = subprocess.run(
+        [sys.executable, "-m", "hybrid", "report", str(out), "--html"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    ).stdout
+    finding = report[report.index("The step waits for the DataLoader") :]
+    assert finding.index("realized") < finding.index("host time fetching a batch")
+    assert "replay error on this GPU" in report and "not applied to predictions" in report
+    page = (out / "report.html").read_text()
+    assert page.index("realized") < page.index("time lost:")
+
+
+def test_a_fix_whose_run_fails_is_reported_failed_and_the_run_keeps_the_rest(tmp_path):
+    """Workers break a dataset that can only be read in the main process: the fix's run fails, its finding
+    says so with the script's own error, and the diagnosis stands (exit 0)."""
+    out = tmp_path / "run"
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        CUDA_VISIBLE_DEVICES="",
+        HYBRID_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "3", "--warmup", "1", "--verify", "1"]
+    argv += ["--quiet", "--json", "-o", str(out), str(SCRIPT), "--main-process-only"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    primary = results["diagnosis"]["primary_bottleneck"]
+    assert primary["id"] == "data.loader_in_step" and primary["time_lost_ms"] > 0
+    verify = primary["verify"]
+    assert verify["status"] == "failed" and "only be read in the main process" in verify["reason"]
+    assert "realized_ms" not in verify
+    failed = next(p for p in results["passes"] if p["name"] == "verify-loader_workers")
+    assert failed["status"] == "failed" and failed["contributed"].startswith("nothing:")
+    assert results["diagnosis"]["verify_summary"]["realized"] == 0
+
+
+def _capture_config(run: Path, results: dict, **changes: dict) -> RunConfig:
+    config = dict(RunDir(run).read_inject("torch")["config"])
+    for section, values in changes.items():
+        config[section] = {**(config.get(section) or {}), **values}
+    return RunConfig(config, observed_config(results["metrics"]))
+
+
+@pytest.fixture(scope="module")
+def hf_capture(tmp_path_factory) -> tuple[Path, dict]:
+    run = tmp_path_factory.mktemp("hf") / "run"
+    shutil.copytree(HF_CAPTURE, run)
+    return run, analyze_run_dir(run)
+
+
+def test_verify_runs_the_switch_the_rule_declares_for_each_top_finding(hf_capture):
+    """HF Trainer on the H200 with TF32 off: the FP32 GEMMs' fix is TF32, the launch gaps' CUDA graphs and
+    the elementwise chains' torch.compile, each once, in the order of the savings they predict."""
+    run, results = hf_capture
+    planned, skipped = plan(results, 3, _capture_config(run, results))
+    by_id = {f["id"]: f for f in results["diagnosis"]["bottlenecks"]}
+    assert [(p.switch.name, list(p.predicted_ms)) for p in planned] == [
+        ("tf32", ["tensor.fp32_gemm"]),
+        ("compile_reduce_overhead", ["launch.bound"]),
+        ("compile", ["compile.fusible_elementwise"]),
+    ]
+    assert planned[0].predicted_ms["tensor.fp32_gemm"] == pytest.approx(
+        by_id["tensor.fp32_gemm"]["time_lost_baseline_ms"]
+    )
+    assert skipped == []
+
+
+def test_a_setting_the_run_already_had_is_never_verified(hf_capture):
+    """With TF32 on the FP32 finding falls back to its next switch; compiled, the elementwise chains' next
+    switch is the fused optimizer, which this Trainer already runs (AdamW fused=True): passed over, and
+    why."""
+    run, results = hf_capture
+    config = _capture_config(
+        run, results, precision={"tf32_matmul": True, "tf32_conv": True}, compile={"used": True}
+    )
+    planned, skipped = plan(results, 5, config)
+    names = [p.switch.name for p in planned]
+    assert "tf32" not in names and "compile" not in names and "cudnn_benchmark" in names
+    (passed,) = [s for s in skipped if s["finding"] == "compile.fusible_elementwise"]
+    assert "already on" in passed["reason"] and "fused" in passed["reason"]
+
+
+def test_every_declared_switch_is_one_the_injector_applies():
+    declared = {switch.name for rule in RULES for switch in rule.switches}
+    assert declared and declared <= set(FIXES)
+    assert {switch.name for switch in SWITCHES} == set(FIXES)
+    # The analysis reads what the injector writes (it imports nothing from the injector).
+    assert (verified.FIX_FILE, verified.LOSS_FILE) == (apply_fix.FIX_FILE, numerics.LOSS_FILE)
+
+
+def test_a_fix_the_script_switches_off_again_reads_not_applied(tmp_path):
+    """A script that sets TF32 off itself (as Hugging Face's TrainingArguments(tf32=False) does) undoes the
+    fix the injector set before it ran: the run says so instead of calling its step time the fix's saving."""
+    script = tmp_path / "tf32_off.py"
+    script.write_text(
+        "import torch\n"
+        "torch.backends.cuda.matmul.allow_tf32 = False\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(20):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(torch.ones(4, 8)).sum().backward()\n"
+        "    optimizer.step()\n"
+    )
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain"]
+    argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3"]
+    argv += ["--apply-fix", "tf32", "--capture-loss"]
+    argv += ["--", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((run / "verify-tf32" / "fix.json").read_text())["actions"]
+    reference = {"step_ms": 1.0, "warmup": 2, "steps": 3, "folder": "verify-tf32"}
+    record = {"fix": "tf32", "status": "ok", "pass": "verify-tf32"}
+    outcome = verified.realized(RunDir(run), record, reference)
+    assert outcome["status"] == "not applied" and "off again" in outcome["reason"]
+    assert "realized_ms" not in outcome
