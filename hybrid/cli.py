@@ -973,7 +973,7 @@ def compare(
 def _refuse_incomparable(diff: dict, paths: tuple[Path, Path], *, allow_different: bool) -> None:
     """A figure no measurement gives (a negative step time) is bad input naming the file; runs of different
     workloads are refused unless --allow-different (their step times say nothing about a change)."""
-    from hybrid.report.safe_text import escape_strings
+    from hybrid.report.safe_text import escape_controls
 
     problems = [
         f"{path}: {problem}"
@@ -982,12 +982,13 @@ def _refuse_incomparable(diff: dict, paths: tuple[Path, Path], *, allow_differen
     ]
     if problems:
         raise UsageError(
-            "; ".join(escape_strings(problems)),
+            "; ".join(escape_controls(problem) for problem in problems),
             "re-create the results.json with `hybrid report RUN_DIR` from the run's artifacts",
         )
     if diff["workload"]["differences"] and not allow_different:
         raise UsageError(
-            "refusing to compare: " + "; ".join(escape_strings(diff["workload"]["differences"])),
+            "refusing to compare: "
+            + "; ".join(escape_controls(str(d)) for d in diff["workload"]["differences"]),
             "compare two runs of the same workload, or pass --allow-different to see the "
             "comparison anyway (its step-time change then says nothing about a fix)",
         )
