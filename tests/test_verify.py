@@ -94,12 +94,12 @@ def test_the_realized_saving_feeds_the_gpus_history(verified_run):
     assert summary["median_error_pct"] == pytest.approx(100.0 * error)
 
 
-def test_the_report_leads_with_the_realized_saving(verified_run):
+def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
     done, _results, out, _cache, _ = verified_run
     assert done.returncode == 0, done.stderr
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="200")
     report = subprocess.run(
-        [sys.executable, "-m", "hybrid", "report", str(out), "--html"],
+        [sys.executable, "-m", "hybrid", "report", str(out), "--html", "--out", str(tmp_path / "report")],
         capture_output=True,
         text=True,
         check=True,
@@ -109,7 +109,7 @@ def test_the_report_leads_with_the_realized_saving(verified_run):
     finding = report[report.index("The step waits for the DataLoader") :]
     assert finding.index("realized") < finding.index("host time fetching a batch")
     assert "replay error on this GPU" in report and "not applied to predictions" in report
-    page = (out / "report.html").read_text()
+    page = (tmp_path / "report" / "report.html").read_text()
     assert page.index("realized") < page.index("time lost:")
 
 

@@ -7,13 +7,12 @@ budget bounds what one call times."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from hybrid.files import write_file
-from hybrid.replay.calibrate import CONV_ASSUMED, PROPOSALS, RunShape, Shape, padded
+from hybrid.replay.calibrate import CONV_ASSUMED, PROPOSALS, RunShape, Shape, cache_dir, padded
 
 CACHE_NAME = "calibration.json"
 # A timing is the median of TIMED_RUNS loops after WARMUP_RUNS calls, each loop long enough (MIN_LOOP_S)
@@ -33,8 +32,7 @@ FAST_VARIANT_S = (WARMUP_RUNS + 1) * 0.001 + TIMED_RUNS * MIN_LOOP_S
 
 
 def cache_path() -> Path:
-    root = Path(os.environ.get("HYBRID_CACHE_DIR") or Path.home() / ".cache" / "hybrid")
-    return root / CACHE_NAME
+    return cache_dir() / CACHE_NAME
 
 
 def read_cache(path: Path) -> dict:

@@ -5,8 +5,10 @@ hybrid.collect.microbench on the run's GPU, and calibration.json is what the rep
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -14,6 +16,14 @@ import numpy as np
 from hybrid.numbers import significant as fmt
 
 CALIBRATION_FILE = "calibration.json"
+
+
+def cache_dir() -> Path:
+    """The folder of hybrid's per-GPU caches (the calibration's timings, the realized savings of verified
+    fixes): HYBRID_CACHE_DIR, else ~/.cache/hybrid."""
+    return Path(os.environ.get("HYBRID_CACHE_DIR") or Path.home() / ".cache" / "hybrid")
+
+
 # Tensor-core tiles want M, N, K (and channels) in multiples of this for 16-bit types.
 ALIGN = 8
 # Precisions a fix can propose for a matmul of a given dtype: TF32 (tensor.fp32_gemm's first advice, and

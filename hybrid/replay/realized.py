@@ -1,5 +1,5 @@
 """What the fixes `hybrid run --verify` realized against what the replay predicted, kept per GPU and fix
-across runs in realized.json beside the calibration cache (hybrid.replay.calibrate.cache_path's folder), and
+across runs in realized.json beside the calibration cache (hybrid.replay.calibrate.cache_dir), and
 the replay's error on a GPU drawn from it: the median of |realized - predicted| / realized over its verified
 fixes. The ratios are recorded and reported, not applied to predictions: one run's fix gives one ratio per
 workload, and a ratio learned on one workload's step says little about another's yet."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hybrid.errors import OutputError
 from hybrid.files import write_file
-from hybrid.replay.calibrate import cache_path
+from hybrid.replay.calibrate import cache_dir
 
 CACHE_NAME = "realized.json"
 # Entries kept per GPU and fix: the latest, so a cache shared by years of runs stays small.
@@ -22,7 +22,7 @@ KEEP_PER_FIX = 50
 
 
 def realized_cache_path() -> Path:
-    return cache_path().parent / CACHE_NAME
+    return cache_dir() / CACHE_NAME
 
 
 def _read(path: Path) -> dict:
