@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, nsight_errors_as_hybrid
 from hybrid.hardware import match_spec
 from nsight import ncu
 from nsight.ncu_csv import parse_ncu_csv
@@ -262,7 +262,8 @@ def run_cases(
     rows: list[Check] = []
     for case, case_checks in cases.items():
         try:
-            results[case] = measure(case)
+            with nsight_errors_as_hybrid():
+                results[case] = measure(case)
         except HybridError as error:
             rows.append(failed_case(case, error))
             continue

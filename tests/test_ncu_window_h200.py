@@ -50,4 +50,5 @@ def test_report_rereads_counters_from_the_saved_ncu_report_when_the_csv_is_missi
     assert (
         argv_log.read_text().split() == ncu.build_import_command(stand_in, run / "ncu" / ncu.REPORT_NAME)[1:]
     )
-    assert table.read_text() == captured.read_text()
+    # The run directory is an input: the counters read back go to a temporary folder, not into run/ncu.
+    assert not table.exists()
