@@ -26,8 +26,7 @@ MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
 PRECISIONS = ("default", "fp32", "tf32", "bf16-amp", "fp16-amp")
 # What each --precision sets, in the words the CLI and the workload's first line use.
 PRECISION_MEANING = {
-    "default": ("PyTorch's defaults: fp32 matmuls at highest precision (TF32 off), "
-                "cuDNN convolutions with TF32 on"),
+    "default": "PyTorch's defaults: fp32 matmuls at highest precision (TF32 off), cuDNN convolutions with TF32 on",
     "fp32": "TF32 off for matmuls and cuDNN convolutions (true fp32; not PyTorch's default)",
     "tf32": "TF32 on for matmuls and cuDNN convolutions",
     "bf16-amp": "torch.autocast(bfloat16), TF32 on for what stays fp32",

@@ -1,6 +1,5 @@
-"""A sentence-transformers user embedding a corpus: a BERT-small-sized encoder with mean pooling, built
-from a config and a word-piece vocabulary written here (no model download), `model.encode(...)` in batches
-of 64."""
+"""A sentence-transformers user embedding a corpus: a BERT-small-sized encoder with mean pooling, built from
+a config and a word-piece vocabulary written here (no model download), `model.encode(...)` in batches of 64."""
 
 import tempfile
 from pathlib import Path
