@@ -192,21 +192,22 @@ def test_every_declared_switch_is_one_the_injector_applies():
     assert (verified.FIX_FILE, verified.LOSS_FILE) == (apply_fix.FIX_FILE, numerics.LOSS_FILE)
 
 
-def test_a_fix_the_script_switches_off_again_reads_not_applied(tmp_path):
-    """A script that sets TF32 off itself (as Hugging Face's TrainingArguments(tf32=False) does) undoes the
-    fix the injector set before it ran: the run says so instead of calling its step time the fix's saving."""
-    script = tmp_path / "tf32_off.py"
+def _tf32_verify_run(tmp_path: Path, name: str, loop_line: str) -> tuple[Path, dict]:
+    """A plain window with the tf32 fix applied on a script that sets TF32 off at its top, and, with
+    `loop_line`, again in every step."""
+    script = tmp_path / f"{name}.py"
     script.write_text(
         "import torch\n"
         "torch.backends.cuda.matmul.allow_tf32 = False\n"
         "model = torch.nn.Linear(8, 1)\n"
         "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for _ in range(20):\n"
+        f"    {loop_line}\n"
         "    optimizer.zero_grad()\n"
         "    model(torch.ones(4, 8)).sum().backward()\n"
         "    optimizer.step()\n"
     )
-    run = tmp_path / "run"
+    run = tmp_path / name
     argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain"]
     argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3"]
     argv += ["--apply-fix", "tf32", "--capture-loss"]
@@ -214,9 +215,27 @@ def test_a_fix_the_script_switches_off_again_reads_not_applied(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads((run / "verify-tf32" / "fix.json").read_text())["actions"]
     reference = {"step_ms": 1.0, "warmup": 2, "steps": 3, "folder": "verify-tf32"}
     record = {"fix": "tf32", "status": "ok", "pass": "verify-tf32"}
-    outcome = verified.realized(RunDir(run), record, reference)
+    return run, verified.realized(RunDir(run), record, reference)
+
+
+def test_a_flag_the_script_sets_off_in_its_setup_is_set_again_for_the_window(tmp_path):
+    """tc_fp32_no_tf32 sets `allow_tf32 = False` at its top (Hugging Face's TrainingArguments(tf32=False)
+    does the same in its setup): on the H200 the flag set before the script ran was undone and the verify
+    run read 60.3 ms before and after. The fix stands for editing that line, so the injector sets TF32 again
+    at the stepped module's first call, and says so."""
+    run, outcome = _tf32_verify_run(tmp_path, "tf32_off_at_setup", "pass")
+    actions = json.loads((run / "verify-tf32" / "fix.json").read_text())["actions"]
+    assert any("set again at the stepped module's first call" in action for action in actions)
+    assert outcome["status"] != "not applied", outcome
+
+
+def test_a_fix_the_script_switches_off_in_its_loop_reads_not_applied(tmp_path):
+    """A script that sets TF32 off in every step undoes the fix within the window: the run says so instead
+    of calling its step time the fix's saving."""
+    _run, outcome = _tf32_verify_run(
+        tmp_path, "tf32_off_each_step", "torch.backends.cuda.matmul.allow_tf32 = False"
+    )
     assert outcome["status"] == "not applied" and "off again" in outcome["reason"]
     assert "realized_ms" not in outcome
