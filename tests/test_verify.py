@@ -239,3 +239,35 @@ def test_a_fix_the_script_switches_off_in_its_loop_reads_not_applied(tmp_path):
     )
     assert outcome["status"] == "not applied" and "off again" in outcome["reason"]
     assert "realized_ms" not in outcome
+
+
+class _CommandOnly:
+    """The orchestrator's side of a fix's run, keeping the command it was asked to run (the command is
+    what this test is about; the runs themselves are the tests above)."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir, self.passes, self.mode_reasons = run_dir, [], []
+        self.target = type("Target", (), {"argv": ["train.py"], "is_module": False, "display": "train.py"})()
+        self.argv: list[str] = []
+
+    def results(self) -> dict:
+        return {}
+
+    def run_side_pass(self, name, argv, *, note, contributed, limit_s):
+        self.argv = argv
+        return None, None
+
+
+def test_a_compiled_fix_warms_up_until_its_steps_settle_and_a_flag_for_a_fixed_count(tmp_path):
+    """launch_batch1_deep_mlp's reduce-overhead run on the H200 measured compilation inside its window after
+    a fixed 4 warmup steps (77.8 ms a step for a 0.9 ms forward): compiled fixes warm up until settled."""
+    from hybrid.collect.verify import Planned, _run_fix
+    from hybrid.rules.switches import COMPILE_REDUCE_OVERHEAD, LOADER_WORKERS
+
+    reference = {"warmup": 2, "steps": 5}
+    for switch, fixed in ((COMPILE_REDUCE_OVERHEAD, False), (LOADER_WORKERS, True)):
+        runner = _CommandOnly(RunDir(tmp_path / switch.name))
+        _run_fix(runner, Planned(switch), reference, limit_s=60)
+        warmup = runner.argv[runner.argv.index("--warmup") + 1]
+        assert ("--fixed-warmup" in runner.argv) is fixed, switch.name
+        assert int(warmup) == max(2, switch.min_warmup)
