@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -179,9 +180,15 @@ def test_os_exit_still_leaves_a_report(runs):
 def test_warmup_lasts_until_step_times_settle(runs):
     inject = _measured(runs["settles_late"])
     assert inject["step_unit"] == "one iteration of the loop at settles_late.py:11"
-    # The script's iterations slow down by 0.6^i: the requested 2 warmup steps are not enough.
-    assert inject["warmup_dropped"] > 2
-    assert "until step times settled within 10%" in inject["warmup_reason"]
+    # The script's iterations speed up by 0.6^i: the requested 2 warmup steps are not enough. Its extra
+    # sleep falls under 10% of the 50 ms step (5 ms) from iteration 9 on, so warmup lasts at least through
+    # iteration 7. Where it ends after that depends on the box: quiet, within a few steps (settled); on a
+    # loaded 2-core CI box the 50 ms sleeps woke after 140, 74.5 and 85.1 ms and never settled, and warmup
+    # stopped at its cap and measured anyway. Either way the reason names the tolerance it waited for.
+    assert inject["warmup_dropped"] >= 8
+    assert re.search(
+        r"(until step times settled|step times had not settled) within 10%", inject["warmup_reason"]
+    )
 
 
 def test_a_scripts_own_profiler_step_marks_its_steps(runs):
