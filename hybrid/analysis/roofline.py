@@ -69,10 +69,7 @@ PIPE_PREFIX = "pipe:"
 # convolution op torch counts nothing for, outside an op it counted). Placed by their bytes alone they
 # would read as memory-bound kernels far below the roofline; they are left out instead.
 UNCOUNTED_MATMUL_OP = re.compile(r"conv|mm\b|matmul|linear|einsum")
-# Convolution ops that launch the kernels under an op torch counted FLOPs for (aten::conv2d ->
-# aten::convolution -> aten::cudnn_convolution): the FLOPs move down to them. Left on aten::conv2d, which
-# ran no kernel itself, resnet50 b64's roofline covered 17.2 of its 31.4 ms of kernels, none of them a
-# convolution, and read "memory-bound, 45.7 GFLOP/s" for a step of 1.57 TFLOP.
+# The backward convolution, which torch counts no FLOPs for: _convolution_flops takes them from its shapes.
 CONV_BACKWARD_OP = "aten::convolution_backward"
 # The convolution ops whose kernels run under the TF32 flag (torch.backends.cudnn.allow_tf32) in fp32.
 CONV_FAMILY_OPS = CONV_OPS | {
@@ -261,7 +258,10 @@ def _convolution_flops(ops: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
     thread, nested in time) that ran the most GPU time, and aten::convolution_backward given FLOPs from
     its shapes (grad_output, input, weight): two products the size of the forward's, the input's gradient
     and the weight's (torch counts none for it; the first layer, whose input needs no gradient, is
-    counted twice: 1 of resnet50's 53 convolutions)."""
+    counted twice: 1 of resnet50's 53 convolutions). torch counts a forward convolution on aten::conv2d,
+    whose kernels run under aten::convolution -> aten::cudnn_convolution: left there, resnet50 b64's
+    roofline covered 17.2 of its 31.4 ms of kernels, none of them a convolution, and read "memory-bound,
+    45.7 GFLOP/s" for a step of 1.57 TFLOP."""
     out = flops.copy()
     names = ops["name"].to_numpy()
     for i in np.flatnonzero(names == CONV_BACKWARD_OP):
