@@ -498,17 +498,17 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     }
 
 
-def _op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
-    """GPU time caused by each top-level op and everything it called (same thread, nested in time)."""
+def op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
+    """GPU time caused by each op and everything it called (same thread, nested in time): a convolution's
+    kernels are launched by the cuDNN op under it."""
     out = pd.Series(0, index=ops.index, dtype="int64")
     for _, group in ops.groupby("tid"):
         g = group.sort_values("start_ns")
         starts = g["start_ns"].to_numpy()
         cum = np.r_[0, np.cumsum(g["device_ns"].to_numpy())]
-        top = g[g["top_level"]]
-        lo = np.searchsorted(starts, top["start_ns"].to_numpy(), side="left")
-        hi = np.searchsorted(starts, top["end_ns"].to_numpy(), side="left")
-        out.loc[top.index] = cum[hi] - cum[lo]
+        lo = np.searchsorted(starts, starts, side="left")
+        hi = np.searchsorted(starts, g["end_ns"].to_numpy(), side="left")
+        out.loc[g.index] = cum[hi] - cum[lo]
     return out
 
 
@@ -579,7 +579,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     src = frame_source(profile, "ops")
     out: dict[str, Metric] = {}
     top = ops[ops["top_level"]].copy()
-    top["device_total_ns"] = _op_subtree_device_ns(ops).loc[top.index]
+    top["device_total_ns"] = op_subtree_device_ns(ops).loc[top.index]
     top["cpu_ns"] = top["end_ns"] - top["start_ns"]
 
     gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()

@@ -12,9 +12,9 @@ from hybrid.analysis.metrics import (
     CPU_HEAVY_RATIO,
     DATA_LOADER_NEXT,
     LAUNCH_GAP_MAX_NS,
-    _op_subtree_device_ns,
     _outermost,
     is_annotation,
+    op_subtree_device_ns,
 )
 from hybrid.ledger.clock import carry_to_analyzed_clock
 from hybrid.ledger.partition import Layer
@@ -67,7 +67,7 @@ def cpu_heavy_ops(ops: pd.DataFrame) -> pd.DataFrame:
     if top.empty:
         return top
     top = top.assign(
-        device_total_ns=_op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
+        device_total_ns=op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
     )
     by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
     heavy = by_name.index[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]

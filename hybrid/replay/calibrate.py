@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hybrid.analysis.metrics import op_subtree_device_ns
 from hybrid.numbers import significant as fmt
 
 CALIBRATION_FILE = "calibration.json"
@@ -133,20 +134,6 @@ def shape_of(
     return None
 
 
-def _subtree_device_ns(ops) -> np.ndarray:
-    """Device time of each op and everything it called (same thread, nested in time): a convolution's
-    kernels are launched by the cuDNN op under it."""
-    out = np.zeros(len(ops))
-    for _, group in ops.reset_index(drop=True).groupby("tid"):
-        g = group.sort_values("start_ns")
-        starts = g["start_ns"].to_numpy()
-        cum = np.r_[0, np.cumsum(g["device_ns"].to_numpy(float))]
-        lo = np.searchsorted(starts, starts, side="left")
-        hi = np.searchsorted(starts, g["end_ns"].to_numpy(), side="left")
-        out[g.index.to_numpy()] = cum[hi] - cum[lo]
-    return out
-
-
 class RunShape(NamedTuple):
     """A shape of the run, its share of the run's GEMM/conv device time, and its device time per call in
     the run (what the calibration's "current" timing should come close to)."""
@@ -163,7 +150,7 @@ def top_shapes(ops, top: int, recorded: Mapping[tuple[int, int], dict] | None = 
     if ops is None or len(ops) == 0:
         return []
     ops = ops.reset_index(drop=True)
-    device_ns = _subtree_device_ns(ops)
+    device_ns = op_subtree_device_ns(ops).to_numpy(float)
     wanted = np.flatnonzero(ops["name"].isin(list(GEMM_OPS)).to_numpy() & (ops["step"] >= 0).to_numpy())
     totals: dict[Shape, float] = {}
     calls: dict[Shape, int] = {}
