@@ -67,14 +67,19 @@ AUTOCAST_BF16 = Switch(
 )
 # The stepped module is compiled at its first call (hybrid.inject.apply_fix), compiles at its second, and
 # under reduce-overhead CUDA graph trees warm up on the third and record on the fourth call before replaying:
-# the fifth step is the first steady one.
+# the fifth step is the first steady one. A stepped function (no module with parameters in the step) is
+# compiled after the second step, one step later; the warmup then lasts until step times settle
+# (hybrid.load.settle), which covers it.
 COMPILED_WARMUP = 4
 COMPILE = Switch(
-    "compile", "torch.compile of the stepped module", lambda c: c.compiled, min_warmup=COMPILED_WARMUP
+    "compile",
+    "torch.compile of the stepped module (or function)",
+    lambda c: c.compiled,
+    min_warmup=COMPILED_WARMUP,
 )
 COMPILE_REDUCE_OVERHEAD = Switch(
     "compile_reduce_overhead",
-    "torch.compile(mode='reduce-overhead') of the stepped module (CUDA graphs)",
+    "torch.compile(mode='reduce-overhead') of the stepped module or function (CUDA graphs)",
     lambda c: c.cuda_graphs,
     min_warmup=COMPILED_WARMUP,
 )
