@@ -101,6 +101,14 @@ FUSED_OPTIMIZER = Switch(
     lambda c: None if not _fusable(c) else all(o.get("fused") for o in _fusable(c) or []),
     _fused_missing,
 )
+
+
+def switch_for(switches: tuple[Switch, ...], config: RunConfig) -> Switch | None:
+    """The switch a rule's fix is verified (and its replay corrected) with in a run with `config`: the
+    first of its switches the run did not have on and has something to act on."""
+    return next((switch for switch in switches if switch.blocked(config) is None), None)
+
+
 SWITCHES: tuple[Switch, ...] = (
     TF32,
     CUDNN_BENCHMARK,
