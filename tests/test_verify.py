@@ -75,6 +75,12 @@ def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
     assert passes["verify-loader_workers"]["status"] == "ok"
     assert (out / "verify-loader_workers" / "inject.json").is_file()
     assert sum(name.startswith("verify-") for name in passes) == 1
+    # That process costs one plain window: the plain step's warmup and steps, then it is stopped (the script
+    # would run 40 iterations).
+    reference = verified.plain_reference(RunDir(out))
+    fix_run = json.loads((out / "verify-loader_workers" / "inject.json").read_text())
+    assert fix_run["outcome"] == "step_limit" and fix_run["steps_seen"] < 40
+    assert (fix_run["warmup_dropped"], fix_run["measured_steps"]) == (reference["warmup"], reference["steps"])
 
 
 def test_the_realized_saving_feeds_the_gpus_history(verified_run):
