@@ -277,3 +277,26 @@ def test_a_compiled_fix_warms_up_until_its_steps_settle_and_a_flag_for_a_fixed_c
         warmup = runner.argv[runner.argv.index("--warmup") + 1]
         assert ("--fixed-warmup" in runner.argv) is fixed, switch.name
         assert int(warmup) == max(2, switch.min_warmup)
+
+
+def test_the_verify_table_scores_the_run(verified_run, tmp_path):
+    """benchmarks/verify_table.py, which publishes the H200 goal table, on this real verified run."""
+    done, results, out, _cache, _ = verified_run
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "waiting_loader").mkdir()
+    (tmp_path / "waiting_loader" / "run").symlink_to(out)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    table = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "verify_table.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=60,
+    ).stdout
+    verify = results["diagnosis"]["primary_bottleneck"]["verify"]
+    (row,) = [line for line in table.splitlines() if line.startswith("| waiting_loader |")]
+    assert "`data.loader_in_step` (primary) | loader_workers | realized" in row
+    assert f"| {verify['realized_ms']:.3g} |" in row
+    assert "- primary is the verified fix that saved most: 1 of 1 runs" in table
+    assert "- listed fixes realized: 1 of 1 (not applied 0, failed 0; goal: all)" in table
