@@ -101,7 +101,7 @@ def test_the_realized_saving_feeds_the_gpus_history(verified_run):
 
 
 def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
-    done, _results, out, _cache, _ = verified_run
+    done, results, out, _cache, _ = verified_run
     assert done.returncode == 0, done.stderr
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="200")
     report = subprocess.run(
@@ -115,6 +115,8 @@ def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
     finding = report[report.index("The step waits for the DataLoader") :]
     assert finding.index("realized") < finding.index("host time fetching a batch")
     assert "replay error on this GPU" in report and "not applied to predictions" in report
+    numerics = results["diagnosis"]["primary_bottleneck"]["verify"]["numerics"]
+    assert f"at step {numerics['step']}; tolerance 1%)" in " ".join(report.split())
     page = (tmp_path / "report" / "report.html").read_text()
     assert page.index("realized") < page.index("time lost:")
 

@@ -39,8 +39,10 @@ def _numerics(numerics: dict) -> str:
     change = numerics.get("relative_change")
     if isinstance(change, (int, float)):
         step, tolerance = numerics.get("step"), numerics.get("tolerance")
-        return f"loss {status} ({format_value(100.0 * float(change), '%')} at step {step}; tolerance "
-        f"{format_value(100.0 * float(tolerance or 0), '%')})"
+        return (
+            f"loss {status} ({format_value(100.0 * float(change), '%')} at step {step}; tolerance "
+            f"{format_value(100.0 * float(tolerance or 0), '%')})"
+        )
     return f"loss {status}" + (f": {numerics['reason']}" if numerics.get("reason") else "")
 
 
