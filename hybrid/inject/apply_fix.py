@@ -172,7 +172,7 @@ def _compile_function(found: list[Called], mode: str | None) -> None:
             taken=False,
         )
         return
-    compiled = torch.compile(target, **({"mode": mode} if mode else {}))
+    compiled = torch.compile(target, mode=mode)
     action = (
         f"{stepped.name}() compiled with torch.compile({f'mode={mode!r}' if mode else ''}) after the second "
         f"step: the script's function the step spends most time in ({spent}), called through "

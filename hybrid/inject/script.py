@@ -26,6 +26,7 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.inject import apply_fix, numerics, run_config
@@ -266,7 +267,7 @@ def _end_idle_pool_workers() -> None:
     (Inductor's compile threads: a torch.compile'd script stopped at the step limit on the CPU waited the
     whole LINGER_S for two idle ones). Tell them now, as that hook does, without its unbounded join: idle
     workers end at once, busy ones after their item."""
-    pool = sys.modules.get("concurrent.futures.thread")
+    pool: Any = sys.modules.get("concurrent.futures.thread")
     if pool is None:
         return
     with contextlib.suppress(AttributeError):  # the hook's names, as in CPython 3.9 to 3.13

@@ -8,6 +8,8 @@ stay in its `correction` block. The limitations state the predictions' error on 
 
 from __future__ import annotations
 
+from typing import Any
+
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.numbers import significant as fmt
 from hybrid.provenance import ESTIMATED
@@ -62,7 +64,7 @@ def _correct(
     # A fix that on this GPU made the step slower saves nothing; no correction saves more than the step.
     scale = max(0.0, correction.ratio)
     step_ms = timing.get("step_time_ms")
-    before = {
+    before: dict[str, Any] = {
         "fix": switch.name,
         "method": finding.time_lost_method,
         "ratio": correction.ratio,
