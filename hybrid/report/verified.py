@@ -79,7 +79,7 @@ def replay_error_line(results: dict) -> str | None:
         )
         return f"{gpu}; applied to later predictions of {used}"
     return (
-        f"{gpu}; not applied to predictions: a fix's realized/predicted ratio corrects its replay once "
+        f"{gpu}; not applied to predictions: a fix's realized/predicted ratio corrects its predictions once "
         f"{history.get('min_runs') or 'several'} runs on this GPU verified it"
     )
 
