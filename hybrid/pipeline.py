@@ -14,6 +14,7 @@ from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_tim
 from hybrid.analysis.verified import verified_fixes
 from hybrid.errors import InputError, OutputError, UsageError
 from hybrid.profile import MEASURED_MATCHES, STEP_COLUMNS, Profile
+from hybrid.replay.realized import read_snapshot
 from hybrid.rules.base import Finding
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
@@ -171,14 +172,23 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
 
 def stages() -> tuple[Stage, ...]:
     """What is done to the findings after the rules, in order: place them in the user's code, weigh them
-    at the plain step, replay their fixes (which refines the plain-step figure), then grade and order them
-    on the figures the report leads with; last, what the fixes `--verify` switched on realized."""
+    at the plain step, replay their fixes (which refines the plain-step figure) and correct the replay by
+    what verified fixes realized on this GPU, then grade and order them on the figures the report leads
+    with; last, what the fixes `--verify` switched on realized."""
     from hybrid.analysis.callsites import attach_callsites
     from hybrid.analysis.diagnosis import grade, weigh_at_plain_step
     from hybrid.analysis.verified import attach_verified
+    from hybrid.replay.corrected import correct_by_verified
     from hybrid.replay.predict import replay_findings
 
-    return (attach_callsites, weigh_at_plain_step, replay_findings, grade, attach_verified)
+    return (
+        attach_callsites,
+        weigh_at_plain_step,
+        replay_findings,
+        correct_by_verified,
+        grade,
+        attach_verified,
+    )
 
 
 def diagnose(
@@ -190,6 +200,7 @@ def diagnose(
     script_is_module: bool = False,
     stack_profiles: list[Profile] | None = None,
     verified: dict | None = None,
+    realized_history: dict | None = None,
 ) -> tuple[dict, Diagnosis]:
     """The analysis keys of results.json and the Diagnosis after every stage. `script`: the profiled
     script's path as the run was given it (callsites are shown relative to its folder), or a module's file
@@ -201,7 +212,7 @@ def diagnose(
     analyzed.stack_profiles = list(stack_profiles or [])
     analyzed.baseline_step_ms, analyzed.calibration = baseline_step_ms, calibration
     analyzed.script, analyzed.script_is_module = script, script_is_module
-    analyzed.verified = verified
+    analyzed.verified, analyzed.realized_history = verified, realized_history
     for stage in stages():
         stage(diagnosis, analyzed)
     diagnosis.to_results(document)
@@ -491,6 +502,7 @@ def _diagnose_artifacts(
         script_is_module=bool((run_json.get("target") or {}).get("is_module")),
         stack_profiles=stack_profiles,
         verified=verified_fixes(run),
+        realized_history=read_snapshot(run.path),
     )
     if results["timing"].get("baseline_step_time_ms") is not None:
         results["timing"]["baseline_step_times_ms"] = plain_step_samples_ms(run)

@@ -43,6 +43,7 @@ def test_the_stages_run_in_order_and_the_diagnosis_writes_one_order_and_one_prim
         "attach_callsites",
         "weigh_at_plain_step",
         "replay_findings",
+        "correct_by_verified",
         "grade",
         "attach_verified",
     ]

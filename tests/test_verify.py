@@ -75,6 +75,12 @@ def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
     assert passes["verify-loader_workers"]["status"] == "ok"
     assert (out / "verify-loader_workers" / "inject.json").is_file()
     assert sum(name.startswith("verify-") for name in passes) == 1
+    # That process costs one plain window: the plain step's warmup and steps, then it is stopped (the script
+    # would run 40 iterations).
+    reference = verified.plain_reference(RunDir(out))
+    fix_run = json.loads((out / "verify-loader_workers" / "inject.json").read_text())
+    assert fix_run["outcome"] == "step_limit" and fix_run["steps_seen"] < 40
+    assert (fix_run["warmup_dropped"], fix_run["measured_steps"]) == (reference["warmup"], reference["steps"])
 
 
 def test_the_realized_saving_feeds_the_gpus_history(verified_run):
@@ -82,7 +88,7 @@ def test_the_realized_saving_feeds_the_gpus_history(verified_run):
     assert done.returncode == 0, done.stderr
     summary = results["diagnosis"]["verify_summary"]
     history = summary["gpu_history"]
-    assert history["verified"] == 1 and history["applied"] is False
+    assert history["verified"] == 1 and history["applied"] == []
     stored = json.loads((cache / "realized.json").read_text())
     (entry,) = stored[history["device"]]["loader_workers"]
     verify = results["diagnosis"]["primary_bottleneck"]["verify"]
@@ -95,7 +101,7 @@ def test_the_realized_saving_feeds_the_gpus_history(verified_run):
 
 
 def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
-    done, _results, out, _cache, _ = verified_run
+    done, results, out, _cache, _ = verified_run
     assert done.returncode == 0, done.stderr
     env = dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1", COLUMNS="200")
     report = subprocess.run(
@@ -109,6 +115,8 @@ def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
     finding = report[report.index("The step waits for the DataLoader") :]
     assert finding.index("realized") < finding.index("host time fetching a batch")
     assert "replay error on this GPU" in report and "not applied to predictions" in report
+    numerics = results["diagnosis"]["primary_bottleneck"]["verify"]["numerics"]
+    assert f"at step {numerics['step']}; tolerance 1%)" in " ".join(report.split())
     page = (tmp_path / "report" / "report.html").read_text()
     assert page.index("realized") < page.index("time lost:")
 
@@ -271,3 +279,26 @@ def test_a_compiled_fix_warms_up_until_its_steps_settle_and_a_flag_for_a_fixed_c
         warmup = runner.argv[runner.argv.index("--warmup") + 1]
         assert ("--fixed-warmup" in runner.argv) is fixed, switch.name
         assert int(warmup) == max(2, switch.min_warmup)
+
+
+def test_the_verify_table_scores_the_run(verified_run, tmp_path):
+    """benchmarks/verify_table.py, which publishes the H200 goal table, on this real verified run."""
+    done, results, out, _cache, _ = verified_run
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "waiting_loader").mkdir()
+    (tmp_path / "waiting_loader" / "run").symlink_to(out)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    table = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "verify_table.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=60,
+    ).stdout
+    verify = results["diagnosis"]["primary_bottleneck"]["verify"]
+    (row,) = [line for line in table.splitlines() if line.startswith("| waiting_loader |")]
+    assert "`data.loader_in_step` (primary) | loader_workers | realized" in row
+    assert f"| {verify['realized_ms']:.3g} |" in row
+    assert "- primary is the verified fix that saved most: 1 of 1 runs" in table
+    assert "- listed fixes realized: 1 of 1 (not applied 0, failed 0; goal: all)" in table

@@ -44,6 +44,8 @@ class Analyzed:
     script_is_module: bool = False
     # The fixes `hybrid run --verify` switched on and what they realized (hybrid.analysis.verified).
     verified: dict | None = None
+    # What verified fixes realized on this GPU before the run (hybrid.replay.realized.snapshot).
+    realized_history: dict | None = None
 
 
 @dataclass

@@ -174,6 +174,11 @@ def attach_verified(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             finding.verify = {key: value for key, value in fix.items() if key not in ("findings",)} | {
                 "predicted_ms": predicted
             }
+            if finding.correction is not None:
+                # The prediction shown is corrected by this GPU's history: the uncorrected one beside it.
+                finding.verify["uncorrected_ms"] = (
+                    finding.correction["time_lost_baseline_ms"] or finding.correction["time_lost_ms"]
+                )
             if fix.get("status") == "realized":
                 errors.append(relative_error(predicted, fix["realized_ms"], fix["step_before_ms"]))
     diagnosis.verify_summary = {

@@ -600,7 +600,9 @@ class Orchestrator:
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
         from hybrid.collect.calibration_pass import pass_row
+        from hybrid.replay.realized import device_key, snapshot
 
+        snapshot(self.run_dir.path, device_key(inject))  # the history this run's replay is corrected by
         cuda_used = bool(inject.get("cuda_available"))
         row = pass_row(
             self.run_dir,

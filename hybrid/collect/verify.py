@@ -17,7 +17,7 @@ from hybrid.errors import HybridError
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, observed_config
 from hybrid.rules.registry import RULE_BY_ID
-from hybrid.rules.switches import Switch
+from hybrid.rules.switches import Switch, switch_for
 from hybrid.rundir import RunDir
 
 
@@ -51,6 +51,10 @@ class Planned:
     switch: Switch
     predicted_ms: dict[str, float] = field(default_factory=dict)
     titles: list[str] = field(default_factory=list)
+    # The saving predicted before this GPU's history corrected it (hybrid.replay.corrected) and the method
+    # that predicted it: the history keeps uncorrected predictions, so that corrections never compound.
+    uncorrected_ms: dict[str, float] = field(default_factory=dict)
+    methods: dict[str, str] = field(default_factory=dict)
 
 
 def plan(results: dict, top: int, config: RunConfig) -> tuple[list[Planned], list[dict]]:
@@ -71,18 +75,24 @@ def plan(results: dict, top: int, config: RunConfig) -> tuple[list[Planned], lis
         rule = RULE_BY_ID.get(str(finding.get("id")))
         if rule is None or not rule.switches:
             continue
-        switch = next((s for s in rule.switches if s.blocked(config) is None), None)
+        switch = switch_for(rule.switches, config)
         if switch is None:
             reasons = [str(s.blocked(config)) for s in rule.switches]
             skipped.append({"finding": finding["id"], "reason": "; ".join(reasons)})
             continue
         entry = planned.setdefault(switch.name, Planned(switch))
-        entry.predicted_ms[finding["id"]] = float(
-            finding.get("time_lost_baseline_ms") or finding.get("time_lost_ms") or 0.0
-        )
+        entry.predicted_ms[finding["id"]] = _predicted(finding)
+        before = finding.get("correction") or {}
+        entry.uncorrected_ms[finding["id"]] = _predicted(before) if before else _predicted(finding)
+        entry.methods[finding["id"]] = str(before.get("method") or finding.get("time_lost_method"))
         entry.titles.append(str(finding.get("title")))
         verified += 1
     return list(planned.values()), skipped
+
+
+def _predicted(finding: dict) -> float:
+    """The saving a finding predicts on the plain step (on the profiled step where it has no plain one)."""
+    return float(finding.get("time_lost_baseline_ms") or finding.get("time_lost_ms") or 0.0)
 
 
 def verify_fixes(orchestrator: Runner, top: int) -> None:
@@ -113,19 +123,22 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
         block["fixes"].append(record)
         run.update_run_json(verify=block)
         outcome = realized(run, record, reference)
-        for finding_id, predicted in item.predicted_ms.items():
+        for finding_id, predicted in item.uncorrected_ms.items():
             if outcome.get("status") == "realized" and predicted > 0:
                 entries.append(
                     {
                         "fix": item.switch.name,
                         "finding": finding_id,
                         "predicted_ms": predicted,
+                        "method": item.methods[finding_id],
+                        "shown_ms": item.predicted_ms[finding_id],
                         "realized_ms": outcome["realized_ms"],
                         "error": relative_error(predicted, outcome["realized_ms"], reference["step_ms"]),
                         "command": orchestrator.target.display,
+                        "run": str(run.path.resolve()),
                     }
                 )
-    device = str(torch_inject.get("device_name") or "cpu")
+    device = history.device_key(torch_inject)
     block["history"] = {"device": device, **history.record(device, entries)}
     run.update_run_json(verify=block)
 

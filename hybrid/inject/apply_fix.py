@@ -2,8 +2,9 @@
 script's files are never touched. Flags are set (TF32, cudnn.benchmark); constructors are patched so the
 objects the script builds get the setting (DataLoader workers and pinning, fused optimizers); the stepped
 module, the first module with parameters that the script calls at the top level, is compiled or wrapped in
-autocast from its second call on. What was done is written to OUT/fix.json, so a fix that found nothing to
-act on says so instead of reporting a saving of zero as realized.
+autocast from its second call on. Where the first step calls no such module, the compile fixes compile the
+stepped function instead (hybrid.inject.stepped_function). What was done is written to OUT/fix.json, so a
+fix that found nothing to act on says so instead of reporting a saving of zero as realized.
 
 Standard library and torch only: it runs inside the profiled process (hybrid.inject.script --apply-fix)."""
 
@@ -16,6 +17,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from hybrid.inject.stepped_function import Called, StepWatch, bindings
+from hybrid.inject.stepping import active_session
 
 FIX_FILE = "fix.json"
 # DataLoader workers the loader_workers fix gives a loader with none: the usual advice (Hugging Face's
@@ -106,15 +110,82 @@ def _on_stepped_module(act: Callable[[Any], str]) -> None:
 
 def _compile(mode: str | None) -> Callable[[], None]:
     def install() -> None:
+        compiled_modules: list[Any] = []
+
         def act(module: Any) -> str:
             # nn.Module.compile compiles in place: every later call of this object, wherever the script
             # holds it, runs compiled (this first call finishes eager).
             module.compile(**({"mode": mode} if mode else {}))
+            compiled_modules.append(module)
             return f"{type(module).__name__}.compile({f'mode={mode!r}' if mode else ''}) at its first call"
 
         _on_stepped_module(act)
+        _on_stepped_function(lambda found: _compile_function(found, mode), lambda: bool(compiled_modules))
 
     return install
+
+
+def _on_stepped_function(act: Callable[[list[Called]], None], done_already: Callable[[], bool]) -> None:
+    """Where the first step called no module with parameters (`done_already()` is False at its end), watch
+    the second step (hybrid.inject.stepped_function) and call `act(what it called)` at its end."""
+    session = active_session()
+    if session is None:
+        return
+    watch = StepWatch(os.path.realpath(session.config.user_root or os.getcwd()))
+    ends = [0]
+
+    def at_step_end() -> bool:
+        ends[0] += 1
+        if ends[0] == 1:
+            if done_already():
+                return True
+            watch.start()
+            return False
+        found = watch.stop()
+        if not done_already():
+            act(found)
+        return True
+
+    session.on_step_end(at_step_end)
+
+
+def _compile_function(found: list[Called], mode: str | None) -> None:
+    """Point every module-level name of the stepped function at its torch.compile'd form, from the next step
+    on; the action is recorded at the first call through one of them, so a script that calls it some other
+    way reads `not applied`."""
+    import torch
+
+    stepped = next((called for called in found if called.tensors), None)
+    if stepped is None:
+        _did(
+            "no module with parameters, and no function of the script passing or returning tensors, was "
+            "called in the step watched",
+            taken=False,
+        )
+        return
+    spent = f"{stepped.ns / 1e6:.3g} ms of the watched step over {stepped.calls} call(s)"
+    target, names = bindings(stepped)
+    if target is None:
+        _did(
+            f"{stepped.name}(), the script's function the step spends most time in ({spent}), is held by no "
+            "module-level name the fix could point at its compiled form (a method, a closure, a local)",
+            taken=False,
+        )
+        return
+    compiled = torch.compile(target, mode=mode)
+    action = (
+        f"{stepped.name}() compiled with torch.compile({f'mode={mode!r}' if mode else ''}) after the second "
+        f"step: the script's function the step spends most time in ({spent}), called through "
+        + ", ".join(name for _namespace, name in names)
+    )
+
+    @functools.wraps(target)
+    def compiled_call(*args: Any, **kwargs: Any) -> Any:
+        _did(action)
+        return compiled(*args, **kwargs)
+
+    for namespace, name in names:
+        namespace[name] = compiled_call
 
 
 def _autocast_bf16() -> None:

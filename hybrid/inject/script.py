@@ -26,6 +26,7 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.inject import apply_fix, numerics, run_config
@@ -261,9 +262,25 @@ def main(argv: list[str] | None = None) -> int:
 _stopped_at_limit = False
 
 
+def _end_idle_pool_workers() -> None:
+    """A concurrent.futures worker waits on its queue until the interpreter's exit hook tells it to end
+    (Inductor's compile threads: a torch.compile'd script stopped at the step limit on the CPU waited the
+    whole LINGER_S for two idle ones). Tell them now, as that hook does, without its unbounded join: idle
+    workers end at once, busy ones after their item."""
+    pool: Any = sys.modules.get("concurrent.futures.thread")
+    if pool is None:
+        return
+    with contextlib.suppress(AttributeError):  # the hook's names, as in CPython 3.9 to 3.13
+        with pool._global_shutdown_lock:
+            pool._shutdown = True
+        for queue in list(pool._threads_queues.values()):
+            queue.put(None)
+
+
 def _exit_past_lingering_threads(code: int) -> None:
     """After hybrid stopped the script at the step limit, give its non-daemon threads LINGER_S to end, then
     end the process anyway (what was measured is written by then), saying so on stderr."""
+    _end_idle_pool_workers()
     deadline = time.monotonic() + LINGER_S
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:

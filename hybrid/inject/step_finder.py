@@ -59,7 +59,6 @@ class StepFinder:
     ) -> None:
         self._mark = mark
         self._user_root = os.path.realpath(user_root)
-        self._own_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
         self._optimizer_pending = optimizer_pending
         self._user_files: dict[str, bool] = {}
         self._loops: dict[Loop, _LoopStats] = {}
@@ -126,13 +125,7 @@ class StepFinder:
     def _is_user_file(self, filename: str) -> bool:
         known = self._user_files.get(filename)
         if known is None:
-            path = os.path.realpath(filename) if not filename.startswith("<") else ""
-            known = (
-                bool(path)
-                and path.startswith(self._user_root + os.sep)
-                and not path.startswith(self._own_root)
-                and not any(marker in path for marker in _LIBRARY_MARKERS)
-            )
+            known = is_user_file(filename, self._user_root)
             self._user_files[filename] = known
         return known
 
@@ -283,6 +276,21 @@ class StepFinder:
     def _decide(self, source: str, unit: str, reason: str, confidence: str) -> None:
         self.source, self.unit, self.reason, self.confidence = source, unit, reason, confidence
         self.decided_ns = time.perf_counter_ns()
+
+
+_OWN_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # hybrid's own package
+
+
+def is_user_file(filename: str, user_root: str) -> bool:
+    """Whether code from `filename` is the user's: under `user_root` (a real path), neither hybrid's own nor
+    an installed library's."""
+    path = os.path.realpath(filename) if not filename.startswith("<") else ""
+    return (
+        bool(path)
+        and path.startswith(user_root + os.sep)
+        and not path.startswith(_OWN_ROOT)
+        and not any(marker in path for marker in _LIBRARY_MARKERS)
+    )
 
 
 def _where(loop: Loop) -> str:

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 import traceback as traceback_module
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -211,6 +211,7 @@ class StepSession:
         self._mark_ns: list[int] = []  # host time of each warmup step's end (settling)
         self._finder: Any = None
         self._patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) to restore
+        self._step_listeners: list[Callable[[], bool]] = []  # on_step_end
         self._optimizer_built = False
         self._state = "idle"  # idle -> warmup -> plain (optional) -> measuring -> done
         self._pid = os.getpid()
@@ -420,6 +421,8 @@ class StepSession:
         if source != current:
             self._set_source(source)
         self.steps_seen += 1
+        if self._step_listeners:
+            self._step_listeners = [listener for listener in self._step_listeners if not listener()]
         if self.config.whole_run:
             return
         if self._state == "warmup":
@@ -452,6 +455,11 @@ class StepSession:
             # can no longer lose the measurement.
             self.finish(STEP_LIMIT, 0)
             raise StepLimitReached()
+
+    def on_step_end(self, listener: Callable[[], bool]) -> None:
+        """Call `listener()` at the end of every step from now on, until it returns True
+        (hybrid.inject.apply_fix acts between two steps of the script)."""
+        self._step_listeners.append(listener)
 
     def _profiler_marks_ended(self) -> None:
         """The script stopped its own (inert) profiler: its step() calls no longer mark steps, so the

@@ -26,7 +26,7 @@ from hybrid.report.kernel_labels import launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_controls, escape_strings
 from hybrid.report.units import format_change_pct, noun
-from hybrid.report.verified import replay_error_line, skipped_line, verify_line
+from hybrid.report.verified import figure_note, replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Roofline plot geometry (SVG user units).
@@ -588,8 +588,8 @@ def _card(index: int, finding: dict, w: _Writer, timing: dict) -> str:
         + _verified(finding, w)
         + f"<p>time lost: {_lost(finding, timing, w)} · id <code>{w.text(finding.get('id'))}</code>"
         + (
-            f'<br><span class="muted">not replayed: {w.text(finding.get("replay_reason"))}</span>'
-            if finding.get("time_lost_method") == "model" and finding.get("replay_reason")
+            f'<br><span class="muted">{note[0]}: {w.text(note[1])}</span>'
+            if (note := figure_note(finding)) is not None
             else ""
         )
         + "</p>"

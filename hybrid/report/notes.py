@@ -19,9 +19,14 @@ NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half t
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
 
-# Limitations (written by hybrid.analysis.analyze) whose subject makes every number above them read
-# differently.
-_READING_LIMITATIONS = ("No CUDA GPU was used", "No measured steps were found", "Unknown peaks")
+# Limitations (written by hybrid.analysis.analyze, and hybrid.replay.corrected's) whose subject makes every
+# number above them read differently.
+_READING_LIMITATIONS = (
+    "No CUDA GPU was used",
+    "No measured steps were found",
+    "Unknown peaks",
+    "Savings corrected by what verified runs realized",
+)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from hybrid.report.kernel_labels import distinct_labels, launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
-from hybrid.report.verified import replay_error_line, skipped_line, verify_line
+from hybrid.report.verified import figure_note, replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
@@ -295,9 +295,10 @@ def _finding_cell(
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
-    if finding.get("time_lost_method") == "model" and finding.get("replay_reason"):
-        # The figure beside it is the rule's closed form, not a replay: why, first.
-        details.insert(0, Text.assemble(("not replayed: ", "bold"), str(finding["replay_reason"])))
+    note = figure_note(finding)
+    if note is not None:
+        # The figure beside it is not the replay's own (a closed form, or corrected): why, first.
+        details.insert(0, Text.assemble((f"{note[0]}: ", "bold"), note[1]))
     explanation = str(finding.get("explanation") or "")
     if explanation:
         details.append(

@@ -85,6 +85,9 @@ class Finding:
     time_lost_model_ms: float | None = None
     replay_reason: str | None = None
     replay: dict | None = None  # fix, description, basis, step_time_ms
+    # The figures before the fix's realized/predicted ratio on this GPU corrected them
+    # (hybrid.replay.corrected).
+    correction: dict | None = None
     # The fix switched on and the plain window re-run (hybrid run --verify): the saving it realized beside
     # the predicted one, and whether the loss changed (hybrid.analysis.verified).
     verify: dict | None = None
@@ -123,6 +126,7 @@ STAGE_FIELDS = (
     "time_lost_model_ms",
     "replay_reason",
     "replay",
+    "correction",
     "verify",
     "rank",
     "ranks",

@@ -67,14 +67,19 @@ AUTOCAST_BF16 = Switch(
 )
 # The stepped module is compiled at its first call (hybrid.inject.apply_fix), compiles at its second, and
 # under reduce-overhead CUDA graph trees warm up on the third and record on the fourth call before replaying:
-# the fifth step is the first steady one.
+# the fifth step is the first steady one. A stepped function (no module with parameters in the step) is
+# compiled after the second step, one step later; the warmup then lasts until step times settle
+# (hybrid.load.settle), which covers it.
 COMPILED_WARMUP = 4
 COMPILE = Switch(
-    "compile", "torch.compile of the stepped module", lambda c: c.compiled, min_warmup=COMPILED_WARMUP
+    "compile",
+    "torch.compile of the stepped module (or function)",
+    lambda c: c.compiled,
+    min_warmup=COMPILED_WARMUP,
 )
 COMPILE_REDUCE_OVERHEAD = Switch(
     "compile_reduce_overhead",
-    "torch.compile(mode='reduce-overhead') of the stepped module (CUDA graphs)",
+    "torch.compile(mode='reduce-overhead') of the stepped module or function (CUDA graphs)",
     lambda c: c.cuda_graphs,
     min_warmup=COMPILED_WARMUP,
 )
@@ -96,6 +101,14 @@ FUSED_OPTIMIZER = Switch(
     lambda c: None if not _fusable(c) else all(o.get("fused") for o in _fusable(c) or []),
     _fused_missing,
 )
+
+
+def switch_for(switches: tuple[Switch, ...], config: RunConfig) -> Switch | None:
+    """The switch a rule's fix is verified (and its replay corrected) with in a run with `config`: the
+    first of its switches the run did not have on and has something to act on."""
+    return next((switch for switch in switches if switch.blocked(config) is None), None)
+
+
 SWITCHES: tuple[Switch, ...] = (
     TF32,
     CUDNN_BENCHMARK,

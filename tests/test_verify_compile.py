@@ -1,0 +1,72 @@
+"""`hybrid run --verify`'s compile fixes where the step calls no module with parameters: the stepped function
+is compiled, in a real plain window on the CPU (torch.compile runs there)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid.analysis import verified
+from hybrid.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+PLANTED_UNFUSED = ROOT / "benchmarks" / "planted" / "graph_unfused_small_ops.py"
+
+
+def _fix_run(tmp_path: Path, fix: str, script: Path, *script_args: str) -> tuple[dict, dict, str]:
+    """One plain window of `script` with `fix` applied, as hybrid.collect.verify runs a compiled fix (its
+    minimum warmup, then until step times settle); what verified.realized makes of it, the run's inject.json
+    and its stderr."""
+    switch = verified.SWITCH_BY_NAME[fix]
+    name = f"verify-{fix}"
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path / name)]
+    argv += ["--warmup", str(switch.min_warmup), "--steps", "3", "--apply-fix", fix, "--", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(
+        [*argv, *script_args], check=False, capture_output=True, text=True, env=env, timeout=240
+    )
+    assert done.returncode == 0, done.stderr
+    inject = json.loads((tmp_path / name / "inject.json").read_text())
+    reference = {"step_ms": 1.0, "warmup": inject["warmup_dropped"], "steps": 3, "folder": "none"}
+    record = {"fix": fix, "status": "ok", "pass": name}
+    return verified.realized(RunDir(tmp_path), record, reference), inject, done.stderr
+
+
+@pytest.mark.parametrize("fix", ["compile", "compile_reduce_overhead"])
+def test_the_compile_fixes_compile_the_stepped_function_of_a_step_without_modules(tmp_path, fix):
+    """graph_unfused_small_ops (CPU sizes) calls a plain `mlp_layer(h, *weights)` 12 times a step and no
+    module: on the H200 both compile fixes read "not applied: the script built nothing the fix acts on". The
+    function the step spends most time in is compiled through its module-level name, the window measures it
+    compiled, and the run ends at its step limit without waiting on Inductor's idle compile threads."""
+    outcome, inject, stderr = _fix_run(tmp_path, fix, PLANTED_UNFUSED, "--device", "cpu")
+    assert outcome["status"] == "realized", outcome
+    (action,) = outcome["actions"]
+    mode = "mode='reduce-overhead'" if fix == "compile_reduce_overhead" else ""
+    assert action.startswith(f"mlp_layer() compiled with torch.compile({mode})")
+    assert "over 12 call(s)" in action and action.endswith("called through mlp_layer")
+    compiled = inject["config"]["compile"]
+    assert compiled["graphs_compiled"] >= 1 and compiled["calls"][0]["target"] == "function"
+    # Compiled after the second step, compiling in the third: the window opens after the minimum warmup, and
+    # compiling (seconds on the CPU) falls in the warmup, not in a measured step (about 2 ms each).
+    assert inject["warmup_dropped"] >= verified.SWITCH_BY_NAME[fix].min_warmup
+    ends_ms = [0.0] + [ns / 1e6 for ns in inject["step_end_ns"]]
+    slowest_ms = max(b - a for a, b in itertools.pairwise(ends_ms))
+    warmup_ms = inject["unprofiled_step_time_ms"] * inject["unprofiled_steps"]
+    assert warmup_ms > 20 * slowest_ms, (warmup_ms, slowest_ms)
+    assert "still ran" not in stderr
+
+
+def test_a_stepped_function_no_module_level_name_holds_is_not_compiled_and_says_why(tmp_path):
+    script = ROOT / "tests" / "scripts" / "stepped_function.py"
+    outcome, inject, _stderr = _fix_run(tmp_path, "compile", script)
+    assert outcome["status"] == "not applied"
+    assert "Layers.layer()" in outcome["reason"] and "no module-level name" in outcome["reason"]
+    assert inject["config"]["compile"]["used"] is False
