@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.markers import RANK_DIR_FORMAT, TORCH_STEP_NAME
-from hybrid.profile import is_communication
+from hybrid.profile import Profile, is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union, step_of
 
@@ -121,6 +121,8 @@ class RankTimeline:
     used_cuda: bool = False
     host_collectives_on_cuda: int = 0  # gloo collectives run by a rank that used the GPU
     warnings: list[str] = field(default_factory=list)
+    # {step: ns} when each step's backward pass began (its first autograd op or kernel); absent where unseen
+    backward_ns: dict[int, int] = field(default_factory=dict)
 
 
 def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -194,7 +196,7 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
         elif comm.empty:
             # A CPU job: gloo carries the collectives and the host threads do the compute.
             steps = host_steps
-            comm = gloo[["step", "name", "start_ns", "end_ns"]]
+            comm = _named_by_caller(gloo[["step", "name", "start_ns", "end_ns"]], events, steps)
             compute = _host_compute(events, gloo, steps)
     return RankTimeline(
         rank=rank,
@@ -207,7 +209,47 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
         used_cuda=used_cuda,
         host_collectives_on_cuda=host_collectives_on_cuda,
         warnings=warnings,
+        backward_ns=_backward_starts(profile, steps),
     )
+
+
+def _named_by_caller(gloo: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """gloo's ranges renamed by the `c10d::` call that handed each over, where a step's calls and ranges
+    pair one to one in start order: gloo runs a reduce-scatter as an all-reduce (FSDP2's
+    `c10d::_reduce_scatter_base_` shows as `gloo:all_reduce`), and the caller says which collective it is."""
+    calls = events[(events["cat"] == "cpu_op") & events["name"].str.startswith(C10D_PREFIX)]
+    calls = calls[calls["name"].map(collective_kind) != "other"]
+    calls = calls.assign(step=_step_of(calls["start_ns"].to_numpy(), steps))
+    out = gloo.sort_values("start_ns").reset_index(drop=True)
+    for step, ranges in out.groupby("step"):
+        callers = calls[calls["step"] == step].sort_values("start_ns")
+        if len(callers) == len(ranges):
+            out.loc[ranges.index, "name"] = callers["name"].to_numpy()
+    return out
+
+
+def _backward_starts(profile: Profile, steps: pd.DataFrame) -> dict[int, int]:
+    """When each step's backward pass began. Under nsys: the first kernel launched by a thread other than
+    the one that launched the step's first kernel (PyTorch launches backward kernels from its autograd
+    thread); from a torch trace: the first `autograd::engine::evaluate_function` operator (on the CPU,
+    backward runs on the calling thread)."""
+    kernels, calls = profile.kernels, profile.api_calls
+    if len(kernels) and len(calls):
+        launched = kernels.merge(calls[["correlation", "global_tid"]], on="correlation", how="inner")
+        launched = launched[launched["step"] >= 0].sort_values("start_ns")
+        out = {}
+        for step, group in launched.groupby("step"):
+            other = group[group["global_tid"] != group["global_tid"].iloc[0]]
+            if len(other):
+                out[int(step)] = int(other["start_ns"].iloc[0])
+        return out
+    ops = profile.ops
+    autograd = ops[ops["name"].str.startswith("autograd::engine::evaluate_function")]
+    if kernels.empty and len(autograd):
+        autograd = autograd.assign(step=_step_of(autograd["start_ns"].to_numpy(), steps))
+        first = autograd[autograd["step"] >= 0].groupby("step")["start_ns"].min()
+        return {int(step): int(ns) for step, ns in first.items()}
+    return {}
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:

@@ -32,14 +32,83 @@ def unhideable_comm_ms(comm_ms: float, wait_ms: float, compute_ms: float) -> flo
     return max(0.0, (comm_ms - max(0.0, wait_ms)) - compute_ms)
 
 
+def _replayed(ctx: Context, fix: str) -> str:
+    saving = ctx.value("overlap_replay_saving_ms")
+    if saving is None or ctx.value("overlap_replay_fix") != fix:
+        return ""
+    return f"; the replay of this fix on the measured steps saves {saving:.3g} ms a step"
+
+
+def fsdp2_advice(ctx: Context, condition: str) -> list[Suggestion]:
+    """fully_shard's own switches, from this run's settings: per-block units where one unit holds every
+    parameter, explicit prefetch where all-gathers are exposed and it is off, reshard_after_forward=False
+    where blocks gather again in backward."""
+    fsdp2 = ctx.config.fsdp2 or {}
+    units = fsdp2.get("units_with_params") or 0
+    gather_ms = ctx.value("exposed_all_gather_ms", 0.0)
+    out = []
+    if units == 1:
+        blocks = fsdp2.get("root_leaf_modules")
+        out.append(
+            Suggestion(
+                "Call fully_shard on each block (each transformer layer) before the root, so a block's "
+                "all-gather overlaps the compute of the block before it and its reduce-scatter overlaps the "
+                "rest of the backward",
+                f"{condition}; one FSDP unit holds every parameter"
+                + (f" ({blocks} parameter-holding modules)" if blocks else "")
+                + _replayed(ctx, "per_block"),
+            )
+        )
+    if units > 1 and gather_ms > 0:
+        forward_on = (fsdp2.get("forward_prefetch_units") or 0) > 0
+        backward_on = (fsdp2.get("backward_prefetch_units") or 0) > 0
+        gather = f"{condition}; {gather_ms:.3g} ms a step of all-gathers run with no compute beside them"
+        if not (forward_on and backward_on):
+            calls = [
+                name
+                for name, on in (
+                    ("set_modules_to_forward_prefetch", forward_on),
+                    ("set_modules_to_backward_prefetch", backward_on),
+                )
+                if not on
+            ]
+            out.append(
+                Suggestion(
+                    "Prefetch the next block's parameters explicitly: for each block, "
+                    + " and ".join(f"block.{call}([the block that runs next])" for call in calls),
+                    gather
+                    + f"; {units} FSDP units, "
+                    + " and ".join(c.removeprefix("set_modules_to_") for c in calls)
+                    + " not set"
+                    + _replayed(ctx, "prefetch"),
+                )
+            )
+        resharded = fsdp2.get("reshard_after_forward_units") or 0
+        if resharded:
+            mb = fsdp2.get("param_mb")
+            out.append(
+                Suggestion(
+                    "Pass reshard_after_forward=False to fully_shard for the blocks: their parameters stay "
+                    "gathered from forward to backward, so backward gathers nothing"
+                    + (f" (at the cost of up to {mb:g} MB of unsharded parameters per rank)" if mb else ""),
+                    gather
+                    + f"; {resharded} of {units} units reshard after forward and gather again in backward",
+                )
+            )
+    return out
+
+
 def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
-    """DDP's own overlap for a job without DDP; bucket sizes and no_sync for one with it; FSDP prefetching for
-    FSDP. Without a recorded configuration, which wrapper is in use is unknown and each says so."""
+    """DDP's own overlap for a job without DDP; bucket sizes for one with it; fully_shard's switches for
+    FSDP2; FSDP's prefetch for FSDP1. Without a recorded configuration, which wrapper is in use is unknown
+    and each says so."""
     config = ctx.config
     condition = (
         f"{ctx.value('exposed_comm_ms', 0.0):.3g} ms a step of collectives run with no compute beside them "
         f"({hideable_ms:.3g} ms of it could overlap)"
     )
+    if config.fsdp2:
+        return fsdp2_advice(ctx, condition)
     out = []
     if config.ddp is not True and config.fsdp is not True:
         state = (
@@ -53,21 +122,30 @@ def exposed_advice(ctx: Context, hideable_ms: float) -> list[Suggestion]:
             Suggestion(
                 "Let DistributedDataParallel reduce the gradients (it overlaps bucketed all-reduces with "
                 "backward) instead of calling all_reduce after backward()",
-                f"{condition}; {state}",
+                f"{condition}; {state}" + _replayed(ctx, "spread"),
             )
         )
     if config.ddp is not False:
-        cap = config.ddp_bucket_cap_mb
-        out.append(
-            Suggestion(
-                f"Lower DDP's bucket_cap_mb (now {cap:g}) so the first buckets start during backward"
-                if cap
-                else "Lower DDP's bucket_cap_mb (default 25) so the first buckets start during "
-                "backward; with many small parameters try gradient_as_bucket_view=True; with gradient "
-                "accumulation wrap every micro-batch but the last in model.no_sync()",
-                condition + ("; the model is DDP-wrapped" if config.ddp else ""),
+        cap, params = config.ddp_bucket_cap_mb, config.ddp_param_mb
+        if cap and params and cap >= params:
+            out.append(
+                Suggestion(
+                    f"Lower DDP's bucket_cap_mb from {cap:g} to the default 25: one bucket holds all "
+                    f"{params:g} MB of gradients, so its all-reduce starts only after the whole backward",
+                    condition + "; the model is DDP-wrapped" + _replayed(ctx, "spread"),
+                )
             )
-        )
+        else:
+            out.append(
+                Suggestion(
+                    f"Lower DDP's bucket_cap_mb (now {cap:g}) so the first buckets start during backward"
+                    if cap
+                    else "Lower DDP's bucket_cap_mb (default 25) so the first buckets start during "
+                    "backward; with many small parameters try gradient_as_bucket_view=True; with gradient "
+                    "accumulation wrap every micro-batch but the last in model.no_sync()",
+                    condition + ("; the model is DDP-wrapped" if config.ddp else ""),
+                )
+            )
     if config.fsdp:
         out.append(
             Suggestion(
@@ -123,8 +201,30 @@ def host_sync_advice(ctx: Context, barriers: float, host_collectives: float) -> 
     return out
 
 
-def exposed_model(inp: Inputs) -> float | None:
+def exposed_bound(inp: Inputs) -> float:
     return hideable_comm_ms(inp["exposed_comm_ms"], inp["wait_ms"] or 0.0, inp["comm_ms"], inp["compute_ms"])
+
+
+def exposed_model(inp: Inputs) -> float | None:
+    """The replayed saving of the overlap fix that applies to this job (hybrid.replay.overlap), at most the
+    closed-form bound; the bound alone where nothing was replayed."""
+    bound = exposed_bound(inp)
+    replayed = inp["overlap_replay_saving_ms"]
+    return bound if replayed is None else min(bound, float(replayed))
+
+
+def replayed_model_ms(finding_id: str, ctx: Context) -> float | None:
+    """For a job finding whose time lost is the collectives' replay: its closed-form figure (what
+    `time_lost_model_ms` keeps); None for a finding that was not replayed."""
+    if finding_id != "comm.exposed" or ctx.value("overlap_replay_saving_ms") is None:
+        return None
+    inputs = {name: ctx.value(name) for name in ("exposed_comm_ms", "wait_ms", "comm_ms", "compute_ms")}
+    return hideable_comm_ms(
+        inputs["exposed_comm_ms"] or 0.0,
+        inputs["wait_ms"] or 0.0,
+        inputs["comm_ms"] or 0.0,
+        inputs["compute_ms"] or 0.0,
+    )
 
 
 def exposed_report(ctx: Context, lost_ms: float) -> Report:
@@ -133,10 +233,15 @@ def exposed_report(ctx: Context, lost_ms: float) -> Report:
         pairs=[
             ("time in collectives per step", "comm_ms"),
             ("exposed (no compute running)", "exposed_comm_ms"),
+            ("all-gather exposed", "exposed_all_gather_ms"),
+            ("reduce-scatter exposed", "exposed_reduce_scatter_ms"),
+            ("all-reduce exposed", "exposed_all_reduce_ms"),
             ("overlap with compute", "overlap_pct"),
             ("of which waiting for peers", "wait_ms"),
             ("compute per step", "compute_ms"),
             ("job step time", "step_time_ms"),
+            ("fix replayed", "overlap_replay_fix"),
+            ("replayed saving", "overlap_replay_saving_ms"),
         ],
         explanation=(
             "Gradient all-reduces that start only after the backward pass has finished, or that the step "
@@ -266,7 +371,7 @@ RULES = [
         ("exposed_comm_ms", "comm_ms", "compute_ms", "step_time_ms"),
         exposed_model,
         exposed_report,
-        optional=("wait_ms",),
+        optional=("wait_ms", "overlap_replay_saving_ms"),
         floor_pct=MIN_LOST_PCT,
     ),
     Rule(
