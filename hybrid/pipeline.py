@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hybrid import __version__
+from hybrid.analysis.collectives import step_collectives
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.analysis.verified import verified_fixes
@@ -686,7 +687,7 @@ def analyze_job(run_dir: Path) -> dict:
     block, match_warnings = job_block(timelines, rank_results)
     config = _job_config(rank_results)
     block["collectives"] = job_overlap(
-        timelines,
+        {t.rank: step_collectives(t) for t in timelines},
         fsdp2=config.fsdp2,
         ddp_bucket_cap_mb=config.ddp_bucket_cap_mb,
         ddp_param_mb=config.ddp_param_mb,

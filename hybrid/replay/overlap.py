@@ -32,9 +32,7 @@ from hybrid.analysis.collectives import (
     GRADIENT_REDUCTIONS,
     StepCollectives,
     exposed_by_collective_ms,
-    step_collectives,
 )
-from hybrid.analysis.job_metrics import RankTimeline
 from hybrid.provenance import ESTIMATED, Metric
 from nsight.intervals import covered_before
 
@@ -241,7 +239,7 @@ DDP_DEFAULT_BUCKET_MB = 25.0
 
 
 def job_overlap(
-    timelines: list[RankTimeline],
+    steps_by_rank: dict[int, list[StepCollectives]],
     *,
     fsdp2: dict | None,
     ddp_bucket_cap_mb: float | None,
@@ -249,7 +247,6 @@ def job_overlap(
 ) -> dict:
     """The job's collectives block: exposure per collective kind (mean over ranks, per step) and the replay of
     the overlap fixes that apply to this job's configuration."""
-    steps_by_rank = {t.rank: step_collectives(t) for t in timelines}
     per_rank = {rank: exposed_by_collective_ms(steps) for rank, steps in steps_by_rank.items()}
     kinds = sorted({kind for figures in per_rank.values() for kind in figures})
     by_kind = {
