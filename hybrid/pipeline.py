@@ -608,10 +608,6 @@ def rank_path(run_dir: Path, rank: int) -> Path:
     return folder
 
 
-# Why the job's own findings keep their closed form (Diagnosis.combine marks them "model").
-JOB_FINDING_MODEL = "a job finding: the replay models one rank's step, not the collectives between ranks"
-
-
 def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     """The job's own findings: communication and the straggler, from the job block's metrics."""
     from hybrid.provenance import Metric
@@ -632,13 +628,9 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     findings = engine.run(communication.RULES, ctx)
     for finding in findings:
         finding.callsite_reason = communication.JOB_CALLSITE_REASON
-        replayed = communication.replayed_model_ms(finding.id, ctx)
-        if replayed is None:
-            finding.replay_reason = JOB_FINDING_MODEL
-            finding.time_lost_method = "model"
-        else:
-            finding.time_lost_method = "replay"
-            finding.time_lost_model_ms = replayed
+        model_ms, reason = communication.replay_outcome(finding.id, ctx)
+        finding.time_lost_method = "model" if model_ms is None else "replay"
+        finding.time_lost_model_ms, finding.replay_reason = model_ms, reason
     return findings
 
 

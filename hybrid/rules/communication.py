@@ -213,18 +213,25 @@ def exposed_model(inp: Inputs) -> float | None:
     return bound if replayed is None else min(bound, float(replayed))
 
 
-def replayed_model_ms(finding_id: str, ctx: Context) -> float | None:
-    """For a job finding whose time lost is the collectives' replay: its closed-form figure (what
-    `time_lost_model_ms` keeps); None for a finding that was not replayed."""
-    if finding_id != "comm.exposed" or ctx.value("overlap_replay_saving_ms") is None:
-        return None
-    inputs = {name: ctx.value(name) for name in ("exposed_comm_ms", "wait_ms", "comm_ms", "compute_ms")}
-    return hideable_comm_ms(
-        inputs["exposed_comm_ms"] or 0.0,
-        inputs["wait_ms"] or 0.0,
-        inputs["comm_ms"] or 0.0,
-        inputs["compute_ms"] or 0.0,
+def replay_outcome(finding_id: str, ctx: Context) -> tuple[float | None, str | None]:
+    """For a job finding: (its closed-form figure, None) where its time lost is the collectives' replay, else
+    (None, why it is the closed form)."""
+    replayed = ctx.value("overlap_replay_saving_ms")
+    if finding_id != "comm.exposed" or replayed is None:
+        return None, JOB_FINDING_MODEL
+    values = {
+        name: ctx.value(name) or 0.0 for name in ("exposed_comm_ms", "wait_ms", "comm_ms", "compute_ms")
+    }
+    bound = hideable_comm_ms(
+        values["exposed_comm_ms"], values["wait_ms"], values["comm_ms"], values["compute_ms"]
     )
+    if replayed > bound:
+        # The replay keeps a collective's wait for its peers in its time; the bound does not, and is kept.
+        return None, (
+            f"the replay of the overlap fix ({replayed:.3g} ms) exceeds the closed-form bound, which leaves "
+            "out the time spent waiting for peers"
+        )
+    return bound, None
 
 
 def exposed_report(ctx: Context, lost_ms: float) -> Report:
@@ -244,8 +251,9 @@ def exposed_report(ctx: Context, lost_ms: float) -> Report:
             ("replayed saving", "overlap_replay_saving_ms"),
         ],
         explanation=(
-            "Gradient all-reduces that start only after the backward pass has finished, or that the step "
-            "waits on right away, leave the device (or CPU) idle for the whole transfer. DDP overlaps them "
+            "A collective the step waits on with nothing else to run leaves the device (or CPU) idle for the "
+            "whole transfer: an FSDP all-gather issued only when its block is about to run, a reduce-scatter "
+            "or all-reduce that starts only after the backward pass has finished. DDP overlaps them "
             "with the backward pass by reducing buckets as soon as their gradients are ready; that overlap "
             "is lost when gradients are all-reduced by hand after backward(), when one bucket holds every "
             "gradient, or when no_sync() is left off the last micro-batch only."
@@ -354,6 +362,9 @@ def host_sync_report(ctx: Context, lost_ms: float) -> Report:
         ),
     )
 
+
+# Why a job finding keeps its closed form where the collectives' replay does not apply.
+JOB_FINDING_MODEL = "a job finding from the ranks' collective times: only exposed communication is replayed"
 
 # Job-level figures (means over ranks, per step) with no ledger of their own: the job's step is the
 # slowest rank's, and these findings are bounded by their models alone.
