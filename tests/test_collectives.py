@@ -104,7 +104,7 @@ def test_fsdp2_settings_are_recorded(fsdp_root_job):
     fsdp2 = inject["config"]["distributed"]["fsdp2"]
     # fully_shard on the root only: one unit holding the four Linear layers' parameters.
     assert fsdp2["units"] == 1 and fsdp2["units_with_params"] == 1 and fsdp2["root_leaf_modules"] == 4
-    assert fsdp2["forward_prefetch_units"] == 0 and fsdp2["param_mb"] > 0
+    assert fsdp2["forward_prefetch_depth"] == 0 and fsdp2["param_mb"] > 0
 
 
 def test_one_fsdp_unit_exposes_its_gather_and_reduce_scatter(fsdp_root_job):
@@ -120,10 +120,18 @@ def test_one_fsdp_unit_exposes_its_gather_and_reduce_scatter(fsdp_root_job):
             assert simulate(chain_of(step)) == step.length_ns
     replay = collectives["replay"]
     assert replay["best"] == "per_block"
+    saving = replay["fixes"]["per_block"]["saving_ms"]
     finding = _finding(results, "comm.exposed")
-    assert finding is not None and finding["time_lost_method"] == "replay"
-    assert finding["time_lost_ms"] == pytest.approx(replay["fixes"]["per_block"]["saving_ms"], rel=1e-3)
-    assert 0 < finding["time_lost_ms"] <= finding["time_lost_model_ms"]
+    assert finding is not None and finding["time_lost_ms"] > 0
+    # The replayed saving where it is within the closed-form bound (which leaves out waits for the peer: on
+    # this 2-core box a rank waits 0.4 to 0.8 ms a step for the other), else the bound, saying why.
+    if finding["time_lost_method"] == "replay":
+        assert finding["time_lost_ms"] == pytest.approx(saving, rel=1e-3)
+        assert finding["time_lost_ms"] <= finding["time_lost_model_ms"]
+    else:
+        assert (
+            finding["time_lost_ms"] < saving and "exceeds the closed-form bound" in finding["replay_reason"]
+        )
     labels = {e["label"]: e for e in finding["evidence"]}
     assert labels["reduce-scatter exposed"]["source"] == "measured:torch"
     assert labels["fix replayed"]["value"] == "per_block"
@@ -135,6 +143,10 @@ def test_one_fsdp_unit_exposes_its_gather_and_reduce_scatter(fsdp_root_job):
 def test_fsdp2_advice_never_suggests_a_switch_already_on(fsdp_root_job):
     _, results = fsdp_root_job
     metrics = {name: Metric(**m) for name, m in results["job"]["metrics"].items() if m["value"] is not None}
+    # One unit gathers once, before the forward: its backward gathers nothing, so the job shows no exposed
+    # backward all-gather. The blocks of the configurations below would, and the advice reads this figure.
+    assert metrics["exposed_all_gather_backward_ms"].value == 0
+    metrics["exposed_all_gather_backward_ms"] = Metric(1.0, "ms", metrics["exposed_all_gather_ms"].source)
     distributed = {
         "fsdp": [{"class": "FSDPSequential"}],
         "fsdp2": {"units": 5, "units_with_params": 4, "reshard_after_forward_units": 4, "param_mb": 1.0},
@@ -144,8 +156,40 @@ def test_fsdp2_advice_never_suggests_a_switch_already_on(fsdp_root_job):
         raw = {"distributed": {**distributed, "fsdp2": {**distributed["fsdp2"], **fsdp2}}}
         return " ".join(s.text for s in exposed_advice(Context(metrics=metrics, config=RunConfig(raw)), 1.0))
 
-    off = texts({"forward_prefetch_units": 0, "backward_prefetch_units": 0})
+    off = texts({"forward_prefetch_depth": 0, "backward_prefetch_depth": 0})
     assert "set_modules_to_forward_prefetch" in off and "set_modules_to_backward_prefetch" in off
     assert "reshard_after_forward=False" in off and "fully_shard on each block" not in off
-    on = texts({"forward_prefetch_units": 4, "backward_prefetch_units": 4, "reshard_after_forward_units": 0})
-    assert "prefetch" not in on and "reshard_after_forward" not in on
+    backward_only = texts({"forward_prefetch_depth": 0, "backward_prefetch_depth": 1})
+    assert "set_modules_to_forward_prefetch" in backward_only
+    assert "set_modules_to_backward_prefetch" not in backward_only
+    # Prefetch already one block ahead and no block resharding: only a deeper prefetch is left to suggest.
+    on = texts({"forward_prefetch_depth": 1, "backward_prefetch_depth": 1, "reshard_after_forward_units": 0})
+    assert "Prefetch 2 blocks ahead" in on and "reshard_after_forward" not in on
+
+
+def test_fsdp2_with_every_switch_on_is_advised_none_of_them(tmp_path):
+    """Per-block units with explicit prefetch one block ahead both ways and reshard_after_forward=False: the
+    run records all three, gathers once per block a step (none in the backward), and whatever the gloo box
+    leaves exposed, the advice never repeats a switch that is on."""
+    options = RunOptions(out_dir=tmp_path / "run", mode="torch", warmup=2, steps=3)
+    argv = [
+        FSDP_SCRIPT,
+        "--forward-prefetch",
+        "1",
+        "--backward-prefetch",
+        "1",
+        "--reshard-after-forward",
+        "0",
+    ]
+    run_dir = run_job([*argv, "--iters", "30"], options, 2, None)
+    results = analyze_job(run_dir)
+    inject = json.loads((rank_path(run_dir, 0) / "torch" / "inject.json").read_text())
+    fsdp2 = inject["config"]["distributed"]["fsdp2"]
+    assert fsdp2["units_with_params"] == 4 and fsdp2["reshard_after_forward_units"] == 0
+    assert fsdp2["forward_prefetch_depth"] == 1 and fsdp2["backward_prefetch_depth"] == 1
+    by_collective = results["job"]["collectives"]["by_collective"]
+    assert by_collective["all_gather"]["per_step"] == 4 and by_collective["reduce_scatter"]["per_step"] == 4
+    assert by_collective["all_gather"]["exposed_in_backward_ms"] == 0
+    advice = " ".join(" ".join(f["suggestions"]) for f in results["diagnosis"]["bottlenecks"])
+    assert "reshard_after_forward=False" not in advice and "the block that runs next" not in advice
+    assert "fully_shard on each block" not in advice

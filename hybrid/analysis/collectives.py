@@ -149,19 +149,29 @@ def step_collectives(timeline: RankTimeline) -> list[StepCollectives]:
 
 
 def exposed_by_collective_ms(steps: list[StepCollectives]) -> dict[str, dict[str, float]]:
-    """Per collective kind, per step means (ms): time in flight, exposed (no compute beside it), count."""
+    """Per collective kind, per step means (ms): time in flight, exposed (no compute beside it), exposed in
+    the backward pass (issued after it began; None where a step's backward start is unknown), count."""
     if not steps:
         return {}
-    frame = pd.concat([s.comm for s in steps], ignore_index=True)
+    frame = pd.concat(
+        [s.comm.assign(in_backward=s.comm["start_ns"] >= (s.backward_ns or 0)) for s in steps],
+        ignore_index=True,
+    )
     if frame.empty:
         return {}
     n = len(steps)
+    backward_seen = all(s.backward_ns is not None for s in steps)
     frame = frame.assign(flight_ns=frame["end_ns"] - frame["start_ns"])
     grouped = frame.groupby("collective")
     return {
         str(kind): {
             "comm_ms": round(float(group["flight_ns"].sum()) / n / 1e6, 4),
             "exposed_ms": round(float(group["exposed_ns"].sum()) / n / 1e6, 4),
+            "exposed_in_backward_ms": round(
+                float(group.loc[group["in_backward"], "exposed_ns"].sum()) / n / 1e6, 4
+            )
+            if backward_seen
+            else None,
             "per_step": round(len(group) / n, 3),
         }
         for kind, group in grouped

@@ -382,9 +382,13 @@ def _param_bytes(module: Any) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
+def _prefetch_depth(states: list[tuple[Any, Any]], attribute: str) -> int:
+    return max((len(getattr(state, attribute, None) or ()) for _, state in states), default=0)
+
+
 def _fsdp2(units: list) -> dict:
-    """fully_shard's settings over the model's FSDP units: how many, how many reshard after forward, which
-    have explicit prefetch, and the root's parameter bytes and parameter-holding leaf modules (the blocks a
+    """fully_shard's settings over the model's FSDP units: how many, how many reshard after forward, how far
+    explicit prefetch reaches, and the root's parameter bytes and parameter-holding leaf modules (the blocks a
     single unit could be split into)."""
     states = [(m, m._get_fsdp_state()) for m in units]
     groups = [(m, getattr(state, "_fsdp_param_group", None)) for m, state in states]
@@ -403,12 +407,9 @@ def _fsdp2(units: list) -> dict:
         "units": len(units),
         "units_with_params": len(with_params),
         "reshard_after_forward_units": sum(1 for _, g in with_params if g.post_forward_mesh_info is not None),
-        "forward_prefetch_units": sum(
-            1 for _, s in states if getattr(s, "_states_to_forward_prefetch", None)
-        ),
-        "backward_prefetch_units": sum(
-            1 for _, s in states if getattr(s, "_states_to_backward_prefetch", None)
-        ),
+        # How many blocks ahead the explicit prefetch lists reach (0: FSDP2's implicit prefetch only).
+        "forward_prefetch_depth": _prefetch_depth(states, "_states_to_forward_prefetch"),
+        "backward_prefetch_depth": _prefetch_depth(states, "_states_to_backward_prefetch"),
         "param_mb": round(_param_bytes(root) / 2**20, 3),
         "root_leaf_modules": len(leaves) if not nested else None,
     }

@@ -10,8 +10,8 @@ exactly (tested on the committed H200 and gloo captures), so a fix's saving is t
 replays of one model.
 
 A fix moves issue points earlier, never a collective's own time:
-- `prefetch`: an all-gather issued when the previous wait ended, one unit ahead (FSDP2's
-  set_modules_to_forward_prefetch / set_modules_to_backward_prefetch);
+- `prefetch`: an all-gather issued one wait earlier than it was, one unit further ahead (FSDP2's
+  set_modules_to_forward_prefetch / set_modules_to_backward_prefetch, or one more block in them);
 - `spread`: gradient reductions issued through the backward pass as their gradients become ready
   (DDP's buckets, FSDP's per-block reduce-scatters), readiness assumed even over the backward's progress;
 - `split_gather`: one all-gather of every parameter cut into per-block pieces, each needed an even share of
@@ -93,7 +93,8 @@ def simulate(chain: Chain) -> int:
 
 
 def prefetch(chain: Chain, kinds: tuple[str, ...] = ("all_gather",)) -> Chain:
-    """Each collective of `kinds` issued where the wait before its issue ended (else at the step's start)."""
+    """Each collective of `kinds` issued where the last need before its issue was (else at the step's start):
+    one unit further ahead than it ran."""
     needs = sorted(link.need for link in chain.links)
     out = []
     for link in chain.links:
@@ -176,7 +177,9 @@ def overlap_fixes(
     if "all_gather" in kinds_exposed and (fsdp_units is None or fsdp_units > 1):
         out.append(
             OverlapFix(
-                "prefetch", "each all-gather issued when the wait before it ended (one unit ahead)", prefetch
+                "prefetch",
+                "each all-gather issued where the collective before it was needed: one block further ahead",
+                prefetch,
             )
         )
     if fsdp_units == 1 and fsdp_blocks and fsdp_blocks > 1:
@@ -238,6 +241,11 @@ def replay_fixes(steps_by_rank: dict[int, list[StepCollectives]], fixes: list[Ov
 DDP_DEFAULT_BUCKET_MB = 25.0
 
 
+def _mean_over_ranks(per_rank: dict[int, dict], kind: str, key: str) -> float | None:
+    values = [per_rank[r].get(kind, {}).get(key, 0.0) for r in per_rank]
+    return None if any(v is None for v in values) else round(float(np.mean(values)), 4)
+
+
 def job_overlap(
     steps_by_rank: dict[int, list[StepCollectives]],
     *,
@@ -251,8 +259,8 @@ def job_overlap(
     kinds = sorted({kind for figures in per_rank.values() for kind in figures})
     by_kind = {
         kind: {
-            key: round(float(np.mean([per_rank[r].get(kind, {}).get(key, 0.0) for r in per_rank])), 4)
-            for key in ("comm_ms", "exposed_ms", "per_step")
+            key: _mean_over_ranks(per_rank, kind, key)
+            for key in ("comm_ms", "exposed_ms", "exposed_in_backward_ms", "per_step")
         }
         for kind in kinds
     }
@@ -275,10 +283,13 @@ def job_overlap(
 def overlap_metrics(collectives: dict, source: str) -> dict[str, dict]:
     """Job metrics from the collectives block: exposed time per collective kind (`source`: the timeline's),
     and the best overlap fix's replayed saving (estimated)."""
-    out = {
-        f"exposed_{kind}_ms": Metric(figures["exposed_ms"], "ms", source).to_dict()
-        for kind, figures in collectives.get("by_collective", {}).items()
-    }
+    out = {}
+    for kind, figures in collectives.get("by_collective", {}).items():
+        out[f"exposed_{kind}_ms"] = Metric(figures["exposed_ms"], "ms", source).to_dict()
+        if figures.get("exposed_in_backward_ms") is not None:
+            out[f"exposed_{kind}_backward_ms"] = Metric(
+                figures["exposed_in_backward_ms"], "ms", source
+            ).to_dict()
     replay = collectives.get("replay") or {}
     best = replay.get("best")
     if best is not None:

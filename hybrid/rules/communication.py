@@ -60,39 +60,47 @@ def fsdp2_advice(ctx: Context, condition: str) -> list[Suggestion]:
             )
         )
     if units > 1 and gather_ms > 0:
-        forward_on = (fsdp2.get("forward_prefetch_units") or 0) > 0
-        backward_on = (fsdp2.get("backward_prefetch_units") or 0) > 0
         gather = f"{condition}; {gather_ms:.3g} ms a step of all-gathers run with no compute beside them"
-        if not (forward_on and backward_on):
-            calls = [
-                name
-                for name, on in (
-                    ("set_modules_to_forward_prefetch", forward_on),
-                    ("set_modules_to_backward_prefetch", backward_on),
-                )
-                if not on
-            ]
+        calls = ("set_modules_to_forward_prefetch", "set_modules_to_backward_prefetch")
+        depths = {
+            call: int(fsdp2.get(call.removeprefix("set_modules_to_") + "_depth") or 0) for call in calls
+        }
+        unset = [call for call in calls if not depths[call]]
+        if unset:
             out.append(
                 Suggestion(
                     "Prefetch the next block's parameters explicitly: for each block, "
-                    + " and ".join(f"block.{call}([the block that runs next])" for call in calls),
+                    + " and ".join(f"block.{call}([the block that runs next])" for call in unset),
                     gather
                     + f"; {units} FSDP units, "
-                    + " and ".join(c.removeprefix("set_modules_to_") for c in calls)
+                    + " and ".join(call.removeprefix("set_modules_to_") for call in unset)
                     + " not set"
                     + _replayed(ctx, "prefetch"),
                 )
             )
+        else:
+            depth = min(depths.values())
+            out.append(
+                Suggestion(
+                    f"Prefetch {depth + 1} blocks ahead: pass the {depth + 1} blocks that run next to "
+                    + " and ".join(f"block.{call}" for call in calls),
+                    gather
+                    + f"; explicit prefetch reaches {depth} block(s) ahead"
+                    + _replayed(ctx, "prefetch"),
+                )
+            )
         resharded = fsdp2.get("reshard_after_forward_units") or 0
-        if resharded:
+        backward_gather_ms = ctx.value("exposed_all_gather_backward_ms", 0.0)
+        if resharded and backward_gather_ms > 0:
             mb = fsdp2.get("param_mb")
             out.append(
                 Suggestion(
                     "Pass reshard_after_forward=False to fully_shard for the blocks: their parameters stay "
                     "gathered from forward to backward, so backward gathers nothing"
                     + (f" (at the cost of up to {mb:g} MB of unsharded parameters per rank)" if mb else ""),
-                    gather
-                    + f"; {resharded} of {units} units reshard after forward and gather again in backward",
+                    f"{condition}; {backward_gather_ms:.3g} ms a step of all-gathers in the backward run "
+                    f"with no compute beside them; {resharded} of {units} units reshard after forward and "
+                    "gather again in backward",
                 )
             )
     return out
