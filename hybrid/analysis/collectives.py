@@ -148,7 +148,7 @@ def step_collectives(timeline: RankTimeline) -> list[StepCollectives]:
     return out
 
 
-def exposed_by_collective_ms(steps: list[StepCollectives]) -> dict[str, dict[str, float]]:
+def exposed_by_collective_ms(steps: list[StepCollectives]) -> dict[str, dict[str, float | None]]:
     """Per collective kind, per step means (ms): time in flight, exposed (no compute beside it), exposed in
     the backward pass (issued after it began; None where a step's backward start is unknown), count."""
     if not steps:

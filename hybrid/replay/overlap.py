@@ -264,7 +264,7 @@ def job_overlap(
         }
         for kind in kinds
     }
-    exposed = {kind for kind, figures in by_kind.items() if figures["exposed_ms"] > 0}
+    exposed = {kind for kind, figures in by_kind.items() if (figures["exposed_ms"] or 0.0) > 0}
     one_bucket = bool(ddp_bucket_cap_mb and ddp_param_mb and ddp_bucket_cap_mb >= ddp_param_mb)
     reduce_pieces = math.ceil(ddp_param_mb / DDP_DEFAULT_BUCKET_MB) if one_bucket and ddp_param_mb else None
     fixes = overlap_fixes(
