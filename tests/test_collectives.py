@@ -193,3 +193,21 @@ def test_fsdp2_with_every_switch_on_is_advised_none_of_them(tmp_path):
     advice = " ".join(" ".join(f["suggestions"]) for f in results["diagnosis"]["bottlenecks"])
     assert "reshard_after_forward=False" not in advice and "the block that runs next" not in advice
     assert "fully_shard on each block" not in advice
+
+
+def test_the_sleeping_h200_rank_is_late_outside_compute():
+    """Rank 1 of the slow-rank capture sleeps 30 ms after each optimizer step: rank 0 waits 31.8 ms a step
+    in the all-reduces, and rank 1's GPU compute is no larger than rank 0's, so the cause is outside compute
+    and the advice points at its own top finding, not at balancing the work."""
+    results = analyze_job(JOBS / "h200-ddp-slow-rank")
+    late = results["job"]["straggler"]
+    assert late["rank"] == 1 and late["cause"] == "outside_compute"
+    assert late["others_wait_ms_by_collective"]["all_reduce"] == pytest.approx(late["lateness_ms"], rel=1e-3)
+    assert abs(late["extra_compute_ms"]) < 0.1 * late["lateness_ms"]
+    finding = _finding(results, "comm.straggler")
+    assert finding is not None
+    labels = {e["label"]: e["value"] for e in finding["evidence"]}
+    assert labels["the others wait for it at"] == "all_reduce"
+    advice = " ".join(finding["suggestions"])
+    assert "Fix rank 1's own top finding first (The GPU waits while the host" in advice
+    assert "Balance the work" not in advice

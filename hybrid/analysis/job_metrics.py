@@ -405,12 +405,32 @@ def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
     arrived_last_pct = 100.0 * float(np.mean(arrived_last == last))
     if arrived_last_pct < STRAGGLER_MIN_ARRIVED_LAST_PCT:
         return None
+    steps = max(1, waits["step"].nunique())
+    peers = [f"w{r}" for r in ranks if r != last]
+    at = waits.groupby("collective")[peers].sum().mean(axis=1) / steps / 1e6
     return {
         "rank": last,
         "lateness_ms": float(np.mean(others)) - wait_ms[last],
         "arrived_last_pct": arrived_last_pct,
         "wait_ms_by_rank": {str(r): ms for r, ms in wait_ms.items()},  # str keys, as in results.json
+        # Where the others wait for it: per collective kind, their mean wait a step.
+        "others_wait_ms_by_collective": {str(kind): round(float(ms), 4) for kind, ms in at.items()},
     }
+
+
+# A straggler whose extra compute covers at least half its lateness is late for its work; one whose compute
+# matches its peers' is late for time spent outside compute (host work, input, a sleep).
+STRAGGLER_COMPUTE_SHARE = 0.5
+
+
+def straggler_cause(late: dict, per_rank: dict[int, dict]) -> dict:
+    """Why the straggler is late, from the ranks' own figures: its compute per step beyond its peers' mean,
+    and whether that covers its lateness (`more_compute`) or not (`outside_compute`)."""
+    rank = late["rank"]
+    peers = [m["compute_ms"] for r, m in per_rank.items() if r != rank]
+    extra = per_rank[rank]["compute_ms"] - float(np.mean(peers)) if peers else 0.0
+    more = extra >= STRAGGLER_COMPUTE_SHARE * late["lateness_ms"]
+    return {"extra_compute_ms": round(extra, 4), "cause": "more_compute" if more else "outside_compute"}
 
 
 def _metric(value, unit: str, source: str) -> dict:
@@ -464,6 +484,12 @@ def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> t
         ),
     }
     if late is not None:
+        late.update(straggler_cause(late, per_rank))
+        at = late["others_wait_ms_by_collective"]
+        metrics["straggler_extra_compute_ms"] = _metric(late["extra_compute_ms"], "ms", source)
+        metrics["straggler_cause"] = _metric(late["cause"], "cause", source)
+        if at:
+            metrics["straggler_waited_at"] = _metric(max(at, key=lambda kind: at[kind]), "collective", source)
         metrics["straggler_rank"] = _metric(late["rank"], "rank", source)
         metrics["straggler_lateness_ms"] = _metric(late["lateness_ms"], "ms", source)
         metrics["straggler_arrived_last_pct"] = _metric(late["arrived_last_pct"], "%", source)

@@ -295,6 +295,8 @@ def straggler_report(ctx: Context, lost_ms: float) -> Report:
             ("straggler rank", "straggler_rank"),
             ("others wait for it, per step", "straggler_lateness_ms"),
             ("collectives it arrived at last", "straggler_arrived_last_pct"),
+            ("the others wait for it at", "straggler_waited_at"),
+            ("its compute per step beyond the others'", "straggler_extra_compute_ms"),
             ("step time spread across ranks", "step_time_spread_ms"),
             ("job step time", "step_time_ms"),
         ],
@@ -306,16 +308,40 @@ def straggler_report(ctx: Context, lost_ms: float) -> Report:
             "or checkpointing done by one rank, or a slower or throttled device. Its own report "
             f"(`hybrid report RUN_DIR --rank {rank}`) shows where its step goes."
         ),
-        suggestions=[
-            Suggestion(
-                f"Read rank {rank}'s report (`hybrid report RUN_DIR --rank {rank}`) and fix its top "
-                "finding first; balance the work per rank (equal batch sizes, sequences bucketed by "
-                "length); move rank-0-only work (logging, evaluation, checkpoint writes) off the "
-                "step; check the device (clocks, temperature, placement: nvidia-smi -q)",
-                f"the other ranks wait {lost_ms:.3g} ms a step for rank {rank} in the collectives",
-            )
-        ],
+        suggestions=straggler_advice(ctx, rank, lost_ms),
     )
+
+
+def straggler_advice(ctx: Context, rank: int, lost_ms: float) -> list[Suggestion]:
+    """The straggler's cause as the job's figures tell it (hybrid.analysis.job_metrics.straggler_cause):
+    extra compute (uneven work), else time outside compute (its own top finding)."""
+    extra = ctx.value("straggler_extra_compute_ms")
+    waits = f"the other ranks wait {lost_ms:.3g} ms a step for rank {rank} in the collectives"
+    report = f"`hybrid report RUN_DIR --rank {rank}`"
+    if extra is not None and ctx.value("straggler_cause") == "more_compute":
+        return [
+            Suggestion(
+                "Balance the work per rank: equal batch sizes, sequences bucketed by length so each rank's "
+                f"batch holds as many tokens; {report} shows which operators and kernels take the extra time",
+                f"{waits}; rank {rank} computes {extra:.3g} ms a step more than the others",
+            )
+        ]
+    own = ctx.job.straggler_primary_title if ctx.job is not None else None
+    return [
+        Suggestion(
+            f"Fix rank {rank}'s own top finding first"
+            + (f" ({own})" if own else f" ({report})")
+            + f"; move rank-{rank}-only work (logging, evaluation, checkpoint writes) off the step; check "
+            "the device (clocks, temperature, placement: nvidia-smi -q)",
+            f"{waits}"
+            + (
+                f"; its compute per step differs from the others' by {extra:+.3g} ms, so the time goes "
+                "outside compute (host work, input, waiting)"
+                if extra is not None
+                else ""
+            ),
+        )
+    ]
 
 
 def bound_model(inp: Inputs) -> float | None:
