@@ -210,6 +210,8 @@ def test_manual_allreduce_replays_with_the_reductions_spread_through_backward(ma
     exposed = collectives["by_collective"]["all_reduce"]["exposed_ms"]
     assert collectives["backward_seen"] is True and exposed > 0
     spread = collectives["replay"]["fixes"]["spread"]
-    # Issued as the backward makes each gradient, the all-reduces can hide at most the time they were exposed.
-    assert 0 <= spread["saving_ms"] <= exposed * 1.001
+    # Issued as the backward makes each gradient, the all-reduces can hide at most the time a rank waited on
+    # them, which is within its exposed communication.
+    most_exposed = max(m["exposed_comm_ms"] for m in results["job"]["per_rank"].values())
+    assert 0 <= spread["saving_ms"] <= most_exposed * 1.001
     assert collectives["replay"]["best"] == "spread"
