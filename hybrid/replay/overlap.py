@@ -194,7 +194,8 @@ def overlap_fixes(
                 "per_block",
                 f"the one FSDP unit cut into its {pieces} parameter-holding blocks: each all-gather "
                 "needed an even share of the forward later, each reduce-scatter issued as the backward "
-                "reaches its block",
+                "reaches its block, each gathered once a step as the one unit was; a piece costs its share "
+                "of the transfer with no fixed cost per collective",
                 per_block,
             )
         )

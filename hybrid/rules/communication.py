@@ -53,7 +53,8 @@ def fsdp2_advice(ctx: Context, condition: str) -> list[Suggestion]:
             Suggestion(
                 "Call fully_shard on each block (each transformer layer) before the root, so a block's "
                 "all-gather overlaps the compute of the block before it and its reduce-scatter overlaps the "
-                "rest of the backward",
+                "rest of the backward; reshard_after_forward=False keeps each block gathered once a step as "
+                "the one unit was (True frees it after forward and gathers it again in backward)",
                 f"{condition}; one FSDP unit holds every parameter"
                 + (f" ({blocks} parameter-holding modules)" if blocks else "")
                 + _replayed(ctx, "per_block"),
