@@ -9,12 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hybrid import __version__
+from hybrid.analysis.collectives import step_collectives
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.analysis.verified import verified_fixes
 from hybrid.errors import InputError, OutputError, UsageError
 from hybrid.profile import MEASURED_MATCHES, STEP_COLUMNS, Profile
+from hybrid.replay.overlap import job_overlap, overlap_metrics
 from hybrid.replay.realized import read_snapshot
+from hybrid.rules.advice import RunConfig, config_of, observed_config
 from hybrid.rules.base import Finding
 from hybrid.rundir import RunDir
 from hybrid.schema import SCHEMA_VERSION
@@ -617,15 +620,10 @@ def rank_path(run_dir: Path, rank: int) -> Path:
     return folder
 
 
-# Why the job's own findings keep their closed form (Diagnosis.combine marks them "model").
-JOB_FINDING_MODEL = "a job finding: the replay models one rank's step, not the collectives between ranks"
-
-
 def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
     """The job's own findings: communication and the straggler, from the job block's metrics."""
     from hybrid.provenance import Metric
     from hybrid.rules import communication, engine
-    from hybrid.rules.advice import config_of, observed_config
     from hybrid.rules.base import Context, JobFacts
 
     metrics = {name: Metric(**m) for name, m in block["metrics"].items() if m["value"] is not None}
@@ -638,15 +636,20 @@ def _job_findings(block: dict, rank_results: dict[int, dict]) -> list[Finding]:
                 straggler_primary_title=own["title"],
                 straggler_primary_source=own["evidence"][0]["source"] if own.get("evidence") else "estimated",
             )
-    first = next(iter(rank_results.values()), {})
-    ctx = Context(
-        metrics=metrics, job=job, config=config_of(first, observed_config(first.get("metrics") or {}))
-    )
+    ctx = Context(metrics=metrics, job=job, config=_job_config(rank_results))
     findings = engine.run(communication.RULES, ctx)
     for finding in findings:
-        finding.replay_reason = JOB_FINDING_MODEL
         finding.callsite_reason = communication.JOB_CALLSITE_REASON
+        model_ms, reason = communication.replay_outcome(finding.id, ctx)
+        finding.time_lost_method = "model" if model_ms is None else "replay"
+        finding.time_lost_model_ms, finding.replay_reason = model_ms, reason
     return findings
+
+
+def _job_config(rank_results: dict[int, dict]) -> RunConfig:
+    """The job's configuration: the first rank's (ranks run one script)."""
+    first = next(iter(rank_results.values()), {})
+    return config_of(first, observed_config(first.get("metrics") or {}))
 
 
 def analyze_job(run_dir: Path) -> dict:
@@ -686,6 +689,14 @@ def analyze_job(run_dir: Path) -> dict:
             "each rank's console output is in RUN/<pass>/console.log; re-run the job",
         )
     block, match_warnings = job_block(timelines, rank_results)
+    config = _job_config(rank_results)
+    block["collectives"] = job_overlap(
+        {t.rank: step_collectives(t) for t in timelines},
+        fsdp2=config.fsdp2,
+        ddp_bucket_cap_mb=config.ddp_bucket_cap_mb,
+        ddp_param_mb=config.ddp_param_mb,
+    )
+    block["metrics"].update(overlap_metrics(block["collectives"], block["comm_source"]))
     warnings += match_warnings + _job_warnings(block, timelines, rank_results)
     late = block.get("straggler")
     representative = (

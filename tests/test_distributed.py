@@ -202,3 +202,16 @@ def test_overlap_estimates():
     assert hideable_comm_ms(10.0, 4.0, 12.0, 30.0) == 6.0
     assert unhideable_comm_ms(12.0, 4.0, 5.0) == 3.0
     assert unhideable_comm_ms(12.0, 4.0, 20.0) == 0.0
+
+
+def test_manual_allreduce_replays_with_the_reductions_spread_through_backward(manual_job):
+    _, results = manual_job
+    collectives = results["job"]["collectives"]
+    exposed = collectives["by_collective"]["all_reduce"]["exposed_ms"]
+    assert collectives["backward_seen"] is True and exposed > 0
+    spread = collectives["replay"]["fixes"]["spread"]
+    # Issued as the backward makes each gradient, the all-reduces can hide at most the time a rank waited on
+    # them, which is within its exposed communication.
+    most_exposed = max(m["exposed_comm_ms"] for m in results["job"]["per_rank"].values())
+    assert 0 <= spread["saving_ms"] <= most_exposed * 1.001
+    assert collectives["replay"]["best"] == "spread"

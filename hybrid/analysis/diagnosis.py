@@ -127,8 +127,9 @@ class Diagnosis:
         for finding_id, finding in merged.items():
             finding.ranks = seen[finding_id]
         for finding in job:
-            # The job's own communication findings are closed forms, not replayed.
-            finding.rank, finding.ranks, finding.time_lost_method = None, list(job_ranks), "model"
+            # The job's own findings: closed forms, or the collectives' replay (hybrid.replay.overlap).
+            finding.rank, finding.ranks = None, list(job_ranks)
+            finding.time_lost_method = finding.time_lost_method or "model"
         return Diagnosis(
             findings=[*job, *merged.values()],
             timing=representative.timing,

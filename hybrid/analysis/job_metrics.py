@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.markers import RANK_DIR_FORMAT, TORCH_STEP_NAME
-from hybrid.profile import is_communication
+from hybrid.profile import Profile, is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union, step_of
 
@@ -121,6 +121,8 @@ class RankTimeline:
     used_cuda: bool = False
     host_collectives_on_cuda: int = 0  # gloo collectives run by a rank that used the GPU
     warnings: list[str] = field(default_factory=list)
+    # {step: ns} when each step's backward pass began (its first autograd op or kernel); absent where unseen
+    backward_ns: dict[int, int] = field(default_factory=dict)
 
 
 def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -194,7 +196,7 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
         elif comm.empty:
             # A CPU job: gloo carries the collectives and the host threads do the compute.
             steps = host_steps
-            comm = gloo[["step", "name", "start_ns", "end_ns"]]
+            comm = _named_by_caller(gloo[["step", "name", "start_ns", "end_ns"]], events, steps)
             compute = _host_compute(events, gloo, steps)
     return RankTimeline(
         rank=rank,
@@ -207,7 +209,47 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
         used_cuda=used_cuda,
         host_collectives_on_cuda=host_collectives_on_cuda,
         warnings=warnings,
+        backward_ns=_backward_starts(profile, steps),
     )
+
+
+def _named_by_caller(gloo: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """gloo's ranges renamed by the `c10d::` call that handed each over, where a step's calls and ranges
+    pair one to one in start order: gloo runs a reduce-scatter as an all-reduce (FSDP2's
+    `c10d::_reduce_scatter_base_` shows as `gloo:all_reduce`), and the caller says which collective it is."""
+    calls = events[(events["cat"] == "cpu_op") & events["name"].str.startswith(C10D_PREFIX)]
+    calls = calls[calls["name"].map(collective_kind) != "other"]
+    calls = calls.assign(step=_step_of(calls["start_ns"].to_numpy(), steps))
+    out = gloo.sort_values("start_ns").reset_index(drop=True)
+    for step, ranges in out.groupby("step"):
+        callers = calls[calls["step"] == step].sort_values("start_ns")
+        if len(callers) == len(ranges):
+            out.loc[ranges.index, "name"] = callers["name"].to_numpy()
+    return out
+
+
+def _backward_starts(profile: Profile, steps: pd.DataFrame) -> dict[int, int]:
+    """When each step's backward pass began. Under nsys: the first kernel launched by a thread other than
+    the one that launched the step's first kernel (PyTorch launches backward kernels from its autograd
+    thread); from a torch trace: the first `autograd::engine::evaluate_function` operator (on the CPU,
+    backward runs on the calling thread)."""
+    kernels, calls = profile.kernels, profile.api_calls
+    if len(kernels) and len(calls):
+        launched = kernels.merge(calls[["correlation", "global_tid"]], on="correlation", how="inner")
+        launched = launched[launched["step"] >= 0].sort_values("start_ns")
+        out = {}
+        for step, group in launched.groupby("step"):
+            other = group[group["global_tid"] != group["global_tid"].iloc[0]]
+            if len(other):
+                out[int(step)] = int(other["start_ns"].iloc[0])
+        return out
+    ops = profile.ops
+    autograd = ops[ops["name"].str.startswith("autograd::engine::evaluate_function")]
+    if kernels.empty and len(autograd):
+        autograd = autograd.assign(step=_step_of(autograd["start_ns"].to_numpy(), steps))
+        first = autograd[autograd["step"] >= 0].groupby("step")["start_ns"].min()
+        return {int(step): int(ns) for step, ns in first.items()}
+    return {}
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
@@ -363,12 +405,32 @@ def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
     arrived_last_pct = 100.0 * float(np.mean(arrived_last == last))
     if arrived_last_pct < STRAGGLER_MIN_ARRIVED_LAST_PCT:
         return None
+    steps = max(1, waits["step"].nunique())
+    peers = [f"w{r}" for r in ranks if r != last]
+    at = waits.groupby("collective")[peers].sum().mean(axis=1) / steps / 1e6
     return {
         "rank": last,
         "lateness_ms": float(np.mean(others)) - wait_ms[last],
         "arrived_last_pct": arrived_last_pct,
         "wait_ms_by_rank": {str(r): ms for r, ms in wait_ms.items()},  # str keys, as in results.json
+        # Where the others wait for it: per collective kind, their mean wait a step.
+        "others_wait_ms_by_collective": {str(kind): round(float(ms), 4) for kind, ms in at.items()},
     }
+
+
+# A straggler whose extra compute covers at least half its lateness is late for its work; one whose compute
+# matches its peers' is late for time spent outside compute (host work, input, a sleep).
+STRAGGLER_COMPUTE_SHARE = 0.5
+
+
+def straggler_cause(late: dict, per_rank: dict[int, dict]) -> dict:
+    """Why the straggler is late, from the ranks' own figures: its compute per step beyond its peers' mean,
+    and whether that covers its lateness (`more_compute`) or not (`outside_compute`)."""
+    rank = late["rank"]
+    peers = [m["compute_ms"] for r, m in per_rank.items() if r != rank]
+    extra = per_rank[rank]["compute_ms"] - float(np.mean(peers)) if peers else 0.0
+    more = extra >= STRAGGLER_COMPUTE_SHARE * late["lateness_ms"]
+    return {"extra_compute_ms": round(extra, 4), "cause": "more_compute" if more else "outside_compute"}
 
 
 def _metric(value, unit: str, source: str) -> dict:
@@ -422,6 +484,12 @@ def job_block(timelines: list[RankTimeline], rank_results: dict[int, dict]) -> t
         ),
     }
     if late is not None:
+        late.update(straggler_cause(late, per_rank))
+        at = late["others_wait_ms_by_collective"]
+        metrics["straggler_extra_compute_ms"] = _metric(late["extra_compute_ms"], "ms", source)
+        metrics["straggler_cause"] = _metric(late["cause"], "cause", source)
+        if at:
+            metrics["straggler_waited_at"] = _metric(max(at, key=lambda kind: at[kind]), "collective", source)
         metrics["straggler_rank"] = _metric(late["rank"], "rank", source)
         metrics["straggler_lateness_ms"] = _metric(late["lateness_ms"], "ms", source)
         metrics["straggler_arrived_last_pct"] = _metric(late["arrived_last_pct"], "%", source)

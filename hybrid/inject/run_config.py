@@ -29,8 +29,9 @@ from typing import Any
 
 # Instances listed per kind (a script with hundreds of DataLoaders or convs needs no more to be described).
 MAX_LISTED = 8
-# Convolution modules looked at for their weights' memory format.
+# Convolution modules looked at for their weights' memory format; FSDP units counted (one per block).
 MAX_CONVS_CHECKED = 2000
+MAX_FSDP_UNITS = 2000
 # TrainingArguments fields the advice reads (Hugging Face transformers).
 HF_ARGUMENTS = (
     "bf16",
@@ -237,7 +238,10 @@ def _live_instances() -> dict[str, list]:
     """Up to MAX_LISTED live instances per kind (MAX_CONVS_CHECKED convolutions), one pass over gc's objects
     with the kind of each type looked up once."""
     targets = _target_classes()
-    caps = {kind: MAX_CONVS_CHECKED if kind == "conv" else MAX_LISTED for kind in targets}
+    caps = {
+        kind: MAX_CONVS_CHECKED if kind == "conv" else MAX_FSDP_UNITS if kind == "fsdp" else MAX_LISTED
+        for kind in targets
+    }
     found: dict[str, list] = {kind: [] for kind in targets}
     kind_of: dict[type, str | None] = {}
     for obj in gc.get_objects():
@@ -351,6 +355,7 @@ def _distributed(instances: dict[str, list]) -> dict:
     out["ddp"] = [
         {
             "bucket_cap_mb": round(getattr(m, "bucket_bytes_cap", 0) / 2**20, 3),
+            "param_mb": round(_param_bytes(m) / 2**20, 3),
             "gradient_as_bucket_view": bool(getattr(m, "gradient_as_bucket_view", False)),
             "static_graph": bool(getattr(m, "static_graph", False)),
             "find_unused_parameters": bool(getattr(m, "find_unused_parameters", False)),
@@ -364,9 +369,50 @@ def _distributed(instances: dict[str, list]) -> dict:
             "sharding_strategy": _plain(getattr(m, "sharding_strategy", None)),
             "mixed_precision": _plain(getattr(m, "mixed_precision", None)),
         }
-        for m in instances.get("fsdp", [])
+        for m in instances.get("fsdp", [])[:MAX_LISTED]
     ]
+    fsdp2 = [m for m in instances.get("fsdp", []) if hasattr(m, "_get_fsdp_state")]
+    if fsdp2:
+        out["fsdp2"] = _fsdp2(fsdp2)
     return out
+
+
+def _param_bytes(module: Any) -> int:
+    # A sharded parameter (DTensor) reports the full tensor's numel: the bytes each collective moves in all.
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _prefetch_depth(states: list[tuple[Any, Any]], attribute: str) -> int:
+    return max((len(getattr(state, attribute, None) or ()) for _, state in states), default=0)
+
+
+def _fsdp2(units: list) -> dict:
+    """fully_shard's settings over the model's FSDP units: how many, how many reshard after forward, how far
+    explicit prefetch reaches, and the root's parameter bytes and parameter-holding leaf modules (the blocks a
+    single unit could be split into)."""
+    states = [(m, m._get_fsdp_state()) for m in units]
+    groups = [(m, getattr(state, "_fsdp_param_group", None)) for m, state in states]
+    with_params = [(m, g) for m, g in groups if g is not None]
+    roots = [m for m in units if not any(m is not o and m in set(o.modules()) for o in units)]
+    root = roots[0] if roots else units[0]
+    nested = {id(m) for m in units if m is not root}
+    leaves = [
+        sub
+        for sub in root.modules()
+        if id(sub) not in nested
+        and not list(sub.children())
+        and any(True for _ in sub.parameters(recurse=False))
+    ]
+    return {
+        "units": len(units),
+        "units_with_params": len(with_params),
+        "reshard_after_forward_units": sum(1 for _, g in with_params if g.post_forward_mesh_info is not None),
+        # How many blocks ahead the explicit prefetch lists reach (0: FSDP2's implicit prefetch only).
+        "forward_prefetch_depth": _prefetch_depth(states, "_states_to_forward_prefetch"),
+        "backward_prefetch_depth": _prefetch_depth(states, "_states_to_backward_prefetch"),
+        "param_mb": round(_param_bytes(root) / 2**20, 3),
+        "root_leaf_modules": len(leaves) if not nested else None,
+    }
 
 
 def _channels_last(convs: list) -> dict:

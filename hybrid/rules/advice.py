@@ -139,6 +139,17 @@ class RunConfig:
         return ddp[0].get("bucket_cap_mb") if ddp else None
 
     @property
+    def ddp_param_mb(self) -> float | None:
+        ddp = self._get("distributed", "ddp") or []
+        return ddp[0].get("param_mb") if ddp else None
+
+    @property
+    def fsdp2(self) -> dict | None:
+        """fully_shard's settings (hybrid.inject.run_config._fsdp2), None where FSDP2 was not recorded."""
+        fsdp2 = self._get("distributed", "fsdp2")
+        return fsdp2 if isinstance(fsdp2, dict) else None
+
+    @property
     def framework(self) -> str | None:
         return self._get("framework", "name")
 
