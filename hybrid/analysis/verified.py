@@ -54,7 +54,19 @@ def plain_reference(run: RunDir) -> dict | None:
     warmup = inject.get("warmup_dropped")
     if not isinstance(steps, int) or not isinstance(warmup, int) or steps < 1:
         return None
-    return {"step_ms": float(plain["step_time_ms"]), "warmup": warmup, "steps": steps, "folder": folder}
+    return {
+        "step_ms": float(plain["step_time_ms"]),
+        "warmup": warmup,
+        "steps": steps,
+        "folder": folder,
+        "step_unit": _unit(inject),
+    }
+
+
+def _unit(inject: dict) -> str | None:
+    """What one step is (its source and unit, without the count per library call the unit may add)."""
+    unit = inject.get("step_unit")
+    return f"{inject.get('step_source')}: {str(unit).split(',')[0]}" if unit else None
 
 
 def _loss(run: RunDir, folder: str, step: int) -> tuple[float | None, dict]:
@@ -106,6 +118,17 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
     after_ms = inject.get("step_time_ms")
     if not after_ms:
         return {**out, "status": "failed", "reason": "the run measured no step"}
+    unit, reference_unit = _unit(inject), reference.get("step_unit")
+    if unit and reference_unit and unit != reference_unit:
+        # A step of another unit is no saving: on the H200, launch_batch1_deep_mlp's diagnosis stepped on one
+        # batch-1 forward (1.32 ms) before the script's first mark, its compiled fix run on the script's
+        # mark_step (64 forwards, 87.6 ms), which read as an 86 ms loss.
+        return {
+            **out,
+            "status": "failed",
+            "reason": f"the fix run stepped on {unit}, the diagnosis on {reference_unit}: not comparable",
+            "step_after_ms": float(after_ms),
+        }
     applied = _read_json(run.path / folder / FIX_FILE)
     actions, passed_over = applied.get("actions") or [], applied.get("left_as_built") or []
     out["actions"] = actions
