@@ -197,17 +197,30 @@ def pageable_advice(ctx: Context) -> list[Suggestion]:
     if ctx.config.framework == "transformers" and not ctx.config.hf("dataloader_pin_memory"):
         out.append(Suggestion("TrainingArguments(dataloader_pin_memory=True)", condition))
     elif loaders is None or any(not d.get("pin_memory") for d in loaders):
-        state = (
-            "a DataLoader of this run has pin_memory=False"
-            if loaders
-            else "DataLoader settings were not recorded"
-        )
-        out.append(
-            Suggestion(
-                "DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
-                f"{condition}; {state}",
+        unpinned = [d for d in loaders or [] if not d.get("pin_memory")]
+        if unpinned and not any(d.get("num_workers") for d in unpinned):
+            # Without workers the DataLoader pins each batch on the main thread, inside the step: on the H200,
+            # pin_memory=True alone took a Lightning CNN's num_workers=0 step from 8.86 to 12.7 ms.
+            out.append(
+                Suggestion(
+                    "DataLoader(..., num_workers=N, pin_memory=True) and batch.to('cuda', "
+                    "non_blocking=True): pin together with workers, which pin off the main thread",
+                    f"{condition}; its DataLoaders have pin_memory=False and num_workers=0, where pinning "
+                    "would run inside the step",
+                )
             )
-        )
+        else:
+            state = (
+                "a DataLoader of this run has pin_memory=False"
+                if loaders
+                else "DataLoader settings were not recorded"
+            )
+            out.append(
+                Suggestion(
+                    "DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
+                    f"{condition}; {state}",
+                )
+            )
     out.append(
         Suggestion(
             "For tensors built by hand: allocate once with torch.empty(..., pin_memory=True) and copy_ "
