@@ -74,9 +74,21 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
         ]
         rows.append("| " + " | ".join(cells) + " |")
     best = max(realized, key=lambda k: realized[k][0]) if realized else None
+    # An unverified primary is outranked where a verified fix realized more than the primary claims to save.
+    primary_finding = diagnosis.get("primary_bottleneck") or {}
+    primary_ms = primary_finding.get("weighed_lost_ms", primary_finding.get("time_lost_ms"))
+    outranked = (
+        f"`{best}` realized {_ms(realized[best][0])} ms, the primary `{primary}` claims {_ms(primary_ms)} ms"
+        if best is not None
+        and primary not in realized
+        and isinstance(primary_ms, (int, float))
+        and realized[best][0] > primary_ms
+        else None
+    )
     return rows, {
         "primary": primary,
         "best": best,
+        "outranked": outranked,
         "primary_saves_most": None if best is None or primary not in realized else best == primary,
         "errors": [error for _saved, error in realized.values() if error is not None],
         "uncorrected_errors": uncorrected_errors,
@@ -147,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Runs whose primary was not verified (its rule declares no switch, or the run already had it on): "
         + (", ".join(unverified) or "none"),
+        "",
+        "Of those, runs where a verified fix saved more than the unverified primary claims (the primary "
+        "was not the fix that saves most): "
+        + (", ".join(f"{n} ({s['outranked']})" for n, s in summaries if s.get("outranked")) or "none"),
         "",
         "## Commands",
         "",

@@ -43,3 +43,26 @@ def test_the_same_unit_compares(tmp_path):
     out = realized(run, _record(run), reference)
     assert out["status"] == "realized"
     assert out["realized_ms"] == reference["step_ms"] - fix_inject["step_time_ms"]
+
+
+def test_the_verify_table_names_a_primary_a_verified_fix_outsaved(tmp_path):
+    # HF Trainer GPT-2 on the H200: TF32 realized 7.72 ms a step under --verify, more than the 3.22 ms the
+    # unverified primary (cpu.preprocessing, no switch) claims; the goal table must not count that run as won.
+    import os
+    import subprocess
+    import sys
+
+    root = H200_RUN.parents[3]
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "run").symlink_to(root / "benchmarks/results/s7_h200/verify_hf_trainer_gpt2")
+    table = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "verify_table.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+    ).stdout
+    assert "- primary is the verified fix that saved most: 0 of 0 runs" in table
+    (line,) = [line for line in table.splitlines() if line.startswith("Of those, runs where")]
+    assert "hf (`tensor.fp32_gemm` realized 7.72 ms, the primary `cpu.preprocessing` claims 3.22 ms)" in line
