@@ -1,6 +1,6 @@
 """One cause, one finding, one action (issue 24) and claims bounded by their own kernels (issue 27.5), on
-every committed H200 capture that can be re-analyzed: the planted runs, the runs, the precision runs and
-the bare Nsight exports."""
+every committed H200 capture that can be re-analyzed: the planted runs, the runs, the precision runs, the
+unmarked runs kept whole and the bare Nsight exports."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ RUN_DIRS = sorted(
         *FIXTURES.glob("planted/*/run"),
         *FIXTURES.glob("callsites/planted/*/run"),
         *FIXTURES.glob("precision/*/run"),
+        *FIXTURES.glob("unmarked_runs/*/run"),
         *(p.parent for p in (FIXTURES / "runs").glob("**/run.json")),
     ]
 )
@@ -59,7 +60,7 @@ def jobs(tmp_path_factory) -> dict[str, dict]:
 
 
 def test_every_capture_is_analyzed(analyzed):
-    assert len(analyzed) == len(RUN_DIRS) + len(EXPORTS) >= 41
+    assert len(analyzed) == len(RUN_DIRS) + len(EXPORTS) >= 42
 
 
 def test_no_kept_finding_of_moderate_or_worse_without_an_action(analyzed):
@@ -150,6 +151,54 @@ def test_the_scripts_own_host_work_stays_its_own_finding(analyzed):
         "sync_item_per_microstep": "cpu.preprocessing",
         "graph_breaks": "compile.graph_breaks",
     }
+
+
+def test_the_frameworks_own_dispatch_is_said_and_advised_op_by_op(analyzed):
+    """A compiled model trained with AdamW (foreach): 97% of its host-only operators' time is autograd's
+    nodes (AccumulateGrad once per parameter, the compiled backward's node) and the optimizer's step counts
+    kept on the CPU (aten::item, aten::_foreach_add_). The finding says the host time is the framework's, and
+    every suggestion removes one owner's dispatch, naming its ops and their host ms a step; none is the
+    generic "take the host work off the step" it got before."""
+    results = analyzed["planted/graph_breaks/run"]
+    host = next(f for f in _kept(results) if f["id"] == "cpu.preprocessing")
+    assert "framework's own dispatch (autograd's backward and the optimizer step)" in host["title"]
+    evidence = {e["label"]: e for e in host["evidence"]}
+    autograd, optimizer = (
+        evidence["of which autograd's backward nodes"],
+        evidence["of which in the optimizer's range"],
+    )
+    assert autograd["source"] == optimizer["source"] == "measured:torch"
+    host_only = evidence["CPU-only top-level ops"]["value"]
+    assert autograd["value"] > 0 and optimizer["value"] > 0
+    assert 0.5 * host_only <= autograd["value"] + optimizer["value"] <= host_only + 1e-9
+    texts = [a["text"] for a in host["advice"]]
+    assert not [a for a in host["advice"] if a.get("locates_code")]
+    assert not [t for t in texts if "Take that host work off" in t]
+    fused, compiled_autograd, graphs = (
+        next(a for a in host["advice"] if key in a["text"])
+        for key in ("fused=True", "compiled_autograd", "mode='reduce-overhead'")
+    )
+    assert "Optimizer.step#AdamW.step runs aten::item ×64" in fused["condition"]
+    assert "AccumulateGrad ×32" in compiled_autograd["condition"]
+    assert (
+        "ms a step of host-only operators in autograd's backward and the optimizer step"
+        in graphs["condition"]
+    )
+    # The larger owner first: autograd's nodes hold more host time than the optimizer's range here.
+    assert texts.index(compiled_autograd["text"]) < texts.index(fused["text"])
+
+
+def test_the_scripts_own_host_work_is_not_called_dispatch(analyzed):
+    """Where the host-only time is the script's (numpy augmentation, .item() per micro-step, tensors made on
+    the host), the finding keeps its title and no suggestion calls it the framework's dispatch."""
+    for name in (
+        "planted/cpu_numpy_augment/run",
+        "planted/sync_item_per_microstep/run",
+        "planted/cpu_tensors_then_moved/run",
+    ):
+        host = next(f for f in _kept(analyzed[name]) if f["id"] == "cpu.preprocessing")
+        assert host["title"] == "The GPU waits while the host computes without launching work", name
+        assert not [a for a in host["advice"] if "framework's own dispatch" in a["condition"]], name
 
 
 def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):

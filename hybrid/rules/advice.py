@@ -318,6 +318,16 @@ def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
                     (optimizer["class"],),
                 )
             )
+        elif not optimizer.get("supports_fused") and optimizer.get("foreach_effective") is False:
+            # Without a fused implementation, the multi-tensor path still runs one op per parameter group.
+            out.append(
+                Suggestion(
+                    f"{optimizer['class']}(..., foreach=True)",
+                    f"{condition}; {optimizer['class']} has no fused implementation and runs with "
+                    f"foreach={optimizer.get('foreach')} (one op per parameter)",
+                    (optimizer["class"],),
+                )
+            )
     return out
 
 
