@@ -646,7 +646,11 @@ STRAGGLER_EXPLAINED = 0.5
 def _straggler_remedy(diagnosis: Diagnosis, late: dict | None, rank_results: dict[int, dict]) -> None:
     """One cause, one finding: the others wait for the straggler's own top finding, so that finding, kept
     from the straggler rank, is shown as the remedy of the straggler's time rather than added to it."""
-    straggler = next((f for f in diagnosis.findings if f.id == "comm.straggler"), None)
+    from hybrid.rules import communication
+
+    # The job rule that reads the straggler's lateness (its id has one home, its rule's module).
+    ids = {rule.id for rule in communication.RULES if "straggler_lateness_ms" in rule.requires}
+    straggler = next((f for f in diagnosis.findings if f.id in ids), None)
     if straggler is None or late is None:
         return
     own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
