@@ -213,6 +213,20 @@ def test_the_frameworks_own_dispatch_is_said_and_advised_op_by_op(analyzed):
     assert texts.index(compiled_autograd["text"]) < texts.index(fused["text"])
 
 
+def test_a_tensor_no_copy_took_to_the_gpu_is_no_late_migration(analyzed):
+    """AdamW's step count, made by aten::empty and converted by aten::to on the host, reads as 'created on
+    the CPU, then moved' although no host->device copy ran in the step: no finding, not even below the
+    floor. The planted script that does make its tensors on the host keeps the finding."""
+    for name in ("planted/graph_breaks/run", "planted/tc_fp16_unaligned/run"):
+        results = analyzed[name]
+        assert results["metrics"]["created_on_cpu_then_moved"]["value"] > 0
+        assert results["metrics"]["htod_count"]["value"] == 0
+        every = results["diagnosis"]["bottlenecks"] + (results["diagnosis"].get("below_floor") or [])
+        assert "cpu.late_migration" not in [f["id"] for f in every], name
+    moved = analyzed["planted/cpu_tensors_then_moved/run"]["diagnosis"]["bottlenecks"]
+    assert next(f for f in moved if f["id"] == "cpu.late_migration")["time_lost_ms"] > 1
+
+
 def test_the_scripts_own_host_work_is_not_called_dispatch(analyzed):
     """Where the host-only time is the script's (numpy augmentation, .item() per micro-step, tensors made on
     the host), the finding keeps its title and no suggestion calls it the framework's dispatch."""

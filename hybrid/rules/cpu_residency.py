@@ -345,7 +345,10 @@ def preprocessing_fix(inputs: FixInputs) -> Fix | NoFix:
 
 def late_migration_model(inp: Inputs) -> float | None:
     moved = inp["created_on_cpu_then_moved"]
-    if moved <= 0:
+    # A measured step with no host->device copy moved nothing to the GPU: the op after the creation kept it
+    # on the host (an optimizer's step count made by aten::empty then aten::to, in graph_breaks and
+    # tc_fp16_unaligned).
+    if moved <= 0 or inp["htod_count"] == 0:
         return None
     return late_migration_lost_ms(inp["htod_ms"] or 0.0, inp["htod_count"] or 0.0, moved)
 
