@@ -205,6 +205,9 @@ def test_the_frameworks_own_dispatch_is_said_and_advised_op_by_op(analyzed):
     )
     assert "Optimizer.step#AdamW.step runs aten::item ×64" in fused["condition"]
     assert "AccumulateGrad ×32" in compiled_autograd["condition"]
+    # Its compiled backward runs as 8 nodes a step, one per piece the graph breaks leave.
+    pieces = next(a for a in host["advice"] if a["text"].startswith("Remove the graph breaks"))
+    assert "CompiledFunctionBackward ×8" in pieces["condition"]
     assert (
         "ms a step of host-only operators in autograd's backward and the optimizer step"
         in graphs["condition"]

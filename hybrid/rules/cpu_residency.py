@@ -25,6 +25,8 @@ MIN_LOST_PCT = 1.0
 # breaks 1.41 of 1.45, simple_cnn 0.17 of 0.21) and 0.4-4% where the script works on the host (numpy
 # augmentation 0.13 of 5.80 ms, pageable copies 0.10 of 12.5, tensors made on the host 0.18 of 26.3).
 FRAMEWORK_SHARE = 0.5
+# autograd's node for the backward of one torch.compile'd graph.
+COMPILED_BACKWARD_NODE = "CompiledFunctionBackward"
 # A training step normally moves one batch in and a few scalars out; ten or more copies per step
 # means tensors go back and forth between host and device.
 EXCESSIVE_COPIES_PER_STEP = 10
@@ -127,9 +129,10 @@ def _made_on_host(ctx: Context) -> bool:
 
 def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Suggestion]:
     """What removes each owner's host work, the larger first, each naming its ops and host ms a step: the
-    optimizer's bookkeeping goes with a fused optimizer; autograd's nodes with compiled autograd (a compiled
-    model) or torch.compile (an eager one, whose backward's view nodes fold into the graph); all of it with
-    CUDA graphs of the whole step, unless they are on (then what they leave out)."""
+    optimizer's bookkeeping goes with a fused optimizer; autograd's nodes with fewer graph pieces (a compiled
+    model with graph breaks), compiled autograd (a compiled model) or torch.compile (an eager one, whose
+    backward's view nodes fold into the graph); all of it with CUDA graphs of the whole step, unless they are
+    on (then what they leave out)."""
     parts: list[tuple[float, list[Suggestion]]] = []
     if dispatch.optimizer_ms > 0:
         evidence = (
@@ -143,8 +146,21 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
             f"{condition}; autograd's backward runs {dispatch.autograd_ops} on the host "
             f"({dispatch.autograd_ms:.3g} ms a step), nodes that launch no GPU work"
         )
+        found: list[Suggestion] = []
+        breaks = ctx.value("graph_breaks", 0)
+        if breaks and COMPILED_BACKWARD_NODE in dispatch.autograd_ops:
+            # Each piece a graph break leaves is its own autograd node: graph_breaks runs 8 a step.
+            found.append(
+                Suggestion(
+                    "Remove the graph breaks (TORCH_LOGS=graph_breaks lists them): every compiled piece "
+                    "runs its own backward node, so one graph runs one",
+                    f"{evidence}; torch.compile recorded {breaks:.0f} graph break(s), and each "
+                    f"{COMPILED_BACKWARD_NODE} node is one piece's backward",
+                    ("autograd::engine::evaluate_function: " + COMPILED_BACKWARD_NODE,),
+                )
+            )
         if ctx.config.compiled:
-            found = [
+            found += [
                 Suggestion(
                     "torch._dynamo.config.compiled_autograd = True before the first backward, so the "
                     "backward's nodes (gradient accumulation included) are traced into the compiled graph "
@@ -154,7 +170,7 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
                 )
             ]
         else:
-            found = use_compile(
+            found += use_compile(
                 ctx.config,
                 why="fold the backward's view and transpose nodes into compiled graphs",
                 condition=evidence,
