@@ -164,6 +164,23 @@ def test_eager_dispatch_is_one_finding(analyzed):
         )
 
 
+def test_eager_dispatch_names_the_frameworks_host_only_ops(analyzed):
+    """Where the torch pass ran, the dispatch finding's longer gaps are shown for what they hold: autograd's
+    host-only nodes, with calls and host ms a step (resnet50: AccumulateGrad once per parameter, 161 a step),
+    named in the CUDA-graphs suggestion that captures them."""
+    for name, node in (
+        ("runs/h200-resnet50-default", "torch::autograd::AccumulateGrad ×161"),
+        ("runs/h200-simple_cnn", "torch::autograd::AccumulateGrad ×11"),
+        ("runs/h200-hf-trainer-bf16", "ViewBackward0 ×51"),
+    ):
+        dispatch = next(f for f in _kept(analyzed[name]) if f["id"] == "launch.dispatch")
+        evidence = {e["label"]: e for e in dispatch["evidence"]}
+        autograd = evidence["host-only autograd backward nodes"]
+        assert autograd["value"] > 0 and autograd["source"] == "measured:torch", name
+        graphs = next(a for a in dispatch["advice"] if "mode='reduce-overhead'" in a["text"])
+        assert f"autograd's backward runs {node}" in graphs["condition"], name
+
+
 def test_the_scripts_own_host_work_stays_its_own_finding(analyzed):
     """Where the longer host gaps outweigh the launch gaps (numpy augmentation, .item() per micro-step, a
     graph break) they are the script's host work: the planted primaries keep their finding."""
