@@ -242,7 +242,7 @@ CASES = [
         "cpu.preprocessing",
         _config(),
         # Its SGD step runs no host-only op (foreach launches kernels): no fused optimizer for this time.
-        says=("the framework's own dispatch", "mode='reduce-overhead'", "AccumulateGrad ×11"),
+        says=("the framework's own dispatch", "torch.cuda.graph around forward", "AccumulateGrad ×11"),
         never=("numpy", "DataLoader", "py-spy", "fused=True"),
     ),
     Case(
@@ -268,9 +268,24 @@ CASES = [
             "Optimizer.step#AdamW.step runs aten::item ×64",
             "compiled_autograd = True",
             "AccumulateGrad ×32",
-            "torch.compile(model, mode='reduce-overhead')",
+            "torch.cuda.graph around forward",
         ),
-        never=("torch.compile(model) to", "py-spy", "numpy", "Take that host work off"),
+        # Graphs of the compiled model alone leave AccumulateGrad and the optimizer eager.
+        never=(
+            "mode='reduce-overhead'",
+            "torch.compile(model) to",
+            "py-spy",
+            "numpy",
+            "Take that host work off",
+        ),
+    ),
+    Case(
+        "under a Trainer, which runs the step itself: no hand-made capture of the whole step",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(framework=HF),
+        says=("TrainingArguments(torch_compile=True)", "AccumulateGrad ×11"),
+        never=("torch.cuda.graph around forward",),
     ),
     Case(
         "the optimizer already fused: not suggested again for its host time",
@@ -282,7 +297,7 @@ CASES = [
                 {"class": "AdamW", "fused": True, "supports_fused": True, "foreach_effective": False}
             ],
         ),
-        says=("compiled_autograd = True", "mode='reduce-overhead'"),
+        says=("compiled_autograd = True", "torch.cuda.graph around forward"),
         never=("fused=True", "foreach=True"),
     ),
     Case(

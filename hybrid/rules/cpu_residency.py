@@ -9,6 +9,7 @@ from hybrid.analysis.metrics import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import (
     Suggestion,
+    capture_whole_step,
     fused_optimizer,
     host_batch_work,
     loader_workers,
@@ -132,7 +133,9 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
     optimizer's bookkeeping goes with a fused optimizer; autograd's nodes with fewer graph pieces (a compiled
     model with graph breaks), compiled autograd (a compiled model) or torch.compile (an eager one, whose
     backward's view nodes fold into the graph); all of it with CUDA graphs of the whole step, unless they are
-    on (then what they leave out)."""
+    on (then what they leave out): graphs of the compiled model alone (mode='reduce-overhead') leave
+    autograd's gradient accumulation and the optimizer eager (the compiled graph_breaks model still runs
+    AccumulateGrad x32 a step)."""
     parts: list[tuple[float, list[Suggestion]]] = []
     if dispatch.optimizer_ms > 0:
         evidence = (
@@ -192,7 +195,7 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
             )
         )
     else:
-        out += use_cuda_graphs(ctx.config, condition=evidence)
+        out += capture_whole_step(ctx.config, condition=evidence)
     return out
 
 
