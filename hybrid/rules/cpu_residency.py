@@ -22,9 +22,10 @@ from hybrid.rules.common import SCALAR_READ_OPS
 MIN_LOST_PCT = 1.0
 # The host-only operators' time is the framework's own dispatch when autograd's backward nodes and the
 # optimizer's ranges hold most of it (hybrid.analysis.host_dispatch). On the committed captures the share is
-# 91-100% where the host time is dispatch (resnet50 1.50 of 1.54 ms a step, a compiled model with graph
-# breaks 1.41 of 1.45, simple_cnn 0.17 of 0.21) and 0.4-4% where the script works on the host (numpy
-# augmentation 0.13 of 5.80 ms, pageable copies 0.10 of 12.5, tensors made on the host 0.18 of 26.3).
+# 85-97% where the host time is dispatch (resnet50 1.50 of 1.54 ms a step, a compiled model with graph
+# breaks 1.41 of 1.45, simple_cnn 0.17 of 0.21), 36-40% where the script reads values or copies its batch
+# on the host (.item() per micro-step 0.77 of 2.17, pipelined input 0.19 of 0.48) and 0.7-2% where it
+# computes there (numpy augmentation 0.13 of 5.80, pageable copies 0.10 of 12.5, made on host 0.18 of 26.3).
 FRAMEWORK_SHARE = 0.5
 # autograd's node for the backward of one torch.compile'd graph.
 COMPILED_BACKWARD_NODE = "CompiledFunctionBackward"
