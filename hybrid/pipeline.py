@@ -652,6 +652,33 @@ def _job_config(rank_results: dict[int, dict]) -> RunConfig:
     return config_of(first, observed_config(first.get("metrics") or {}))
 
 
+# The straggler rank's top finding explains the others' wait when it holds at least half of it
+# (h200-ddp-slow-rank: rank 1's host work 30.3 ms a step against a 31.8 ms wait; the healthy job's rank 1,
+# 0.88 against 0.89).
+STRAGGLER_EXPLAINED = 0.5
+
+
+def _straggler_remedy(diagnosis: Diagnosis, late: dict | None, rank_results: dict[int, dict]) -> None:
+    """One cause, one finding: the others wait for the straggler's own top finding, so that finding, kept
+    from the straggler rank, is shown as the remedy of the straggler's time rather than added to it."""
+    from hybrid.rules import communication
+
+    # The job rule that reads the straggler's lateness (its id has one home, its rule's module).
+    ids = {rule.id for rule in communication.RULES if "straggler_lateness_ms" in rule.requires}
+    straggler = next((f for f in diagnosis.findings if f.id in ids), None)
+    if straggler is None or late is None:
+        return
+    own = (rank_results.get(late["rank"], {}).get("diagnosis") or {}).get("primary_bottleneck")
+    for finding in diagnosis.findings:
+        if (
+            own
+            and finding.id == own["id"]
+            and finding.rank == late["rank"]
+            and finding.time_lost_ms >= STRAGGLER_EXPLAINED * straggler.time_lost_ms
+        ):
+            finding.alternative_to = [straggler.id]
+
+
 def analyze_job(run_dir: Path) -> dict:
     """The job's results.json: the representative rank's results (the straggler, else the slowest
     rank) with the job's diagnosis, a `job` block and a `ranks` summary. Each rank is analyzed by
@@ -709,6 +736,7 @@ def analyze_job(run_dir: Path) -> dict:
     diagnosis = Diagnosis.combine(
         diagnoses[representative], diagnoses, _job_findings(block, rank_results), block["ranks"]
     )
+    _straggler_remedy(diagnosis, block.get("straggler"), rank_results)
     results = copy.deepcopy(rank_results[representative])
     # The representative rank's artifacts, relative to the job's folder (the report opens them from there).
     rank_folder = folders[representative].relative_to(run_dir).as_posix()

@@ -92,6 +92,9 @@ SIMPLE_CNN = "runs/h200-simple_cnn"  # batches made on the GPU: no host data, no
 HF_FP32 = "precision/hf_trainer_fp32/run"
 LOADER = "planted/data_loader_workers0/run"  # DataLoader(num_workers=0)
 PAGEABLE = "planted/data_pageable_h2d/run"
+# A compiled model with AdamW (foreach): its host-only time is autograd's nodes (AccumulateGrad x32 a step)
+# and the optimizer's step counts on the CPU (aten::item x64, aten::_foreach_add_), as in compiled training
+GRAPH_BREAKS = "planted/graph_breaks/run"
 
 
 @dataclass
@@ -238,8 +241,9 @@ CASES = [
         SIMPLE_CNN,
         "cpu.preprocessing",
         _config(),
-        says=("the framework's own dispatch", "mode='reduce-overhead'", "SGD(..., fused=True)"),
-        never=("numpy", "DataLoader", "py-spy"),
+        # Its SGD step runs no host-only op (foreach launches kernels): no fused optimizer for this time.
+        says=("the framework's own dispatch", "torch.cuda.graph around forward", "AccumulateGrad ×11"),
+        never=("numpy", "DataLoader", "py-spy", "fused=True"),
     ),
     Case(
         "the same host time in a compiled model with CUDA graphs: nothing to turn on",
@@ -252,15 +256,68 @@ CASES = [
         never=("torch.compile", "py-spy"),
     ),
     Case(
-        "compiled (default mode), AdamW: the dispatch left is captured, the optimizer fused",
-        SIMPLE_CNN,
+        "compiled (default mode), AdamW: the optimizer fused, autograd compiled, the rest captured",
+        GRAPH_BREAKS,
         "cpu.preprocessing",
         _config(
             compile={"used": True, "modes": ["default"], "observed": True},
             optimizers=[{"class": "AdamW", "fused": None, "supports_fused": True, "foreach_effective": True}],
         ),
-        says=("torch.compile(model, mode='reduce-overhead')", "torch.optim.AdamW(..., fused=True)"),
-        never=("torch.compile(model) to", "py-spy", "numpy"),
+        says=(
+            "torch.optim.AdamW(..., fused=True)",
+            "Optimizer.step#AdamW.step runs aten::item ×64",
+            "compiled_autograd = True",
+            "AccumulateGrad ×32",
+            "torch.cuda.graph around forward",
+        ),
+        # Graphs of the compiled model alone leave AccumulateGrad and the optimizer eager.
+        never=(
+            "mode='reduce-overhead'",
+            "torch.compile(model) to",
+            "py-spy",
+            "numpy",
+            "Take that host work off",
+        ),
+    ),
+    Case(
+        "under a Trainer, which runs the step itself: no hand-made capture of the whole step",
+        SIMPLE_CNN,
+        "cpu.preprocessing",
+        _config(framework=HF),
+        says=("TrainingArguments(torch_compile=True)", "AccumulateGrad ×11"),
+        never=("torch.cuda.graph around forward",),
+    ),
+    Case(
+        "the optimizer already fused: not suggested again for its host time",
+        GRAPH_BREAKS,
+        "cpu.preprocessing",
+        _config(
+            compile={"used": True, "modes": ["default"], "observed": True},
+            optimizers=[
+                {"class": "AdamW", "fused": True, "supports_fused": True, "foreach_effective": False}
+            ],
+        ),
+        says=("compiled_autograd = True", "torch.cuda.graph around forward"),
+        never=("fused=True", "foreach=True"),
+    ),
+    Case(
+        "an optimizer without a fused implementation, foreach off: foreach=True",
+        GRAPH_BREAKS,
+        "cpu.preprocessing",
+        _config(
+            compile={"used": True, "modes": ["default"], "observed": True},
+            optimizers=[
+                {
+                    "class": "RMSprop",
+                    "fused": None,
+                    "foreach": False,
+                    "supports_fused": False,
+                    "foreach_effective": False,
+                }
+            ],
+        ),
+        says=("RMSprop(..., foreach=True)", "Optimizer.step#AdamW.step runs aten::item"),
+        never=("fused=True",),
     ),
     Case(
         "fused AdamW under reduce-overhead: neither again, what the graphs leave out",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.host_dispatch import dispatch_metrics
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
     classify_kernels,
@@ -572,8 +573,8 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
 
 def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
-    ops = _in_steps(profile.ops, steps)
-    ops = ops[~is_annotation(ops["name"])]
+    with_annotations = _in_steps(profile.ops, steps)
+    ops = with_annotations[~is_annotation(with_annotations["name"])]
     if ops.empty:
         return {}
     src = frame_source(profile, "ops")
@@ -599,6 +600,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     )
     longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
     out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)
+    out.update(dispatch_metrics(with_annotations, no_gpu, n, src))
 
     ordered = top.sort_values(["tid", "start_ns"])
     nxt = ordered["name"].shift(-1)

@@ -307,6 +307,26 @@ def use_cuda_graphs(
     )
 
 
+def capture_whole_step(
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
+) -> list[Suggestion]:
+    """One CUDA graph of the whole training step, unless the run already captures graphs: what removes the
+    framework's host work that compiling the model leaves eager (autograd's gradient accumulation, one node
+    per parameter, and the optimizer step). Not under a Trainer (Hugging Face, Lightning), which runs the
+    step itself."""
+    if config.cuda_graphs or config.framework in ("transformers", "lightning"):
+        return []
+    return [
+        Suggestion(
+            "Capture the whole training step as one CUDA graph: torch.cuda.graph around forward, backward "
+            "and optimizer.step, with static input tensors and the optimizer built with capturable=True; "
+            "replayed, autograd's nodes and the optimizer's bookkeeping cost no host time",
+            condition,
+            applies_to,
+        )
+    ]
+
+
 def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
     """The run's own optimizer class with fused=True, when it supports it and does not use it."""
     optimizers = config.optimizers
@@ -326,6 +346,16 @@ def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
                     f"torch.optim.{optimizer['class']}(..., fused=True)",
                     f"{condition}; {optimizer['class']} runs with fused="
                     f"{optimizer.get('fused')}, foreach={optimizer.get('foreach_effective')}",
+                    (optimizer["class"],),
+                )
+            )
+        elif not optimizer.get("supports_fused") and optimizer.get("foreach_effective") is False:
+            # Without a fused implementation, the multi-tensor path still runs one op per parameter group.
+            out.append(
+                Suggestion(
+                    f"{optimizer['class']}(..., foreach=True)",
+                    f"{condition}; {optimizer['class']} has no fused implementation and runs with "
+                    f"foreach={optimizer.get('foreach')} (one op per parameter)",
                     (optimizer["class"],),
                 )
             )
