@@ -30,6 +30,7 @@ from typing import Any
 
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.inject import apply_fix, numerics, run_config
+from hybrid.inject.step_finder import script_marks_steps
 from hybrid.inject.stepping import EXCEPTION, PASSES, STEP_LIMIT, SessionConfig, StepSession, outcome_of
 
 # The pid of the `hybrid run` that started this pass (hybrid.collect.orchestrate sets it), and how often the
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The user's code is what lies under the script's directory (its own helper modules
                 # included), the installed libraries excepted; for a module, under the working directory.
                 user_root=os.getcwd() if args.module else os.path.dirname(os.path.abspath(target)),
+                marked_by_script=not args.module and script_marks_steps(target),
                 python_stacks=args.python_stacks,
                 plain_steps=args.plain_steps,
                 plain_on_cpu=args.plain_on_cpu,

@@ -19,11 +19,13 @@ Torch-light: torch is imported by the session before the script runs; no pandas.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
@@ -317,3 +319,29 @@ def _cuda_allocations() -> int:
         return int(stats["allocation"]["all"]["allocated"])
     except (AttributeError, KeyError, RuntimeError, TypeError):
         return -1
+
+
+def script_marks_steps(path: str) -> bool:
+    """Whether the script's own source calls `mark_step()` or `hybrid.step()` (a call, not a mention: the
+    name in a comment or a string does not count; `_planted.mark_step()`, a helper that forwards to hybrid's,
+    does). An unreadable or unparsable script counts as unmarked: the detectors then find its steps."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "mark_step":
+            return True
+        if isinstance(func, ast.Attribute) and func.attr == "mark_step":
+            return True
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "step"
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "hybrid"
+        ):
+            return True
+    return False
