@@ -4,7 +4,6 @@ unmarked runs kept whole and the bare Nsight exports."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -30,14 +29,14 @@ def _name(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def analyzed(tmp_path_factory) -> dict[str, dict]:
+def analyzed() -> dict[str, dict]:
+    """Analyzed where they lie (analysis reads a run directory, never writes it), so the traces other test
+    files parsed in this process are not parsed again."""
     from hybrid.pipeline import analyze_export, analyze_run_dir
 
     out = {}
     for run in RUN_DIRS:
-        copy = tmp_path_factory.mktemp(run.parent.name) / "run"
-        shutil.copytree(run, copy)
-        out[_name(run)] = analyze_run_dir(copy)
+        out[_name(run)] = analyze_run_dir(run)
     for export in EXPORTS:
         out[_name(export)] = analyze_export(export)
     return out
@@ -48,15 +47,10 @@ def _kept(results: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory) -> dict[str, dict]:
+def jobs() -> dict[str, dict]:
     from hybrid.pipeline import analyze_job
 
-    out = {}
-    for job in JOBS:
-        copy = tmp_path_factory.mktemp("job") / job.name
-        shutil.copytree(job, copy)
-        out[_name(job)] = analyze_job(copy)
-    return out
+    return {_name(job): analyze_job(job) for job in JOBS}
 
 
 def test_every_capture_is_analyzed(analyzed):
