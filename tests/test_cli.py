@@ -462,42 +462,11 @@ def test_export_without_kernels_is_an_input_error(tmp_path):
     assert "holds no kernels" in done.stderr and "fix:" in done.stderr
 
 
-@pytest.mark.slow
-def test_multi_process_run_reports_the_job_then_one_rank(tmp_path):
-    out = tmp_path / "job"
-    done = hybrid(
-        "run",
-        "--nproc-per-node",
-        "2",
-        "--steps",
-        "4",
-        "--warmup",
-        "2",
-        "--out",
-        str(out),
-        "--json",
-        str(SCRIPTS / "ddp_train.py"),
-        "--slow-rank",
-        "1",
-        "--sleep-ms",
-        "30",
-    )
-    assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)
-    assert results["job"]["world_size"] == 2 and results["job"]["straggler"]["rank"] == 1
-    assert results["diagnosis"]["primary_bottleneck"]["category"] == "COMMUNICATION"
-    shown = hybrid("report", str(out))
-    assert shown.returncode == 0 and "Job: 2 ranks" in shown.stdout and "straggler rank 1" in shown.stdout
-    one = hybrid("report", str(out), "--rank", "0", "--json")
-    assert one.returncode == 0, one.stderr
-    assert "job" not in json.loads(one.stdout)
-    missing = hybrid("report", str(out), "--rank", "5")
-    assert missing.returncode == 2 and "no rank 5" in missing.stderr
-
-
-@pytest.mark.slow
-def test_html_shows_ranks_side_by_side(tmp_path):
-    out = tmp_path / "job"
+@pytest.fixture(scope="module")
+def straggler_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One `hybrid run --nproc-per-node 2 --html --json` of a job whose rank 1 sleeps 30 ms a step, read by
+    the tests below (each rank imports torch: 9.6 s of CPU a run)."""
+    out = tmp_path_factory.mktemp("straggler") / "job"
     done = hybrid(
         "run",
         "--nproc-per-node",
@@ -516,6 +485,28 @@ def test_html_shows_ranks_side_by_side(tmp_path):
         "--sleep-ms",
         "30",
     )
+    return done, out
+
+
+@pytest.mark.slow
+def test_multi_process_run_reports_the_job_then_one_rank(straggler_job):
+    done, out = straggler_job
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["job"]["world_size"] == 2 and results["job"]["straggler"]["rank"] == 1
+    assert results["diagnosis"]["primary_bottleneck"]["category"] == "COMMUNICATION"
+    shown = hybrid("report", str(out))
+    assert shown.returncode == 0 and "Job: 2 ranks" in shown.stdout and "straggler rank 1" in shown.stdout
+    one = hybrid("report", str(out), "--rank", "0", "--json")
+    assert one.returncode == 0, one.stderr
+    assert "job" not in json.loads(one.stdout)
+    missing = hybrid("report", str(out), "--rank", "5")
+    assert missing.returncode == 2 and "no rank 5" in missing.stderr
+
+
+@pytest.mark.slow
+def test_html_shows_ranks_side_by_side(straggler_job):
+    done, out = straggler_job
     assert done.returncode == 0, done.stderr
     straggler = (json.loads(done.stdout)["job"].get("straggler") or {}).get("rank")
     page = (out / "report.html").read_text()
