@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -101,6 +102,20 @@ def test_a_reader_that_stops_reading_ends_the_output_quietly_keeping_the_exit_co
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr
     if fail_on:
         assert "--fail-on LOW: [" in stderr  # the decision is still explained
+
+
+def test_report_piped_into_head_exits_0_quietly():
+    """The command a user types, `hybrid report RUN_DIR | head -1`, in a real shell with pipefail (so the
+    status is hybrid's): head takes the first line and exits while the report is still being written."""
+    report = shlex.join([sys.executable, "-m", "hybrid", "report", str(H200_RUN)])
+    command = f"set -o pipefail; {report} | head -1"
+    done = subprocess.run(
+        ["bash", "-c", command], capture_output=True, check=False, cwd=ROOT, env=_env(), timeout=120
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    assert done.stdout.decode().startswith("hybrid ") and done.stdout.count(b"\n") == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr
 
 
 @pytest.mark.parametrize("columns", ["0", "-5", "abc", "3"])
