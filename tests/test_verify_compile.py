@@ -55,12 +55,14 @@ def test_the_compile_fixes_compile_the_stepped_function_of_a_step_without_module
     compiled = inject["config"]["compile"]
     assert compiled["graphs_compiled"] >= 1 and compiled["calls"][0]["target"] == "function"
     # Compiled after the second step, compiling in the third: the window opens after the minimum warmup, and
-    # compiling (seconds on the CPU) falls in the warmup, not in a measured step (about 2 ms each).
+    # compiling (seconds on the CPU) falls in the warmup, not in a measured step (about 2 ms each). A measured
+    # step that compiled would hold those seconds, and the warmup only milliseconds; a loaded box stalls a
+    # step too, but for less than the compile (the full suite on 2 cores: 404 ms against a 6.2 s warmup).
     assert inject["warmup_dropped"] >= verified.SWITCH_BY_NAME[fix].min_warmup
     ends_ms = [0.0] + [ns / 1e6 for ns in inject["step_end_ns"]]
     slowest_ms = max(b - a for a, b in itertools.pairwise(ends_ms))
     warmup_ms = inject["unprofiled_step_time_ms"] * inject["unprofiled_steps"]
-    assert warmup_ms > 20 * slowest_ms, (warmup_ms, slowest_ms)
+    assert warmup_ms > 2 * slowest_ms, (warmup_ms, slowest_ms)
     assert "still ran" not in stderr
 
 
