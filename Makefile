@@ -30,7 +30,7 @@ diagnose: setup
 # One worker per core, each test file in one worker (its module fixtures run once): 4m50s on 2 cores, 18 min
 # in one process with the same tests while the machine was loaded.
 test: setup
-	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
 # On a machine with an NVIDIA GPU, nsys and ncu.
 test-gpu: setup
