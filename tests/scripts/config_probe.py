@@ -35,7 +35,10 @@ if args.optimizer == "adamw":
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
 scaler = torch.amp.GradScaler(args.device) if args.scaler else None
-data = torch.utils.data.TensorDataset(torch.randn(64, 3, 16, 16), torch.randint(0, 4, (64,)))
+# --steps batches of 8: the loop is as long as asked (a fixed 64 samples stopped `--steps 40` after 8 steps,
+# inside the warmup of a loaded box whose step times had not settled).
+samples = 8 * args.steps
+data = torch.utils.data.TensorDataset(torch.randn(samples, 3, 16, 16), torch.randint(0, 4, (samples,)))
 loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=args.workers, pin_memory=args.pin_memory)
 dtype = getattr(torch, args.autocast) if args.autocast else None
 for step, (images, labels) in zip(range(args.steps), loader):
