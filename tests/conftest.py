@@ -18,10 +18,10 @@ from hybrid.profile import Profile
 # The committed H200 captures are read by many test files (every-capture sweeps, ledger and rule checks, the
 # planted suite in three modes): one test process parsed launch_per_sample_loss's 4.3 MB trace 8 times at
 # 3.7 s of CPU each, where a fresh copy of the parsed Profile costs 0.05 s. A committed trace is parsed once
-# per test process, keyed by its path (the warnings name it) and the bytes of it and of the op_flops.json
-# beside it; every call gets its own deep copy, so no test sees another's changes. Copies a test makes (and
-# damages) are parsed every time, and subprocesses (the CLI, the injector) parse for themselves as a user's
-# run does.
+# per test process, keyed by its path as given (the warnings name it so) and the bytes of it and of the
+# op_flops.json beside it; every call gets its own deep copy, so no test sees another's changes. Copies a
+# test makes (and damages) are parsed every time, and subprocesses (the CLI, the injector) parse for
+# themselves as a user's run does.
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = (REPO / "tests" / "fixtures", REPO / "examples")
 _PARSED: dict[tuple[str, str], Profile] = {}
@@ -34,7 +34,7 @@ def _committed_trace_key(path: Path) -> tuple[str, str] | None:
     digest = hashlib.blake2b(resolved.read_bytes())
     flops = resolved.with_name(torch_trace.OP_FLOPS_FILE)
     digest.update(flops.read_bytes() if flops.is_file() else b"")
-    return str(resolved), digest.hexdigest()
+    return str(path), digest.hexdigest()
 
 
 def _parsed_once(load: Callable[[str | Path], Profile]) -> Callable[[str | Path], Profile]:
