@@ -29,9 +29,9 @@ diagnose: setup
 
 # One worker per core, each test file in one worker (its module fixtures run once), the longest files first
 # (tests/conftest.py HEAVY_FIRST; xdist's own order started them last). On the 2-core, 24 GiB box with no
-# other work (load average 3, the suite's own), 1263 tests: 9 min 45 s (878 CPU s) before this branch's
-# changes, 6 min 40 s (694 CPU s) after. The floor on 2 cores is about half the CPU seconds: most of them are
-# subprocesses that each import torch (1.7 s) to run a real script.
+# other work (load average 3, the suite's own), about 1265 tests: 9 min 45 s (878 CPU s) before this
+# branch's changes, 6 min 6 s and 6 min 40 s (675 and 694 CPU s) in two runs after. The floor on 2 cores is
+# about half the CPU seconds: most of them are subprocesses that each import torch (1.7 s) to run a script.
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
