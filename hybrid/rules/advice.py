@@ -122,6 +122,14 @@ class RunConfig:
             return [] if self.observed.get("data_loader_iterated") is False else None
         return [d for d in loaders if isinstance(d, dict)]
 
+    @property
+    def pins_without_workers(self) -> bool:
+        """Every DataLoader without pin_memory also has num_workers=0, so pinning it would run on the main
+        thread inside the step (Lightning CNN on the H200: pin_memory=True alone took the plain step from
+        8.86 to 12.7 ms); workers pin off it."""
+        unpinned = [d for d in self.data_loaders or [] if not d.get("pin_memory")]
+        return bool(unpinned) and not any(d.get("num_workers") for d in unpinned)
+
     # -- distribution and framework
     @property
     def ddp(self) -> bool | None:

@@ -197,10 +197,7 @@ def pageable_advice(ctx: Context) -> list[Suggestion]:
     if ctx.config.framework == "transformers" and not ctx.config.hf("dataloader_pin_memory"):
         out.append(Suggestion("TrainingArguments(dataloader_pin_memory=True)", condition))
     elif loaders is None or any(not d.get("pin_memory") for d in loaders):
-        unpinned = [d for d in loaders or [] if not d.get("pin_memory")]
-        if unpinned and not any(d.get("num_workers") for d in unpinned):
-            # Without workers the DataLoader pins each batch on the main thread, inside the step: on the H200,
-            # pin_memory=True alone took a Lightning CNN's num_workers=0 step from 8.86 to 12.7 ms.
+        if ctx.config.pins_without_workers:
             out.append(
                 Suggestion(
                     "DataLoader(..., num_workers=N, pin_memory=True) and batch.to('cuda', "

@@ -92,11 +92,9 @@ LOADER_WORKERS = Switch(
 
 
 def _pin_missing(config: RunConfig) -> str | None:
-    """Pinning pays only where workers build the batches: without them the DataLoader pins each batch on
-    the main thread inside the step (Lightning CNN on the H200, num_workers=0: pin_memory=True alone took
-    the plain step from 8.86 to 12.7 ms); the workers switch pins with them."""
-    unpinned = [d for d in config.data_loaders or [] if not d.get("pin_memory")]
-    if unpinned and not any(d.get("num_workers") for d in unpinned):
+    """Pinning pays only where workers build the batches (RunConfig.pins_without_workers); the workers switch
+    pins with them."""
+    if config.pins_without_workers:
         return "its DataLoaders have num_workers=0, where pinning runs on the main thread inside the step"
     return _loaders_missing(config)
 
