@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from hybrid.analysis.verified import relative_error
+from hybrid.report.common import weighed_lost_ms
 
 # Issue 23's goal: a prediction within 20% of the realized saving.
 WITHIN = 0.20
@@ -76,7 +77,7 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
     best = max(realized, key=lambda k: realized[k][0]) if realized else None
     # An unverified primary is outranked where a verified fix realized more than the primary claims to save.
     primary_finding = diagnosis.get("primary_bottleneck") or {}
-    primary_ms = primary_finding.get("weighed_lost_ms", primary_finding.get("time_lost_ms"))
+    primary_ms = weighed_lost_ms(primary_finding, results.get("timing") or {}) if primary_finding else None
     outranked = (
         f"`{best}` realized {_ms(realized[best][0])} ms, the primary `{primary}` claims {_ms(primary_ms)} ms"
         if best is not None
