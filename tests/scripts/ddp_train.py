@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import _process_group
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -37,15 +38,7 @@ parser.add_argument("--crash-at", type=int, default=-1)
 parser.add_argument("--record-env", help="write each rank's HYBRID_WRAPPED variable to RECORD_ENV/rank<R>.json")
 args = parser.parse_args()
 
-if args.device == "cuda":
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dist.init_process_group("nccl", device_id=device)
-else:
-    device = torch.device("cpu")
-    dist.init_process_group("gloo")
-    torch.set_num_threads(1)  # two ranks share two cores
+device = _process_group.init(args.device)
 rank = dist.get_rank()
 if args.record_env:
     with open(f"{args.record_env}/rank{rank}.json", "w") as record:

@@ -12,9 +12,9 @@ CI), or sized for H200s over NCCL with --device cuda (one GPU per rank, cuda:LOC
 --slow-rank R --sleep-ms MS: rank R sleeps MS after each optimizer step (a straggler)."""
 
 import argparse
-import os
 import time
 
+import _process_group
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
@@ -33,15 +33,7 @@ parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 args = parser.parse_args()
 
-if args.device == "cuda":
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    dist.init_process_group("nccl", device_id=device)
-else:
-    device = torch.device("cpu")
-    dist.init_process_group("gloo")
-    torch.set_num_threads(1)  # two ranks share two cores
+device = _process_group.init(args.device)
 rank = dist.get_rank()
 torch.manual_seed(0)
 blocks = [
