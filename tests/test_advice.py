@@ -256,7 +256,7 @@ CASES = [
         never=("torch.compile", "py-spy"),
     ),
     Case(
-        "compiled (default mode), AdamW: the optimizer fused, autograd compiled, the rest captured",
+        "compiled (default mode), AdamW: the optimizer fused, the graph breaks removed, the rest captured",
         GRAPH_BREAKS,
         "cpu.preprocessing",
         _config(
@@ -266,12 +266,14 @@ CASES = [
         says=(
             "torch.optim.AdamW(..., fused=True)",
             "Optimizer.step#AdamW.step runs aten::item ×64",
-            "compiled_autograd = True",
+            "Remove the graph breaks",
             "AccumulateGrad ×32",
             "torch.cuda.graph around forward",
         ),
-        # Graphs of the compiled model alone leave AccumulateGrad and the optimizer eager.
+        # Graphs of the compiled model alone leave AccumulateGrad and the optimizer eager; compiled autograd
+        # made a compiled AdamW MLP slower on the H200 (6.54 -> 8.93-9.82 ms a step).
         never=(
+            "compiled_autograd",
             "mode='reduce-overhead'",
             "torch.compile(model) to",
             "py-spy",
@@ -297,8 +299,8 @@ CASES = [
                 {"class": "AdamW", "fused": True, "supports_fused": True, "foreach_effective": False}
             ],
         ),
-        says=("compiled_autograd = True", "torch.cuda.graph around forward"),
-        never=("fused=True", "foreach=True"),
+        says=("Remove the graph breaks", "torch.cuda.graph around forward"),
+        never=("fused=True", "foreach=True", "compiled_autograd"),
     ),
     Case(
         "an optimizer without a fused implementation, foreach off: foreach=True",

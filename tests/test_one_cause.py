@@ -213,21 +213,23 @@ def test_the_frameworks_own_dispatch_is_said_and_advised_op_by_op(analyzed):
     texts = [a["text"] for a in host["advice"]]
     assert not [a for a in host["advice"] if a.get("locates_code")]
     assert not [t for t in texts if "Take that host work off" in t]
-    fused, compiled_autograd, graphs = (
+    fused, pieces, graphs = (
         next(a for a in host["advice"] if key in a["text"])
-        for key in ("fused=True", "compiled_autograd", "torch.cuda.graph around")
+        for key in ("fused=True", "Remove the graph breaks", "torch.cuda.graph around")
     )
     assert "Optimizer.step#AdamW.step runs aten::item ×64" in fused["condition"]
-    assert "AccumulateGrad ×32" in compiled_autograd["condition"]
-    # Its compiled backward runs as 8 nodes a step, one per piece the graph breaks leave.
-    pieces = next(a for a in host["advice"] if a["text"].startswith("Remove the graph breaks"))
+    # Its compiled backward runs as 8 nodes a step, one per piece the graph breaks leave, beside the
+    # AccumulateGrad nodes the whole-step capture removes (compiled autograd is not advised: it made a
+    # compiled AdamW MLP slower on the H200).
+    assert "AccumulateGrad ×32" in pieces["condition"]
     assert "CompiledFunctionBackward ×8" in pieces["condition"]
+    assert not [t for t in texts if "compiled_autograd" in t]
     assert (
         "ms a step of host-only operators in autograd's backward and the optimizer step"
         in graphs["condition"]
     )
     # The larger owner first: autograd's nodes hold more host time than the optimizer's range here.
-    assert texts.index(compiled_autograd["text"]) < texts.index(fused["text"])
+    assert texts.index(pieces["text"]) < texts.index(fused["text"])
 
 
 def test_a_tensor_no_copy_took_to_the_gpu_is_no_late_migration(analyzed):

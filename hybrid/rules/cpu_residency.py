@@ -132,8 +132,8 @@ def _made_on_host(ctx: Context) -> bool:
 def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Suggestion]:
     """What removes each owner's host work, the larger first, each naming its ops and host ms a step: the
     optimizer's bookkeeping goes with a fused optimizer; autograd's nodes with fewer graph pieces (a compiled
-    model with graph breaks), compiled autograd (a compiled model) or torch.compile (an eager one, whose
-    backward's view nodes fold into the graph); all of it with CUDA graphs of the whole step, unless they are
+    model with graph breaks) or torch.compile (an eager one, whose backward's view nodes fold into the graph);
+    all of it with CUDA graphs of the whole step, unless they are
     on (then what they leave out): graphs of the compiled model alone (mode='reduce-overhead') leave
     autograd's gradient accumulation and the optimizer eager (the compiled graph_breaks model still runs
     AccumulateGrad x32 a step)."""
@@ -163,17 +163,10 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
                     ("autograd::engine::evaluate_function: " + COMPILED_BACKWARD_NODE,),
                 )
             )
-        if ctx.config.compiled:
-            found += [
-                Suggestion(
-                    "torch._dynamo.config.compiled_autograd = True before the first backward, so the "
-                    "backward's nodes (gradient accumulation included) are traced into the compiled graph "
-                    "instead of run one by one by autograd's engine",
-                    f"{evidence}; the model is compiled, its backward nodes still run in the engine",
-                    ("autograd::engine::evaluate_function",),
-                )
-            ]
-        else:
+        # A compiled model's remaining nodes (AccumulateGrad per parameter) are left to the whole-step
+        # capture below: compiled autograd, which traces them, made compiled_train_mlp slower on the H200
+        # (6.54 -> 8.93-9.82 ms a step in 3 alternating runs, benchmarks/results/s8_h200/mlp_variants.txt).
+        if not ctx.config.compiled:
             found += use_compile(
                 ctx.config,
                 why="fold the backward's view and transpose nodes into compiled graphs",
