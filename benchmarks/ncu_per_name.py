@@ -67,6 +67,8 @@ def _per_name_argv(argv: list[str], report: Path) -> list[str]:
     where = out.index("--out", injector)
     out[where + 1] = str(report.parent)
     cut = out.index("--profile-from-start")
+    # --kernel-id splits on ':', so the filter's non-capturing group "(?:" would cut the regex short.
+    pattern = pattern.replace("(?:", "(")
     return out[:cut] + ["--kernel-id", f"::regex:{pattern}:1"] + out[cut:]
 
 
