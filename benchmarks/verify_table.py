@@ -5,7 +5,8 @@ within +-20% of the realized saving. Markdown on stdout:
 
     python3 benchmarks/verify_table.py DIR [DIR...] > benchmarks/results/verify_h200.md
 
-Realized figures are measured (plain runs of the script, no collector); predicted ones are hybrid's
+Realized figures are measured (plain runs of the script, no collector; a flag such as TF32 timed off and on
+in one run, "paired"); predicted ones are hybrid's
 estimates (replay or closed form, as `time_lost_method` says, "corrected" where earlier verified runs on the
 GPU corrected them: the uncorrected prediction is then scored too), on the plain step. Each fix's run is one
 process (run s: its wall time) whose window is one plain window."""
@@ -59,6 +60,7 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
             if isinstance(uncorrected, (int, float)) and isinstance(saved, (int, float)):
                 uncorrected_errors.append(relative_error(uncorrected, saved, verify["step_before_ms"]))
         numerics = verify.get("numerics") or {}
+        paired = verify.get("paired") if isinstance(verify.get("paired"), dict) else None
         label = f"`{finding['id']}`" + (" (primary)" if finding["id"] == primary else "")
         cells = [
             name,
@@ -68,7 +70,8 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
             f"{_ms(predicted)} ({finding.get('time_lost_method') or '-'})",
             _ms(uncorrected),
             _ms(saved),
-            f"{_ms(verify.get('step_before_ms'))} -> {_ms(verify.get('step_after_ms'))}",
+            f"{_ms(verify.get('step_before_ms'))} -> {_ms(verify.get('step_after_ms'))}"
+            + (f" (paired, on windows {_ms(paired.get('spread_ms'))} apart)" if paired else ""),
             "-" if error is None else f"{100 * error:.0f}%",
             str(numerics.get("status", "-")),
             _ms(wall_s.get(verify.get("pass"))),

@@ -132,6 +132,14 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
     applied = _read_json(run.path / folder / FIX_FILE)
     actions, passed_over = applied.get("actions") or [], applied.get("left_as_built") or []
     out["actions"] = actions
+    timed = paired_windows(applied["paired"]) if "paired" in applied else None
+    if "paired" in applied and timed is None and actions:
+        # The flag is off in the middle window: a script that ends there also ends with it off.
+        return {
+            **out,
+            "status": "failed",
+            "reason": "the script ended before the windows with the fix off and on again were timed",
+        }
     switch = SWITCH_BY_NAME.get(str(record.get("fix")))
     held = switch.is_on(RunConfig(inject.get("config") or {})) if switch is not None else None
     if not actions or held is False:
@@ -143,12 +151,41 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
             why = "the script built nothing the fix acts on"
         return {**out, "status": "not applied", "reason": why, "step_after_ms": float(after_ms)}
     last_step = reference["warmup"] + reference["steps"] - 1
+    if timed is not None:
+        return {
+            **out,
+            "status": "realized",
+            "step_before_ms": timed["off_ms"],
+            "step_after_ms": timed["on_ms"],
+            "realized_ms": timed["off_ms"] - timed["on_ms"],
+            "paired": {**timed, "plain_step_ms": reference["step_ms"]},
+            "numerics": numerics(run, reference, folder, last_step),
+        }
     return {
         **out,
         "status": "realized",
         "step_after_ms": float(after_ms),
         "realized_ms": reference["step_ms"] - float(after_ms),
         "numerics": numerics(run, reference, folder, last_step),
+    }
+
+
+def paired_windows(paired: dict) -> dict | None:
+    """A paired run's step with the fix off and on (ms a step, the on windows' steps pooled) and how far its
+    two on windows were apart (`spread_ms`, the in-process noise the saving is read against); None unless
+    every window was timed (hybrid.inject.apply_fix PAIRED_ORDER)."""
+    windows = [w for w in paired.get("segments") or [] if isinstance(w, dict)]
+    timed = [w for w in windows if isinstance(w.get("ms"), (int, float)) and w.get("steps")]
+    if not windows or len(timed) != len(windows) or {bool(w["fix_on"]) for w in timed} != {True, False}:
+        return None
+    on = [w for w in timed if w["fix_on"]]
+    off = [w for w in timed if not w["fix_on"]]
+    per_step = [w["ms"] / w["steps"] for w in on]
+    return {
+        "on_ms": sum(w["ms"] for w in on) / sum(w["steps"] for w in on),
+        "off_ms": sum(w["ms"] for w in off) / sum(w["steps"] for w in off),
+        "spread_ms": max(per_step) - min(per_step),
+        "windows_ms": [w["ms"] / w["steps"] for w in timed],
     }
 
 

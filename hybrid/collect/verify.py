@@ -1,10 +1,11 @@
 """`hybrid run --verify N`: after the passes, the top N findings (by the saving they predict) whose fix hybrid
 can switch on itself (their rule's `switches`, hybrid.rules.switches) get that fix applied in a plain run of
 the script (no collector; hybrid.inject.apply_fix), and what it saves is measured against the run's own plain
-step. One process per fix, whatever number of findings share it; a switch the run already had on is never
-run. A fix whose run fails is recorded as failed with its reason; the rest of the run is kept. The records go
-to run.json `verify` (hybrid.analysis.verified reads them back), and each realized saving into this GPU's
-history (hybrid.replay.realized)."""
+step, or, for a flag, against the step with the flag off in the same run. One process per fix, whatever
+number of findings share it; a switch the run already had on is never run. A fix whose run fails is recorded
+as failed with its reason; the rest of the run is kept. The records go to run.json `verify`
+(hybrid.analysis.verified reads them back), and each realized saving into this GPU's history
+(hybrid.replay.realized)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.errors import HybridError
+from hybrid.inject.apply_fix import paired_steps
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, observed_config
 from hybrid.rules.registry import RULE_BY_ID
@@ -151,6 +153,12 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
     # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
     # last step, inside this run's warmup (hybrid.inject.numerics keeps the last steps' losses).
     warmup = max(reference["warmup"], item.switch.min_warmup)
+    steps = reference["steps"]
+    # A flag is timed off and on in its own process, windows as long as the plain one (hybrid.inject.apply_fix
+    # PAIRED_ORDER: on, off, on, and a step to settle after each switch).
+    paired = ["--paired", str(steps)] if item.switch.paired else []
+    if paired:
+        steps = paired_steps(steps)
     argv = [
         sys.executable,
         "-m",
@@ -166,9 +174,10 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
         # inside its window after 4 warmup steps of a 0.9 ms forward, 77.8 ms a step.
         *([] if item.switch.min_warmup else ["--fixed-warmup"]),
         "--steps",
-        str(reference["steps"]),
+        str(steps),
         "--apply-fix",
         item.switch.name,
+        *paired,
         "--capture-loss",
         *(["--module"] if target.is_module else []),
         "--",

@@ -4,7 +4,8 @@ objects the script builds get the setting (DataLoader workers and pinning, fused
 module, the first module with parameters that the script calls at the top level, is compiled or wrapped in
 autocast from its second call on. Where the first step calls no such module, the compile fixes compile the
 stepped function instead (hybrid.inject.stepped_function). What was done is written to OUT/fix.json, so a
-fix that found nothing to act on says so instead of reporting a saving of zero as realized.
+fix that found nothing to act on says so instead of reporting a saving of zero as realized. A fix that is a
+flag (TOGGLES) can instead be timed off and on in the same process (`--paired`), its windows in fix.json.
 
 Standard library and torch only: it runs inside the profiled process (hybrid.inject.script --apply-fix)."""
 
@@ -14,6 +15,7 @@ import functools
 import inspect
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,31 +39,34 @@ def _did(action: str, *, taken: bool = True) -> None:
         kept.append(action)
 
 
-def _tf32() -> None:
+def _set_tf32(on: bool) -> bool:
+    """TF32 for FP32 matmuls and cuDNN convolutions on or off; whether that changed it."""
     import torch
 
-    def switch_on() -> bool:
-        was_on = torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        return not was_on
+    was = torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    return was != on
 
-    switch_on()
+
+def _set_cudnn_benchmark(on: bool) -> bool:
+    import torch
+
+    was = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    return was != on
+
+
+def _tf32() -> None:
+    _set_tf32(True)
     _did("torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True")
-    _again_at_the_stepped_module(switch_on, "TF32")
+    _again_at_the_stepped_module(lambda: _set_tf32(True), "TF32")
 
 
 def _cudnn_benchmark() -> None:
-    import torch
-
-    def switch_on() -> bool:
-        was_on = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = True
-        return not was_on
-
-    switch_on()
+    _set_cudnn_benchmark(True)
     _did("torch.backends.cudnn.benchmark = True")
-    _again_at_the_stepped_module(switch_on, "cudnn.benchmark")
+    _again_at_the_stepped_module(lambda: _set_cudnn_benchmark(True), "cudnn.benchmark")
 
 
 def _again_at_the_stepped_module(switch_on: Callable[[], bool], flag: str) -> None:
@@ -291,6 +296,82 @@ def _fuse(cls: type) -> None:
     cls.__init__ = patched  # type: ignore[method-assign,misc]
 
 
+# Fixes that are flags read at every call, not objects the script builds: `--paired` switches them off and on
+# again between steps of one process, so the step with and without the fix are timed in the same process. Two
+# processes of one script differ by more than many fixes save: hf_trainer_gpt2 ran 16.6 to 18.5 ms a step in
+# six processes on the H200, and its TF32 fix read 7.72 ms saved in one session and 1.94 ms in the next
+# (benchmarks/results/s8_h200/hf_plain_window.txt).
+TOGGLES: dict[str, Callable[[bool], bool]] = {"tf32": _set_tf32, "cudnn_benchmark": _set_cudnn_benchmark}
+# The paired windows after warmup, each as long: (fix on, settle steps). On, off, on: the off window sits at
+# the on windows' mean time, so a drift linear in time (clocks, temperatures) weighs both settings alike, and
+# the first on window is the plain window's steps with the fix on from the start, as in an unpaired run, so
+# the loss at its last step compares with the plain run's (hybrid.analysis.verified.numerics). The first step
+# after a switch is not timed: it carries the switch's own cost (cudnn.benchmark times every convolution
+# algorithm at its first call).
+PAIRED_ORDER = ((True, 0), (False, 1), (True, 1))
+
+
+def paired_steps(segment_steps: int) -> int:
+    """Steps the paired windows take after warmup, `segment_steps` timed in each."""
+    return sum(settle + segment_steps for _on, settle in PAIRED_ORDER)
+
+
+class _Paired:
+    """Times the paired windows (PAIRED_ORDER) from the end of warmup, switching the fix at each window's
+    start; each window's time runs between two device synchronizations, so it holds its steps' GPU work."""
+
+    def __init__(self, toggle: Callable[[bool], bool], warmup: int, segment_steps: int) -> None:
+        self.toggle = toggle
+        self.warmup = warmup
+        self.segment_steps = segment_steps
+        self.segments: list[dict] = []
+        self._settle_left = 0
+        self._timed_left = 0
+        self._start_ns = 0
+
+    def at_step_end(self) -> bool:
+        session = active_session()
+        if session is None:
+            return True
+        if not self.segments:
+            if session.steps_seen < self.warmup:
+                return False
+            return self._next()
+        if self._settle_left:
+            self._settle_left -= 1
+            if not self._settle_left:
+                self._start_ns = _synchronized_ns()
+            return False
+        self._timed_left -= 1
+        if self._timed_left:
+            return False
+        end_ns = _synchronized_ns()
+        self.segments[-1]["ms"] = (end_ns - self._start_ns) / 1e6
+        return self._next()
+
+    def _next(self) -> bool:
+        """Start the next window; True (stop listening) after the last."""
+        if len(self.segments) == len(PAIRED_ORDER):
+            return True
+        on, settle = PAIRED_ORDER[len(self.segments)]
+        self.toggle(on)
+        self.segments.append({"fix_on": on, "settle_steps": settle, "steps": self.segment_steps, "ms": None})
+        self._settle_left, self._timed_left = settle, self.segment_steps
+        self._start_ns = _synchronized_ns()
+        return False
+
+
+def _synchronized_ns() -> int:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter_ns()
+
+
+_paired: _Paired | None = None
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "tf32": _tf32,
     "cudnn_benchmark": _cudnn_benchmark,
@@ -303,11 +384,19 @@ FIXES: dict[str, Callable[[], None]] = {
 }
 
 
-def apply(name: str) -> None:
-    """Switch fix `name` on (a key of FIXES) for the rest of this process."""
-    global _fix
+def apply(name: str, *, paired_after: int | None = None, segment_steps: int = 0) -> None:
+    """Switch fix `name` on (a key of FIXES) for the rest of this process; for a fix in TOGGLES with
+    `paired_after` (the warmup steps), time the paired windows of `segment_steps` steps after them."""
+    global _fix, _paired
     _fix = name
     FIXES[name]()
+    if paired_after is None:
+        return
+    session = active_session()
+    if session is None:  # hybrid.inject.script begins its session first
+        return
+    _paired = _Paired(TOGGLES[name], paired_after, segment_steps)
+    session.on_step_end(_paired.at_step_end)
 
 
 def write(out_dir: Path) -> None:
@@ -315,7 +404,8 @@ def write(out_dir: Path) -> None:
     if _fix is None:
         return
     partial = out_dir / (FIX_FILE + ".partial")
-    partial.write_text(
-        json.dumps({"fix": _fix, "actions": _actions, "left_as_built": _passed_over}, indent=1)
-    )
+    record: dict[str, Any] = {"fix": _fix, "actions": _actions, "left_as_built": _passed_over}
+    if _paired is not None:
+        record["paired"] = {"warmup": _paired.warmup, "segments": _paired.segments}
+    partial.write_text(json.dumps(record, indent=1))
     os.replace(partial, out_dir / FIX_FILE)

@@ -1,7 +1,8 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
     python -m hybrid.inject.script --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
-                            [--whole-run] [--fixed-warmup] [--module] [--apply-fix FIX] [--capture-loss]
+                            [--whole-run] [--fixed-warmup] [--module] [--apply-fix FIX [--paired STEPS]]
+                            [--capture-loss]
                             -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
@@ -82,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
         "--apply-fix",
         choices=sorted(apply_fix.FIXES),
         help="switch this fix on before the script runs (hybrid run --verify); OUT/fix.json says what it did",
+    )
+    parser.add_argument(
+        "--paired",
+        type=int,
+        metavar="STEPS",
+        help="with --apply-fix of a flag (tf32, cudnn_benchmark): after warmup, time STEPS steps with the "
+        "fix, STEPS without, STEPS with again, in this process (OUT/fix.json `paired`); --steps covers them",
     )
     parser.add_argument(
         "--capture-loss",
@@ -185,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.absolute()
     if not command:
         parser.error("no target: put the script (or, with --module, the module) after `--`")
+    if args.paired is not None and (args.apply_fix not in apply_fix.TOGGLES or args.paired < 1):
+        parser.error(
+            f"--paired takes STEPS >= 1 and --apply-fix among {', '.join(sorted(apply_fix.TOGGLES))}"
+        )
     target, target_args = command[0], command[1:]
     if not args.module and not os.path.isfile(target):
         print(
@@ -219,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.capture_loss:
             numerics.install()
         if args.apply_fix:
-            apply_fix.apply(args.apply_fix)
+            paired = {"paired_after": args.warmup, "segment_steps": args.paired} if args.paired else {}
+            apply_fix.apply(args.apply_fix, **paired)
     except HybridError as exc:
         print(exc.message(), file=sys.stderr)
         return exc.exit_code

@@ -19,9 +19,16 @@ def verify_line(finding: dict) -> str | None:
         return f"verify: {what} {status or 'failed'}: {verify.get('reason') or 'no reason recorded'}"
     before = format_value(verify.get("step_before_ms"), "ms")
     after = format_value(verify.get("step_after_ms"), "ms")
+    paired = verify.get("paired")
+    measured = (
+        f"one plain run, off then on: {before} -> {after}/step, the on windows "
+        f"{format_value(paired.get('spread_ms'), 'ms')} apart"
+        if isinstance(paired, dict)
+        else f"plain runs {before} -> {after}/step"
+    )
     line = (
-        f"realized {format_value(verify.get('realized_ms'), 'ms')}/step with {what} [measured: plain runs "
-        f"{before} -> {after}/step]; predicted {format_value(verify.get('predicted_ms'), 'ms')}"
+        f"realized {format_value(verify.get('realized_ms'), 'ms')}/step with {what} [measured: {measured}]; "
+        f"predicted {format_value(verify.get('predicted_ms'), 'ms')}"
     )
     return f"{line}; {_numerics(verify.get('numerics') or {})}"
 

@@ -22,6 +22,9 @@ class Switch:
     missing: Callable[[RunConfig], str | None] = lambda _config: None
     # Steps the fix's run drops at least before its plain window, where the fix itself needs them to settle.
     min_warmup: int = 0
+    # A flag read at every call (hybrid.inject.apply_fix.TOGGLES): its run times the step with and without it
+    # in one process (--paired) rather than against the run's plain step, timed in another process.
+    paired: bool = False
 
     def blocked(self, config: RunConfig) -> str | None:
         """Why this switch is not verified on a run with `config`, or None when it can be."""
@@ -56,9 +59,10 @@ TF32 = Switch(
     "tf32",
     "TF32 for FP32 matmuls and cuDNN convolutions",
     lambda c: None if c.tf32_matmul is None else bool(c.tf32_matmul and c.tf32_conv),
+    paired=True,
 )
 CUDNN_BENCHMARK = Switch(
-    "cudnn_benchmark", "torch.backends.cudnn.benchmark = True", lambda c: c.cudnn_benchmark
+    "cudnn_benchmark", "torch.backends.cudnn.benchmark = True", lambda c: c.cudnn_benchmark, paired=True
 )
 AUTOCAST_BF16 = Switch(
     "autocast_bf16",

@@ -1,0 +1,129 @@
+"""`hybrid run --verify` of a flag (TF32, cudnn.benchmark) times the step with the flag on, off and on again
+in one process, instead of against the plain step of another process: on the H200 two processes of one
+Hugging Face Trainer script differed by up to 1.9 ms a step (16.6-18.5 ms), more than its TF32 fix saves.
+Real injector runs on the CPU of a script whose step waits longer while the flag is off, as a GPU step runs
+longer without TF32."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid.analysis import verified
+from hybrid.collect.verify import Planned, _run_fix
+from hybrid.inject.apply_fix import PAIRED_ORDER, TOGGLES, paired_steps
+from hybrid.report.verified import verify_line
+from hybrid.rules.switches import CUDNN_BENCHMARK, LOADER_WORKERS, SWITCHES, TF32
+from hybrid.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+# The step waits 30 ms with cudnn.benchmark off, 10 ms with it on: 20 ms saved a step, far above the few ms
+# a loaded 2-core box adds to a sleep.
+SCRIPT = """\
+import time
+import torch
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range({iters}):
+    time.sleep(0.010 if torch.backends.cudnn.benchmark else 0.030)
+    optimizer.zero_grad()
+    model(torch.ones(4, 8)).sum().backward()
+    optimizer.step()
+"""
+WARMUP, STEPS = 2, 3
+
+
+def _paired_run(tmp_path: Path, iters: int) -> tuple[Path, subprocess.CompletedProcess]:
+    script = tmp_path / "flag_bound.py"
+    script.write_text(SCRIPT.format(iters=iters))
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out"]
+    argv += [str(run / "verify-cudnn_benchmark"), "--warmup", str(WARMUP), "--fixed-warmup"]
+    argv += ["--steps", str(paired_steps(STEPS)), "--apply-fix", "cudnn_benchmark", "--paired", str(STEPS)]
+    argv += ["--capture-loss", "--", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
+    return run, done
+
+
+def _realized(run: Path) -> dict:
+    # The run's plain step, as another process timed it: the paired saving does not use it.
+    reference = {"step_ms": 55.0, "warmup": WARMUP, "steps": STEPS, "folder": "verify-cudnn_benchmark"}
+    record = {"fix": "cudnn_benchmark", "status": "ok", "pass": "verify-cudnn_benchmark"}
+    return verified.realized(RunDir(run), record, reference)
+
+
+def test_a_flag_is_timed_off_and_on_again_in_one_process(tmp_path):
+    run, done = _paired_run(tmp_path, iters=40)
+    assert done.returncode == 0, done.stderr
+    windows = json.loads((run / "verify-cudnn_benchmark" / "fix.json").read_text())["paired"]["segments"]
+    assert [(w["fix_on"], w["settle_steps"], w["steps"]) for w in windows] == [
+        (True, 0, STEPS),
+        (False, 1, STEPS),
+        (True, 1, STEPS),
+    ]
+    outcome = _realized(run)
+    assert outcome["status"] == "realized", outcome
+    # Each window's steps waited 30 ms (off) or 10 ms (on) each, plus the step's own work.
+    assert outcome["step_before_ms"] == pytest.approx(30.0, abs=8.0)
+    assert outcome["step_after_ms"] == pytest.approx(10.0, abs=8.0)
+    assert outcome["realized_ms"] == pytest.approx(outcome["step_before_ms"] - outcome["step_after_ms"])
+    assert outcome["realized_ms"] == pytest.approx(20.0, abs=6.0)
+    paired = outcome["paired"]
+    assert paired["plain_step_ms"] == 55.0
+    assert paired["spread_ms"] < outcome["realized_ms"] / 2
+    # The first window has the flag on from the start, as an unpaired run: the loss at the plain window's
+    # last step is compared with the plain run's.
+    assert outcome["numerics"]["step"] == WARMUP + STEPS - 1
+    line = verify_line(
+        {"verify": {**outcome, "description": CUDNN_BENCHMARK.description, "predicted_ms": 18}}
+    )
+    assert "one plain run, off then on" in line and "apart" in line
+
+
+def test_a_script_that_ends_before_the_last_window_is_no_saving(tmp_path):
+    run, done = _paired_run(tmp_path, iters=WARMUP + STEPS + 2)
+    assert done.returncode == 0, done.stderr
+    outcome = _realized(run)
+    assert outcome["status"] == "failed" and "off and on again" in outcome["reason"]
+    assert "realized_ms" not in outcome
+
+
+class _CommandOnly:
+    """The orchestrator's side of a fix's run, keeping the command it was asked to run."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir, self.passes, self.mode_reasons = run_dir, [], []
+        self.target = type("Target", (), {"argv": ["train.py"], "is_module": False, "display": "train.py"})()
+        self.argv: list[str] = []
+
+    def run_side_pass(self, name, argv, *, note, contributed, limit_s):
+        self.argv = argv
+        return None, None
+
+
+def test_only_flags_are_paired_and_their_runs_cover_every_window(tmp_path):
+    assert {switch.name for switch in SWITCHES if switch.paired} == set(TOGGLES)
+    reference = {"warmup": 2, "steps": 10}
+    for switch in (TF32, CUDNN_BENCHMARK, LOADER_WORKERS):
+        runner = _CommandOnly(RunDir(tmp_path / switch.name))
+        _run_fix(runner, Planned(switch), reference, limit_s=60)
+        steps = int(runner.argv[runner.argv.index("--steps") + 1])
+        if switch.paired:
+            assert runner.argv[runner.argv.index("--paired") + 1] == "10"
+            assert steps == paired_steps(10) == len(PAIRED_ORDER) * 10 + 2
+        else:
+            assert "--paired" not in runner.argv and steps == 10
+
+
+def test_paired_needs_a_flag_fix(tmp_path):
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path / "out")]
+    argv += ["--apply-fix", "loader_workers", "--paired", "3", "--", "train.py"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=60)
+    assert done.returncode == 2 and "--paired takes STEPS >= 1 and --apply-fix among" in done.stderr
