@@ -199,6 +199,24 @@ CASES = [
         says=("torch.compile(model, mode='reduce-overhead')",),
     ),
     Case(
+        "launch-bound, gradients clipped one by one: foreach clipping, before the CUDA graphs",
+        MLP,
+        "launch.bound",
+        _config(grad_clipping=[{"foreach": False, "calls": 30, "tensors": 32}]),
+        says=(
+            "clip_grad_norm_(..., foreach=True)",
+            "clip_grad_norm_ ran with foreach=False over 32 gradients",
+            "64 launches a call",
+        ),
+    ),
+    Case(
+        "launch-bound, clipping with foreach left to torch: nothing to say about it",
+        MLP,
+        "launch.bound",
+        _config(grad_clipping=[{"foreach": None, "calls": 30, "tensors": 32}]),
+        never=("clip_grad_norm_",),
+    ),
+    Case(
         "launch-bound, compiled with reduce-overhead: not again",
         MLP,
         "launch.bound",
@@ -430,3 +448,16 @@ def test_hf_trainer_in_fp32_is_told_its_trainers_switches():
     assert "TrainingArguments(tf32=True)" in text and "TrainingArguments(bf16=True)" in text
     for torch_switch in ("torch.backends", "torch.autocast(", "torch.compile(model"):
         assert torch_switch not in text
+
+
+def test_clipping_one_by_one_leads_where_its_launches_are_a_tenth_of_the_step():
+    """graph_unfused_small_ops launches about 200 kernels a step: 32 gradients clipped one by one (64
+    launches) lead the launch advice; 4 (8 launches) follow the CUDA graphs."""
+    texts = {}
+    for gradients in (32, 4):
+        config = _config(grad_clipping=[{"foreach": False, "calls": 30, "tensors": gradients}])
+        finding = engine.evaluate(BY_ID["launch.bound"], _with(MLP, config))
+        texts[gradients] = finding.suggestions
+    assert texts[32][0].startswith("torch.nn.utils.clip_grad_norm_(..., foreach=True)")
+    assert not texts[4][0].startswith("torch.nn.utils.clip_grad_norm_")
+    assert any(t.startswith("torch.nn.utils.clip_grad_norm_(..., foreach=True)") for t in texts[4])

@@ -32,6 +32,7 @@ CASES = {
         "--channels-last",
         "--scaler",
         "--pin-memory",
+        "--clip-one-by-one",
     ),
     "workers": (
         "--workers",
@@ -93,6 +94,7 @@ def test_nothing_switched_on_is_recorded_as_off(configs):
     assert config["channels_last"]["used"] is False and config["channels_last"]["conv2d_modules"] == 1
     assert config["distributed"]["initialized"] is False and config["distributed"]["ddp"] == []
     assert config["framework"] == {"name": None}
+    assert config["grad_clipping"] == []
 
 
 def test_what_the_script_switched_on_is_recorded(configs):
@@ -108,6 +110,11 @@ def test_what_the_script_switched_on_is_recorded(configs):
     assert config["channels_last"]["used"] is True
     assert config["data_loaders"][0]["pin_memory"] is True
     assert configs["workers"]["data_loaders"][0]["num_workers"] == 2
+    # One clip_grad_norm_ call a step, foreach=False, over the conv's and the linear's weights and biases (the
+    # generator of parameters it was given, listed by the observer and passed on; the final loss, below, is
+    # the same with and without it).
+    (clipping,) = config["grad_clipping"]
+    assert clipping["foreach"] is False and clipping["tensors"] == 4 and clipping["calls"] >= 4
 
 
 def test_a_disabled_autocast_region_is_seen_but_not_enabled(configs):
@@ -229,3 +236,31 @@ def test_results_json_carries_the_config_of_the_run(tmp_path):
         results["config"]["optimizers"][0]["class"] == "AdamW" and results["config"]["optimizers"][0]["fused"]
     )
     assert results["config"] == json.loads((tmp_path / "run" / "torch" / "inject.json").read_text())["config"]
+
+
+def test_a_compiled_function_that_clips_keeps_its_one_graph(tmp_path):
+    """The clip_grad_norm_ observer calls straight through while torch.compile traces it: a step function
+    compiled with fullgraph=True (which raises at any graph break) that clips still compiles, and nothing is
+    recorded from inside the graph."""
+    script = tmp_path / "compiled_clip.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "@torch.compile(backend='eager', fullgraph=True)\n"
+        "def clip():\n"
+        "    return torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=False)\n"
+        "for _ in range(8):\n"
+        "    optimizer.zero_grad()\n"
+        "    model(torch.ones(2, 8)).sum().backward()\n"
+        "    clip()\n"
+        "    optimizer.step()\n"
+    )
+    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path / "out")]
+    argv += ["--warmup", "1", "--steps", "3", "--fixed-warmup", "--", str(script)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    inject = json.loads((tmp_path / "out" / "inject.json").read_text())
+    assert inject["outcome"] == "step_limit" and inject["graph_breaks"] == []
+    assert inject["config"]["grad_clipping"] == []

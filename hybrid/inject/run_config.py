@@ -3,13 +3,14 @@ DataLoaders, DDP/FSDP, memory format, CUDA graphs and the training framework. Ad
 (a setting already on is never suggested), so it is read inside the profiled process and written to
 inject.json as `config`.
 
-Reading must not change the run. `install()` (at session begin, by the injector) adds two observers that
-only record and then call through: `torch.amp.autocast.__enter__` (autocast regions are transient: their
-device and dtype are seen only when entered) and `torch.compile` (its `mode` is not kept on the compiled
-module). Everything else is read once, after the measured window, by `capture()`: backend flags, and the
-live objects of the process (optimizers, GradScalers, DataLoaders, DDP/FSDP wrappers, compiled modules,
-CUDA graphs, convolution weights, Hugging Face / Lightning trainers), found by one pass over the garbage
-collector's objects, so no user object is wrapped or hooked.
+Reading must not change the run. `install()` (at session begin, by the injector) adds observers that only
+record and then call through: `torch.amp.autocast.__enter__` (autocast regions are transient: their device
+and dtype are seen only when entered), `torch.compile` (its `mode` is not kept on the compiled module) and
+`torch.nn.utils.clip_grad_norm_` (its `foreach` is an argument of each call). Everything else is read once,
+after the measured window, by `capture()`: backend flags, and the live objects of the process (optimizers,
+GradScalers, DataLoaders, DDP/FSDP wrappers, compiled modules, CUDA graphs, convolution weights, Hugging Face
+/ Lightning trainers), found by one pass over the garbage collector's objects, so no user object is wrapped
+or hooked.
 
 Standard library and torch only (no pandas): it runs inside every profiled process. Framework modules are
 looked up in sys.modules, never imported. capture() never raises: a section that fails is named in
@@ -54,6 +55,8 @@ HF_ARGUMENTS = (
 
 _autocast_entries: dict[tuple[str, str, bool], int] = {}
 _compile_calls: list[dict] = []
+# clip_grad_norm_ calls by their foreach argument: {foreach: [calls, most gradients in one call]}.
+_clip_calls: dict[bool | None, list[int]] = {}
 _installed = False
 
 
@@ -79,6 +82,9 @@ def install() -> None:
     # code (and the torch.cuda.amp / torch.cpu.amp subclasses, which call super().__enter__) passes here.
     autocast_mode.autocast.__enter__ = observed_enter
     torch.compile = _observed_compile(torch.compile)
+    # The script, HF's Accelerate and Lightning call it through torch.nn.utils (bound at the call, or at an
+    # import that comes after this); its defining module keeps the original for torch's own callers.
+    torch.nn.utils.clip_grad_norm_ = _observed_clip(torch.nn.utils.clip_grad_norm_)
 
 
 def _note_autocast(context: Any) -> None:
@@ -114,6 +120,38 @@ def _observed_compile(compile_fn: Callable) -> Callable:
     return observed
 
 
+def _observed_clip(clip_fn: Callable) -> Callable:
+    """clip_grad_norm_ recording its foreach argument and how many gradients it clips: with foreach=False it
+    launches a norm and a multiply per gradient (kernel_launch's advice reads it). A generator of parameters
+    is listed first, as clip_grad_norm_ itself does, and passed on as that list."""
+
+    import torch
+
+    @functools.wraps(clip_fn)
+    def observed(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile (a compiled step function): recording would break its graph.
+            return clip_fn(parameters, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            if not isinstance(parameters, torch.Tensor):
+                parameters = list(parameters)
+            count = 1 if isinstance(parameters, torch.Tensor) else len(parameters)
+            foreach = kwargs.get("foreach", args[3] if len(args) > 3 else None)
+            entry = _clip_calls.setdefault(None if foreach is None else bool(foreach), [0, 0])
+            entry[0] += 1
+            entry[1] = max(entry[1], count)
+        return clip_fn(parameters, *args, **kwargs)
+
+    return observed
+
+
+def _grad_clipping() -> list[dict]:
+    return [
+        {"foreach": foreach, "calls": calls, "tensors": tensors}
+        for foreach, (calls, tensors) in _clip_calls.items()
+    ]
+
+
 # ----------------------------------------------------------------------------- capture
 def capture() -> dict:
     """The run's configuration as plain JSON values (see docs/DESIGN.md, `config`)."""
@@ -130,6 +168,7 @@ def capture() -> dict:
         ("distributed", lambda: _distributed(instances)),
         ("channels_last", lambda: _channels_last(instances.get("conv", []))),
         ("cuda_graphs", lambda: {"graphs": len(instances.get("cuda_graph", []))}),
+        ("grad_clipping", _grad_clipping),
         ("framework", lambda: _framework(instances)),
     )
     for name, read in sections:

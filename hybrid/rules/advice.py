@@ -109,6 +109,15 @@ class RunConfig:
 
     # -- optimizer and input pipeline
     @property
+    def gradients_clipped_one_by_one(self) -> int | None:
+        """The most gradients one clip_grad_norm_(..., foreach=False) call clipped (0 where every recorded
+        call left foreach on); None where no call was recorded."""
+        calls = [c for c in self._get("grad_clipping") or [] if isinstance(c, dict)]
+        if not calls:
+            return None
+        return max((int(c.get("tensors") or 0) for c in calls if c.get("foreach") is False), default=0)
+
+    @property
     def optimizers(self) -> list[dict] | None:
         optimizers = self._get("optimizers")
         return None if optimizers is None else [o for o in optimizers if isinstance(o, dict)]
@@ -368,6 +377,22 @@ def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
                 )
             )
     return out
+
+
+def foreach_clipping(config: RunConfig, *, condition: str) -> list[Suggestion]:
+    """clip_grad_norm_ without foreach=False, where the run clipped gradients one by one."""
+    gradients = config.gradients_clipped_one_by_one
+    if not gradients:
+        return []
+    return [
+        Suggestion(
+            "torch.nn.utils.clip_grad_norm_(..., foreach=True) (or leave foreach unset: on CUDA it is the "
+            "default), so the norms and the scaling run as a few multi-tensor kernels",
+            f"{condition}; clip_grad_norm_ ran with foreach=False over {gradients} gradients: a norm and a "
+            f"multiply kernel for each, {2 * gradients} launches a call",
+            ("clip_grad_norm_",),
+        )
+    ]
 
 
 def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> list[Suggestion]:

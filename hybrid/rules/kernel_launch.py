@@ -7,6 +7,7 @@ from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import (
     Suggestion,
     capture_whole_step,
+    foreach_clipping,
     fused_optimizer,
     use_compile,
     use_cuda_graphs,
@@ -17,6 +18,8 @@ from hybrid.rules.switches import COMPILE_REDUCE_OVERHEAD
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
 MIN_LOST_PCT = 5.0
+# Gradient clipping one by one leads the advice where its launches are this share of the step's kernels.
+CLIPPING_FIRST_SHARE = 0.1
 # Memory below half of capacity leaves room to at least double the batch.
 BATCH_HEADROOM_PEAK_PCT = 50.0
 # The per-step host costs a larger batch would amortize: launch gaps and host work while the device idles.
@@ -88,7 +91,12 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     )
     heavy = ctx.value("cpu_heavy_ops", 0) >= 1
     ops = tuple(str(ctx.value("cpu_heavy_op_names") or "").split(", ")) if heavy else ()
-    out = use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
+    # Clipping gradients one by one is the script's own line, and graphs of the model leave it eager: first
+    # where its launches are a tenth of the step's (compiled MLP, foreach=False: 76 of 262 kernels).
+    clipping = foreach_clipping(ctx.config, condition=condition)
+    clipped = 2 * (ctx.config.gradients_clipped_one_by_one or 0)
+    first = clipping if kernels and clipped >= CLIPPING_FIRST_SHARE * kernels else []
+    out = first + use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     # The longer gaps' host-only framework work stays eager in a compiled model's graphs; one graph of the
     # whole step replays it (resnet50: AccumulateGrad x161, 1.42 ms a step).
     framework = framework_ops(ctx) if dispatch else ""
@@ -112,6 +120,8 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     out += fused_optimizer(
         ctx.config, condition=condition + "; an unfused optimizer step launches kernels per parameter group"
     )
+    if not first:
+        out += clipping
     peak = ctx.value("peak_memory_pct")
     if peak is not None and peak < BATCH_HEADROOM_PEAK_PCT:
         out.append(

@@ -1,7 +1,8 @@
 """A CPU training loop that switches on what hybrid.inject.run_config records, each set by a flag, so a test can
 compare the recorded `config` with what the script did: --tf32, --autocast bf16, --compile MODE (the model is
 wrapped, never called compiled: no compiler needed), --optimizer sgd|adamw with --fused, --workers N with
---pin-memory, --channels-last, --scaler; --device cuda on a GPU."""
+--pin-memory, --channels-last, --scaler, --clip-one-by-one (clip_grad_norm_ with foreach=False, through a
+generator of parameters); --device cuda on a GPU."""
 
 import argparse
 
@@ -18,6 +19,7 @@ parser.add_argument("--workers", type=int, default=0)
 parser.add_argument("--pin-memory", action="store_true")
 parser.add_argument("--channels-last", action="store_true")
 parser.add_argument("--scaler", action="store_true")
+parser.add_argument("--clip-one-by-one", action="store_true")
 parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--device", default="cpu")
 args = parser.parse_args()
@@ -47,5 +49,7 @@ for step, (images, labels) in zip(range(args.steps), loader):
     with torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
         loss = nn.functional.cross_entropy(model(images), labels)
     loss.backward()
+    if args.clip_one_by_one:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, foreach=False)
     optimizer.step()
 print(f"final loss {loss.item():.6f}")
