@@ -190,7 +190,6 @@ class _Sway:
     def __init__(self, findings: list[dict], pools: dict, timing: dict, plain: bool) -> None:
         self.findings = findings
         self.pools = pools
-        self.timing = timing
         # The step findings are weighed at: the plain step where a collector slowed the measured one.
         self.step_ms = float(
             (timing.get("baseline_step_time_ms") if plain else timing.get("step_time_ms")) or 0
@@ -201,7 +200,9 @@ class _Sway:
         self.to_weighed = (weighed / measured) if plain and weighed and measured else 1.0
 
     def weighed(self, finding: dict) -> float:
-        return _weighed_lost_ms(finding, self.timing)
+        # The analysis ncu is planned on is this run's own: its diagnosis weighed every finding
+        # (hybrid.analysis.diagnosis writes weighed_lost_ms).
+        return float(finding.get("weighed_lost_ms") or 0.0)
 
     def spare_ms(self, finding: dict) -> float | None:
         """What the finding's pool holds beyond its claim; None where it draws on no cause counters move."""
@@ -265,14 +266,3 @@ class _Sway:
                     f"({finding.get('severity')}), which draws on that time"
                 )
         return None
-
-
-def _weighed_lost_ms(finding: dict, timing: dict) -> float:
-    """What the finding's fix saves a step on the step the diagnosis weighed it at
-    (hybrid.analysis.diagnosis)."""
-    value = finding.get("weighed_lost_ms")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if timing.get("weighed_at_plain_step") and finding.get("time_lost_baseline_ms") is not None:
-        return float(finding["time_lost_baseline_ms"])
-    return float(finding.get("time_lost_ms") or 0.0)
