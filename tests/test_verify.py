@@ -261,8 +261,8 @@ class _CommandOnly:
     def results(self) -> dict:
         return {}
 
-    def run_side_pass(self, name, argv, *, note, contributed, limit_s):
-        self.argv = argv
+    def run_side_pass(self, name, options, *, note, contributed, limit_s):
+        self.argv = options
         return None, None
 
 

@@ -102,8 +102,8 @@ class _CommandOnly:
         self.target = type("Target", (), {"argv": ["train.py"], "is_module": False, "display": "train.py"})()
         self.argv: list[str] = []
 
-    def run_side_pass(self, name, argv, *, note, contributed, limit_s):
-        self.argv = argv
+    def run_side_pass(self, name, options, *, note, contributed, limit_s):
+        self.argv = options
         return None, None
 
 

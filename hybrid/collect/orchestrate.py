@@ -307,15 +307,13 @@ class Orchestrator:
 
     def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            pass_name,
-            "--out",
-            str(self.run_dir.pass_dir(pass_name)),
+            *self._injector(pass_name, self.run_dir.pass_dir(pass_name)),
             *self.inject_flags(pass_name, steps=steps, whole_run=whole_run),
         ]
+
+    @staticmethod
+    def _injector(pass_name: str, out: Path) -> list[str]:
+        return [sys.executable, "-m", "hybrid.inject.script", "--pass", pass_name, "--out", str(out)]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -408,11 +406,19 @@ class Orchestrator:
         return result
 
     def run_side_pass(
-        self, name: str, argv: list[str], *, note: str, contributed: str, limit_s: float
+        self, name: str, options: list[str], *, note: str, contributed: str, limit_s: float
     ) -> tuple[PassResult, str | None]:
-        """A pass beside the diagnosis (a fix's plain run, hybrid.collect.verify), recorded in run.json: its
-        process group is stopped after `limit_s`, and a failure of the workload is returned as its reason
-        (None when it measured), never raised: the run keeps what the other passes measured."""
+        """A plain pass beside the diagnosis (a fix's run, hybrid.collect.verify), the injector given
+        `options` and writing to the pass folder `name`, recorded in run.json: its process group is stopped
+        after `limit_s`, and a failure of the workload is returned as its reason (None when it measured),
+        never raised: the run keeps what the other passes measured."""
+        argv = [
+            *self._injector("plain", self.run_dir.pass_dir(name)),
+            *options,
+            *(["--module"] if self.target.is_module else []),
+            "--",
+            *self.target.argv,
+        ]
         timer = threading.Timer(limit_s, self._stop_child, args=(signal.SIGTERM,))
         timer.start()
         try:

@@ -9,7 +9,6 @@ as failed with its reason; the rest of the run is kept. The records go to run.js
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,14 +27,14 @@ class Runner(Protocol):
     calls in here: naming it would close an import circle)."""
 
     run_dir: RunDir
-    target: Any  # its argv, is_module and display
+    target: Any  # its display: the command as the user gave it
     passes: list
     mode_reasons: list[str]
 
     def results(self) -> dict: ...
 
     def run_side_pass(
-        self, name: str, argv: list[str], *, note: str, contributed: str, limit_s: float
+        self, name: str, options: list[str], *, note: str, contributed: str, limit_s: float
     ) -> tuple[Any, str | None]: ...
 
 
@@ -149,7 +148,6 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
     """One plain run of the script with the fix on: the plain step's warmup (or the fix's own minimum) and
     step count, stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
-    target = orchestrator.target
     # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
     # last step, inside this run's warmup (hybrid.inject.numerics keeps the last steps' losses).
     warmup = max(reference["warmup"], item.switch.min_warmup)
@@ -159,14 +157,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
     paired = ["--paired", str(steps)] if item.switch.paired else []
     if paired:
         steps = paired_steps(steps)
-    argv = [
-        sys.executable,
-        "-m",
-        "hybrid.inject.script",
-        "--pass",
-        "plain",
-        "--out",
-        str(orchestrator.run_dir.pass_dir(name)),
+    options = [
         "--warmup",
         str(warmup),
         # A compiled fix's warmup lasts until its step times settle (hybrid.load.settle), not a count: on the
@@ -179,9 +170,6 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
         item.switch.name,
         *paired,
         "--capture-loss",
-        *(["--module"] if target.is_module else []),
-        "--",
-        *target.argv,
     ]
     record = {
         "fix": item.switch.name,
@@ -193,7 +181,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
     }
     _result, reason = orchestrator.run_side_pass(
         name,
-        argv,
+        options,
         note=f"verifying {item.switch.description} for: {'; '.join(item.titles)}",
         contributed=f"the step with {item.switch.description} on, without a collector",
         limit_s=limit_s,
