@@ -22,6 +22,7 @@ from hybrid.analysis.kernel_classes import (
     kernel_label,
     per_kernel,
 )
+from hybrid.analysis.row_loop import row_loop
 from hybrid.hardware import Peaks
 from hybrid.profile import ANNOTATION_PREFIX, MEASURED_MATCHES, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
@@ -591,6 +592,13 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
     out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
+
+    loop = row_loop(top, n)
+    if loop is not None:
+        out["row_loop_rows"] = Metric(loop.rows, "rows", src)
+        out["row_loop_indexing"] = Metric(f"{loop.indexing_op} of a {loop.tensor_text()} tensor", "", src)
+        out["row_loop_ops"] = Metric(loop.ops_text(), "", src)
+        out["row_loop_host_ms"] = Metric(loop.host_ms, "ms", src)
 
     no_gpu = top[top["device_total_ns"] == 0]
     out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)

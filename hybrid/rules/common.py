@@ -73,3 +73,22 @@ def faster_kernels_fix(inputs: FixInputs) -> Fix | NoFix:
         "kernel time saved: the rule's closed-form estimate",
         "no kernel time saved",
     )
+
+
+def batch_row_loop(ctx: Context, *, condition: str) -> list[Suggestion]:
+    """One batched call for a Python loop over the rows of a tensor (hybrid.analysis.row_loop), where the
+    torch pass found one."""
+    rows = ctx.value("row_loop_rows")
+    if not rows:
+        return []
+    ops = str(ctx.value("row_loop_ops") or "")
+    return [
+        Suggestion(
+            f"Batch the Python loop over the {rows:.0f} rows: run its ops once on the whole tensor (a "
+            "batched forward, a loss with reduction='none' weighted after) instead of once per row",
+            f"{condition}; each step indexes {ctx.value('row_loop_indexing')} {rows:.0f} times"
+            + (f" and runs {ops}" if ops else "")
+            + f", {ctx.value('row_loop_host_ms', 0.0):.3g} ms of host time a step",
+            tuple(name.split(" ×")[0] for name in ops.split(", ") if name),
+        )
+    ]

@@ -17,7 +17,7 @@ from hybrid.rules.advice import (
     use_cuda_graphs,
 )
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
-from hybrid.rules.common import SCALAR_READ_OPS
+from hybrid.rules.common import SCALAR_READ_OPS, batch_row_loop
 
 MIN_LOST_PCT = 1.0
 # The host-only operators' time is the framework's own dispatch when autograd's backward nodes and the
@@ -78,7 +78,9 @@ def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
         f"{ctx.value('cpu_heavy_ops', 0):.0f} ops spend over 10x their GPU time on the host "
         f"({ctx.value('cpu_heavy_ops_ms', 0.0):.3g} ms a step)"
     )
-    out = [Suggestion("Replace Python loops over tensors with batched ops", condition, ops)]
+    out = batch_row_loop(ctx, condition=condition) or [
+        Suggestion("Replace Python loops over tensors with batched ops", condition, ops)
+    ]
     out += use_compile(ctx.config, why="fuse the small ops", condition=condition, applies_to=ops)
     out += use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     return out

@@ -1,0 +1,59 @@
+"""A Python loop over the rows of a tensor (hybrid.analysis.row_loop) on every committed torch trace: found in
+the two planted scripts that loop over samples (a per-sample loss, batch-1 requests) and in no other capture,
+and advised first, with its evidence, by the launch and host-heavy findings of those two: batching the loop is
+their planted twin fix, where CUDA graphs of the model leave the loop in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hybrid.analysis.row_loop import row_loop
+from hybrid.load.torch_trace import load_torch_trace
+from hybrid.pipeline import analyze_run_dir
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TRACES = sorted({*FIXTURES.glob("**/torch/trace.json.gz"), *FIXTURES.glob("**/torch/trace.json")})
+LOOPS = {
+    "planted/launch_per_sample_loss/run": (512, "aten::select", "(512,)", "aten::cross_entropy_loss ×512"),
+    "planted/launch_batch1_deep_mlp/run": (64, "aten::slice", "(64, 256)", "aten::linear ×2048"),
+}
+
+
+def _loop(trace: Path):
+    ops = load_torch_trace(trace).ops
+    top = ops[ops["top_level"] & (ops["step"] >= 0)]
+    return row_loop(top, max(1, top["step"].nunique()))
+
+
+def test_only_the_planted_loops_over_samples_are_found():
+    assert len(TRACES) >= 30
+    found = {}
+    for trace in TRACES:
+        loop = _loop(trace)
+        if loop is not None:
+            found["/".join(trace.relative_to(FIXTURES).parts[:-2])] = loop
+    assert set(found) == set(LOOPS)
+    for name, (rows, op, shape, first_op) in LOOPS.items():
+        loop = found[name]
+        assert (loop.rows, loop.indexing_op, loop.tensor_text()) == (rows, op, shape)
+        assert loop.ops_text().startswith(first_op)
+        assert loop.host_ms > 0
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_batching_the_loop_leads_the_launch_advice(name):
+    rows, op, shape, first_op = LOOPS[name]
+    results = analyze_run_dir(FIXTURES / name)
+    metrics = results["metrics"]
+    assert metrics["row_loop_rows"]["value"] == rows
+    assert metrics["row_loop_rows"]["source"] == "measured:torch"
+    launch = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"].startswith("launch."))
+    first = launch["advice"][0]
+    assert first["text"].startswith(f"Batch the Python loop over the {rows} rows")
+    assert f"indexes {op} of a {shape} tensor {rows} times" in first["condition"]
+    assert first_op in first["condition"]
+    assert first_op.split(" ×")[0] in first["applies_to"]
+    # CUDA graphs of the model come after: they leave the script's loop as it is.
+    assert any("reduce-overhead" in a["text"] for a in launch["advice"][1:])
