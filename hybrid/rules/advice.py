@@ -109,6 +109,11 @@ class RunConfig:
 
     # -- optimizer and input pipeline
     @property
+    def row_loop_rows(self) -> int | None:
+        """Rows of the tensor a Python loop in the step walks one by one (hybrid.analysis.row_loop)."""
+        return self.observed.get("row_loop_rows")
+
+    @property
     def gradients_clipped_one_by_one(self) -> int | None:
         """The most gradients one clip_grad_norm_(..., foreach=False) call clipped (0 where every recorded
         call left foreach on); None where no call was recorded."""
@@ -210,6 +215,8 @@ def observed_config(metrics: dict) -> dict:
     if "ddp_ops_per_step" in metrics:
         # DistributedDataParallel records its reducer's work in every step it wraps.
         out["ddp"] = value("ddp_ops_per_step") > 0
+    if value("row_loop_rows") > 0:
+        out["row_loop_rows"] = int(value("row_loop_rows"))
     return out
 
 
