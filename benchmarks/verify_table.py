@@ -43,20 +43,29 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
     primary = (diagnosis.get("primary_bottleneck") or {}).get("id")
     wall_s = {p.get("name"): p.get("wall_s") for p in results.get("passes") or []}
     rows, realized, statuses, uncorrected_errors = [], {}, [], []
+    scored_fixes: set = set()
+    fix_errors: list[float] = []
     for finding in diagnosis.get("bottlenecks") or []:
         verify = finding.get("verify")
         if not isinstance(verify, dict):
             continue
         predicted, saved = verify.get("predicted_ms"), verify.get("realized_ms")
+        # A switch several findings share is scored once, on the sum of their predictions.
+        shared = verify.get("fix_predicted_ms")
+        scored = shared if isinstance(shared, (int, float)) else predicted
+        first_of_fix = verify.get("fix") not in scored_fixes
+        scored_fixes.add(verify.get("fix"))
         error = (
-            relative_error(predicted, saved, verify["step_before_ms"])
-            if isinstance(saved, (int, float)) and isinstance(predicted, (int, float))
+            relative_error(scored, saved, verify["step_before_ms"])
+            if isinstance(saved, (int, float)) and isinstance(scored, (int, float))
             else None
         )
         uncorrected = verify.get("uncorrected_ms")
         statuses.append(str(verify.get("status")))
         if verify.get("status") == "realized":
             realized[finding["id"]] = (saved, error)
+            if first_of_fix and error is not None:
+                fix_errors.append(error)
             if isinstance(uncorrected, (int, float)) and isinstance(saved, (int, float)):
                 uncorrected_errors.append(relative_error(uncorrected, saved, verify["step_before_ms"]))
         numerics = verify.get("numerics") or {}
@@ -67,7 +76,8 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
             label,
             str(verify.get("fix")),
             str(verify.get("status")),
-            f"{_ms(predicted)} ({finding.get('time_lost_method') or '-'})",
+            f"{_ms(predicted)} ({finding.get('time_lost_method') or '-'})"
+            + (f"; {_ms(shared)} with {', '.join(verify.get('fix_findings') or [])}" if shared else ""),
             _ms(uncorrected),
             _ms(saved),
             f"{_ms(verify.get('step_before_ms'))} -> {_ms(verify.get('step_after_ms'))}"
@@ -94,7 +104,7 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
         "best": best,
         "outranked": outranked,
         "primary_saves_most": None if best is None or primary not in realized else best == primary,
-        "errors": [error for _saved, error in realized.values() if error is not None],
+        "errors": fix_errors,
         "uncorrected_errors": uncorrected_errors,
         "statuses": statuses,
         "command": results.get("workload", {}).get("command"),

@@ -214,6 +214,13 @@ def relative_error(predicted_ms: float, realized_ms: float, step_ms: float) -> f
     return abs(realized_ms - predicted_ms) / max(abs(realized_ms), step_ms * ERROR_FLOOR_PCT / 100.0)
 
 
+def _predicted(finding) -> float:
+    """A finding's saving on the plain step (the figure a fix's run is measured against)."""
+    return float(
+        finding.time_lost_baseline_ms if finding.time_lost_baseline_ms is not None else finding.time_lost_ms
+    )
+
+
 def attach_verified(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     """Give each verified finding `verify`: the fix, its predicted saving on the plain step (the figure the
     fix's run is measured against), the realized one, both step times and the numerics; and the diagnosis
@@ -223,24 +230,24 @@ def attach_verified(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         return
     errors: list[float] = []
     for fix in block.get("fixes") or []:
-        for finding in diagnosis.findings:
-            if finding.id not in fix.get("findings", []):
-                continue
-            predicted = (
-                finding.time_lost_baseline_ms
-                if finding.time_lost_baseline_ms is not None
-                else finding.time_lost_ms
-            )
+        verified = [f for f in diagnosis.findings if f.id in fix.get("findings", [])]
+        # One switch can remove several findings' time (torch.compile pads misaligned GEMMs and fuses the
+        # elementwise chains): what it realizes is compared with the sum of their predictions.
+        fix_predicted = sum(_predicted(f) for f in verified)
+        for finding in verified:
             finding.verify = {key: value for key, value in fix.items() if key not in ("findings",)} | {
-                "predicted_ms": predicted
+                "predicted_ms": _predicted(finding)
             }
+            if len(verified) > 1:
+                finding.verify["fix_predicted_ms"] = fix_predicted
+                finding.verify["fix_findings"] = [f.id for f in verified]
             if finding.correction is not None:
                 # The prediction shown is corrected by this GPU's history: the uncorrected one beside it.
                 finding.verify["uncorrected_ms"] = (
                     finding.correction["time_lost_baseline_ms"] or finding.correction["time_lost_ms"]
                 )
-            if fix.get("status") == "realized":
-                errors.append(relative_error(predicted, fix["realized_ms"], fix["step_before_ms"]))
+        if verified and fix.get("status") == "realized":
+            errors.append(relative_error(fix_predicted, fix["realized_ms"], fix["step_before_ms"]))
     diagnosis.verify_summary = {
         "requested": block.get("requested"),
         "fixes": len(block.get("fixes") or []),

@@ -124,6 +124,9 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
         block["fixes"].append(record)
         run.update_run_json(verify=block)
         outcome = realized(run, record, reference)
+        # A switch shared by several findings realizes their savings together: each is credited its share
+        # of what was realized, in proportion to the predictions.
+        total = sum(p for p in item.uncorrected_ms.values() if p > 0)
         for finding_id, predicted in item.uncorrected_ms.items():
             if outcome.get("status") == "realized" and predicted > 0:
                 entries.append(
@@ -133,8 +136,8 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
                         "predicted_ms": predicted,
                         "method": item.methods[finding_id],
                         "shown_ms": item.predicted_ms[finding_id],
-                        "realized_ms": outcome["realized_ms"],
-                        "error": relative_error(predicted, outcome["realized_ms"], reference["step_ms"]),
+                        "realized_ms": outcome["realized_ms"] * predicted / total,
+                        "error": relative_error(total, outcome["realized_ms"], reference["step_ms"]),
                         "command": orchestrator.target.display,
                         "run": str(run.path.resolve()),
                     }

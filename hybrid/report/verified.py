@@ -26,9 +26,16 @@ def verify_line(finding: dict) -> str | None:
         if isinstance(paired, dict)
         else f"plain runs {before} -> {after}/step"
     )
+    shared = verify.get("fix_predicted_ms")
+    predicted = format_value(verify.get("predicted_ms"), "ms") + (
+        f" ({format_value(shared, 'ms')} with the other findings it fixes: "
+        f"{', '.join(f for f in verify.get('fix_findings') or [] if f != finding.get('id'))})"
+        if is_number(shared)
+        else ""
+    )
     line = (
         f"realized {format_value(verify.get('realized_ms'), 'ms')}/step with {what} [measured: {measured}]; "
-        f"predicted {format_value(verify.get('predicted_ms'), 'ms')}"
+        f"predicted {predicted}"
     )
     return f"{line}; {_numerics(verify.get('numerics') or {})}"
 

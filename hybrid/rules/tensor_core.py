@@ -6,7 +6,7 @@ from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import Suggestion, enable_tf32, use_autocast, use_compile
 from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, NoFix, NotMeasured, Report, Rule
 from hybrid.rules.common import PRACTICAL_ROOFLINE_PCT
-from hybrid.rules.switches import CUDNN_BENCHMARK, TF32
+from hybrid.rules.switches import COMPILE, CUDNN_BENCHMARK, TF32
 
 MIN_LOST_PCT = 2.0
 # Without FLOPs for the misaligned calls, assume NVIDIA's Matrix Multiplication guide's ~2x slowdown of
@@ -187,16 +187,33 @@ def misaligned_report(ctx: Context, lost_ms: float) -> Report:
             "GEMMs at the speedup of padded shapes measured on this GPU (the calibration pass), else their "
             f"time beyond the ~{PRACTICAL_ROOFLINE_PCT:.0f}% of the roofline aligned GEMMs reach."
         ),
-        suggestions=[
-            Suggestion(
-                "Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better); "
-                "pad the batch or sequence length likewise",
-                f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a "
-                "dimension that is not a multiple of 8",
-                tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3]),
-            )
-        ],
+        suggestions=_misaligned_advice(ctx),
     )
+
+
+def _misaligned_advice(ctx: Context) -> list[Suggestion]:
+    condition = (
+        f"{ctx.value('misaligned_gemms_per_step', 0):.0f} fp16/bf16 matmul calls a step have a dimension "
+        "that is not a multiple of 8"
+    )
+    shapes = tuple(str(ctx.value("misaligned_gemm_shapes") or "").split("; ")[:3])
+    return [
+        Suggestion(
+            "Pad hidden sizes, vocabulary and channel counts to a multiple of 8 (64 is better); "
+            "pad the batch or sequence length likewise",
+            condition,
+            shapes,
+        ),
+        # Inductor's pad_mm pass (torch._inductor.config.shape_padding, on by default) pads a GEMM's
+        # dimensions to the tensor cores' alignment where its benchmark finds the padded GEMM faster.
+        *use_compile(
+            ctx.config,
+            why="let Inductor pad these GEMMs to aligned shapes where that is faster "
+            "(torch._inductor.config.shape_padding, on by default)",
+            condition=condition,
+            applies_to=shapes,
+        ),
+    ]
 
 
 def pipe_model(inp: Inputs) -> float | None:
@@ -308,6 +325,7 @@ RULES = [
         pool=("misaligned_gemm",),
         fix=misaligned_fix,
         calibrated=True,
+        switches=(COMPILE,),
     ),
     Rule(
         "tensor.pipe_idle",
