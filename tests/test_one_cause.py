@@ -346,3 +346,10 @@ def test_gpu_findings_are_placed_wherever_the_run_recorded_stacks_or_modules(ana
         and not f["callsites"]
     ]
     assert not gpu
+
+
+def test_only_the_planted_loops_over_samples_read_as_a_loop_over_rows(analyzed):
+    """hybrid.analysis.row_loop on every capture: the per-sample loss and the batch-1 server loop over the
+    rows of one tensor; no other run does (tests/test_row_loop.py checks what is said of those two)."""
+    found = {name for name, results in analyzed.items() if "row_loop_rows" in results["metrics"]}
+    assert found == {"planted/launch_batch1_deep_mlp/run", "planted/launch_per_sample_loss/run"}
