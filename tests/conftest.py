@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
+import pickle
 import shutil
+import tempfile
 from collections.abc import Callable
 from copy import deepcopy
 from pathlib import Path
 
 import pytest
 
+from hybrid import pipeline
 from hybrid.load import torch_trace
 from hybrid.profile import Profile
+from hybrid.replay.realized import realized_cache_path
 
 # The committed H200 captures are read by many test files (every-capture sweeps, ledger and rule checks, the
 # planted suite in three modes): one test process parsed launch_per_sample_loss's 4.3 MB trace 8 times at
@@ -53,6 +58,62 @@ def _parsed_once(load: Callable[[str | Path], Profile]) -> Callable[[str | Path]
 # Patched before any test module imports the name (conftest is imported first); the pipeline imports it at
 # call time.
 torch_trace.load_torch_trace = _parsed_once(torch_trace.load_torch_trace)
+
+# The committed captures are analyzed whole by several files (every-capture sweeps in test_model_reasons and
+# test_one_cause, the resnet50 runs four times over in test_report_compare, ...): one_cause's sweep took 21 s
+# of CPU after model_reasons had analyzed the same captures in the same process. An analysis of a committed
+# capture is made once per test session, shared by both xdist workers through a folder the controller makes
+# (the second worker waits on the first's lock rather than analyzing it again), keyed by the function, the
+# path as given, its keyword arguments and the bytes of the capture and of the realized-fix history the
+# analysis reads; every call gets its own unpickled copy. Captures a test copied or damaged, and calls
+# given a file beside them (an ncu CSV, peer counters), are analyzed every time.
+ANALYSES_ENV = "HYBRID_TEST_ANALYSES"
+
+
+def _committed_capture_key(name: str, path: Path, options: dict[str, object]) -> str | None:
+    resolved = path.resolve()
+    if not resolved.exists() or not any(resolved.is_relative_to(root) for root in COMMITTED):
+        return None
+    if any(value is not None and not isinstance(value, str) for value in options.values()):
+        return None
+    digest = hashlib.blake2b(repr((name, str(path), sorted(options.items()))).encode())
+    files = [resolved] if resolved.is_file() else sorted(p for p in resolved.rglob("*") if p.is_file())
+    history = realized_cache_path()
+    for file in [*files, *([history] if history.is_file() else [])]:
+        digest.update(str(file).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+def _analyzed_once(analyze: Callable[..., dict]) -> Callable[..., dict]:
+    @functools.wraps(analyze)
+    def cached(path: str | Path, **options: object) -> dict:
+        folder = os.environ.get(ANALYSES_ENV)
+        key = _committed_capture_key(analyze.__name__, Path(path), options) if folder else None
+        if key is None:
+            return analyze(path, **options)
+        stored = Path(folder) / f"{key}.pickle"
+        with open(Path(folder) / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not stored.is_file():
+                partial = stored.with_suffix(".partial")
+                partial.write_bytes(pickle.dumps(analyze(path, **options)))
+                partial.replace(stored)
+            return pickle.loads(stored.read_bytes())
+
+    return cached
+
+
+# Patched before any test module imports the names, as load_torch_trace above.
+for _name in ("analyze_run_dir", "analyze_export", "analyze_job"):
+    setattr(pipeline, _name, _analyzed_once(getattr(pipeline, _name)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (or the only process) makes the shared analyses' folder; xdist workers, started after
+    this, inherit it through the environment."""
+    if not hasattr(config, "workerinput") and ANALYSES_ENV not in os.environ:
+        os.environ[ANALYSES_ENV] = tempfile.mkdtemp(prefix="hybrid-test-analyses-")
+        config.add_cleanup(functools.partial(shutil.rmtree, os.environ[ANALYSES_ENV], ignore_errors=True))
 
 
 @pytest.fixture(scope="module")
