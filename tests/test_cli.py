@@ -373,8 +373,18 @@ def h200_run(tmp_path) -> Path:
     return copy
 
 
-def test_report_on_a_real_h200_run_directory(h200_run, tmp_path):
-    done = hybrid("report", str(h200_run), "--json", "--out", str(tmp_path / "report"))
+@pytest.fixture(scope="module")
+def h200_report(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """One `hybrid report --json --out` of a copy of the H200 run: its document is read by the tests below
+    (each `hybrid report` of it takes 3 s of CPU)."""
+    base = tmp_path_factory.mktemp("h200-report")
+    run, report = base / H200_RUN.name, base / "report"
+    shutil.copytree(H200_RUN, run)
+    return hybrid("report", str(run), "--json", "--out", str(report)), run, report
+
+
+def test_report_on_a_real_h200_run_directory(h200_report):
+    done, h200_run, report = h200_report
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert missing_keys(results) == []
@@ -389,12 +399,12 @@ def test_report_on_a_real_h200_run_directory(h200_run, tmp_path):
     assert {"measured:torch", "measured:nsys", "measured:ncu"} <= sources
     assert results["diagnosis"]["primary_bottleneck"] is not None
     # Written to the folder named, never into the run directory it read.
-    assert (tmp_path / "report" / "results.json").is_file() and (tmp_path / "report" / "report.txt").is_file()
+    assert (report / "results.json").is_file() and (report / "report.txt").is_file()
     assert not (h200_run / "results.json").exists() and not (h200_run / "report.txt").exists()
 
 
-def test_fail_on_gates_ci_on_a_real_run(h200_run):
-    results = json.loads(hybrid("report", str(h200_run), "--json").stdout)
+def test_fail_on_gates_ci_on_a_real_run(h200_report, h200_run):
+    results = json.loads(h200_report[0].stdout)
     worst = max(
         (
             {"CRITICAL": 3, "SEVERE": 2, "MODERATE": 1, "LOW": 0}[f["severity"]]
