@@ -28,10 +28,13 @@ diagnose: setup
 	$(BIN)/hybrid diagnose --model $(MODEL) --mode $(MODE) $(if $(BATCH),--batch-size $(BATCH)) $(if $(STEPS),--steps $(STEPS)) $(ARGS)
 
 # One worker per core, each test file in one worker (its module fixtures run once), the longest files first
-# (tests/conftest.py HEAVY_FIRST; xdist's own order started them last). On the 2-core, 24 GiB box with no
-# other work (load average 3, the suite's own), about 1265 tests: 9 min 45 s (878 CPU s) before this
-# branch's changes, 6 min 6 s and 6 min 40 s (675 and 694 CPU s) in two runs after. The floor on 2 cores is
-# about half the CPU seconds: most of them are subprocesses that each import torch (1.7 s) to run a script.
+# (tests/conftest.py HEAVY_FIRST; xdist's own order started them last); a committed trace's parse and a
+# committed capture's analysis are made once per session and shared by both workers (tests/conftest.py). On
+# the 2-core, 24 GiB box on 2026-12-04, another engineer's work on it at times, 1251 passed and 14 skipped:
+# 9 min 24 s (1023 CPU s) before that sharing and the shared runs of test_cli, test_distributed and
+# test_hostile_io, 7 min 51 s (888 CPU s) after (12-02's 6 min 6 s, 675 CPU s, came from a quieter box).
+# The floor on 2 cores is about half the CPU seconds: most of them are subprocesses that each import torch
+# (1.6 to 2.1 s of CPU) to run a script or the CLI.
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile --no-loadscope-reorder
 

@@ -1,6 +1,6 @@
 """Multi-process jobs on the CPU: real torchrun launches of a 2-rank gloo DDP script
-(tests/scripts/ddp_train.py) through hybrid.collect.torchrun.run_job, analyzed by
-hybrid.pipeline.analyze_job."""
+(tests/scripts/ddp_train.py) through hybrid.collect.torchrun.run_job or `hybrid run --nproc-per-node`,
+analyzed by hybrid.pipeline.analyze_job."""
 
 from __future__ import annotations
 
@@ -40,15 +40,50 @@ def ddp_job(tmp_path_factory) -> tuple[Path, dict]:
     return run_dir, analyze_job(run_dir)
 
 
-@pytest.fixture(scope="module")
-def straggler_job(tmp_path_factory) -> tuple[Path, dict]:
-    run_dir = run_job(
-        [SCRIPT, "--mode", "ddp", "--slow-rank", "1", "--sleep-ms", "30"],
-        _options(tmp_path_factory.mktemp("straggler") / "run"),
-        2,
-        None,
+def _hybrid(*args: str) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        NO_COLOR="1",
     )
-    return run_dir, analyze_job(run_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env=env,
+        timeout=240,
+    )
+
+
+@pytest.fixture(scope="module")
+def straggler_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """One `hybrid run --nproc-per-node 2 --html --json` of a job whose rank 1 sleeps 30 ms a step (each rank
+    imports torch: 9.6 s of CPU a run), read by the straggler tests below: what the CLI printed and rendered,
+    and what analyze_job makes of its folder. test_cli ran the same job through the CLI for its own tests
+    (12 s of CPU); ddp_job and manual_job above run theirs through run_job in this process."""
+    out = tmp_path_factory.mktemp("straggler") / "job"
+    done = _hybrid(
+        "run",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        "4",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+        "--html",
+        "--json",
+        SCRIPT,
+        "--slow-rank",
+        "1",
+        "--sleep-ms",
+        "30",
+    )
+    assert done.returncode == 0, done.stderr
+    return done, out, analyze_job(out)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +127,7 @@ def test_ddp_job_end_to_end(ddp_job):
 
 
 def test_straggler_is_rank_1(straggler_job):
-    _, results = straggler_job
+    _done, _out, results = straggler_job
     job = results["job"]
     assert job["straggler"]["rank"] == 1 and job["straggler"]["arrived_last_pct"] >= 75
     # Rank 1 sleeps 30 ms a step outside the collectives; rank 0 waits most of that in the all-reduce.
@@ -104,6 +139,34 @@ def test_straggler_is_rank_1(straggler_job):
     assert finding["time_lost_ms"] > 15
     assert results["diagnosis"]["primary_bottleneck"]["id"] == "comm.straggler"
     assert job["representative_rank"] == 1
+
+
+@pytest.mark.slow
+def test_multi_process_run_reports_the_job_then_one_rank(straggler_job):
+    done, out, _results = straggler_job
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["job"]["world_size"] == 2 and results["job"]["straggler"]["rank"] == 1
+    assert results["diagnosis"]["primary_bottleneck"]["category"] == "COMMUNICATION"
+    shown = _hybrid("report", str(out))
+    assert shown.returncode == 0 and "Job: 2 ranks" in shown.stdout and "straggler rank 1" in shown.stdout
+    one = _hybrid("report", str(out), "--rank", "0", "--json")
+    assert one.returncode == 0, one.stderr
+    assert "job" not in json.loads(one.stdout)
+    missing = _hybrid("report", str(out), "--rank", "5")
+    assert missing.returncode == 2 and "no rank 5" in missing.stderr
+
+
+@pytest.mark.slow
+def test_html_shows_ranks_side_by_side(straggler_job):
+    done, out, _results = straggler_job
+    assert done.returncode == 0, done.stderr
+    straggler = (json.loads(done.stdout)["job"].get("straggler") or {}).get("rank")
+    page = (out / "report.html").read_text()
+    assert "Ranks side by side (2 ranks, gloo" in page
+    for rank in (0, 1):
+        label = f"rank {rank}" + (" (straggler)" if rank == straggler else "")
+        assert f"<td>{label}</td>" in page
 
 
 def test_manual_allreduce_is_exposed(manual_job):

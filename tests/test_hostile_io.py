@@ -138,9 +138,12 @@ def test_paths_on_stderr_carry_no_raw_escape_characters(tmp_path):
 
 
 def _bomb(size_bytes: int) -> bytes:
+    """size_bytes of zeros as gzip members of 64 MiB each, one compressed and repeated (a gzip file may hold
+    several members, read as one stream): 2 GiB in 2 MB for 0.24 s of CPU, where compressing all of it as
+    one member took 6.7 s."""
+    chunk = 2**26
     packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunk = b"\x00" * 2**26
-    return b"".join([*(packer.compress(chunk) for _ in range(size_bytes // len(chunk))), packer.flush()])
+    return (packer.compress(b"\x00" * chunk) + packer.flush()) * (size_bytes // chunk)
 
 
 def test_a_gzip_bomb_as_the_torch_trace_is_refused_with_bounded_memory(tmp_path):

@@ -46,6 +46,14 @@ SAFE_PATH_ENV = "HYBRID_SAFE_PATH"
 # How long the script's own non-daemon threads get to end after hybrid stopped it at the step limit: nothing
 # told them to stop, and a producer thread looping forever would keep the pass (and hybrid) waiting forever.
 LINGER_S = 10.0
+# Seconds in place of LINGER_S: the test of a thread that never ends waits 1 s for it, not 10.
+LINGER_ENV = "HYBRID_LINGER_S"
+
+
+def _linger_s() -> float:
+    with contextlib.suppress(ValueError):
+        return max(0.0, float(os.environ.get(LINGER_ENV, LINGER_S)))
+    return LINGER_S
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -293,10 +301,12 @@ def _end_idle_pool_workers() -> None:
 
 
 def _exit_past_lingering_threads(code: int) -> None:
-    """After hybrid stopped the script at the step limit, give its non-daemon threads LINGER_S to end, then
-    end the process anyway (what was measured is written by then), saying so on stderr."""
+    """After hybrid stopped the script at the step limit, give its non-daemon threads LINGER_S (LINGER_ENV's
+    seconds where set) to end, then end the process anyway (what was measured is written by then), saying so
+    on stderr."""
     _end_idle_pool_workers()
-    deadline = time.monotonic() + LINGER_S
+    linger_s = _linger_s()
+    deadline = time.monotonic() + linger_s
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -308,7 +318,7 @@ def _exit_past_lingering_threads(code: int) -> None:
     if left:
         with contextlib.suppress(OSError):
             print(
-                f"hybrid: the script's thread(s) {', '.join(left)} still ran {LINGER_S:.0f} s after its "
+                f"hybrid: the script's thread(s) {', '.join(left)} still ran {linger_s:.0f} s after its "
                 "measured steps were written; ending the process",
                 file=sys.stderr,
                 flush=True,
