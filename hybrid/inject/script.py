@@ -46,7 +46,7 @@ SAFE_PATH_ENV = "HYBRID_SAFE_PATH"
 # How long the script's own non-daemon threads get to end after hybrid stopped it at the step limit: nothing
 # told them to stop, and a producer thread looping forever would keep the pass (and hybrid) waiting forever.
 LINGER_S = 10.0
-# Seconds in place of LINGER_S: the test of a thread that never ends waits 1 s for it, not 10.
+# Seconds in place of LINGER_S, for a workload whose threads are known to outlive it (its test waits 1 s).
 LINGER_ENV = "HYBRID_LINGER_S"
 
 
