@@ -33,8 +33,10 @@ diagnose: setup
 # the 2-core, 24 GiB box on 2026-12-04, another engineer's work on it at times, 1251 passed and 14 skipped:
 # 9 min 24 s (1023 CPU s) before that sharing and the shared runs of test_cli, test_distributed and
 # test_hostile_io, 7 min 51 s (888 CPU s) after (12-02's 6 min 6 s, 675 CPU s, came from a quieter box).
-# The floor on 2 cores is about half the CPU seconds: most of them are subprocesses that each import torch
-# (1.6 to 2.1 s of CPU) to run a script or the CLI.
+# Later that day, with this session's new tests, alone on the box: 8 min 17 s (937 CPU s, 1275 tests) warm,
+# 9 min 45 s in a fresh clone's .ci/run (1279 passed, 10 skipped). The floor on 2 cores is about half the CPU
+# seconds: most of them are subprocesses that each import torch (1.6 to 2.1 s of CPU) to run a script or the
+# CLI.
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
