@@ -301,9 +301,11 @@ class Orchestrator:
             flags.append("--capture-loss")  # the plain steps' losses, which a fix's run is compared with
         if whole_run:
             flags.append("--whole-run")
-        if self.target.is_module:
-            flags.append("--module")
-        return flags + ["--", *self.target.argv]
+        return flags + self._target_argv()
+
+    def _target_argv(self) -> list[str]:
+        """The injector's last options: the workload (a module with --module) after `--`."""
+        return [*(["--module"] if self.target.is_module else []), "--", *self.target.argv]
 
     def inject_argv(self, pass_name: str, *, steps: int, whole_run: bool) -> list[str]:
         return [
@@ -415,9 +417,7 @@ class Orchestrator:
         argv = [
             *self._injector("plain", self.run_dir.pass_dir(name)),
             *options,
-            *(["--module"] if self.target.is_module else []),
-            "--",
-            *self.target.argv,
+            *self._target_argv(),
         ]
         timer = threading.Timer(limit_s, self._stop_child, args=(signal.SIGTERM,))
         timer.start()

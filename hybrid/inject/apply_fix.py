@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.inject.stepped_function import Called, StepWatch, bindings
-from hybrid.inject.stepping import active_session
+from hybrid.inject.stepping import active_session, synchronize_device
 
 FIX_FILE = "fix.json"
 # DataLoader workers the loader_workers fix gives a loader with none: the usual advice (Hugging Face's
@@ -357,15 +357,13 @@ class _Paired:
         self.toggle(on)
         self.segments.append({"fix_on": on, "settle_steps": settle, "steps": self.segment_steps, "ms": None})
         self._settle_left, self._timed_left = settle, self.segment_steps
-        self._start_ns = _synchronized_ns()
+        if not settle:  # else the window's clock starts after its settle step
+            self._start_ns = _synchronized_ns()
         return False
 
 
 def _synchronized_ns() -> int:
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+    synchronize_device()
     return time.perf_counter_ns()
 
 

@@ -134,6 +134,16 @@ class SessionConfig:
 _active: StepSession | None = None
 
 
+def synchronize_device() -> bool:
+    """Wait for the device if the script uses CUDA (whether it does); never initializes CUDA itself."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        return True
+    return False
+
+
 def active_session() -> StepSession | None:
     return _active
 
@@ -671,13 +681,7 @@ class StepSession:
                 self.config.progress = False
 
     def _synchronize(self) -> bool:
-        """Wait for the device if the script uses CUDA; never initializes CUDA itself."""
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-            return True
-        return False
+        return synchronize_device()
 
     # -- report ----------------------------------------------------------------------------------
 

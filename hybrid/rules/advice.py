@@ -386,6 +386,10 @@ def fused_optimizer(config: RunConfig, *, condition: str) -> list[Suggestion]:
     return out
 
 
+# clip_grad_norm_(..., foreach=False) runs a norm and a multiply kernel for each gradient.
+LAUNCHES_PER_CLIPPED_GRADIENT = 2
+
+
 def foreach_clipping(config: RunConfig, *, condition: str) -> list[Suggestion]:
     """clip_grad_norm_ without foreach=False, where the run clipped gradients one by one."""
     gradients = config.gradients_clipped_one_by_one
@@ -396,7 +400,7 @@ def foreach_clipping(config: RunConfig, *, condition: str) -> list[Suggestion]:
             "torch.nn.utils.clip_grad_norm_(..., foreach=True) (or leave foreach unset: on CUDA it is the "
             "default), so the norms and the scaling run as a few multi-tensor kernels",
             f"{condition}; clip_grad_norm_ ran with foreach=False over {gradients} gradients: a norm and a "
-            f"multiply kernel for each, {2 * gradients} launches a call",
+            f"multiply kernel for each, {LAUNCHES_PER_CLIPPED_GRADIENT * gradients} launches a call",
             ("clip_grad_norm_",),
         )
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import (
+    LAUNCHES_PER_CLIPPED_GRADIENT,
     Suggestion,
     capture_whole_step,
     foreach_clipping,
@@ -95,7 +96,7 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     # Clipping gradients one by one is the script's own line, and graphs of the model leave it eager: first
     # where its launches are a tenth of the step's (compiled MLP, foreach=False: 76 of 262 kernels).
     clipping = foreach_clipping(ctx.config, condition=condition)
-    clipped = 2 * (ctx.config.gradients_clipped_one_by_one or 0)
+    clipped = LAUNCHES_PER_CLIPPED_GRADIENT * (ctx.config.gradients_clipped_one_by_one or 0)
     first = clipping if kernels and clipped >= CLIPPING_FIRST_SHARE * kernels else []
     # A loop over a tensor's rows launches its kernels once per row: batching it is the script's own edit,
     # which graphs of the model leave in place (the per-sample loss's compiled model read 11.4 ms slower).
