@@ -12,29 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hybrid_cli import run_hybrid as hybrid
 
 from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
 from hybrid.schema import missing_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
-
-
-def hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        NO_COLOR="1",
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "hybrid", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd or ROOT,
-        env=env,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import run_hybrid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,16 +27,7 @@ RESULTS = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
 
 
 def hybrid(*args: str) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "hybrid", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=path, NO_COLOR="1"),
-        timeout=120,
-    )
+    return run_hybrid(*args, timeout=120)
 
 
 @pytest.fixture(scope="module")

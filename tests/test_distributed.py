@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hybrid_cli import run_hybrid
 
 from hybrid.analysis.job_metrics import collective_kind, find_rank_dirs, uncovered_ns, union
 from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS, RunOptions, Target
@@ -40,23 +41,6 @@ def ddp_job(tmp_path_factory) -> tuple[Path, dict]:
     return run_dir, analyze_job(run_dir)
 
 
-def _hybrid(*args: str) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        NO_COLOR="1",
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "hybrid", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        env=env,
-        timeout=240,
-    )
-
-
 @pytest.fixture(scope="module")
 def straggler_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, dict]:
     """One `hybrid run --nproc-per-node 2 --html --json` of a job whose rank 1 sleeps 30 ms a step (each rank
@@ -64,7 +48,7 @@ def straggler_job(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, 
     and what analyze_job makes of its folder. test_cli ran the same job through the CLI for its own tests
     (12 s of CPU); ddp_job and manual_job above run theirs through run_job in this process."""
     out = tmp_path_factory.mktemp("straggler") / "job"
-    done = _hybrid(
+    done = run_hybrid(
         "run",
         "--nproc-per-node",
         "2",
@@ -148,12 +132,12 @@ def test_multi_process_run_reports_the_job_then_one_rank(straggler_job):
     results = json.loads(done.stdout)
     assert results["job"]["world_size"] == 2 and results["job"]["straggler"]["rank"] == 1
     assert results["diagnosis"]["primary_bottleneck"]["category"] == "COMMUNICATION"
-    shown = _hybrid("report", str(out))
+    shown = run_hybrid("report", str(out))
     assert shown.returncode == 0 and "Job: 2 ranks" in shown.stdout and "straggler rank 1" in shown.stdout
-    one = _hybrid("report", str(out), "--rank", "0", "--json")
+    one = run_hybrid("report", str(out), "--rank", "0", "--json")
     assert one.returncode == 0, one.stderr
     assert "job" not in json.loads(one.stdout)
-    missing = _hybrid("report", str(out), "--rank", "5")
+    missing = run_hybrid("report", str(out), "--rank", "5")
     assert missing.returncode == 2 and "no rank 5" in missing.stderr
 
 
