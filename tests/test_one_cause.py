@@ -353,3 +353,27 @@ def test_only_the_planted_loops_over_samples_read_as_a_loop_over_rows(analyzed):
     rows of one tensor; no other run does (tests/test_row_loop.py checks what is said of those two)."""
     found = {name for name, results in analyzed.items() if "row_loop_rows" in results["metrics"]}
     assert found == {"planted/launch_batch1_deep_mlp/run", "planted/launch_per_sample_loss/run"}
+
+
+# Four workloads of libraries no planted script uses, captured unmarked on the H200 (their command.sh): the
+# lever a reader of each script would pull first, and the line of theirs it is on.
+STRANGERS = {
+    # eager Mask R-CNN-sized detector: ~650 kernels a step, 89% under 20 µs, the GPU idles between them
+    "torchvision_detection_eval": ("launch.dispatch", "torchvision_detection_eval.py", 15),
+    # two-layer GCN with Adam: 6 elementwise chains a step, the fusion finding at the backward pass
+    "pyg_gcn_train": ("compile.fusible_elementwise", "pyg_gcn_train.py", 33),
+    # num_workers=0 DataLoader computing spectrograms in the training process
+    "torchaudio_frontend_train": ("data.loader_stall", "torchaudio_frontend_train.py", 21),
+    # encode() tokenizes each batch on the host while the GPU waits
+    "sentence_transformers_encode": ("cpu.preprocessing", "sentence_transformers_encode.py", 23),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRANGERS))
+def test_a_strangers_primary_is_its_lever_on_its_line(analyzed, name):
+    rule, file, line = STRANGERS[name]
+    results = analyzed[f"unmarked_runs/{name}/run"]
+    primary = _kept(results)[0]
+    assert primary["id"] == rule
+    assert (primary["callsites"][0]["file"], primary["callsites"][0]["line"]) == (file, line)
+    assert primary["advice"]
