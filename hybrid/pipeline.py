@@ -176,8 +176,9 @@ def _pass_rows(run_json: dict, run: RunDir) -> list[dict]:
 def stages() -> tuple[Stage, ...]:
     """What is done to the findings after the rules, in order: place them in the user's code, weigh them
     at the plain step, replay their fixes (which refines the plain-step figure) and correct the replay by
-    what verified fixes realized on this GPU, then grade and order them on the figures the report leads
-    with; last, what the fixes `--verify` switched on realized."""
+    what verified fixes realized on this GPU, put what the fixes `--verify` switched on realized in this run
+    beside them, then grade and order them on the figures the report leads with (a realized saving before
+    a predicted one)."""
     from hybrid.analysis.callsites import attach_callsites
     from hybrid.analysis.diagnosis import grade, weigh_at_plain_step
     from hybrid.analysis.verified import attach_verified
@@ -189,8 +190,8 @@ def stages() -> tuple[Stage, ...]:
         weigh_at_plain_step,
         replay_findings,
         correct_by_verified,
-        grade,
         attach_verified,
+        grade,
     )
 
 

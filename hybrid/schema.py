@@ -82,6 +82,8 @@ FINDING_TYPES: dict[str, tuple[type, ...]] = {
     "time_lost_baseline_ms": NUMBER,
     "time_lost_baseline_pct": NUMBER,
     "weighed_lost_ms": NUMBER,
+    # "realized" where weighed_lost_ms is the saving --verify measured, "predicted" otherwise
+    "weighed_on": (str,),
     "not_measured": (bool,),
     "time_lost_method": (str,),
     # Why a "model" figure is not a replay (set whenever time_lost_method is "model").

@@ -44,8 +44,8 @@ def test_the_stages_run_in_order_and_the_diagnosis_writes_one_order_and_one_prim
         "weigh_at_plain_step",
         "replay_findings",
         "correct_by_verified",
-        "grade",
         "attach_verified",
+        "grade",
     ]
     profile, torch_profile = _profile()
     document, diagnosis = diagnose(profile, baseline_step_ms=None, stack_profiles=[torch_profile])
@@ -58,6 +58,6 @@ def test_the_stages_run_in_order_and_the_diagnosis_writes_one_order_and_one_prim
 
 
 def test_the_readers_type_table_names_only_fields_the_diagnosis_writes():
-    written = {field.name for field in dataclasses.fields(Finding)} | {"weighed_lost_ms"}
+    written = {field.name for field in dataclasses.fields(Finding)} | {"weighed_lost_ms", "weighed_on"}
     assert set(FINDING_TYPES) <= written
     assert isinstance(Diagnosis([], timing={}).to_dict()["bottlenecks"], list)

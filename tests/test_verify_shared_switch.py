@@ -57,6 +57,16 @@ def test_both_findings_are_verified_by_one_run_of_the_switch(shared):
     assert "with the other findings it fixes: tensor.misaligned_dims" in verify_line(finding)
 
 
+def test_each_finding_is_ranked_on_its_share_of_what_the_switch_realized(shared):
+    verified = {f["id"]: f for f in shared["diagnosis"]["bottlenecks"] if f.get("verify")}
+    for finding in verified.values():
+        verify = finding["verify"]
+        assert finding["weighed_on"] == "realized"
+        share = verify["realized_ms"] * verify["predicted_ms"] / verify["fix_predicted_ms"]
+        assert finding["weighed_lost_ms"] == pytest.approx(share)
+    assert sum(f["weighed_lost_ms"] for f in verified.values()) == pytest.approx(14.9, abs=0.1)
+
+
 def test_the_misaligned_finding_advises_compile_where_the_model_runs_eager(shared):
     misaligned = next(f for f in shared["diagnosis"]["bottlenecks"] if f["id"] == "tensor.misaligned_dims")
     texts = [a["text"] for a in misaligned["advice"]]

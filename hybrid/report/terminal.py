@@ -331,12 +331,27 @@ def _top_callsite(finding: dict) -> Text | None:
     )
 
 
+# The leading column where --verify measured a fix's saving: the figure the finding was ranked on.
+REALIZED_COLUMN = "realized"
+
+
 def _figure(finding: dict, key: str, timing: dict) -> object:
-    """A finding's figure; the plain step's share from its parts where the document predates the field."""
+    """A finding's figure; the plain step's share from its parts where the document predates the field;
+    the saving `--verify` measured ("realized") only where the diagnosis ranked the finding on it."""
+    if key == REALIZED_COLUMN:
+        return finding.get("weighed_lost_ms") if finding.get("weighed_on") == "realized" else None
     if key == "time_lost_baseline_pct" and key not in finding and timing.get("baseline_step_time_ms"):
         plain_ms = finding.get("time_lost_baseline_ms")
         return None if plain_ms is None else 100.0 * plain_ms / timing["baseline_step_time_ms"]
     return finding.get(key)
+
+
+def _cell(finding: dict, key: str, timing: dict) -> str:
+    """A figure column's text; "-" in the realized column for a finding --verify did not measure."""
+    value = _figure(finding, key, timing)
+    if value is None and key == REALIZED_COLUMN:
+        return "-"
+    return format_value(value, "%" if key.endswith("pct") else "ms")
 
 
 def _below_floor(results: dict) -> list[Text]:
@@ -371,9 +386,13 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
     marked = primary if findings[0].get("id") != primary else None
     expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
-    # Time lost is a rule's model of what fixing the finding would save: always an estimate, said once in
-    # the header; each evidence line carries its own source.
-    title = f"Bottlenecks ({len(findings)}), by severity then time lost per step (estimated)"
+    # Time lost is a rule's model of what fixing the finding would save: an estimate, said once in the
+    # header, unless `--verify` measured the fix (its column leads then); each evidence line carries its
+    # own source.
+    realized = any(f.get("weighed_on") == "realized" for f in findings)
+    title = f"Bottlenecks ({len(findings)}), by severity then time lost per step " + (
+        "(realized by --verify where shown, else estimated)" if realized else "(estimated)"
+    )
     if expanded < len(findings):
         title += "; all evidence with --verbose"
     table = Table(
@@ -404,6 +423,8 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
             ("%", "time_lost_pct"),
         ]
     )
+    if realized:
+        columns.insert(0, ("realized", REALIZED_COLUMN))
     for header, _key in columns:
         table.add_column(header, justify="right", style="magenta")
     table.add_column("finding", ratio=1)
@@ -414,10 +435,7 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
         table.add_row(
             str(number),
             Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-            *(
-                format_value(_figure(finding, key, timing), "%" if key.endswith("pct") else "ms")
-                for _h, key in columns
-            ),
+            *(_cell(finding, key, timing) for _h, key in columns),
             _finding_cell(
                 finding,
                 marked_primary=finding.get("id") == marked,
