@@ -16,7 +16,7 @@ from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.errors import HybridError
 from hybrid.inject.apply_fix import paired_steps
 from hybrid.replay import realized as history
-from hybrid.rules.advice import RunConfig, observed_config
+from hybrid.rules.advice import RunConfig, config_of, observed_config
 from hybrid.rules.registry import RULE_BY_ID
 from hybrid.rules.switches import Switch, switch_for
 from hybrid.rundir import RunDir
@@ -113,7 +113,7 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
         orchestrator.mode_reasons.append(f"--verify: nothing verified, the diagnosis failed: {error.cause}")
         return
     torch_inject = run.read_inject("torch") or {}
-    config = RunConfig(torch_inject.get("config") or {}, observed_config(results.get("metrics") or {}))
+    config = config_of(torch_inject, observed_config(results.get("metrics") or {}))
     planned, skipped = plan(results, top, config)
     block: dict = {"requested": top, "fixes": [], "skipped": skipped}
     run.update_run_json(verify=block)

@@ -9,8 +9,8 @@ and dtype are seen only when entered), `torch.compile` (its `mode` is not kept o
 `torch.nn.utils.clip_grad_norm_` (its `foreach` is an argument of each call). Everything else is read once,
 after the measured window, by `capture()`: backend flags, and the live objects of the process (optimizers,
 GradScalers, DataLoaders, DDP/FSDP wrappers, compiled modules, CUDA graphs, convolution weights, Hugging Face
-/ Lightning trainers), found by one pass over the garbage collector's objects, so no user object is wrapped
-or hooked.
+/ Lightning trainers, Hugging Face models that can generate), found by one pass over the garbage collector's
+objects, so no user object is wrapped or hooked.
 
 Standard library and torch only (no pandas): it runs inside every profiled process. Framework modules are
 looked up in sys.modules, never imported. capture() never raises: a section that fails is named in
@@ -169,6 +169,7 @@ def capture() -> dict:
         ("channels_last", lambda: _channels_last(instances.get("conv", []))),
         ("cuda_graphs", lambda: {"graphs": len(instances.get("cuda_graph", []))}),
         ("grad_clipping", _grad_clipping),
+        ("generation", lambda: _generation(instances.get("hf_generator", []))),
         ("framework", lambda: _framework(instances)),
     )
     for name, read in sections:
@@ -268,6 +269,7 @@ def _target_classes() -> dict[str, tuple[type, ...]]:
     add("fsdp", "torch.distributed.fsdp", "FSDPModule")
     add("hf_trainer", "transformers.trainer", "Trainer")
     add("hf_arguments", "transformers.training_args", "TrainingArguments")
+    add("hf_generator", "transformers.generation.utils", "GenerationMixin")
     for module in ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"):
         add("lightning_trainer", module, "Trainer")
     return {kind: tuple(classes) for kind, classes in targets.items()}
@@ -469,6 +471,24 @@ def _channels_last(convs: list) -> dict:
         "conv2d_modules": len(four_d),
         "channels_last_modules": len(channels_last),
         "used": bool(telling) and len(channels_last) == len(telling),
+    }
+
+
+def _generation(models: list) -> dict:
+    """Hugging Face models that can generate(): the KV cache a generate() call builds
+    (generation_config.cache_implementation; None is the dynamic default, which grows every token) and
+    whether the model's forward was replaced by a compiled one."""
+    return {
+        "models": [
+            {
+                "class": type(model).__name__,
+                "cache_implementation": _plain(
+                    getattr(getattr(model, "generation_config", None), "cache_implementation", None)
+                ),
+                "forward_compiled": hasattr(getattr(model, "forward", None), "_torchdynamo_orig_callable"),
+            }
+            for model in models
+        ]
     }
 
 

@@ -107,6 +107,31 @@ class RunConfig:
     def channels_last(self) -> bool | None:
         return self._get("channels_last", "used")
 
+    @property
+    def stepped_call(self) -> str | None:
+        """The library function the step's model forwards run inside (`generate` where each step is one
+        decode forward of Hugging Face's generate()), from the injector's step detection."""
+        return self.observed.get("stepped_call")
+
+    @property
+    def generation_caches(self) -> list[str | None] | None:
+        """The KV-cache implementation of each live Hugging Face model that can generate (None: the dynamic
+        default); None where the run recorded none."""
+        models = self._get("generation", "models")
+        if not isinstance(models, list) or not models:
+            return None
+        return [m.get("cache_implementation") for m in models if isinstance(m, dict)]
+
+    @property
+    def decodes_with_dynamic_cache(self) -> bool:
+        """Each step is a forward of generate() and no generating model was recorded with a static cache:
+        transformers' dynamic cache grows by torch.cat every token, so the forward's shapes change each step
+        and CUDA graphs of the model overwrite the cache between replays (on the H200, GPT-2's
+        reduce-overhead run stopped there: benchmarks/results/s9_h200/verify.md)."""
+        if self.stepped_call != "generate":
+            return False
+        return not any(cache == "static" for cache in self.generation_caches or [])
+
     # -- optimizer and input pipeline
     @property
     def row_loop_rows(self) -> int | None:
@@ -183,9 +208,16 @@ class RunConfig:
         return self._get("framework", "precision")
 
 
-def config_of(extras: dict, observed: dict | None = None) -> RunConfig:
-    config = extras.get("config")
-    return RunConfig(config if isinstance(config, dict) else {}, observed or {})
+def config_of(inject: dict, observed: dict | None = None) -> RunConfig:
+    """The RunConfig of a pass's inject.json (or a profile's extras, which carry it): its `config`, and what
+    the timeline (`observed`) and the step detection show."""
+    config = inject.get("config")
+    shown = dict(observed or {})
+    detection = inject.get("step_detection")
+    per_call = detection.get("per_call") if isinstance(detection, dict) else None
+    if isinstance(per_call, dict) and isinstance(per_call.get("function"), str):
+        shown["stepped_call"] = per_call["function"]
+    return RunConfig(config if isinstance(config, dict) else {}, shown)
 
 
 def observed_config(metrics: dict) -> dict:
@@ -322,6 +354,17 @@ def use_cuda_graphs(
 ) -> list[Suggestion]:
     if config.cuda_graphs:
         return []
+    if config.decodes_with_dynamic_cache:
+        return [
+            Suggestion(
+                "Decode with a static KV cache and graph the forward: "
+                "model.generation_config.cache_implementation = 'static' and "
+                "model.forward = torch.compile(model.forward, mode='reduce-overhead', fullgraph=True)",
+                f"{condition}; each step is one forward of generate() with the dynamic KV cache, which "
+                "grows every token: its shapes change each step and CUDA graphs of the model cannot hold it",
+                applies_to,
+            )
+        ]
     return use_compile(
         config,
         why="capture the step as CUDA graphs (no host dispatch per kernel)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import (
     LAUNCHES_PER_CLIPPED_GRADIENT,
+    RunConfig,
     Suggestion,
     capture_whole_step,
     foreach_clipping,
@@ -131,19 +132,30 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     if peak is not None and peak < BATCH_HEADROOM_PEAK_PCT:
         out.append(
             Suggestion(
-                (
-                    "TrainingArguments(per_device_train_batch_size=2x) so each kernel does more work "
-                    "per launch"
-                    if ctx.config.framework == "transformers"
-                    else "Increase the batch size so each kernel does more work per launch (scale the "
-                    "learning rate accordingly)"
-                ),
+                _larger_batch(ctx.config, "so each kernel does more work per launch"),
                 f"{condition}; peak memory is {peak:.0f}% of the GPU's, so a doubled batch fits and "
                 f"would save {batch_headroom_lost_ms(_host_gaps_ms(ctx.pools)):.3g} ms a step per sample "
                 "(estimated)",
             )
         )
     return out
+
+
+def _larger_batch(config: RunConfig, purpose: str, *, doubled: bool = False) -> str:
+    """A larger batch in the run's own terms: the Trainer's argument, more prompts per generate() call,
+    and the learning rate and gradient accumulation only where the run trains (an optimizer was recorded,
+    or nothing was)."""
+    if config.framework == "transformers":
+        return f"TrainingArguments(per_device_train_batch_size=2x) {purpose}"
+    if config.stepped_call == "generate":
+        return f"Batch more prompts into each generate() call {purpose}"
+    size = "Double the batch size" if doubled else "Increase the batch size"
+    if config.optimizers == []:
+        return f"{size} {purpose}"
+    text = f"{size} {purpose} (scale the learning rate accordingly)"
+    return text + (
+        "; if the batch is fixed, keep the effective batch with gradient accumulation" if doubled else ""
+    )
 
 
 def dispatch_model(inp: Inputs) -> float | None:
@@ -245,12 +257,7 @@ def batch_headroom_report(ctx: Context, lost_ms: float) -> Report:
         ),
         suggestions=[
             Suggestion(
-                (
-                    "TrainingArguments(per_device_train_batch_size=2x) and re-measure"
-                    if ctx.config.framework == "transformers"
-                    else "Double the batch size (scale the learning rate accordingly) and re-measure; "
-                    "if the batch is fixed, keep the effective batch with gradient accumulation"
-                ),
+                _larger_batch(ctx.config, "and re-measure", doubled=True),
                 f"peak memory is {ctx.value('peak_memory_pct', 0.0):.0f}% of the GPU's and the GPU idles "
                 f"{_host_gaps_ms(ctx.pools):.3g} ms a step on fixed host costs",
             )

@@ -83,24 +83,29 @@ COMPILE = Switch(
 )
 
 
-def _loop_left_out(config: RunConfig) -> str | None:
+def _graphs_cannot_hold(config: RunConfig) -> str | None:
     """Graphs of the stepped module leave a Python loop over rows in the script: on the H200 the per-sample
     loss's compiled model ran 11.4 ms a step slower while its replay, which captures every launch, predicted
-    52.9 ms saved."""
+    52.9 ms saved. Nor can they hold generate()'s dynamic KV cache (RunConfig.decodes_with_dynamic_cache)."""
     rows = config.row_loop_rows
-    return (
-        f"the step's launches come from a Python loop over {rows} rows in the script, which graphs of the "
-        "stepped module leave in place"
-        if rows
-        else None
-    )
+    if rows:
+        return (
+            f"the step's launches come from a Python loop over {rows} rows in the script, which graphs of "
+            "the stepped module leave in place"
+        )
+    if config.decodes_with_dynamic_cache:
+        return (
+            "each step is a forward of generate() with the dynamic KV cache, which CUDA graphs of the model "
+            "cannot hold (a static cache is the fix; --verify does not switch it)"
+        )
+    return None
 
 
 COMPILE_REDUCE_OVERHEAD = Switch(
     "compile_reduce_overhead",
     "torch.compile(mode='reduce-overhead') of the stepped module or function (CUDA graphs)",
     lambda c: c.cuda_graphs,
-    _loop_left_out,
+    _graphs_cannot_hold,
     min_warmup=COMPILED_WARMUP,
 )
 LOADER_WORKERS = Switch(
