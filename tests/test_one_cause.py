@@ -377,3 +377,18 @@ def test_a_strangers_primary_is_its_lever_on_its_line(analyzed, name):
     assert primary["id"] == rule
     assert (primary["callsites"][0]["file"], primary["callsites"][0]["line"]) == (file, line)
     assert primary["advice"]
+
+
+def test_syncs_without_a_scalar_read_are_advised_as_data_dependent_shapes(analyzed):
+    """torchvision's detection eval reads no scalar in its step: its 22 device->host copies a step are the
+    sizes nonzero/masked_select wait for in the model's post-processing, so reshaping leads; a script that
+    calls .item() in its loop keeps that advice first."""
+
+    def sync_advice(name: str) -> list[str]:
+        found = next(f for f in analyzed[name]["diagnosis"]["bottlenecks"] if f["id"] == "sync.per_step")
+        return [a["text"] for a in found["advice"]]
+
+    detection = sync_advice("unmarked_runs/torchvision_detection_eval/run")
+    assert detection[0].startswith("Avoid data-dependent shapes")
+    assert any(t.startswith("Remove .item()") for t in detection[1:])
+    assert sync_advice("planted/sync_item_per_microstep/run")[0].startswith("Remove .item()")

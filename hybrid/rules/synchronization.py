@@ -40,17 +40,6 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
     names = ctx.op_names
     out = []
     reads = [n for n in SCALAR_READ_OPS if n in names]
-    if reads or ctx.value("dtoh_count", 0.0) > 0:
-        what = ", ".join(reads) if reads else f"{ctx.value('dtoh_count', 0.0):.0f} device->host copies a step"
-        out.append(
-            Suggestion(
-                "Remove .item()/.cpu()/print(loss) from the training loop: accumulate metrics on the GPU "
-                "and read them every N steps, or copy with non_blocking=True into pinned memory and "
-                "read the value later",
-                f"{condition}; the step reads values back ({what})",
-                tuple(reads),
-            )
-        )
     shaped = [n for n in DATA_DEPENDENT_OPS if n in names]
     if shaped:
         out.append(
@@ -61,6 +50,18 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
                 tuple(shaped),
             )
         )
+    if reads or ctx.value("dtoh_count", 0.0) > 0:
+        what = ", ".join(reads) if reads else f"{ctx.value('dtoh_count', 0.0):.0f} device->host copies a step"
+        read_back = Suggestion(
+            "Remove .item()/.cpu()/print(loss) from the loop: accumulate metrics on the GPU and read them "
+            "every N steps, or copy with non_blocking=True into pinned memory and read the value later",
+            f"{condition}; the step reads values back ({what})",
+            tuple(reads),
+        )
+        # Each data-dependent op copies its result's size to the host: without a scalar read in the step,
+        # those are the copies (torchvision's detection eval: 22 copies a step, no .item(), nonzero and
+        # masked_select in its post-processing), and reshaping comes first.
+        out.insert(0 if reads or not shaped else len(out), read_back)
     out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
     return out
 
