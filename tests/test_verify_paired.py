@@ -1,8 +1,9 @@
-"""`hybrid run --verify` of a flag (TF32, cudnn.benchmark) times the step with the flag on, off and on again
-in one process, instead of against the plain step of another process: on the H200 two processes of one
-Hugging Face Trainer script differed by up to 1.9 ms a step (16.6-18.5 ms), more than its TF32 fix saves.
-Real injector runs on the CPU of a script whose step waits longer while the flag is off, as a GPU step runs
-longer without TF32."""
+"""`hybrid run --verify` of a flag (TF32, cudnn.benchmark) or of torch.compile times the step with the fix on,
+off and on again in one process, instead of against the plain step of another process: on the H200 two
+processes of one Hugging Face Trainer script differed by up to 1.9 ms a step (16.6-18.5 ms), more than its
+TF32 fix saves. Real injector runs on the CPU of a script whose step waits longer while the flag is off, as
+a GPU step runs longer without TF32, and of a model whose eager forward waits where its compiled one
+does not."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hybrid.analysis import verified
 from hybrid.collect.verify import Planned, _run_fix
 from hybrid.inject.apply_fix import PAIRED_ORDER, TOGGLES, paired_steps
 from hybrid.report.verified import verify_line
-from hybrid.rules.switches import CUDNN_BENCHMARK, LOADER_WORKERS, SWITCHES, TF32
+from hybrid.rules.switches import COMPILE, COMPILED_WARMUP, CUDNN_BENCHMARK, LOADER_WORKERS, SWITCHES, TF32
 from hybrid.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +111,7 @@ class _CommandOnly:
 def test_only_flags_are_paired_and_their_runs_cover_every_window(tmp_path):
     assert {switch.name for switch in SWITCHES if switch.paired} == set(TOGGLES)
     reference = {"warmup": 2, "steps": 10}
-    for switch in (TF32, CUDNN_BENCHMARK, LOADER_WORKERS):
+    for switch in (TF32, CUDNN_BENCHMARK, COMPILE, LOADER_WORKERS):
         runner = _CommandOnly(RunDir(tmp_path / switch.name))
         _run_fix(runner, Planned(switch), reference, limit_s=60)
         steps = int(runner.argv[runner.argv.index("--steps") + 1])
@@ -127,3 +128,59 @@ def test_paired_needs_a_flag_fix(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=60)
     assert done.returncode == 2 and "--paired takes STEPS >= 1 and --apply-fix among" in done.stderr
+
+
+# The eager forward waits 30 ms; traced by torch.compile, the branch is left out of the compiled graph.
+COMPILED_SCRIPT = """\
+import time
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        if not torch.compiler.is_compiling():
+            time.sleep(0.030)
+        return self.linear(x)
+
+
+model = Model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(40):
+    optimizer.zero_grad()
+    model(torch.ones(4, 8)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_compile_is_timed_eager_and_compiled_again_in_one_process(tmp_path):
+    """The stepped module runs its compiled call in the on windows and its eager one in the off window,
+    compiled once: the saving is the eager forward's wait."""
+    script = tmp_path / "eager_waits.py"
+    script.write_text(COMPILED_SCRIPT)
+    run = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        "plain",
+        "--out",
+        str(run / "verify-compile"),
+    ]
+    argv += ["--warmup", str(COMPILED_WARMUP), "--steps", str(paired_steps(STEPS)), "--apply-fix", "compile"]
+    argv += ["--paired", str(STEPS), "--capture-loss", "--", str(script)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    fix = json.loads((run / "verify-compile" / "fix.json").read_text())
+    assert fix["actions"] == ["Model.compile() at its first call"]
+    reference = {"step_ms": 55.0, "warmup": COMPILED_WARMUP, "steps": STEPS, "folder": "verify-compile"}
+    record = {"fix": "compile", "status": "ok", "pass": "verify-compile"}
+    outcome = verified.realized(RunDir(run), record, reference)
+    assert outcome["status"] == "realized", outcome
+    assert outcome["step_before_ms"] - outcome["step_after_ms"] == pytest.approx(30.0, abs=8.0)
+    assert outcome["paired"]["spread_ms"] < 10.0

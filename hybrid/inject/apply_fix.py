@@ -5,7 +5,8 @@ module, the first module with parameters that the script calls at the top level,
 autocast from its second call on. Where the first step calls no such module, the compile fixes compile the
 stepped function instead (hybrid.inject.stepped_function). What was done is written to OUT/fix.json, so a
 fix that found nothing to act on says so instead of reporting a saving of zero as realized. A fix that is a
-flag (TOGGLES) can instead be timed off and on in the same process (`--paired`), its windows in fix.json.
+flag, or the default-mode compile (TOGGLES), can instead be timed off and on in the same process (`--paired`),
+its windows in fix.json.
 
 Standard library and torch only: it runs inside the profiled process (hybrid.inject.script --apply-fix)."""
 
@@ -113,19 +114,41 @@ def _on_stepped_module(act: Callable[[Any], str]) -> None:
     ]
 
 
+# What the compile fixes compiled, so `--paired` can run it eager and compiled again: the stepped module with
+# its compiled call, and the stepped function's module-level names with their original and compiled targets.
+_compiled_modules: list[tuple[Any, Any]] = []
+_compiled_names: list[tuple[dict, str, Any, Any]] = []
+
+
+def _set_compiled(on: bool) -> bool:
+    """The stepped module (or function) the compile fix compiled runs compiled (on) or eager (off); whether
+    that changed it. nn.Module.compile keeps the compiled call in `_compiled_call_impl`, which every call of
+    the module takes while it is set; the compiled code stays cached, so switching back recompiles nothing."""
+    changed = False
+    for module, compiled_call in _compiled_modules:
+        target = compiled_call if on else None
+        if module._compiled_call_impl is not target:
+            module._compiled_call_impl = target
+            changed = True
+    for namespace, name, original, compiled in _compiled_names:
+        target = compiled if on else original
+        if namespace.get(name) is not target:
+            namespace[name] = target
+            changed = True
+    return changed
+
+
 def _compile(mode: str | None) -> Callable[[], None]:
     def install() -> None:
-        compiled_modules: list[Any] = []
-
         def act(module: Any) -> str:
             # nn.Module.compile compiles in place: every later call of this object, wherever the script
             # holds it, runs compiled (this first call finishes eager).
             module.compile(**({"mode": mode} if mode else {}))
-            compiled_modules.append(module)
+            _compiled_modules.append((module, module._compiled_call_impl))
             return f"{type(module).__name__}.compile({f'mode={mode!r}' if mode else ''}) at its first call"
 
         _on_stepped_module(act)
-        _on_stepped_function(lambda found: _compile_function(found, mode), lambda: bool(compiled_modules))
+        _on_stepped_function(lambda found: _compile_function(found, mode), lambda: bool(_compiled_modules))
 
     return install
 
@@ -190,6 +213,7 @@ def _compile_function(found: list[Called], mode: str | None) -> None:
         return compiled(*args, **kwargs)
 
     for namespace, name in names:
+        _compiled_names.append((namespace, name, namespace[name], compiled_call))
         namespace[name] = compiled_call
 
 
@@ -296,12 +320,18 @@ def _fuse(cls: type) -> None:
     cls.__init__ = patched  # type: ignore[method-assign,misc]
 
 
-# Fixes that are flags read at every call, not objects the script builds: `--paired` switches them off and on
-# again between steps of one process, so the step with and without the fix are timed in the same process. Two
-# processes of one script differ by more than many fixes save: hf_trainer_gpt2 ran 16.6 to 18.5 ms a step in
-# six processes on the H200, and its TF32 fix read 7.72 ms saved in one session and 1.94 ms in the next
-# (benchmarks/results/s8_h200/hf_plain_window.txt).
-TOGGLES: dict[str, Callable[[bool], bool]] = {"tf32": _set_tf32, "cudnn_benchmark": _set_cudnn_benchmark}
+# Fixes that are flags read at every call, or a compiled call the module takes while it is set, not objects
+# the script builds: `--paired` switches them off and on again between steps of one process, so the step
+# with and without the fix are timed in the same process. Two processes of one script differ by more than
+# many fixes save: hf_trainer_gpt2 ran 16.6 to 18.5 ms a step in six processes on the H200, and its TF32 fix
+# read 7.72 ms saved in one session and 1.94 ms in the next (benchmarks/results/s8_h200/hf_plain_window.txt).
+# Not reduce-overhead: its CUDA graphs are recorded against the memory pool of the steps around them, and
+# eager steps in between could make it record again inside a window.
+TOGGLES: dict[str, Callable[[bool], bool]] = {
+    "tf32": _set_tf32,
+    "cudnn_benchmark": _set_cudnn_benchmark,
+    "compile": _set_compiled,
+}
 # The paired windows after warmup, each as long: (fix on, settle steps). On, off, on: the off window sits at
 # the on windows' mean time, so a drift linear in time (clocks, temperatures) weighs both settings alike, and
 # the first on window is the plain window's steps with the fix on from the start, as in an unpaired run, so

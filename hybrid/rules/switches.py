@@ -22,8 +22,9 @@ class Switch:
     missing: Callable[[RunConfig], str | None] = lambda _config: None
     # Steps the fix's run drops at least before its plain window, where the fix itself needs them to settle.
     min_warmup: int = 0
-    # A flag read at every call (hybrid.inject.apply_fix.TOGGLES): its run times the step with and without it
-    # in one process (--paired) rather than against the run's plain step, timed in another process.
+    # A flag read at every call, or the default-mode compile (hybrid.inject.apply_fix.TOGGLES): its run times
+    # the step with and without it in one process (--paired) rather than against the run's plain step, timed
+    # in another process.
     paired: bool = False
 
     def blocked(self, config: RunConfig) -> str | None:
@@ -80,6 +81,7 @@ COMPILE = Switch(
     "torch.compile of the stepped module (or function)",
     lambda c: c.compiled,
     min_warmup=COMPILED_WARMUP,
+    paired=True,
 )
 
 
