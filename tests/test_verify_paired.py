@@ -39,13 +39,13 @@ for _ in range({iters}):
 WARMUP, STEPS = 2, 3
 
 
-def _paired_run(tmp_path: Path, iters: int) -> tuple[Path, subprocess.CompletedProcess]:
+def _paired_run(tmp_path: Path, iters: int, steps: int = STEPS) -> tuple[Path, subprocess.CompletedProcess]:
     script = tmp_path / "flag_bound.py"
     script.write_text(SCRIPT.format(iters=iters))
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out"]
     argv += [str(run / "verify-cudnn_benchmark"), "--warmup", str(WARMUP), "--fixed-warmup"]
-    argv += ["--steps", str(paired_steps(STEPS)), "--apply-fix", "cudnn_benchmark", "--paired", str(STEPS)]
+    argv += ["--steps", str(paired_steps(steps)), "--apply-fix", "cudnn_benchmark", "--paired", str(steps)]
     argv += ["--capture-loss", "--", str(script)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
@@ -85,6 +85,19 @@ def test_a_flag_is_timed_off_and_on_again_in_one_process(tmp_path):
         {"verify": {**outcome, "description": CUDNN_BENCHMARK.description, "predicted_ms": 18}}
     )
     assert "one plain run, off then on" in line and "apart" in line
+
+
+def test_the_compared_loss_is_kept_through_the_later_windows(tmp_path):
+    """The loss is compared at the first window's last step (2 + 8 - 1 = 9); the run goes on for two more
+    windows, to step 28."""
+    steps = 8
+    run, done = _paired_run(tmp_path, iters=60, steps=steps)
+    assert done.returncode == 0, done.stderr
+    reference = {"step_ms": 55.0, "warmup": WARMUP, "steps": steps, "folder": "verify-cudnn_benchmark"}
+    record = {"fix": "cudnn_benchmark", "status": "ok", "pass": "verify-cudnn_benchmark"}
+    outcome = verified.realized(RunDir(run), record, reference)
+    assert outcome["numerics"]["step"] == WARMUP + steps - 1
+    assert outcome["numerics"]["status"] == "unchanged", outcome["numerics"]
 
 
 def test_a_script_that_ends_before_the_last_window_is_no_saving(tmp_path):

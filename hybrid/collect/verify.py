@@ -152,7 +152,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
     step count, stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
     # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
-    # last step, inside this run's warmup (hybrid.inject.numerics keeps the last steps' losses).
+    # last step, inside this run's warmup (hybrid.inject.numerics keeps the first steps' losses).
     warmup = max(reference["warmup"], item.switch.min_warmup)
     steps = reference["steps"]
     # A flag is timed off and on in its own process, windows as long as the plain one (hybrid.inject.apply_fix

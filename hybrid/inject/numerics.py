@@ -23,10 +23,12 @@ from hybrid.inject.stepping import active_session
 
 LOSS_FILE = "loss.json"
 SEED = 0
-# Step losses kept on the device until the end: the comparison reads the last step of the run's plain window,
-# which a fix that needs more warmup (torch.compile: hybrid.rules.switches.COMPILED_WARMUP) reaches that many
-# steps before its own window ends.
-KEEP_STEPS = 16
+# Step losses kept on the device until the end, of the steps before this one: the comparison reads the last
+# step of the run's plain window (its warmup and steps, tens of steps), which a fix's run reaches inside its
+# own warmup (torch.compile: hybrid.rules.switches.COMPILED_WARMUP) or in the first of its paired windows,
+# two more windows before its end (on the H200 the paired TF32 runs went on to step 37, and keeping their
+# last 16 losses had dropped the compared step 14).
+KEEP_STEPS = 256
 
 _losses: dict[int, Any] = {}
 _backward_calls = 0
@@ -48,11 +50,9 @@ def _note(tensor: Any) -> None:
     if session is None or os.getpid() != _pid or not _captures(session):
         return
     _backward_calls += 1
-    if tensor.numel() != 1:
+    if tensor.numel() != 1 or session.steps_seen >= KEEP_STEPS:
         return
     _losses[session.steps_seen] = tensor.detach().clone()
-    for old in sorted(_losses)[:-KEEP_STEPS]:
-        del _losses[old]
 
 
 def install() -> None:
