@@ -6,9 +6,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A suite started with SIGINT ignored (a shell's background job, nohup) hands that on to every child, and
+# Python leaves an ignored SIGINT ignored: the Ctrl-C tests' signal was lost and each waited out its 60 s
+# timeout and failed (test_cli's and test_inject's, 126 s of a `make test` started from a script,
+# 2026-12-04). Their child starts through this, which sets SIGINT back to its default and execs the command
+# (a default disposition survives exec). Popen's preexec_fn could do the same but is unsafe in a process
+# with threads (ruff PLW1509); restore_signals resets only SIGPIPE, SIGXFZ and SIGXFSZ, and process_group
+# changes no disposition.
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def interruptible(argv: Sequence[str]) -> list[str]:
+    """argv started with SIGINT at its default, whatever this process inherited."""
+    return [sys.executable, "-c", _SIGINT_DEFAULT, *argv]
 
 
 def run_hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hybrid_cli import interruptible
 from hybrid_cli import run_hybrid as hybrid
 
 from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
@@ -310,19 +311,21 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
         NO_COLOR="1",
     )
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hybrid",
-            "run",
-            "--steps",
-            "5000",
-            "--warmup",
-            "1",
-            "--out",
-            str(out),
-            str(slow),
-        ],
+        interruptible(
+            [
+                sys.executable,
+                "-m",
+                "hybrid",
+                "run",
+                "--steps",
+                "5000",
+                "--warmup",
+                "1",
+                "--out",
+                str(out),
+                str(slow),
+            ]
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -44,27 +44,29 @@ def hybrid(
     )
 
 
-@pytest.fixture()
-def non_ascii_results(tmp_path) -> Path:
-    """The H200 simple_cnn document with a kernel and a finding title that are not ASCII."""
+@pytest.fixture(scope="module")
+def non_ascii_results(tmp_path_factory) -> tuple[Path, dict]:
+    """The H200 simple_cnn document with a kernel and a finding title that are not ASCII, and its
+    `report --json` on a UTF-8 terminal: the reference each encoding's run is compared with, one run for
+    both (the same command on the same file)."""
     document = json.loads(RESULTS.read_text())
     document["top_kernels"][0]["name"] = "fused_gelu_α→β<float>"
     document["diagnosis"]["bottlenecks"][0]["title"] += " — très lent"
-    path = tmp_path / "results.json"
+    path = tmp_path_factory.mktemp("non_ascii") / "results.json"
     path.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
-    return path
+    return path, json.loads(hybrid("report", str(path), "--json", PYTHONIOENCODING="utf-8").stdout)
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
 def test_a_terminal_that_cannot_encode_the_report_still_gets_it(non_ascii_results, encoding):
-    text = hybrid("report", str(non_ascii_results), "--verbose", PYTHONIOENCODING=encoding)
+    results, utf8 = non_ascii_results
+    text = hybrid("report", str(results), "--verbose", PYTHONIOENCODING=encoding)
     assert text.returncode == 0, text.stderr.decode(errors="replace")
     shown = text.stdout.decode(encoding)
     assert "Step 3.87 ms" in shown and "Traceback" not in text.stderr.decode(errors="replace")
     if encoding == "ascii":
         assert "+- 316 us" in shown  # the report's own symbols have ASCII stand-ins
-    utf8 = json.loads(hybrid("report", str(non_ascii_results), "--json", PYTHONIOENCODING="utf-8").stdout)
-    carried = hybrid("report", str(non_ascii_results), "--json", PYTHONIOENCODING=encoding)
+    carried = hybrid("report", str(results), "--json", PYTHONIOENCODING=encoding)
     assert carried.returncode == 0, carried.stderr.decode(errors="replace")
     assert json.loads(carried.stdout.decode(encoding)) == utf8  # the same strings, escaped as JSON allows
     assert utf8["top_kernels"][0]["name"] == "fused_gelu_α→β<float>"

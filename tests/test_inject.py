@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hybrid_cli import interruptible
 
 import hybrid
 from hybrid.errors import UsageError
@@ -311,7 +312,7 @@ def test_sys_exit_code_is_preserved(runs):
 def test_ctrl_c_exits_130_and_is_recorded(tmp_path):
     out = tmp_path / "plain"
     child = subprocess.Popen(
-        inject_argv(out, "plain", str(SCRIPTS / "waits_for_interrupt.py")),
+        interruptible(inject_argv(out, "plain", str(SCRIPTS / "waits_for_interrupt.py"))),
         cwd=tmp_path,
         env=_env(),
         stdout=subprocess.PIPE,
