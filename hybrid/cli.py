@@ -506,7 +506,7 @@ def diagnose(
                 f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example"
             )
     from hybrid.collect.orchestrate import RunOptions, Target
-    from hybrid.model_sizes import MODEL_NAMES, cpu_defaults
+    from hybrid.models import MODEL_NAMES, cpu_defaults
 
     if model not in MODEL_NAMES:
         raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")

@@ -14,15 +14,15 @@ import itertools
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
 from hybrid.errors import HybridError, UsageError
 from hybrid.inject.stepping import name_modules, set_batch_size
-from hybrid.model_sizes import CPU_SIZES, GPU_SIZES, MODEL_NAMES, check_name, cpu_defaults, gpu_defaults
 
+MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
 PRECISIONS = ("default", "fp32", "tf32", "bf16-amp", "fp16-amp")
 # What each --precision sets, in the words the CLI and the workload's first line use.
 PRECISION_MEANING = {
@@ -43,6 +43,30 @@ IMAGENET_CLASSES = 1000
 CIFAR_CLASSES = 10
 
 
+@dataclass(frozen=True)
+class WorkloadSize:
+    batch_size: int
+    input_size: int  # image side in pixels for the CNNs, sequence length in tokens for the transformer
+    steps: int
+    warmup: int
+
+
+# On a GPU: the shapes people benchmark (ImageNet 224x224, seq 256, CIFAR 32x32).
+GPU_SIZES = {
+    "resnet50": WorkloadSize(batch_size=64, input_size=224, steps=20, warmup=5),
+    "transformer": WorkloadSize(batch_size=32, input_size=256, steps=20, warmup=5),
+    "simple_cnn": WorkloadSize(batch_size=256, input_size=32, steps=20, warmup=5),
+}
+# Without CUDA: one resnet50 step at batch 64, 224x224 takes ~30 s on 2 CPU cores, so a diagnosis
+# (plain + torch passes, warmup included) would take many minutes. Batch 2 at 64x64 is ~25x less
+# work per step and brings the whole diagnosis to about two minutes; the others shrink alike.
+CPU_SIZES = {
+    "resnet50": WorkloadSize(batch_size=2, input_size=64, steps=3, warmup=1),
+    "transformer": WorkloadSize(batch_size=2, input_size=64, steps=3, warmup=1),
+    "simple_cnn": WorkloadSize(batch_size=16, input_size=32, steps=5, warmup=2),
+}
+
+
 @dataclass
 class Workload:
     """One model with its optimizer and a synthetic batch that already lives on `device`."""
@@ -56,6 +80,25 @@ class Workload:
     device: torch.device
     make_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]]
     train_step: Callable[[], torch.Tensor]  # returns the detached loss; never syncs the host
+
+
+def cpu_defaults(name: str) -> dict:
+    """The sizes used when no CUDA device is present, so the CLI can say what it shrank."""
+    _check_name(name)
+    return asdict(CPU_SIZES[name])
+
+
+def gpu_defaults(name: str) -> dict:
+    _check_name(name)
+    return asdict(GPU_SIZES[name])
+
+
+def _check_name(name: str) -> None:
+    if name not in MODEL_NAMES:
+        raise UsageError(
+            f"unknown built-in model {name!r}",
+            f"use one of: {', '.join(MODEL_NAMES)}",
+        )
 
 
 def _resolve_device(device: str | torch.device | None) -> torch.device:
@@ -121,12 +164,8 @@ class TokenClassifierEncoder(nn.Module):
         self.token_embedding = nn.Embedding(TRANSFORMER_VOCAB, TRANSFORMER_D_MODEL)
         self.position_embedding = nn.Parameter(torch.zeros(1, seq_len, TRANSFORMER_D_MODEL))
         layer = nn.TransformerEncoderLayer(
-            TRANSFORMER_D_MODEL,
-            TRANSFORMER_HEADS,
-            TRANSFORMER_FFN,
-            dropout=0.1,
-            batch_first=True,
-            norm_first=True,
+            TRANSFORMER_D_MODEL, TRANSFORMER_HEADS, TRANSFORMER_FFN, dropout=0.1,
+            batch_first=True, norm_first=True,
         )
         # Nested tensors only apply to padded inference; turning them off also silences the
         # warning torch gives for norm_first layers.
@@ -186,7 +225,7 @@ def build_workload(
 ) -> Workload:
     """Build model, optimizer and a device-resident synthetic batch. Sizes left as None take the
     GPU defaults on CUDA and the shrunken CPU defaults on the CPU."""
-    check_name(name)
+    _check_name(name)
     configure_precision(precision)
     resolved = _resolve_device(device)
     defaults = GPU_SIZES[name] if resolved.type == "cuda" else CPU_SIZES[name]
@@ -210,7 +249,9 @@ def build_workload(
 
     def train_step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        autocast = torch.autocast(resolved.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+        autocast = (
+            torch.autocast(resolved.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+        )
         with autocast:
             logits = model(inputs)
             loss = loss_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
@@ -227,9 +268,8 @@ def build_workload(
     # hybrid session name_modules only tags attributes and set_batch_size does nothing.
     name_modules(model)
     set_batch_size(batch_size)
-    return Workload(
-        name, model, optimizer, batch_size, input_size, precision, resolved, make_batch, train_step
-    )
+    return Workload(name, model, optimizer, batch_size, input_size, precision, resolved,
+                    make_batch, train_step)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -238,29 +278,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="measured steps the loop runs")
     parser.add_argument("--warmup", type=int, default=None, help="warmup steps run before them")
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="default",
-        help="; ".join(f"{name}: {meaning}" for name, meaning in PRECISION_MEANING.items()),
-    )
-    parser.add_argument(
-        "--device",
-        choices=("cuda", "cpu"),
-        default=None,
-        help="default: cuda when available, else cpu with shrunken sizes",
-    )
+    parser.add_argument("--precision", choices=PRECISIONS, default="default",
+                        help="; ".join(f"{name}: {meaning}" for name, meaning in PRECISION_MEANING.items()))
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default: cuda when available, else cpu with shrunken sizes")
     return parser.parse_args(argv)
 
 
 def shrink_notice(name: str, args_given: dict) -> str:
     """One line saying which CPU defaults replaced the GPU ones (options the user set are kept)."""
     cpu, gpu = cpu_defaults(name), gpu_defaults(name)
-    shrunk = [
-        f"{key} {gpu[key]} -> {cpu[key]}"
-        for key in cpu
-        if args_given.get(key) is None and cpu[key] != gpu[key]
-    ]
+    shrunk = [f"{key} {gpu[key]} -> {cpu[key]}" for key in cpu
+              if args_given.get(key) is None and cpu[key] != gpu[key]]
     if not shrunk:
         return ""
     return f"hybrid.models: no CUDA device, {name} shrunk to finish on the CPU: " + ", ".join(shrunk)
@@ -269,22 +298,19 @@ def shrink_notice(name: str, args_given: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
-        check_name(args.name)
+        _check_name(args.name)
         device = _resolve_device(args.device)
         defaults = gpu_defaults(args.name) if device.type == "cuda" else cpu_defaults(args.name)
         if device.type == "cpu":
-            notice = shrink_notice(
-                args.name, {"batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup}
-            )
+            notice = shrink_notice(args.name, {"batch_size": args.batch_size, "steps": args.steps,
+                                               "warmup": args.warmup})
             if notice:
                 print(notice, file=sys.stderr)
         steps = args.steps if args.steps is not None else defaults["steps"]
         warmup = args.warmup if args.warmup is not None else defaults["warmup"]
         workload = build_workload(args.name, args.batch_size, args.precision, device)
-        print(
-            f"hybrid.models: {args.name}, precision {args.precision} ({PRECISION_MEANING[args.precision]})",
-            file=sys.stderr,
-        )
+        print(f"hybrid.models: {args.name}, precision {args.precision} ({PRECISION_MEANING[args.precision]})",
+              file=sys.stderr)
     except HybridError as error:
         print(error.message(), file=sys.stderr)
         return error.exit_code
