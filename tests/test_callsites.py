@@ -339,3 +339,17 @@ def test_the_terminal_and_html_show_the_planted_line(planted_results):
     assert (
         f"at <code>data_pageable_h2d.py:{line}</code>" in page and page.count('<ul class="callsites">') >= 1
     )
+
+
+def test_only_python_files_named_by_a_profile_are_read_for_their_lines(tmp_path):
+    """A received profile names its frames' files: a frame naming a file that is not Python source (an
+    SSH key, a credentials file) gets no source line, so the report cannot print a line of it."""
+    from hybrid.analysis.callsites import _Paths
+
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = not-for-a-report\n")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nloss.backward()\n")
+    paths = _Paths(str(script), [str(script), str(secret)])
+    assert paths.source_line(str(secret), 1) is None
+    assert paths.source_line(str(script), 2) == "loss.backward()"

@@ -346,6 +346,11 @@ class _Paths:
         return path
 
     def source_line(self, path: str, line: int) -> str | None:
+        """The text of `line` in the Python file a frame named. The path comes from the profile, which may
+        be a file someone sent: only a .py file is read, so no path in it can print a line of another file
+        of this machine (a key, a config) into the report."""
+        if PurePosixPath(path).suffix != ".py":
+            return None
         candidates = [Path(path)] if PurePosixPath(path).is_absolute() else []
         if self.local_dir is not None and (self.shown(path) != path or not candidates):
             candidates.append(self.local_dir / self.shown(path))
