@@ -153,3 +153,15 @@ def test_a_jobs_artifacts_are_those_of_its_representative_rank():
     rank = results["job"]["representative_rank"]
     assert results["artifacts"]["torch_trace"] == f"rank-{rank:02d}/torch/trace.json.gz"
     assert (job / results["artifacts"]["torch_trace"]).is_file()
+
+
+def test_what_the_passes_line_says_is_folded_in_the_default_view():
+    """The torchaudio stranger on the H200: torch.profiler slowed its step by 101% and nsys by 29% against the
+    plain pass, and ncu was skipped. The Passes line gives those; the full notes are verbose's."""
+    results = analyze_run_dir(FIXTURES / "unmarked_runs" / "torchaudio_frontend_train" / "run")
+    default = " ".join(render_terminal(results, color=False).split())
+    verbose = " ".join(render_terminal(results, verbose=True, color=False).split())
+    assert "overhead +101%" in default and "ncu skipped (counters cannot change the primary" in default
+    for note in ("warning: the torch pass slowed the step by +101%", "warning: ncu pass skipped:"):
+        assert note not in default and note in verbose
+    assert re.search(r"\+ \d+ more notes \(--verbose\)", default)

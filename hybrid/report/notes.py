@@ -18,6 +18,8 @@ COLLECTOR_SLOWDOWN_PCT = 10.0  # a collector that slows the step by more changes
 NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half the kernel time below this
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
+# How hybrid.collect.orchestrate's warning for a skipped ncu pass begins (its reason follows).
+NCU_SKIPPED = "ncu pass skipped:"
 
 # Limitations (written by hybrid.analysis.analyze, and hybrid.replay.corrected's) whose subject makes every
 # number above them read differently.
@@ -34,7 +36,9 @@ class Note:
     kind: str  # "warning" or "limitation"
     text: str
     changes_reading: bool
-    topic: str = ""  # "steps" for the note on how steps were found (the terminal's header says it too)
+    # "steps" for the note on how steps were found (the terminal's header says it too); "passes" for a
+    # collector's slowdown against the plain pass and the ncu pass skipped, which the Passes line says too
+    topic: str = ""
 
 
 def _steps(results: dict) -> list[Note]:
@@ -74,6 +78,7 @@ def _collectors(results: dict) -> list[Note]:
                     f"the {name} pass slowed the step by {format_change_pct(overhead)} against "
                     f"the plain pass: its timings are of a slower program",
                     True,
+                    topic="passes",
                 )
             )
     if "plain" not in passes:
@@ -125,7 +130,7 @@ def reading_notes(results: dict) -> list[Note]:
     warnings = [str(w) for w in results.get("warnings") or []]
     limitations = [str(n) for n in results.get("limitations") or []]
     first = [*_steps(results), *_collectors(results), *_coverage(results, warnings)]
-    first += [Note("warning", w, True) for w in warnings]
+    first += [Note("warning", w, True, topic="passes" if w.startswith(NCU_SKIPPED) else "") for w in warnings]
     first += [Note("limitation", n, True) for n in limitations if n.startswith(_READING_LIMITATIONS)]
     rest = [Note("limitation", n, False) for n in limitations if not n.startswith(_READING_LIMITATIONS)]
     for finding in not_measured(results):

@@ -490,12 +490,16 @@ def _notes(results: dict, verbose: bool) -> list[Text]:
     notes = reading_notes(results)
     if (results.get("workload") or {}).get("step_unit"):
         notes = [n for n in notes if n.topic != "steps"]  # the header says what a step is and how sure
+    # The Passes line gives each collector's overhead and why ncu was skipped: its full account is verbose's
+    # (on the H200 stranger runs these notes were 11 of a 122-line report).
+    summed_up = [] if verbose or not results.get("passes") else [n for n in notes if n.topic == "passes"]
+    notes = [n for n in notes if n not in summed_up]
     shown = [n for n in notes if n.changes_reading or verbose]
     shown += [n for n in notes if not n.changes_reading][: 0 if verbose else NOTES_DEFAULT]
     lines = [Text.assemble((f"{note.kind}: ", "yellow"), note.text) for note in shown]
-    if len(shown) < len(notes):
-        hidden = len(notes) - len(shown)
-        lines.append(Text(f"+ {hidden} more {noun('limitations', hidden)} (--verbose)", style="dim"))
+    hidden = len(notes) - len(shown) + len(summed_up)
+    if hidden:
+        lines.append(Text(f"+ {hidden} more {noun('notes', hidden)} (--verbose)", style="dim"))
     return lines
 
 
