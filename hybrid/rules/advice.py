@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from hybrid.analysis.host_dispatch import AUTOGRAD_NODE_PREFIX
+
 APPLIES_TO_SHOWN = 3
 
 
@@ -29,8 +31,9 @@ class Suggestion:
 
     def render(self) -> str:
         """One line for the `suggestions` list: the change, then why, then what it is about (the first
-        APPLIES_TO_SHOWN names; all of them are in `advice`)."""
-        names = list(self.applies_to[:APPLIES_TO_SHOWN])
+        APPLIES_TO_SHOWN names, an autograd node by its own name; all of them, as recorded, are in
+        `advice`)."""
+        names = [name.removeprefix(AUTOGRAD_NODE_PREFIX) for name in self.applies_to[:APPLIES_TO_SHOWN]]
         if len(self.applies_to) > APPLIES_TO_SHOWN:
             names.append(f"{len(self.applies_to) - APPLIES_TO_SHOWN} more")
         about = f"; applies to {', '.join(names)}" if names else ""
