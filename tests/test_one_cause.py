@@ -1,6 +1,6 @@
 """One cause, one finding, one action (issue 24) and claims bounded by their own kernels (issue 27.5), on
 every committed H200 capture that can be re-analyzed: the planted runs, the runs, the precision runs, the
-unmarked runs kept whole and the bare Nsight exports."""
+unmarked runs kept whole, the --verify runs and the bare Nsight exports."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ RUN_DIRS = sorted(
         *FIXTURES.glob("callsites/planted/*/run"),
         *FIXTURES.glob("precision/*/run"),
         *FIXTURES.glob("unmarked_runs/*/run"),
+        *FIXTURES.glob("verify/*/run"),
         *(p.parent for p in (FIXTURES / "runs").glob("**/run.json")),
     ]
 )
