@@ -39,28 +39,43 @@ for _ in range({iters}):
 WARMUP, STEPS = 2, 3
 
 
-def _paired_run(tmp_path: Path, iters: int, steps: int = STEPS) -> tuple[Path, subprocess.CompletedProcess]:
-    script = tmp_path / "flag_bound.py"
-    script.write_text(SCRIPT.format(iters=iters))
+def _paired_run(
+    tmp_path: Path,
+    script_text: str,
+    *,
+    fix: str = "cudnn_benchmark",
+    warmup: int = WARMUP,
+    steps: int = STEPS,
+    fixed_warmup: bool = True,
+    timeout_s: float = 120,
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """The fix's paired run of the script, as hybrid.collect.verify starts it, in RUN/verify-FIX."""
+    script = tmp_path / "script.py"
+    script.write_text(script_text)
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out"]
-    argv += [str(run / "verify-cudnn_benchmark"), "--warmup", str(WARMUP), "--fixed-warmup"]
-    argv += ["--steps", str(paired_steps(steps)), "--apply-fix", "cudnn_benchmark", "--paired", str(steps)]
+    argv += [
+        str(run / f"verify-{fix}"),
+        "--warmup",
+        str(warmup),
+        *(["--fixed-warmup"] if fixed_warmup else []),
+    ]
+    argv += ["--steps", str(paired_steps(steps)), "--apply-fix", fix, "--paired", str(steps)]
     argv += ["--capture-loss", "--", str(script)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=timeout_s)
     return run, done
 
 
-def _realized(run: Path) -> dict:
+def _realized(run: Path, *, fix: str = "cudnn_benchmark", warmup: int = WARMUP, steps: int = STEPS) -> dict:
     # The run's plain step, as another process timed it: the paired saving does not use it.
-    reference = {"step_ms": 55.0, "warmup": WARMUP, "steps": STEPS, "folder": "verify-cudnn_benchmark"}
-    record = {"fix": "cudnn_benchmark", "status": "ok", "pass": "verify-cudnn_benchmark"}
+    reference = {"step_ms": 55.0, "warmup": warmup, "steps": steps, "folder": f"verify-{fix}"}
+    record = {"fix": fix, "status": "ok", "pass": f"verify-{fix}"}
     return verified.realized(RunDir(run), record, reference)
 
 
 def test_a_flag_is_timed_off_and_on_again_in_one_process(tmp_path):
-    run, done = _paired_run(tmp_path, iters=40)
+    run, done = _paired_run(tmp_path, SCRIPT.format(iters=40))
     assert done.returncode == 0, done.stderr
     windows = json.loads((run / "verify-cudnn_benchmark" / "fix.json").read_text())["paired"]["segments"]
     assert [(w["fix_on"], w["settle_steps"], w["steps"]) for w in windows] == [
@@ -91,17 +106,15 @@ def test_the_compared_loss_is_kept_through_the_later_windows(tmp_path):
     """The loss is compared at the first window's last step (2 + 8 - 1 = 9); the run goes on for two more
     windows, to step 28."""
     steps = 8
-    run, done = _paired_run(tmp_path, iters=60, steps=steps)
+    run, done = _paired_run(tmp_path, SCRIPT.format(iters=60), steps=steps)
     assert done.returncode == 0, done.stderr
-    reference = {"step_ms": 55.0, "warmup": WARMUP, "steps": steps, "folder": "verify-cudnn_benchmark"}
-    record = {"fix": "cudnn_benchmark", "status": "ok", "pass": "verify-cudnn_benchmark"}
-    outcome = verified.realized(RunDir(run), record, reference)
+    outcome = _realized(run, steps=steps)
     assert outcome["numerics"]["step"] == WARMUP + steps - 1
     assert outcome["numerics"]["status"] == "unchanged", outcome["numerics"]
 
 
 def test_a_script_that_ends_before_the_last_window_is_no_saving(tmp_path):
-    run, done = _paired_run(tmp_path, iters=WARMUP + STEPS + 2)
+    run, done = _paired_run(tmp_path, SCRIPT.format(iters=WARMUP + STEPS + 2))
     assert done.returncode == 0, done.stderr
     outcome = _realized(run)
     assert outcome["status"] == "failed" and "off and on again" in outcome["reason"]
@@ -172,28 +185,13 @@ for _ in range(40):
 def test_compile_is_timed_eager_and_compiled_again_in_one_process(tmp_path):
     """The stepped module runs its compiled call in the on windows and its eager one in the off window,
     compiled once: the saving is the eager forward's wait."""
-    script = tmp_path / "eager_waits.py"
-    script.write_text(COMPILED_SCRIPT)
-    run = tmp_path / "run"
-    argv = [
-        sys.executable,
-        "-m",
-        "hybrid.inject.script",
-        "--pass",
-        "plain",
-        "--out",
-        str(run / "verify-compile"),
-    ]
-    argv += ["--warmup", str(COMPILED_WARMUP), "--steps", str(paired_steps(STEPS)), "--apply-fix", "compile"]
-    argv += ["--paired", str(STEPS), "--capture-loss", "--", str(script)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=300)
+    run, done = _paired_run(
+        tmp_path, COMPILED_SCRIPT, fix="compile", warmup=COMPILED_WARMUP, fixed_warmup=False, timeout_s=300
+    )
     assert done.returncode == 0, done.stderr
     fix = json.loads((run / "verify-compile" / "fix.json").read_text())
     assert fix["actions"] == ["Model.compile() at its first call"]
-    reference = {"step_ms": 55.0, "warmup": COMPILED_WARMUP, "steps": STEPS, "folder": "verify-compile"}
-    record = {"fix": "compile", "status": "ok", "pass": "verify-compile"}
-    outcome = verified.realized(RunDir(run), record, reference)
+    outcome = _realized(run, fix="compile", warmup=COMPILED_WARMUP)
     assert outcome["status"] == "realized", outcome
     assert outcome["step_before_ms"] - outcome["step_after_ms"] == pytest.approx(30.0, abs=8.0)
     assert outcome["paired"]["spread_ms"] < 10.0
