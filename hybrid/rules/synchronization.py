@@ -61,7 +61,10 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
         # Each data-dependent op copies its result's size to the host: without a scalar read in the step,
         # those are the copies (torchvision's detection eval: 22 copies a step, no .item(), nonzero and
         # masked_select in its post-processing), and reshaping comes first.
-        out.insert(0 if reads or not shaped else len(out), read_back)
+        if reads:
+            out.insert(0, read_back)
+        else:
+            out.append(read_back)
     out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
     return out
 
