@@ -55,13 +55,13 @@ def test_verify_does_not_time_graphs_of_the_model_for_a_loop_in_the_script(name)
     the H200 the per-sample loss ran 11.4 ms a step slower for a predicted 52.9 ms saved): it says why it
     passes the launch finding over instead."""
     from hybrid.collect.verify import plan
-    from hybrid.rules.advice import RunConfig, observed_config
+    from hybrid.rules.advice import config_of, observed_config
     from hybrid.rundir import RunDir
 
     run = FIXTURES / name
     results = analyze_run_dir(run)
-    recorded = (RunDir(run).read_inject("torch") or {}).get("config") or {}  # captured before config existed
-    config = RunConfig(recorded, observed_config(results["metrics"]))
+    # as --verify reads it (the capture predates the recorded config: the timeline's observations hold)
+    config = config_of(RunDir(run).read_inject("torch") or {}, observed_config(results["metrics"]))
     planned, skipped = plan(results, 3, config)
     assert "compile_reduce_overhead" not in [p.switch.name for p in planned]
     (launch,) = [s for s in skipped if s["finding"].startswith("launch.")]

@@ -16,7 +16,7 @@ from hybrid.analysis.verified import relative_error
 from hybrid.collect.verify import plan
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.verified import verify_line
-from hybrid.rules.advice import RunConfig, observed_config
+from hybrid.rules.advice import config_of, observed_config
 from hybrid.rundir import RunDir
 
 CAPTURE = Path(__file__).parent / "fixtures" / "verify" / "tc_fp16_unaligned_compile" / "run"
@@ -29,7 +29,7 @@ def shared(tmp_path_factory) -> dict:
     run = tmp_path_factory.mktemp("shared") / "run"
     shutil.copytree(CAPTURE, run)
     results = analyze_run_dir(run)
-    config = RunConfig(RunDir(run).read_inject("torch")["config"], observed_config(results["metrics"]))
+    config = config_of(RunDir(run).read_inject("torch"), observed_config(results["metrics"]))
     planned, _skipped = plan(results, 3, config)
     (compiled,) = [p for p in planned if p.switch.name == "compile"]
     record = json.loads((run / "run.json").read_text())
