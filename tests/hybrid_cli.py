@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,18 +29,23 @@ def interruptible(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _SIGINT_DEFAULT, *argv]
 
 
-def run_hybrid(*args: str, cwd: Path | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        NO_COLOR="1",
-    )
+def hybrid_env(**extra: str) -> dict[str, str]:
+    """The environment the CLI tests give `python -m hybrid`: this checkout first on PYTHONPATH, no colour."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, NO_COLOR="1", **extra)
+
+
+def run_hybrid(
+    *args: str, cwd: Path | None = None, timeout: float = 240, preexec: Callable[[], object] | None = None
+) -> subprocess.CompletedProcess:
+    """`preexec`: run in the child before the CLI starts (a umask, a resource limit)."""
     return subprocess.run(
         [sys.executable, "-m", "hybrid", *args],
         capture_output=True,
         text=True,
         check=False,
         cwd=cwd or ROOT,
-        env=env,
+        env=hybrid_env(),
         timeout=timeout,
+        preexec_fn=preexec,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hybrid_cli import interruptible
+from hybrid_cli import hybrid_env, interruptible
 from hybrid_cli import run_hybrid as hybrid
 
 from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
@@ -305,11 +304,7 @@ def test_ctrl_c_keeps_the_partial_run(tmp_path):
         "for i in range(10_000):\n"
         "    m(torch.randn(2, 4)).sum().backward(); o.step(); time.sleep(0.05)\n"
     )
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        NO_COLOR="1",
-    )
+    env = hybrid_env()
     proc = subprocess.Popen(
         interruptible(
             [

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import hybrid_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,11 +29,7 @@ def test_hybrid_mode_measures_timeline_and_counters(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
     out = tmp_path / "run"
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        NO_COLOR="1",
-    )
+    env = hybrid_env()
     done = subprocess.run(
         [
             sys.executable,

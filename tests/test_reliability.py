@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hybrid_cli import hybrid_env
+from hybrid_cli import run_hybrid as hybrid
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -28,26 +30,6 @@ OTHER_WORKLOAD_CSV = (
     ROOT / "tests" / "fixtures" / "planted" / "tc_fp32_no_tf32" / "run" / "ncu" / "counters.csv"
 )
 JOB = ROOT / "tests" / "fixtures" / "jobs" / "h200-ddp-healthy"
-
-
-def _env(**extra: str) -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=path, NO_COLOR="1", **extra)
-
-
-def hybrid(
-    *args: str, cwd: Path | None = None, timeout: float = 240, preexec=None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hybrid", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd or ROOT,
-        env=_env(),
-        timeout=timeout,
-        preexec_fn=preexec,
-    )
 
 
 def _can_unshare_mounts() -> bool:
@@ -70,7 +52,7 @@ def hybrid_on_mount(
         capture_output=True,
         text=True,
         check=False,
-        env=_env(),
+        env=hybrid_env(),
         timeout=timeout,
     )
 
@@ -106,7 +88,7 @@ def test_out_onto_an_existing_run_directory_is_refused_and_leaves_it_untouched(h
 
 
 def test_runs_started_in_the_same_second_get_their_own_default_directory(tmp_path):
-    env = _env()
+    env = hybrid_env()
     argv = [
         sys.executable,
         "-m",
@@ -261,7 +243,7 @@ def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=hybrid_env(),
         cwd=ROOT,
     )
     # Into the measured steps: the injector has printed one (a fixed sleep is too short on a loaded box).
@@ -306,7 +288,7 @@ def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measur
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_env(),
+        env=hybrid_env(),
         cwd=ROOT,
     )
     log, deadline = out / "torch" / "console.log", time.monotonic() + 180
