@@ -51,6 +51,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "without SM/memory throughput": tuple(
         x for x in m.METRICS if x not in (m.SM_THROUGHPUT, m.MEMORY_THROUGHPUT)
     ),
+    # Each throughput alone (session 2: together they cost 8 of the 15 passes, 9 and 6 alone): which one a
+    # derived figure (memory throughput from the measured DRAM and L2 bytes against their peaks) would save.
+    "without memory throughput": tuple(x for x in m.METRICS if x != m.MEMORY_THROUGHPUT),
+    "without SM throughput": tuple(x for x in m.METRICS if x != m.SM_THROUGHPUT),
     "without scalar FLOPs": tuple(
         x for x in m.METRICS if x not in {n for ops in m.SCALAR_FLOP_OPS.values() for n in ops}
     ),
