@@ -29,6 +29,35 @@ def interruptible(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _SIGINT_DEFAULT, *argv]
 
 
+def inject_argv(
+    out: Path,
+    pass_name: str,
+    target: str,
+    *args: str,
+    warmup: int = 1,
+    steps: int = 3,
+    flags: Sequence[str] = (),
+) -> list[str]:
+    """`python -m hybrid.inject.script` on `target ARGS` for one pass, as the orchestrator starts it."""
+    return [
+        sys.executable,
+        "-m",
+        "hybrid.inject.script",
+        "--pass",
+        pass_name,
+        "--out",
+        str(out),
+        "--warmup",
+        str(warmup),
+        "--steps",
+        str(steps),
+        *flags,
+        "--",
+        target,
+        *args,
+    ]
+
+
 def hybrid_env(**extra: str) -> dict[str, str]:
     """The environment the CLI tests give `python -m hybrid`: this checkout first on PYTHONPATH, no colour."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.analysis.callsites import NO_SAMPLES_NOTE, NO_STACKS_NOTE
 from hybrid.load.nsys_export import load_nsys_export
@@ -97,22 +97,7 @@ def stacked_trace(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("torch")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            "torch",
-            "--python-stacks",
-            "--out",
-            str(out),
-            "--warmup",
-            "1",
-            "--steps",
-            "3",
-            "--",
-            str(OPS_SCRIPT),
-        ],
+        inject_argv(out, "torch", str(OPS_SCRIPT), flags=["--python-stacks"]),
         capture_output=True,
         text=True,
         env=env,

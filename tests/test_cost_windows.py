@@ -11,10 +11,10 @@ import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.collect.ncu_plan import KernelHeadroom, plan_ncu
 from hybrid.collect.orchestrate import COMPILE_CACHE_DIR, Orchestrator, RunOptions, Target
@@ -37,25 +37,15 @@ def _trace_names(path: Path) -> list[str]:
 def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
     out = tmp_path / "torch"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
+        inject_argv(
+            out,
             "torch",
-            "--out",
-            str(out),
-            "--warmup",
-            "2",
-            "--steps",
-            "4",
-            "--plain-steps",
-            "3",
-            "--plain-on-cpu",
-            "--",
             str(SCRIPTS / "steady_steps.py"),
             "60",
-        ],
+            warmup=2,
+            steps=4,
+            flags=["--plain-steps", "3", "--plain-on-cpu"],
+        ),
         capture_output=True,
         text=True,
         timeout=300,

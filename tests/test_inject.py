@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hybrid_cli import interruptible
+from hybrid_cli import inject_argv, interruptible
 
 import hybrid
 from hybrid.errors import UsageError
@@ -40,34 +40,6 @@ def _env(*extra_paths: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (REPO, *extra_paths))
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def inject_argv(
-    out: Path,
-    pass_name: str,
-    target: str,
-    *args: str,
-    warmup: int = 1,
-    steps: int = 3,
-    flags: tuple[str, ...] = (),
-) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hybrid.inject.script",
-        "--pass",
-        pass_name,
-        "--out",
-        str(out),
-        "--warmup",
-        str(warmup),
-        "--steps",
-        str(steps),
-        *flags,
-        "--",
-        target,
-        *args,
-    ]
 
 
 @dataclass

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from hybrid_cli import inject_argv
 
 from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
 from hybrid.inject.script import LINGER_ENV
@@ -23,23 +24,7 @@ LINGER_S = 1.0
 
 def _inject(out: str, script: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            "plain",
-            "--out",
-            out,
-            "--warmup",
-            "1",
-            "--fixed-warmup",
-            "--steps",
-            "3",
-            "--",
-            str(script),
-            *args,
-        ],
+        inject_argv(Path(out), "plain", str(script), *args, flags=["--fixed-warmup"]),
         capture_output=True,
         text=True,
         timeout=120,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from hybrid_cli import inject_argv
 
 from hybrid.inject.step_finder import script_marks_steps
 
@@ -29,8 +30,7 @@ def test_marks_in_the_source_are_calls_not_mentions(tmp_path):
 def test_the_marked_step_is_the_step_though_a_forward_repeats_first(tmp_path):
     out = tmp_path / "plain"
     done = subprocess.run(
-        [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(out)]
-        + ["--warmup", "2", "--steps", "3", "--fixed-warmup", "--", str(SCRIPT)],
+        inject_argv(out, "plain", str(SCRIPT), warmup=2, flags=["--fixed-warmup"]),
         check=False,
         capture_output=True,
         text=True,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.rules.base import CATEGORIES, SEVERITIES
 
@@ -105,25 +106,7 @@ def test_script_runs_standalone_on_cpu(name: str) -> None:
     [("sync_item_per_microstep", "optimizer_hook"), ("mem_random_gather", "mark_step")],
 )
 def test_injector_counts_the_scripts_steps(tmp_path: Path, name: str, step_source: str) -> None:
-    proc = _run(
-        [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            "plain",
-            "--out",
-            str(tmp_path),
-            "--warmup",
-            "1",
-            "--steps",
-            "2",
-            "--",
-            str(PLANTED / f"{name}.py"),
-            "--device",
-            "cpu",
-        ]
-    )
+    proc = _run(inject_argv(tmp_path, "plain", str(PLANTED / f"{name}.py"), "--device", "cpu", steps=2))
     assert proc.returncode == 0, proc.stderr
     inject = json.loads((tmp_path / "inject.json").read_text())
     assert inject["outcome"] == "step_limit"  # stopped after warmup + measured steps, not at loop end

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "scripts" / "config_probe.py"
@@ -45,23 +46,7 @@ def _run(case: str, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     # --fixed-warmup: the probe runs exactly warmup + steps iterations, so it must stop at the step limit,
     # with its objects alive, whatever the box's load does to step times.
-    argv = [
-        sys.executable,
-        "-m",
-        "hybrid.inject.script",
-        "--pass",
-        "plain",
-        "--out",
-        str(out),
-        "--warmup",
-        "1",
-        "--steps",
-        "3",
-        "--fixed-warmup",
-        "--",
-        str(PROBE),
-        *CASES[case],
-    ]
+    argv = inject_argv(out, "plain", str(PROBE), *CASES[case], flags=["--fixed-warmup"])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads((out / "inject.json").read_text())
@@ -135,22 +120,7 @@ def test_the_observers_do_not_change_the_result(tmp_path):
         check=False,
     )
     injected = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            "plain",
-            "--out",
-            str(tmp_path),
-            "--warmup",
-            "1",
-            "--steps",
-            "50",
-            "--",
-            str(PROBE),
-            *CASES["tuned"],
-        ],
+        inject_argv(tmp_path, "plain", str(PROBE), *CASES["tuned"], steps=50),
         env=env,
         capture_output=True,
         text=True,
@@ -165,19 +135,9 @@ def test_the_observers_do_not_change_the_result(tmp_path):
 @pytest.mark.gpu
 def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    argv = [
-        sys.executable,
-        "-m",
-        "hybrid.inject.script",
-        "--pass",
+    argv = inject_argv(
+        tmp_path,
         "plain",
-        "--out",
-        str(tmp_path),
-        "--warmup",
-        "1",
-        "--steps",
-        "3",
-        "--",
         str(PROBE),
         "--device",
         "cuda",
@@ -186,7 +146,7 @@ def test_cuda_autocast_and_tf32_are_recorded_on_a_gpu(tmp_path):
         "bfloat16",
         "--optimizer",
         "adamw",
-    ]
+    )
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "inject.json").read_text())["config"]
@@ -256,8 +216,7 @@ def test_a_compiled_function_that_clips_keeps_its_one_graph(tmp_path):
         "    clip()\n"
         "    optimizer.step()\n"
     )
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path / "out")]
-    argv += ["--warmup", "1", "--steps", "3", "--fixed-warmup", "--", str(script)]
+    argv = inject_argv(tmp_path / "out", "plain", str(script), flags=["--fixed-warmup"])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.inject.loop_trace import TRACER_NAME, LoopTracer, loops_of
 from hybrid.inject.stepping import INJECT_FILE, TRACE_FILE
@@ -67,22 +68,7 @@ def _run_scenarios(tmp_path_factory, names: list[str]) -> dict[str, Run]:
         pass_name, script, args, warmup, steps = SCENARIOS[name]
         out = tmp_path_factory.mktemp(name) / pass_name
         args = [str(out.parent / "record.json") if a == "RECORD" else a for a in args]
-        argv = [
-            sys.executable,
-            "-m",
-            "hybrid.inject.script",
-            "--pass",
-            pass_name,
-            "--out",
-            str(out),
-            "--warmup",
-            str(warmup),
-            "--steps",
-            str(steps),
-            "--",
-            str(UNMARKED / script),
-            *args,
-        ]
+        argv = inject_argv(out, pass_name, str(UNMARKED / script), *args, warmup=warmup, steps=steps)
         started[name] = (
             subprocess.Popen(
                 argv, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.analysis import verified
 from hybrid.collect.verify import plan
@@ -219,10 +220,8 @@ def _tf32_verify_run(tmp_path: Path, name: str, loop_line: str) -> tuple[Path, d
         "    optimizer.step()\n"
     )
     run = tmp_path / name
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain"]
-    argv += ["--out", str(run / "verify-tf32"), "--warmup", "2", "--fixed-warmup", "--steps", "3"]
-    argv += ["--apply-fix", "tf32", "--capture-loss"]
-    argv += ["--", str(script)]
+    flags = ["--fixed-warmup", "--apply-fix", "tf32", "--capture-loss"]
+    argv = inject_argv(run / "verify-tf32", "plain", str(script), warmup=2, flags=flags)
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

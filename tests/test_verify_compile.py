@@ -7,10 +7,10 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.analysis import verified
 from hybrid.rundir import RunDir
@@ -27,8 +27,9 @@ def _fix_run(tmp_path: Path, fix: str, script: Path, *script_args: str) -> tuple
     and its stderr."""
     switch = verified.SWITCH_BY_NAME[fix]
     name = f"verify-{fix}"
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out", str(tmp_path / name)]
-    argv += ["--warmup", str(switch.min_warmup), "--steps", "3", "--apply-fix", fix, "--", str(script)]
+    argv = inject_argv(
+        tmp_path / name, "plain", str(script), warmup=switch.min_warmup, flags=["--apply-fix", fix]
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(
         [*argv, *script_args], check=False, capture_output=True, text=True, env=env, timeout=240

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hybrid_cli import inject_argv
 
 from hybrid.analysis import verified
 from hybrid.collect.verify import Planned, _run_fix
@@ -53,15 +54,15 @@ def _paired_run(
     script = tmp_path / "script.py"
     script.write_text(script_text)
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "hybrid.inject.script", "--pass", "plain", "--out"]
-    argv += [
-        str(run / f"verify-{fix}"),
-        "--warmup",
-        str(warmup),
-        *(["--fixed-warmup"] if fixed_warmup else []),
-    ]
-    argv += ["--steps", str(paired_steps(steps)), "--apply-fix", fix, "--paired", str(steps)]
-    argv += ["--capture-loss", "--", str(script)]
+    flags = [*(["--fixed-warmup"] if fixed_warmup else []), "--apply-fix", fix, "--paired", str(steps)]
+    argv = inject_argv(
+        run / f"verify-{fix}",
+        "plain",
+        str(script),
+        warmup=warmup,
+        steps=paired_steps(steps),
+        flags=[*flags, "--capture-loss"],
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run(argv, check=False, capture_output=True, text=True, env=env, timeout=timeout_s)
     return run, done
