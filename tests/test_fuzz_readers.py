@@ -204,6 +204,51 @@ def test_malformed_torch_trace_records(tmp_path_factory, doc):
     _analyze_trace(tmp_path_factory, json.dumps(doc).encode())
 
 
+def _first_op_with_shapes(events: list) -> dict:
+    return next(e for e in events if e.get("ph") == "X" and e.get("args", {}).get("Input Dims"))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda events: next(e for e in events if e.get("ph") == "X").update(ts=True), "non-numeric 'ts'"),
+        (lambda events: next(e for e in events if e.get("ph") == "X").update(dur=float("nan")), "'dur'"),
+        (lambda events: _first_op_with_shapes(events)["args"]["Input Dims"].append(["8", 4]), "Input Dims"),
+        (
+            lambda events: _first_op_with_shapes(events)["args"]["Input Dims"].append([[2, False]]),
+            "Input Dims",
+        ),
+        (
+            lambda events: _first_op_with_shapes(events)["args"].update({"Input type": ["float", 3]}),
+            "Input type",
+        ),
+        (lambda events: _first_op_with_shapes(events)["args"].update({"Input Dims": "[1, 2]"}), "Input Dims"),
+    ],
+)
+def test_a_torch_trace_record_of_the_wrong_json_type_is_named(tmp_path, damage, said):
+    """A boolean is not a timestamp, a string is not a size, at any depth of a tensor list's shapes; the
+    record is named by its index."""
+    from hybrid.load.torch_trace import load_torch_trace
+
+    doc = json.loads(TRACE_TEXT)
+    damage(doc["traceEvents"])
+    (tmp_path / "trace.json").write_text(json.dumps(doc))
+    with pytest.raises(HybridError) as refused:
+        load_torch_trace(tmp_path / "trace.json")
+    assert said in refused.value.message() and "traceEvents[" in refused.value.message()
+
+
+def test_a_tensor_lists_nested_shapes_and_an_empty_shape_are_read(tmp_path):
+    from hybrid.load.torch_trace import load_torch_trace
+
+    doc = json.loads(TRACE_TEXT)
+    _first_op_with_shapes(doc["traceEvents"])["args"]["Input Dims"] += [[[2, 3], [4]], [], 7]
+    (tmp_path / "trace.json").write_text(json.dumps(doc))
+    assert len(load_torch_trace(tmp_path / "trace.json").ops) == len(
+        load_torch_trace(PROBE / "torch_trace.json").ops
+    )
+
+
 @FUZZ
 @given(data=damaged_bytes(gzip.compress(TRACE_TEXT)))
 def test_damaged_gzipped_torch_trace(tmp_path_factory, data):
