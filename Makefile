@@ -13,7 +13,7 @@ STEPS ?=
 MODE ?= auto
 ARGS ?=
 
-.PHONY: setup diagnose test test-gpu lint examples clean
+.PHONY: setup diagnose test test-slow test-gpu lint examples clean
 
 setup: $(VENV)/.installed
 
@@ -44,7 +44,13 @@ diagnose: setup
 # and both workers end within 13 s of each other, so what is left is CPU in torch-importing subprocesses
 # that no two tests share.
 test: setup
-	$(BIN)/python -m pytest -q -m "not gpu" -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -m "not gpu and not slow" -n auto --dist loadfile --no-loadscope-reorder
+
+# The end-to-end runs `make test` leaves out (marked slow): each repeats a whole workload run (four verified
+# runs of one loop, a CPU torch.compile in every pass, a second signal, a straggling rank) whose logic a
+# default test covers on real data or a shorter run. .ci/run runs both.
+test-slow: setup
+	$(BIN)/python -m pytest -q -m "slow and not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
 # On a machine with an NVIDIA GPU, nsys and ncu.
 test-gpu: setup

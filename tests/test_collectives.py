@@ -167,6 +167,7 @@ def test_fsdp2_advice_never_suggests_a_switch_already_on(fsdp_root_job):
     assert "Prefetch 2 blocks ahead" in on and "reshard_after_forward" not in on
 
 
+@pytest.mark.slow
 def test_fsdp2_with_every_switch_on_is_advised_none_of_them(tmp_path):
     """Per-block units with explicit prefetch one block ahead both ways and reshard_after_forward=False: the
     run records all three, gathers once per block a step (none in the backward), and whatever the gloo box

@@ -110,6 +110,7 @@ def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_witho
     assert "too few for the plain window" in run["fixed_warmup"]["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (shutil.which("c++") or shutil.which("g++")), reason="inductor on the CPU needs a C++ compiler"
 )

@@ -110,6 +110,7 @@ def test_ddp_job_end_to_end(ddp_job):
         rank_path(run_dir, 2)
 
 
+@pytest.mark.slow
 def test_straggler_is_rank_1(straggler_job):
     _done, _out, results = straggler_job
     job = results["job"]
@@ -191,6 +192,7 @@ def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
     assert {r: v["step_time_ms"] is not None for r, v in results["ranks"].items()} == {"0": True, "1": True}
 
 
+@pytest.mark.slow
 def test_wrap_runs_only_the_named_rank_under_the_collector(tmp_path):
     orchestrator = JobOrchestrator(
         Target([SCRIPT, "--record-env", str(tmp_path)]),

@@ -221,7 +221,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path, stop):
     out, pid_file = tmp_path / "run", tmp_path / "workload.pid"
     proc = subprocess.Popen(

@@ -107,6 +107,7 @@ def test_a_disabled_autocast_region_is_seen_but_not_enabled(configs):
     assert regions and all(not r["enabled"] for r in regions)
 
 
+@pytest.mark.slow
 def test_the_observers_do_not_change_the_result(tmp_path):
     """The tuned loop run to its end under the injector (more steps asked than the script has) prints the
     same final loss as the script run alone."""

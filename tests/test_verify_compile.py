@@ -41,6 +41,7 @@ def _fix_run(tmp_path: Path, fix: str, script: Path, *script_args: str) -> tuple
     return verified.realized(RunDir(tmp_path), record, reference), inject, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fix", ["compile", "compile_reduce_overhead"])
 def test_the_compile_fixes_compile_the_stepped_function_of_a_step_without_modules(tmp_path, fix):
     """graph_unfused_small_ops (CPU sizes) calls a plain `mlp_layer(h, *weights)` 12 times a step and no
