@@ -113,6 +113,8 @@ def test_no_rule_family_imports_another():
 # stages -> results -> renderers), as the arrows that must never exist.
 LOADERS_AND_INJECTOR = {
     "hybrid.load.nsys_export",
+    "hybrid.load.nsys_runtime",
+    "hybrid.load.nsys_steps",
     "hybrid.load.torch_trace",
     "hybrid.load.ncu_match",
     "hybrid.analysis.job_metrics",

@@ -1,19 +1,9 @@
 """Turn an Nsight Systems SQLite export into the normalized Profile.
 
-Steps, in order of preference:
-  1. our injector's NVTX ranges `step N` in domain `hybrid`            -> step_source "nvtx:hybrid"
-     (N below the measured steps that the injector's inject.json reports: a range it closed because
-     the script ended mid-step is not a measured step)
-  2. the user's ranges named `step_range` (exact text, else prefix)     -> "nvtx:<NAME>"
-  3. a repeating NVTX range name (see _repeating_ranges)               -> "pattern"
-  4. periodicity of the launching thread's CUDA calls (hybrid.load.periodicity), start-up excluded and
-     early steps dropped until their times settle                         -> "periodicity"
-  5. the window from the first kernel launch to the end, as one step, with a warning
-                                                                        -> "steady-window"
-Device work belongs to the step open in its *process* when it was launched: step ranges are pushed
-on the main thread, while PyTorch launches backward kernels from its autograd thread, so matching
-on the launching thread would drop the whole backward pass. Module ranges (`hybrid.modules`) are
-matched on the launching thread, since they wrap forward calls on that thread.
+Steps are found by hybrid.load.nsys_steps. Device work belongs to the step open in its *process* when it
+was launched: step ranges are pushed on the main thread, while PyTorch launches backward kernels from its
+autograd thread, so matching on the launching thread would drop the whole backward pass. Module ranges
+(`hybrid.modules`) are matched on the launching thread, since they wrap forward calls on that thread.
 
 Torch-free on purpose (`hybrid report X.sqlite` must start fast): numpy and pandas only.
 """
@@ -21,7 +11,6 @@ Torch-free on purpose (`hybrid report X.sqlite` must start fast): numpy and pand
 from __future__ import annotations
 
 import json
-import re
 from contextlib import closing
 from pathlib import Path
 
@@ -30,9 +19,10 @@ import pandas as pd
 
 from hybrid.errors import InputError, nsight_errors_as_hybrid
 from hybrid.files import read_regular_text
-from hybrid.load import periodicity, settle
+from hybrid.load.nsys_runtime import TID_MASK, Columns, Runtime, by_start, pid_of, take_rows
+from hybrid.load.nsys_steps import Steps, find_steps, nvtx_ranges
 from hybrid.load.plausible import implausible_rows
-from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, NSYS_DIR, NSYS_EXPORT_FILE, STEP_DOMAIN
+from hybrid.markers import INJECT_FILE, MODULE_DOMAIN, NSYS_DIR, NSYS_EXPORT_FILE
 from hybrid.profile import (
     API_CALL_COLUMNS,
     KERNEL_COLUMNS,
@@ -41,37 +31,15 @@ from hybrid.profile import (
     MEMCPY_COLUMNS,
     MEMSET_COLUMNS,
     SAMPLE_COLUMNS,
-    STEP_COLUMNS,
     SYNC_COLUMNS,
     DeviceInfo,
     Profile,
     conform,
 )
 from hybrid.provenance import MEASURED_NSYS
-from nsight.intervals import depths, nesting_parents, stab_innermost, step_of
+from nsight.intervals import depths, nesting_parents, stab_innermost
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
-
-OUR_STEP_TEXT = re.compile(r"^step (\d+)$")
-
-# globalTid = (vm << 48) | (pid << 24) | tid; clearing the tid gives the globalPid that device
-# activity rows carry.
-TID_BITS = 24
-TID_MASK = (1 << TID_BITS) - 1
-PID_MASK = (1 << 24) - 1
-# CUPTI correlation ids are 32-bit and unique within a process: (pid << 32 | correlation) is a
-# unique key in one int64.
-CORRELATION_BITS = 32
-
-# Pattern detection: a range name must repeat at least this often to be taken for a step (two
-# could be "train" and "eval" phases; three is the fewest that looks like a loop).
-MIN_PATTERN_REPEATS = 3
-# Names that say "one iteration" win over longer repeating ranges such as epochs.
-STEP_LIKE_WORDS = re.compile(r"step|iter|batch", re.IGNORECASE)
-TRAILING_INDEX = re.compile(r"[\s_#:.-]*\d+$")
-# NVTX domains of CUDA libraries (CUB/Thrust, NCCL): their ranges wrap library calls, not the user's steps.
-LIBRARY_DOMAINS = ("CCCL", "NCCL", "NVSHMEM", "cuBLAS", "cuDNN")
-MIN_PATTERN_COVERAGE = 0.1  # share of the time from the first to the last range that the ranges cover
 
 # OS-runtime calls at least this long count as blocking in the summary: below 100 us a call cannot
 # explain a visible gap in a millisecond-scale step (and nsys was told to skip calls under 10 us).
@@ -99,14 +67,6 @@ LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
 
 
-def _pid_of(global_ids: np.ndarray) -> np.ndarray:
-    return (global_ids >> TID_BITS) & PID_MASK
-
-
-def _keys(global_ids: np.ndarray, correlation: np.ndarray) -> np.ndarray:
-    return (_pid_of(global_ids) << CORRELATION_BITS) | (correlation & ((1 << CORRELATION_BITS) - 1))
-
-
 def sync_kind(api: str) -> str | None:
     """What a host API waits for, or None when it does not block the host on the device.
     Synchronous copies (cudaMemcpy, cuMemcpyDtoH, ...: no 'Async') wait for the copy."""
@@ -120,353 +80,6 @@ def sync_kind(api: str) -> str | None:
     return None
 
 
-Columns = dict[str, np.ndarray]
-RUNTIME_COLUMNS = ("name_id", "start_ns", "end_ns", "correlation", "global_tid")
-
-
-def _take(columns: Columns, rows: np.ndarray) -> Columns:
-    return {name: values[rows] for name, values in columns.items()}
-
-
-def _by_start(columns: Columns) -> Columns:
-    start = columns["start_ns"]
-    if len(start) < 2 or (start[1:] >= start[:-1]).all():
-        return columns  # nsys mostly writes rows in time order: no copy of every column
-    return _take(columns, np.argsort(start, kind="stable"))
-
-
-class _Runtime:
-    """The host API calls of interest, sorted by start, with a (pid, correlation) index for
-    device activity."""
-
-    def __init__(self, export: NsysExport, columns: Columns | None) -> None:
-        if columns is None:
-            columns = {name: np.empty(0, np.int64) for name in RUNTIME_COLUMNS}
-        self.calls = _by_start(columns)
-        self.names = export.strings(self.calls["name_id"])
-        keys = _keys(self.calls["global_tid"], self.calls["correlation"])
-        self._order = np.argsort(keys, kind="stable")
-        self._sorted_keys = keys[self._order]
-
-    def where_name(self, predicate) -> Columns:
-        """The calls whose API name satisfies `predicate`, in start order."""
-        ids = [i for i, name in self.names.items() if predicate(name)]
-        return _take(self.calls, np.flatnonzero(np.isin(self.calls["name_id"], ids)))
-
-    def launch_of(self, global_pid: np.ndarray, correlation: np.ndarray) -> np.ndarray:
-        """Row of the API call that launched each device activity, -1 when not captured."""
-        keys = _keys(global_pid, correlation)
-        if len(self._sorted_keys) == 0:
-            return np.full(len(keys), -1, dtype=np.int64)
-        pos = np.clip(np.searchsorted(self._sorted_keys, keys), 0, len(self._sorted_keys) - 1)
-        return np.where(self._sorted_keys[pos] == keys, self._order[pos], -1)
-
-
-class _Steps:
-    """Step ranges, kept per process for attribution; `frame` is the Profile.steps view."""
-
-    def __init__(
-        self,
-        ranges: pd.DataFrame,
-        source: str,
-        unit: str | None = None,
-        confidence: str | None = None,
-        reason: str | None = None,
-    ) -> None:
-        # ranges: step, name, start_ns, end_ns, global_pid
-        self.ranges = ranges.sort_values("start_ns").reset_index(drop=True)
-        self.source = source
-        self.unit, self.confidence, self.reason = unit, confidence, reason
-        union = (
-            self.ranges.groupby("step", sort=True)
-            .agg(name=("name", "first"), start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-            .reset_index()
-        )
-        self.frame = conform(union, STEP_COLUMNS)
-
-    def within(self, start_ns: int, end_ns: int) -> _Steps:
-        """The steps that lie inside [start_ns, end_ns]; a steady window is clipped to it instead."""
-        if self.source == "steady-window":
-            ranges = self.ranges.assign(
-                start_ns=self.ranges["start_ns"].clip(lower=start_ns),
-                end_ns=self.ranges["end_ns"].clip(upper=end_ns),
-            )
-        else:
-            inside = self.frame[(self.frame["start_ns"] >= start_ns) & (self.frame["end_ns"] <= end_ns)]
-            ranges = self.ranges[self.ranges["step"].isin(inside["step"])]
-        return _Steps(ranges, self.source, self.unit, self.confidence, self.reason)
-
-    def assign(self, times: np.ndarray, global_ids: np.ndarray) -> np.ndarray:
-        """Step of each event (host time `times`, thread or process id `global_ids`), -1 outside."""
-        frame = self.frame
-        out = step_of(
-            times, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy(), frame["step"].to_numpy()
-        )
-        pids = self.ranges["global_pid"].unique()
-        if len(pids) > 1:  # one set of step ranges per rank: each process follows its own
-            event_pids = _pid_of(global_ids)
-            for pid in pids:
-                own = self.ranges[self.ranges["global_pid"] == pid]
-                mask = event_pids == _pid_of(np.array([pid]))[0]
-                out[mask] = step_of(
-                    times[mask], own["start_ns"].to_numpy(), own["end_ns"].to_numpy(), own["step"].to_numpy()
-                )
-        return out
-
-
-def _nvtx_ranges(export: NsysExport, window: dict = WHOLE_CAPTURE) -> pd.DataFrame:
-    frame = export.frame("nvtx_ranges", window)
-    if frame is None or frame.empty:
-        return pd.DataFrame(
-            {
-                "start_ns": np.empty(0, np.int64),
-                "end_ns": np.empty(0, np.int64),
-                "text": pd.Series(dtype=object),
-                "global_tid": np.empty(0, np.int64),
-                "domain": pd.Series(dtype=object),
-            }
-        )
-    frame["start_ns"] = frame["start_ns"].astype(np.int64)
-    frame["end_ns"] = frame["end_ns"].astype(np.int64)
-    frame["global_tid"] = frame["global_tid"].astype(np.int64)
-    return frame
-
-
-def _with_pid(ranges: pd.DataFrame) -> pd.DataFrame:
-    out = ranges.copy()
-    out["global_pid"] = out["global_tid"].to_numpy() & ~TID_MASK
-    return out
-
-
-def _outermost(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Drop ranges that lie inside another of the same set and process (a nested 'step' range)."""
-    kept = []
-    for _, group in ranges.sort_values(["start_ns", "end_ns"], ascending=[True, False]).groupby("global_pid"):
-        reach = np.maximum.accumulate(group["end_ns"].to_numpy())
-        inside = np.zeros(len(group), dtype=bool)
-        inside[1:] = group["end_ns"].to_numpy()[1:] <= reach[:-1]
-        kept.append(group[~inside])
-    return pd.concat(kept) if kept else ranges
-
-
-def _numbered(ranges: pd.DataFrame, source: str) -> _Steps:
-    """Number ranges 0.. in time order within each process."""
-    ranges = _outermost(_with_pid(ranges)).sort_values("start_ns")
-    ranges["step"] = ranges.groupby("global_pid").cumcount()
-    ranges = ranges.rename(columns={"text": "name"})
-    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], source)
-
-
-def _our_steps(nvtx: pd.DataFrame, measured_steps: int | None, warnings: list[str]) -> _Steps | None:
-    ours = nvtx[(nvtx["domain"] == STEP_DOMAIN) & nvtx["text"].fillna("").str.match(OUR_STEP_TEXT)]
-    if ours.empty:
-        return None
-    ranges = _with_pid(ours).rename(columns={"text": "name"})
-    ranges["step"] = ranges["name"].str.extract(OUR_STEP_TEXT, expand=False).astype(np.int64)
-    if measured_steps is not None:
-        beyond = ranges["step"] >= measured_steps
-        if beyond.any():
-            dropped = ", ".join(str(n) for n in sorted(ranges.loc[beyond, "step"].unique()))
-            warnings.append(
-                f"NVTX step range(s) {dropped} dropped: the injector measured {measured_steps} "
-                "step(s) (the script ended during the next one); their work counts as outside steps"
-            )
-            ranges = ranges[~beyond]
-        if ranges.empty:
-            return None
-    return _Steps(ranges[["step", "name", "start_ns", "end_ns", "global_pid"]], f"nvtx:{STEP_DOMAIN}")
-
-
-def _named_steps(nvtx: pd.DataFrame, name: str) -> _Steps:
-    user = nvtx[~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN])]
-    text = user["text"].fillna("")
-    matched = user[text == name]
-    if matched.empty:
-        matched = user[text.str.startswith(name)]
-    if matched.empty:
-        seen = ", ".join(repr(t) for t in text.value_counts().index[:10]) or "none"
-        raise InputError(
-            f"no NVTX range is named {name!r} or starts with it (ranges in the export: {seen})",
-            "pass --step-range with the text of the range that wraps one training step",
-        )
-    return _numbered(matched, f"nvtx:{name}")
-
-
-def _repeating_ranges(nvtx: pd.DataFrame) -> _Steps | None:
-    """The user's NVTX ranges that look like a loop body: same name once the trailing index is
-    removed ('step3' -> 'step'), on one thread, at least MIN_PATTERN_REPEATS times, not
-    overlapping each other. Step-like names ('step', 'iter', 'batch') win; then the name whose
-    ranges cover the most time (the iteration encloses its forward/backward ranges)."""
-    user = nvtx[
-        ~nvtx["domain"].isin([STEP_DOMAIN, MODULE_DOMAIN, *LIBRARY_DOMAINS]) & nvtx["text"].notna()
-    ].copy()
-    if user.empty:
-        return None
-    user["base"] = user["text"].str.replace(TRAILING_INDEX, "", regex=True)
-    best, best_score = None, None
-    for (_, base), group in user.groupby(["global_tid", "base"]):
-        if len(group) < MIN_PATTERN_REPEATS:
-            continue
-        ordered = group.sort_values("start_ns")
-        if (ordered["start_ns"].to_numpy()[1:] < ordered["end_ns"].to_numpy()[:-1]).any():
-            continue
-        span = ordered["end_ns"].iloc[-1] - ordered["start_ns"].iloc[0]
-        if span <= 0 or (ordered["end_ns"] - ordered["start_ns"]).sum() < MIN_PATTERN_COVERAGE * span:
-            continue  # a library call's range that happens to repeat (cub's scans), not a loop body
-        score = (bool(STEP_LIKE_WORDS.search(base)), int((ordered["end_ns"] - ordered["start_ns"]).sum()))
-        if best_score is None or score > best_score:
-            best, best_score = ordered, score
-    if best is None:
-        return None
-    steps = _numbered(best.drop(columns="base"), "pattern")
-    name = str(best["base"].iloc[0])
-    steps.unit, steps.confidence = f"one {name!r} NVTX range", "medium"
-    steps.reason = f"the NVTX range {name!r} repeats {len(best)} times on one thread without overlapping"
-    return steps
-
-
-def _launch_sequence(runtime: _Runtime, raw_kernels: Columns | None) -> tuple[Columns, int] | None:
-    """The CUDA calls of the thread that launched the most kernels, in order, each with its symbol:
-    the launched kernel's name id, else the API's name id (both StringIds ids, so they never clash)."""
-    calls = runtime.calls
-    if raw_kernels is None or not len(raw_kernels["start_ns"]) or not len(calls["start_ns"]):
-        return None
-    rows = runtime.launch_of(raw_kernels["global_pid"], raw_kernels["correlation"])
-    found = rows >= 0
-    if not found.any():
-        return None
-    symbols = calls["name_id"].copy()
-    symbols[rows[found]] = raw_kernels["name_id"][found]
-    threads, launches = np.unique(calls["global_tid"][rows[found]], return_counts=True)
-    thread = int(threads[np.argmax(launches)])
-    mine = calls["global_tid"] == thread
-    return {
-        "symbol": symbols[mine],
-        "start_ns": calls["start_ns"][mine],
-        "end_ns": calls["end_ns"][mine],
-    }, thread
-
-
-def _periodic_steps(
-    runtime: _Runtime, raw_kernels: Columns | None, bounds: tuple[int, int], windowed: bool = False
-) -> _Steps | None:
-    """Steps from the repeating CUDA call sequence of the launching thread (hybrid.load.periodicity):
-    start-up before the steady region is excluded, then early steps are dropped until they settle."""
-    found = _launch_sequence(runtime, raw_kernels)
-    if found is None:
-        return None
-    sequence, thread = found
-    period = periodicity.find_period(sequence["symbol"], sequence["start_ns"], sequence["end_ns"])
-    if period is None:
-        return None
-    starts_ns = sequence["start_ns"][period.starts]
-    durations = np.diff(starts_ns)
-    first, settled = settle.settled_start(list(durations / 1e6), min_drop=1)
-    # Windows are closed intervals: a step ends just before the next one's first call.
-    starts, ends = starts_ns[first:-1], starts_ns[first + 1 :] - 1
-    if len(starts) < periodicity.MIN_REPEATS:
-        return None
-    ranges = pd.DataFrame(
-        {
-            "step": np.arange(len(starts), dtype=np.int64),
-            "name": [f"period {i}" for i in range(len(starts))],
-            "start_ns": starts,
-            "end_ns": ends,
-            "global_pid": thread & ~TID_MASK,
-        }
-    )
-    startup_s = (starts[0] - bounds[0]) / 1e9
-    how = {
-        "shortest": "the shortest unit that repeats",
-        "regular symbol": "the shortest unit that holds every regularly recurring kernel",
-        "host gap": "the multiple of a repeating block that the script's host gap marks",
-    }[period.how]
-    reason = (
-        f"the launching thread's CUDA calls repeat every {period.period} calls ({period.match:.0%} of the "
-        f"steady tail; {how}); the first {startup_s:.2f} s of CUDA activity "
-        f"{'read for the analyzed window' if windowed else '(start-up)'} excluded, "
-        f"{first + 1} early step(s) dropped" + ("" if settled else " (step times did not settle)")
-    )
-    confidence = "medium" if period.match >= 0.95 and settled else "low"
-    return _Steps(
-        ranges, "periodicity", f"one repeat of a {period.period}-call CUDA sequence", confidence, reason
-    )
-
-
-def _steady_window(bounds: tuple[int, int], first_launch_ns: int | None) -> _Steps:
-    start = first_launch_ns if first_launch_ns is not None and first_launch_ns > bounds[0] else bounds[0]
-    ranges = pd.DataFrame(
-        {
-            "step": [0],
-            "name": ["steady window"],
-            "start_ns": [start],
-            "end_ns": [bounds[1]],
-            "global_pid": [-1],
-        }
-    )
-    reason = (
-        f"no repeating unit was found (no step marks, no repeating NVTX range, no periodic CUDA call "
-        f"sequence); {(start - bounds[0]) / 1e9:.2f} s before the first kernel launch excluded"
-    )
-    return _Steps(
-        ranges, "steady-window", "the capture after the first kernel launch, as one range", "low", reason
-    )
-
-
-def _find_steps(
-    nvtx: pd.DataFrame,
-    step_range: str | None,
-    bounds: tuple[int, int],
-    measured_steps: int | None,
-    warnings: list[str],
-    runtime: _Runtime | None = None,
-    raw_kernels: Columns | None = None,
-    windowed: bool = False,
-) -> _Steps:
-    if step_range:
-        steps = _named_steps(nvtx, step_range)
-        steps.unit, steps.confidence = f"one {step_range!r} NVTX range", "high"
-        steps.reason = "--step-range names the range"
-        warnings.append(
-            f"steps are the {len(steps.frame)} NVTX ranges named {step_range!r} "
-            "(--step-range), not hybrid's own step markers"
-        )
-        return steps
-    steps = _our_steps(nvtx, measured_steps, warnings)
-    if steps is not None:
-        return steps
-    steps = _repeating_ranges(nvtx)
-    if steps is not None:
-        warnings.append(
-            f"no hybrid step markers in the export; steps were guessed from {len(steps.frame)} "
-            f"repeating NVTX ranges ({steps.frame['name'].iloc[0]!r}, ...); pass --step-range "
-            "NAME to choose the range yourself"
-        )
-        return steps
-    if runtime is not None:
-        steps = _periodic_steps(runtime, raw_kernels, bounds, windowed)
-        if steps is not None:
-            warnings.append(
-                f"no step markers in the export: {len(steps.frame)} steps were found from the "
-                f"periodicity of the CUDA calls ({steps.reason}); pass --step-range NAME to choose "
-                "an NVTX range instead"
-            )
-            return steps
-    first_launch = None
-    if runtime is not None and raw_kernels is not None and len(raw_kernels["start_ns"]):
-        rows = runtime.launch_of(raw_kernels["global_pid"], raw_kernels["correlation"])
-        launched = runtime.calls["start_ns"][rows[rows >= 0]]
-        first_launch = int(launched.min()) if len(launched) else None
-    steps = _steady_window(bounds, first_launch)
-    warnings.append(
-        "no step was found in the export (no step markers, no repeating NVTX ranges, no periodic "
-        "CUDA calls): the capture after the first kernel launch is analyzed as one range, so "
-        "per-step figures are totals; mark steps (hybrid.mark_step(), an NVTX range) or pass "
-        "--step-range NAME"
-    )
-    return steps
-
-
 def _categorical(ids: np.ndarray, names: dict[int, str]) -> pd.Categorical:
     """Kernel names as a categorical over the distinct StringIds: one string per distinct name."""
     unique_ids, codes = np.unique(ids, return_inverse=True)
@@ -475,7 +88,7 @@ def _categorical(ids: np.ndarray, names: dict[int, str]) -> pd.Categorical:
     return pd.Categorical.from_codes(label_codes[codes], categories=categories)
 
 
-def _launch_times(runtime: _Runtime, device: Columns) -> tuple[np.ndarray, np.ndarray]:
+def _launch_times(runtime: Runtime, device: Columns) -> tuple[np.ndarray, np.ndarray]:
     """(host launch start, launching globalTid) of device activity rows; -1 where not captured."""
     rows = runtime.launch_of(device["global_pid"], device["correlation"])
     found = rows >= 0
@@ -486,7 +99,7 @@ def _launch_times(runtime: _Runtime, device: Columns) -> tuple[np.ndarray, np.nd
     return launch, tid
 
 
-def _launch_steps(runtime: _Runtime, device: Columns, steps_for) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _launch_steps(runtime: Runtime, device: Columns, steps_for) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(launch_ns, launching globalTid, step) of device rows. A row whose launch call was not
     captured is placed by its own start time and process."""
     launch, tid = _launch_times(runtime, device)
@@ -496,7 +109,7 @@ def _launch_steps(runtime: _Runtime, device: Columns, steps_for) -> tuple[np.nda
     return launch, tid, step
 
 
-def _module_layers(nvtx: pd.DataFrame, steps: _Steps) -> tuple[pd.DataFrame, dict[int, tuple]]:
+def _module_layers(nvtx: pd.DataFrame, steps: Steps) -> tuple[pd.DataFrame, dict[int, tuple]]:
     """Profile.layers, and per launching thread the arrays stab_innermost needs."""
     modules = nvtx[nvtx["domain"] == MODULE_DOMAIN]
     per_thread: dict[int, tuple] = {}
@@ -557,11 +170,11 @@ def _contract_frame(data: dict, columns: dict[str, str]) -> pd.DataFrame:
 
 
 def _kernels(
-    raw: Columns | None, export: NsysExport, runtime: _Runtime, steps_for, per_thread: dict[int, tuple]
+    raw: Columns | None, export: NsysExport, runtime: Runtime, steps_for, per_thread: dict[int, tuple]
 ) -> tuple[pd.DataFrame, int]:
     if raw is None or len(raw["start_ns"]) == 0:
         return _empty(KERNEL_COLUMNS), 0
-    raw = _by_start(raw)
+    raw = by_start(raw)
     launch, tid, step = _launch_steps(runtime, raw, steps_for)
     frame = {
         "name": _categorical(raw["name_id"], export.strings(raw["name_id"])),
@@ -591,10 +204,10 @@ COPY_KINDS = np.array(["Unknown", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"], dtype
 HOST_PINNED = np.array([None, False, True], dtype=object)  # indexed by host_pinned_code + 1
 
 
-def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
+def _memcpys(raw: Columns | None, runtime: Runtime, steps_for) -> pd.DataFrame:
     if raw is None or len(raw["start_ns"]) == 0:
         return _empty(MEMCPY_COLUMNS)
-    raw = _by_start(raw)
+    raw = by_start(raw)
     frame = {
         "kind": pd.Categorical.from_codes(raw["kind_code"], categories=COPY_KINDS),
         **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
@@ -605,10 +218,10 @@ def _memcpys(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
     return _contract_frame(frame, MEMCPY_COLUMNS)
 
 
-def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
+def _memsets(raw: Columns | None, runtime: Runtime, steps_for) -> pd.DataFrame:
     if raw is None or len(raw["start_ns"]) == 0:
         return _empty(MEMSET_COLUMNS)
-    raw = _by_start(raw)
+    raw = by_start(raw)
     frame = {
         **{c: raw[c] for c in ("bytes", "start_ns", "end_ns", "stream")},
         "step": _launch_steps(runtime, raw, steps_for)[2],
@@ -617,7 +230,7 @@ def _memsets(raw: Columns | None, runtime: _Runtime, steps_for) -> pd.DataFrame:
     return _contract_frame(frame, MEMSET_COLUMNS)
 
 
-def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
+def _launches(runtime: Runtime, steps_for) -> pd.DataFrame:
     calls = runtime.where_name(lambda name: name.startswith(LAUNCH_PREFIXES))
     frame = {
         "api": _categorical(calls["name_id"], runtime.names),
@@ -630,7 +243,7 @@ def _launches(runtime: _Runtime, steps_for) -> pd.DataFrame:
     return _contract_frame(frame, LAUNCH_COLUMNS)
 
 
-def _api_calls(runtime: _Runtime, sync_targets: Columns | None, steps_for) -> pd.DataFrame:
+def _api_calls(runtime: Runtime, sync_targets: Columns | None, steps_for) -> pd.DataFrame:
     """Profile.api_calls: every call runtime_calls.sql keeps, with the stream its synchronization
     record names (joined on process and correlation id)."""
     calls = runtime.calls
@@ -651,7 +264,7 @@ def _api_calls(runtime: _Runtime, sync_targets: Columns | None, steps_for) -> pd
     return _contract_frame(frame, API_CALL_COLUMNS)
 
 
-def _syncs(runtime: _Runtime, steps_for) -> pd.DataFrame:
+def _syncs(runtime: Runtime, steps_for) -> pd.DataFrame:
     calls = runtime.where_name(lambda name: sync_kind(name) is not None)
     apis = _categorical(calls["name_id"], runtime.names)
     frame = {
@@ -733,7 +346,7 @@ def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:
     )
 
 
-def _capture_bounds(raw_kernels: Columns | None, runtime: _Runtime) -> tuple[int, int]:
+def _capture_bounds(raw_kernels: Columns | None, runtime: Runtime) -> tuple[int, int]:
     spans = [c for c in (raw_kernels, runtime.calls) if c is not None and len(c["start_ns"])]
     if not spans:
         return (0, 0)
@@ -841,7 +454,7 @@ def _drop_implausible(
             f"{int(bad.sum())} {label} with impossible times or sizes dropped (e.g. {example}"
             f"{where}): corrupt records in the export, not measurements"
         )
-        raw[name] = _take(columns, np.flatnonzero(~bad))
+        raw[name] = take_rows(columns, np.flatnonzero(~bad))
 
 
 def _drop_backwards_ranges(nvtx: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
@@ -938,10 +551,10 @@ def load_nsys_export(
             }
         )
         _drop_implausible(raw, _capture_limits(export, raw), warnings)
-        runtime = _Runtime(export, raw.pop("runtime_calls"))
-        nvtx = _drop_backwards_ranges(_nvtx_ranges(export, ranges), warnings)
+        runtime = Runtime(export, raw.pop("runtime_calls"))
+        nvtx = _drop_backwards_ranges(nvtx_ranges(export, ranges), warnings)
         raw_kernels = raw.pop("kernels")
-        steps = _find_steps(
+        steps = find_steps(
             nvtx,
             step_range,
             _capture_bounds(raw_kernels, runtime),
@@ -1021,7 +634,7 @@ def explain_no_kernels(path_or_export: str | Path | NsysExport) -> str:
 
 def _explain(export: NsysExport) -> str:
     processes = export.frame("cuda_processes")
-    nvtx = _nvtx_ranges(export)
+    nvtx = nvtx_ranges(export)
     if (processes is None or processes.empty) and nvtx.empty:
         return (
             "nothing was recorded: the capture range never opened (cudaProfilerStart was not reached, "
@@ -1033,7 +646,7 @@ def _explain(export: NsysExport) -> str:
             "NVTX ranges were recorded but no CUDA API call: the GPU work ran in a process nsys did not "
             "trace (a fork without exec: pass --trace-fork-before-exec=true) or the model ran on the CPU"
         )
-    step_pids = set(_pid_of(nvtx["global_tid"].to_numpy()).tolist()) if not nvtx.empty else set()
+    step_pids = set(pid_of(nvtx["global_tid"].to_numpy()).tolist()) if not nvtx.empty else set()
     cuda_pids = set(processes["pid"].astype(int).tolist())
     if step_pids and not step_pids & cuda_pids:
         return (
