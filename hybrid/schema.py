@@ -9,6 +9,10 @@ SCHEMA_VERSION = "1.1"  # 1.1: the fields added in docs/DESIGN.md "Schema 1.1"
 
 MODES = ("hybrid", "nsys", "torch-only", "cpu-only")
 
+# How a warning (`warnings`) for a skipped ncu pass begins, its reason after it: the collector writes it,
+# the renderers know it by this prefix (the Passes line says it, so the terminal folds the note).
+NCU_SKIPPED_WARNING = "ncu pass skipped:"
+
 # key -> required sub-keys. Values not listed are free-form but documented in README.
 REQUIRED = {
     "schema_version": None,

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 from hybrid.report.common import first_sentence
 from hybrid.report.units import format_change_pct, format_pct, format_value, is_number
+from hybrid.schema import NCU_SKIPPED_WARNING
 
 COLLECTOR_SLOWDOWN_PCT = 10.0  # a collector that slows the step by more changes what its timings say
 NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half the kernel time below this
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
-# How hybrid.collect.orchestrate's warning for a skipped ncu pass begins (its reason follows).
-NCU_SKIPPED = "ncu pass skipped:"
 
 # Limitations (written by hybrid.analysis.analyze, and hybrid.replay.corrected's) whose subject makes every
 # number above them read differently.
@@ -130,7 +129,10 @@ def reading_notes(results: dict) -> list[Note]:
     warnings = [str(w) for w in results.get("warnings") or []]
     limitations = [str(n) for n in results.get("limitations") or []]
     first = [*_steps(results), *_collectors(results), *_coverage(results, warnings)]
-    first += [Note("warning", w, True, topic="passes" if w.startswith(NCU_SKIPPED) else "") for w in warnings]
+    first += [
+        Note("warning", w, True, topic="passes" if w.startswith(NCU_SKIPPED_WARNING) else "")
+        for w in warnings
+    ]
     first += [Note("limitation", n, True) for n in limitations if n.startswith(_READING_LIMITATIONS)]
     rest = [Note("limitation", n, False) for n in limitations if not n.startswith(_READING_LIMITATIONS)]
     for finding in not_measured(results):
