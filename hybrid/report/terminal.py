@@ -15,7 +15,8 @@ import os
 import sys
 from collections import Counter
 
-from rich.console import Console, Group, RenderableType
+from rich.align import Align
+from rich.console import Console, Group, JustifyMethod, RenderableType
 from rich.constrain import Constrain
 from rich.padding import Padding
 from rich.table import Table
@@ -24,7 +25,6 @@ from rich.text import Text
 from hybrid.report import waterfall
 from hybrid.report.common import (
     findings_by_impact,
-    first_sentence,
     format_value,
     metric_source_counts,
     roofline_vs_peaks,
@@ -269,10 +269,12 @@ def _evidence(item: dict, verbose: bool) -> Text:
     return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
 
 
-def _finding_cell(
-    finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool, numbers: dict[str, int]
-) -> RenderableType:
-    title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
+def _finding_title(finding: dict, *, marked_primary: bool, verbose: bool, numbers: dict[str, int]) -> Text:
+    """The title in the row beside its figures; the category before it in verbose only (the title says what
+    is wrong, the category only files it)."""
+    title = Text(str(finding.get("title", "")))
+    if verbose:
+        title = Text.assemble((str(finding.get("category", "")), "bold"), "  ") + title
     if marked_primary:
         title.append("  (primary)", style="bold")
     # An alternative remedy claims time other findings own: its saving is instead of theirs, not on top.
@@ -281,54 +283,77 @@ def _finding_cell(
     ]
     if instead_of:
         title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
-    # What --verify realized leads: a measured saving outranks every predicted figure beside it.
+    return title
+
+
+def _finding_details(
+    finding: dict, *, expanded: bool, verbose: bool, callsite_said: bool
+) -> list[RenderableType]:
+    """What goes under a finding's row, at full width: what --verify realized (a measured saving outranks
+    every predicted figure beside it), the user's line, then for an expanded finding why its figure is not
+    the replay's own and its evidence; verbose adds the explanation and the fixes."""
+    details: list[RenderableType] = []
     realized = verify_line(finding)
-    heading: list[RenderableType] = [title]
     if realized is not None:
         style = "bold green" if finding["verify"].get("status") == "realized" else "yellow"
-        heading.append(Padding(Text(realized, style=style), (0, 0, 0, 2)))
-    callsite = _top_callsite(finding)
-    if callsite is not None:
-        heading.append(callsite)
+        details.append(Text(realized, style=style))
+    top = _top_callsite(finding)
+    if top is not None and not callsite_said:
+        details.append(_callsite_line(top, "", verbose))
     if not expanded:
-        return Group(*heading) if len(heading) > 1 else title
-    evidence = finding.get("evidence") or []
-    shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
-    details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
+        return details
     note = figure_note(finding)
     if note is not None:
-        # The figure beside it is not the replay's own (a closed form, or corrected): why, first.
-        details.insert(0, Text.assemble((f"{note[0]}: ", "bold"), note[1]))
-    explanation = str(finding.get("explanation") or "")
-    if explanation:
-        details.append(
-            Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation))
-        )
+        details.append(Text.assemble((f"{note[0]}: ", "bold"), note[1]))
+    evidence = finding.get("evidence") or []
+    shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
+    details += [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
     if verbose:
+        if finding.get("explanation"):
+            details.append(Text.assemble(("why: ", "bold"), str(finding["explanation"])))
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
         if finding.get("callsite_reason"):
             details.append(Text(str(finding["callsite_reason"]), style="dim"))
-    # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(*heading, Padding(Group(*details), (0, 0, 0, 2)))
+    return details
 
 
-def _top_callsite(finding: dict) -> Text | None:
-    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding, and the
-    module its kernels were launched in when module ranges were recorded ('in module layer3.0'); the
-    module alone where no line places them."""
+def _top_callsite(finding: dict) -> dict | None:
+    """The user's line with the largest share of the finding."""
     callsites = finding.get("callsites") or []
-    if not callsites:
+    return callsites[0] if callsites else None
+
+
+def _place(callsite: dict) -> tuple:
+    return tuple(callsite.get(key) for key in ("file", "line", "module", "source_line", "function"))
+
+
+def _shared_callsite(findings: list[dict]) -> dict | None:
+    """The top callsite of every listed finding where it is one line for all of them: a Hugging Face
+    Trainer's `.train()` places every finding of its run, said once above the table rather than on each
+    of 6 rows (6 lines of verify/hf_trainer_tf32_paired)."""
+    tops = [_top_callsite(finding) for finding in findings]
+    first = tops[0] if len(tops) > 1 else None
+    if first is None or any(top is None or _place(top) != _place(first) for top in tops[1:]):
         return None
-    top = callsites[0]
-    module = f"  (in module {top['module']})" if top.get("module") else ""
+    return first
+
+
+def _callsite_line(top: dict, lead: str, verbose: bool) -> Text:
+    """'at train.py:42 (in module layer3.0)  total += loss.item()', the module its kernels were launched in
+    where module ranges were recorded; 'in module layer3.0' where no line places them. One line cut with an
+    ellipsis after file:line by default (a Trainer(...) call wrapped to 3 lines), whole in verbose."""
     if top.get("file") is None:
-        return Text.assemble("  in module ", (str(top.get("module")), "bold"))
-    return Text.assemble(
-        "  at ",
-        (f"{top.get('file')}:{top.get('line')}", "bold"),
-        f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
-        module,
-    )
+        line = Text.assemble(f"{lead}in module ", (str(top.get("module")), "bold"))
+    else:
+        line = Text.assemble(
+            f"{lead}at ",
+            (f"{top.get('file')}:{top.get('line')}", "bold"),
+            f" (in module {top['module']})" if top.get("module") else "",
+            f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
+        )
+    if not verbose:
+        line.no_wrap, line.overflow = True, "ellipsis"
+    return line
 
 
 # The leading column where --verify measured a fix's saving: the figure the finding was ranked on.
@@ -376,16 +401,66 @@ def _findings(results: dict, verbose: bool) -> list[RenderableType]:
     return _finding_table(results, verbose) + _below_floor(results) + [Text(line) for line in verified]
 
 
+def _figure_columns(findings: list[dict], timing: dict, realized: bool) -> list[tuple[str, str]]:
+    """(header, key) of each figure column. Where a collector slowed the step, findings are weighed at the
+    plain step: its figure leads (and grades), the profiled step's follows. Otherwise the profiled figure
+    leads, the plain one beside it. A header longer than its figures goes on two lines."""
+    plain = any("time_lost_baseline_ms" in f for f in findings)
+    columns = (
+        [
+            ("lost/step\n(plain)", "time_lost_baseline_ms"),
+            ("%", "time_lost_baseline_pct"),
+            ("profiled", "time_lost_ms"),
+        ]
+        if timing.get("weighed_at_plain_step")
+        else [
+            ("lost/step", "time_lost_ms"),
+            *([("plain", "time_lost_baseline_ms")] if plain else []),
+            ("%", "time_lost_pct"),
+        ]
+    )
+    return [("realized", REALIZED_COLUMN), *columns] if realized else columns
+
+
+def _fixed_widths(headers: list[str], rows: list[list[Text]]) -> list[int]:
+    """The width of each column left of the finding's title: its widest header line or figure, the same in
+    every row's table so that the rows line up."""
+    return [
+        max(
+            *(Text(line).cell_len for line in header.split("\n")),
+            *(row[index].cell_len for row in rows),
+        )
+        for index, header in enumerate(headers)
+    ]
+
+
+def _row_table(headers: list[str], widths: list[int], show_header: bool) -> Table:
+    """One finding's row: its figures in fixed columns, its title in the rest of the width. Each row is a
+    table of its own so that what goes under it takes the full width (in one table it wrapped in the
+    title's column, 55 of 100 columns: 109 → 60 lines on verify/hf_trainer_tf32_paired)."""
+    table = Table(
+        box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold", show_header=show_header
+    )
+    for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
+        justify: JustifyMethod = "left" if index == 1 else "right"
+        table.add_column(
+            # A one-line header sits on the last line of a two-line header row, beside the figures' names.
+            Align(Text(header), align=justify, vertical="bottom"),
+            justify=justify,
+            style="magenta" if index > 1 else "",
+            width=width,
+            no_wrap=True,
+        )
+    table.add_column("finding", ratio=1)
+    return table
+
+
 def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
         return [
             Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")
         ]
-    primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
-    # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
-    marked = primary if findings[0].get("id") != primary else None
-    expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
     # Time lost is a rule's model of what fixing the finding would save: an estimate, said once in the
     # header, unless `--verify` measured the fix (its column leads then); each evidence line carries its
     # own source.
@@ -393,69 +468,69 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     title = f"Bottlenecks ({len(findings)}), by severity then time lost per step " + (
         "(realized by --verify where shown, else estimated)" if realized else "(estimated)"
     )
-    if expanded < len(findings):
+    if not verbose and len(findings) > FULL_FINDINGS_DEFAULT:
         title += "; all evidence with --verbose"
-    table = Table(
-        title=Text(title, style="bold"),
-        title_justify="left",
-        box=None,
-        padding=(0, 1, 0, 0),
-        pad_edge=False,
-        header_style="bold",
-    )
-    table.add_column("#", justify="right")
-    table.add_column("severity")
-    # Where a collector slowed the step, findings are weighed at the plain step: its figure leads (and
-    # grades), the profiled step's follows. Otherwise the profiled figure leads, the plain one beside it.
-    timing = results.get("timing") or {}
-    at_plain = bool(timing.get("weighed_at_plain_step"))
-    plain = any("time_lost_baseline_ms" in f for f in findings)
-    columns = (
-        [
-            ("lost/step (plain)", "time_lost_baseline_ms"),
-            ("%", "time_lost_baseline_pct"),
-            ("profiled", "time_lost_ms"),
-        ]
-        if at_plain
-        else [
-            ("lost/step", "time_lost_ms"),
-            *([("plain", "time_lost_baseline_ms")] if plain else []),
-            ("%", "time_lost_pct"),
-        ]
-    )
-    if realized:
-        columns.insert(0, ("realized", REALIZED_COLUMN))
-    for header, _key in columns:
-        table.add_column(header, justify="right", style="magenta")
-    table.add_column("finding", ratio=1)
     listed = findings if verbose else findings[:FINDING_ROWS_DEFAULT]
+    shared = _shared_callsite(listed)
+    heading: list[RenderableType] = [Text(title, style="bold")]
+    if shared is not None:
+        heading.append(_callsite_line(shared, "every finding: ", verbose))
+    return [*heading, *_finding_rows(results, findings, listed, verbose, shared is not None)] + _hidden(
+        results, findings[len(listed) :]
+    )
+
+
+def _finding_rows(
+    results: dict, findings: list[dict], listed: list[dict], verbose: bool, callsite_said: bool
+) -> list[RenderableType]:
+    """Each listed finding's row, and under it, indented past its number, what it is said with."""
+    timing = results.get("timing") or {}
+    columns = _figure_columns(findings, timing, any(f.get("weighed_on") == "realized" for f in findings))
+    rows = [
+        [
+            Text(str(number)),
+            Text(str(f.get("severity", "")), style=SEVERITY_STYLE.get(str(f.get("severity", "")), "")),
+            *(Text(_cell(f, key, timing)) for _header, key in columns),
+        ]
+        for number, f in enumerate(listed, start=1)
+    ]
+    headers = ["#", "severity", *(header for header, _key in columns)]
+    widths = _fixed_widths(headers, rows)
+    primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
+    # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
+    marked = primary if findings[0].get("id") != primary else None
+    expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
     numbers = {str(f.get("id")): n for n, f in enumerate(findings, start=1)}
-    for number, finding in enumerate(listed, start=1):
-        severity = str(finding.get("severity", ""))
-        table.add_row(
-            str(number),
-            Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-            *(_cell(finding, key, timing) for _h, key in columns),
-            _finding_cell(
-                finding,
-                marked_primary=finding.get("id") == marked,
-                expanded=number <= expanded,
-                verbose=verbose,
-                numbers=numbers,
-            ),
+    blocks: list[RenderableType] = []
+    for number, (finding, cells) in enumerate(zip(listed, rows, strict=True), start=1):
+        table = _row_table(headers, widths, show_header=number == 1)
+        title = _finding_title(
+            finding, marked_primary=finding.get("id") == marked, verbose=verbose, numbers=numbers
         )
-    hidden = findings[len(listed) :]
+        table.add_row(*cells, title)
+        blocks.append(table)
+        details = _finding_details(
+            finding, expanded=number <= expanded, verbose=verbose, callsite_said=callsite_said
+        )
+        if details:
+            blocks.append(Padding(Group(*details), (0, 0, 0, widths[0] + 1)))
+    return blocks
+
+
+def _hidden(results: dict, hidden: list[dict]) -> list[RenderableType]:
+    """'+ 3 more (2 LOW, 1 MODERATE; 1.2 ms/step est. together) with --verbose': the findings not
+    listed."""
     if not hidden:
-        return [table]
+        return []
+    timing = results.get("timing") or {}
     by_severity = Counter(str(f.get("severity")) for f in hidden)
     lost = sum(weighed_lost_ms(f, timing) for f in hidden if not f.get("alternative_to"))
     return [
-        table,
         Text(
             f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
             f"{format_value(lost, 'ms')}/step est. together) with --verbose",
             style="dim",
-        ),
+        )
     ]
 
 
