@@ -45,6 +45,9 @@ FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence and explanation
 FINDING_ROWS_DEFAULT = 9  # findings listed at all (the busiest real document has nine); the rest counted
 EVIDENCE_DEFAULT = 3  # evidence lines per full finding
 RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
+# Idle causes the Step line names, largest first; the rest are verbose's (verify/hf_trainer_tf32_paired:
+# 3 more of 6, 1.36 of its 6.64 ms idle, a line of the Step's three).
+IDLE_CAUSES_DEFAULT = 3
 NOTES_DEFAULT = 2  # limitations shown after the notes that change the reading, before "N more"
 TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
 REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
@@ -148,15 +151,16 @@ def _header(results: dict) -> Text:
     return text
 
 
-def _idle_parts(timing: dict) -> str:
+def _idle_parts(timing: dict, verbose: bool) -> str:
     # Only the causes that cost time; a zero entry tells the reader nothing on the one-screen report.
     parts = sorted(
         ((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms), reverse=True
     )
-    return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in parts)
+    shown = parts if verbose else parts[:IDLE_CAUSES_DEFAULT]
+    return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in shown)
 
 
-def _step(results: dict) -> Text:
+def _step(results: dict, verbose: bool) -> Text:
     timing = results.get("timing") or {}
     line = Text.assemble(("Step ", "bold"), format_value(timing.get("step_time_ms"), "ms"))
     if timing.get("step_time_std_ms") is not None:
@@ -169,7 +173,7 @@ def _step(results: dict) -> Text:
             f"({format_value(timing.get('gpu_util_pct'), '%')})"
         )
     if timing.get("gpu_idle_ms"):
-        idle = _idle_parts(timing)
+        idle = _idle_parts(timing, verbose)
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
     line = line + _tag(timing.get("source"))
     if timing.get("weighed_at_plain_step"):
@@ -541,13 +545,11 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     for number, finding in enumerate(findings_by_impact(results), start=1):
         if not finding.get("suggestions"):
             continue
-        advice = finding.get("advice") or []
-        change = (
-            str(advice[0].get("text"))
-            if advice and isinstance(advice[0], dict)
-            else str(finding["suggestions"][0])
-        )
-        picks.setdefault(change, (str(finding["suggestions"][0]), []))[1].append(number)
+        change = _change(finding)
+        # The change alone by default; why it applies restates the evidence above it and named the
+        # kernels it is about in full (7 of verify/hf_trainer_tf32_paired's 12 lines here): verbose's.
+        said = str(finding["suggestions"][0]) if verbose else change
+        picks.setdefault(change, (said, []))[1].append(number)
     shown = list(picks.values()) if verbose else list(picks.values())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
         return []
@@ -557,7 +559,19 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     grid.add_column(ratio=1)
     for rank, (fix, numbers) in enumerate(shown, start=1):
         grid.add_row(f"{rank}.", Text.assemble(fix, (f"  ({', '.join(f'#{n}' for n in numbers)})", "dim")))
-    return [Text("What to change first", style="bold"), grid]
+    heading = Text("What to change first", style="bold")
+    if not verbose:
+        heading.append(" (why each applies: --verbose)", style="dim")
+    return [heading, grid]
+
+
+def _change(finding: dict) -> str:
+    """The change a finding's first suggestion asks for: its advice's text, else the suggestion up to its
+    '(why: ...)'."""
+    advice = finding.get("advice") or []
+    if advice and isinstance(advice[0], dict) and advice[0].get("text"):
+        return str(advice[0]["text"])
+    return str(finding["suggestions"][0]).split(" (why: ")[0]
 
 
 def _notes(results: dict, verbose: bool) -> list[Text]:
@@ -748,7 +762,13 @@ def print_report(
     if console.width < MIN_WIDTH:  # COLUMNS=0 or a pipe reporting no width: rich would print nothing
         console.width = REPORT_WIDTH
     results = escape_strings(results)
-    summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
+    summary = [
+        _header(results),
+        *_job(results),
+        _step(results, verbose),
+        *_roofline(results),
+        _sources(results),
+    ]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
         sections += [
