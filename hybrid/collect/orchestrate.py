@@ -37,7 +37,7 @@ from hybrid.files import output_error
 from hybrid.inject.script import HYBRID_PID_ENV, SAFE_PATH_ENV
 from hybrid.load import settle
 from hybrid.rundir import RunDir
-from hybrid.schema import NCU_SKIPPED_WARNING
+from hybrid.schema import NCU_PLANNED_WARNING, NCU_SKIPPED_WARNING
 from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
@@ -977,7 +977,7 @@ class Orchestrator:
                 return
             if plan.kernel_names:
                 self.mode_reasons.append(
-                    f"ncu pass on {len(plan.kernel_names)} of {len(kernel_names)} "
+                    f"{NCU_PLANNED_WARNING}{len(plan.kernel_names)} of {len(kernel_names)} "
                     f"selected kernels: {plan.reason}"
                 )
                 kernel_names = plan.kernel_names
