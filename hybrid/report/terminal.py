@@ -1,7 +1,8 @@
-"""The terminal report (rich). The default output fits one screen (about 45 lines of 100 columns on the
-real H200 documents): run summary, roofline position against the peaks, the top findings with their
-evidence, the rest one line each, ranked recommendations, limitations, passes. `verbose` shows
-everything: every finding in full, the top-kernel, layer and roofline-kernel tables, every metric.
+"""The terminal report (rich). The default output fits one screen (at most 60 lines of 100 columns on every
+committed H200 capture, tests/test_report_reading.py): run summary, roofline position against the peaks,
+the top findings with their evidence, the rest a line or two each, the changes to make first, the notes
+that change the reading, passes. `verbose` shows everything: every finding in full, the top-kernel, layer
+and roofline-kernel tables, every metric.
 
 Everything taken from the profiled program (kernel, layer, op names, NVTX text) and from results
 (titles, messages) is put on screen as `rich.text.Text`, never as a markup string: C++ names contain
@@ -41,7 +42,7 @@ from hybrid.report.verified import figure_note, replay_error_line, skipped_line,
 from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
-FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence and explanation
+FULL_FINDINGS_DEFAULT = 2  # findings shown with their evidence (the explanation is verbose's)
 FINDING_ROWS_DEFAULT = 9  # findings listed at all (the busiest real document has nine); the rest counted
 EVIDENCE_DEFAULT = 3  # evidence lines per full finding
 RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
@@ -307,7 +308,7 @@ def _finding_details(
     if not expanded:
         return details
     note = figure_note(finding)
-    if note is not None:
+    if note is not None:  # the figure beside it is not the replay's own (a closed form, or corrected)
         details.append(Text.assemble((f"{note[0]}: ", "bold"), note[1]))
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
@@ -441,7 +442,8 @@ def _fixed_widths(headers: list[str], rows: list[list[Text]]) -> list[int]:
 def _row_table(headers: list[str], widths: list[int], show_header: bool) -> Table:
     """One finding's row: its figures in fixed columns, its title in the rest of the width. Each row is a
     table of its own so that what goes under it takes the full width (in one table it wrapped in the
-    title's column, 55 of 100 columns: 109 → 60 lines on verify/hf_trainer_tf32_paired)."""
+    title's column, 55 of 100 columns: with the callsite cut to one line, 109 → 72 lines on
+    verify/hf_trainer_tf32_paired)."""
     table = Table(
         box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold", show_header=show_header
     )
