@@ -15,9 +15,10 @@ import io
 import os
 import sys
 from collections import Counter
+from typing import Literal
 
 from rich.align import Align
-from rich.console import Console, Group, JustifyMethod, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.constrain import Constrain
 from rich.padding import Padding
 from rich.table import Table
@@ -448,11 +449,11 @@ def _row_table(headers: list[str], widths: list[int], show_header: bool) -> Tabl
         box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold", show_header=show_header
     )
     for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
-        justify: JustifyMethod = "left" if index == 1 else "right"
+        side: Literal["left", "right"] = "left" if index == 1 else "right"  # the severity, the figures
         table.add_column(
             # A one-line header sits on the last line of a two-line header row, beside the figures' names.
-            Align(Text(header), align=justify, vertical="bottom"),
-            justify=justify,
+            Align(Text(header), align=side, vertical="bottom"),
+            justify=side,
             style="magenta" if index > 1 else "",
             width=width,
             no_wrap=True,
