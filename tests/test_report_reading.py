@@ -1,7 +1,8 @@
 """What the default report tells a reader before the numbers, on real runs: the warnings that change the
 reading are shown (not folded), "not measured" placeholders are limitations rather than bottlenecks, a run
 with no GPU reports no GPU finding, the raw artifacts come with the command that opens them, and the
-one-step timeline of results.json matches the profile it was drawn from."""
+one-step timeline of results.json matches the profile it was drawn from; and the default report of every
+committed capture reads in one screen, keeping what a reader acts on, with what it folds in --verbose."""
 
 from __future__ import annotations
 
