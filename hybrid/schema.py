@@ -9,6 +9,12 @@ SCHEMA_VERSION = "1.1"  # 1.1: the fields added in docs/DESIGN.md "Schema 1.1"
 
 MODES = ("hybrid", "nsys", "torch-only", "cpu-only")
 
+# How the warnings (`warnings`) on the ncu pass's plan begin, the reason after them: skipped, or run on the
+# kernels it names. The collector writes them, the renderers know them by these prefixes (the terminal's
+# Passes line gives the ncu pass's outcome and its default view folds them).
+NCU_SKIPPED_WARNING = "ncu pass skipped:"
+NCU_PLANNED_WARNING = "ncu pass on "
+
 # key -> required sub-keys. Values not listed are free-form but documented in README.
 REQUIRED = {
     "schema_version": None,

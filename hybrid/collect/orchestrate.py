@@ -37,6 +37,7 @@ from hybrid.files import output_error
 from hybrid.inject.script import HYBRID_PID_ENV, SAFE_PATH_ENV
 from hybrid.load import settle
 from hybrid.rundir import RunDir
+from hybrid.schema import NCU_PLANNED_WARNING, NCU_SKIPPED_WARNING
 from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
@@ -751,7 +752,7 @@ class Orchestrator:
             want_ncu = False
         if mode == "nsys":
             want_ncu = False
-            self.mode_reasons.append("ncu pass skipped: --mode nsys")
+            self.mode_reasons.append(f"{NCU_SKIPPED_WARNING} --mode nsys")
         return want_nsys, want_ncu
 
     def _fallback(self, cause: str, fix: str) -> None:
@@ -964,7 +965,7 @@ class Orchestrator:
                 else "skipped: counters cannot change the primary finding or a severity",
             )
             if not plan.run:
-                self.mode_reasons.append(f"ncu pass skipped: {plan.reason}; --mode hybrid runs it")
+                self.mode_reasons.append(f"{NCU_SKIPPED_WARNING} {plan.reason}; --mode hybrid runs it")
                 self._record(
                     PassResult(
                         name="ncu",
@@ -976,7 +977,7 @@ class Orchestrator:
                 return
             if plan.kernel_names:
                 self.mode_reasons.append(
-                    f"ncu pass on {len(plan.kernel_names)} of {len(kernel_names)} "
+                    f"{NCU_PLANNED_WARNING}{len(plan.kernel_names)} of {len(kernel_names)} "
                     f"selected kernels: {plan.reason}"
                 )
                 kernel_names = plan.kernel_names

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 
 from hybrid.report.common import first_sentence
 from hybrid.report.units import format_change_pct, format_pct, format_value, is_number
+from hybrid.schema import NCU_PLANNED_WARNING, NCU_SKIPPED_WARNING
 
 COLLECTOR_SLOWDOWN_PCT = 10.0  # a collector that slows the step by more changes what its timings say
 NCU_COVERAGE_MIN_PCT = 50.0  # kernel-level conclusions rest on less than half the kernel time below this
 STEP_CONFIDENCE_MIN = 0.8  # a numeric step_confidence below this (0..1) is reported
 CONFIDENT_STEP_LABELS = ("high",)
-# How hybrid.collect.orchestrate's warning for a skipped ncu pass begins (its reason follows).
-NCU_SKIPPED = "ncu pass skipped:"
+NCU_PLAN_WARNINGS = (NCU_SKIPPED_WARNING, NCU_PLANNED_WARNING)
+# How hybrid.analysis.analyze's limitation for a GPU run without ncu begins; it names what every counter
+# family's "not measured" placeholder (hybrid.rules.engine.not_measured) says again.
+NO_COUNTERS = "No hardware counters (ncu)"
 
 # Limitations (written by hybrid.analysis.analyze, and hybrid.replay.corrected's) whose subject makes every
 # number above them read differently.
@@ -37,7 +40,8 @@ class Note:
     text: str
     changes_reading: bool
     # "steps" for the note on how steps were found (the terminal's header says it too); "passes" for a
-    # collector's slowdown against the plain pass and the ncu pass skipped, which the Passes line says too
+    # collector's slowdown against the plain pass and the ncu pass's plan, which the Passes line says too;
+    # "counters" for a counter family's "not measured" placeholder, which the NO_COUNTERS limitation says
     topic: str = ""
 
 
@@ -120,8 +124,8 @@ def _coverage(results: dict, warnings: list[str]) -> list[Note]:
 
 
 def not_measured(results: dict) -> list[dict]:
-    """Findings that stand for data this run lacks ("not measured in this run"): limitations, not
-    bottlenecks."""
+    """Findings that stand for the hardware counters this run lacks ("not measured in this run"):
+    limitations, not bottlenecks."""
     return [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if f.get("not_measured")]
 
 
@@ -130,10 +134,16 @@ def reading_notes(results: dict) -> list[Note]:
     warnings = [str(w) for w in results.get("warnings") or []]
     limitations = [str(n) for n in results.get("limitations") or []]
     first = [*_steps(results), *_collectors(results), *_coverage(results, warnings)]
-    first += [Note("warning", w, True, topic="passes" if w.startswith(NCU_SKIPPED) else "") for w in warnings]
+    first += [
+        Note("warning", w, True, topic="passes" if w.startswith(NCU_PLAN_WARNINGS) else "") for w in warnings
+    ]
     first += [Note("limitation", n, True) for n in limitations if n.startswith(_READING_LIMITATIONS)]
     rest = [Note("limitation", n, False) for n in limitations if not n.startswith(_READING_LIMITATIONS)]
     for finding in not_measured(results):
         why = first_sentence(str(finding.get("explanation") or "")).rstrip(".")
-        rest.append(Note("limitation", f"{finding.get('title')}" + (f": {why}" if why else ""), False))
+        rest.append(
+            Note(
+                "limitation", f"{finding.get('title')}" + (f": {why}" if why else ""), False, topic="counters"
+            )
+        )
     return first + rest

@@ -1,7 +1,8 @@
-"""The terminal report (rich). The default output fits one screen (about 45 lines of 100 columns on the
-real H200 documents): run summary, roofline position against the peaks, the top findings with their
-evidence, the rest one line each, ranked recommendations, limitations, passes. `verbose` shows
-everything: every finding in full, the top-kernel, layer and roofline-kernel tables, every metric.
+"""The terminal report (rich). The default output fits one screen (at most 60 lines of 100 columns on every
+committed H200 capture, tests/test_report_reading.py): run summary, roofline position against the peaks,
+the top findings with their evidence, the rest a line or two each, the changes to make first, the notes
+that change the reading, passes. `verbose` shows everything: every finding in full, the top-kernel, layer
+and roofline-kernel tables, every metric.
 
 Everything taken from the profiled program (kernel, layer, op names, NVTX text) and from results
 (titles, messages) is put on screen as `rich.text.Text`, never as a markup string: C++ names contain
@@ -14,7 +15,9 @@ import io
 import os
 import sys
 from collections import Counter
+from typing import Literal
 
+from rich.align import Align
 from rich.console import Console, Group, RenderableType
 from rich.constrain import Constrain
 from rich.padding import Padding
@@ -24,7 +27,6 @@ from rich.text import Text
 from hybrid.report import waterfall
 from hybrid.report.common import (
     findings_by_impact,
-    first_sentence,
     format_value,
     metric_source_counts,
     roofline_vs_peaks,
@@ -34,17 +36,20 @@ from hybrid.report.common import (
     weighed_lost_ms,
 )
 from hybrid.report.kernel_labels import distinct_labels, launch_text
-from hybrid.report.notes import reading_notes
+from hybrid.report.notes import NO_COUNTERS, Note, reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
 from hybrid.report.verified import figure_note, replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
-FULL_FINDINGS_DEFAULT = 2  # findings shown with evidence and explanation
+FULL_FINDINGS_DEFAULT = 2  # findings shown with their evidence (the explanation is verbose's)
 FINDING_ROWS_DEFAULT = 9  # findings listed at all (the busiest real document has nine); the rest counted
 EVIDENCE_DEFAULT = 3  # evidence lines per full finding
 RECOMMENDATIONS_DEFAULT = 3  # one per finding, in ranked order
+# Idle causes the Step line names, largest first; the rest are verbose's (verify/hf_trainer_tf32_paired:
+# 3 more of 6, 1.36 of its 6.64 ms idle, a line of the Step's three).
+IDLE_CAUSES_DEFAULT = 3
 NOTES_DEFAULT = 2  # limitations shown after the notes that change the reading, before "N more"
 TABLE_ROWS_VERBOSE = 15  # rows of the kernel, layer and roofline tables
 REPORT_WIDTH = 100  # one screen's width; a narrower terminal wraps
@@ -148,15 +153,16 @@ def _header(results: dict) -> Text:
     return text
 
 
-def _idle_parts(timing: dict) -> str:
+def _idle_parts(timing: dict, verbose: bool) -> str:
     # Only the causes that cost time; a zero entry tells the reader nothing on the one-screen report.
     parts = sorted(
         ((ms, cause) for cause, ms in (timing.get("idle_breakdown_ms") or {}).items() if ms), reverse=True
     )
-    return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in parts)
+    shown = parts if verbose else parts[:IDLE_CAUSES_DEFAULT]
+    return ", ".join(f"{cause} {format_value(ms, 'ms')}" for ms, cause in shown)
 
 
-def _step(results: dict) -> Text:
+def _step(results: dict, verbose: bool) -> Text:
     timing = results.get("timing") or {}
     line = Text.assemble(("Step ", "bold"), format_value(timing.get("step_time_ms"), "ms"))
     if timing.get("step_time_std_ms") is not None:
@@ -169,7 +175,7 @@ def _step(results: dict) -> Text:
             f"({format_value(timing.get('gpu_util_pct'), '%')})"
         )
     if timing.get("gpu_idle_ms"):
-        idle = _idle_parts(timing)
+        idle = _idle_parts(timing, verbose)
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
     line = line + _tag(timing.get("source"))
     if timing.get("weighed_at_plain_step"):
@@ -269,10 +275,12 @@ def _evidence(item: dict, verbose: bool) -> Text:
     return Text.assemble((f"{item.get('label', '')}: ", "bold"), shown) + _tag(item.get("source"))
 
 
-def _finding_cell(
-    finding: dict, *, marked_primary: bool, expanded: bool, verbose: bool, numbers: dict[str, int]
-) -> RenderableType:
-    title = Text.assemble((str(finding.get("category", "")), "bold"), "  ", str(finding.get("title", "")))
+def _finding_title(finding: dict, *, marked_primary: bool, verbose: bool, numbers: dict[str, int]) -> Text:
+    """The title in the row beside its figures; the category before it in verbose only (the title says what
+    is wrong, the category only files it)."""
+    title = Text(str(finding.get("title", "")))
+    if verbose:
+        title = Text.assemble((str(finding.get("category", "")), "bold"), "  ") + title
     if marked_primary:
         title.append("  (primary)", style="bold")
     # An alternative remedy claims time other findings own: its saving is instead of theirs, not on top.
@@ -281,54 +289,77 @@ def _finding_cell(
     ]
     if instead_of:
         title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
-    # What --verify realized leads: a measured saving outranks every predicted figure beside it.
+    return title
+
+
+def _finding_details(
+    finding: dict, *, expanded: bool, verbose: bool, callsite_said: bool
+) -> list[RenderableType]:
+    """What goes under a finding's row, at full width: what --verify realized (a measured saving outranks
+    every predicted figure beside it), the user's line, then for an expanded finding why its figure is not
+    the replay's own and its evidence; verbose adds the explanation and the fixes."""
+    details: list[RenderableType] = []
     realized = verify_line(finding)
-    heading: list[RenderableType] = [title]
     if realized is not None:
         style = "bold green" if finding["verify"].get("status") == "realized" else "yellow"
-        heading.append(Padding(Text(realized, style=style), (0, 0, 0, 2)))
-    callsite = _top_callsite(finding)
-    if callsite is not None:
-        heading.append(callsite)
+        details.append(Text(realized, style=style))
+    top = _top_callsite(finding)
+    if top is not None and not callsite_said:
+        details.append(_callsite_line(top, "", verbose))
     if not expanded:
-        return Group(*heading) if len(heading) > 1 else title
+        return details
+    note = figure_note(finding)
+    if note is not None:  # the figure beside it is not the replay's own (a closed form, or corrected)
+        details.append(Text.assemble((f"{note[0]}: ", "bold"), note[1]))
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
-    details = [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
-    note = figure_note(finding)
-    if note is not None:
-        # The figure beside it is not the replay's own (a closed form, or corrected): why, first.
-        details.insert(0, Text.assemble((f"{note[0]}: ", "bold"), note[1]))
-    explanation = str(finding.get("explanation") or "")
-    if explanation:
-        details.append(
-            Text.assemble(("why: ", "bold"), explanation if verbose else first_sentence(explanation))
-        )
+    details += [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
     if verbose:
+        if finding.get("explanation"):
+            details.append(Text.assemble(("why: ", "bold"), str(finding["explanation"])))
         details += [Text.assemble(("fix: ", "green"), str(fix)) for fix in finding.get("suggestions") or []]
         if finding.get("callsite_reason"):
             details.append(Text(str(finding["callsite_reason"]), style="dim"))
-    # Indented under the title, wrapped lines included, so the evidence reads as belonging to it.
-    return Group(*heading, Padding(Group(*details), (0, 0, 0, 2)))
+    return details
 
 
-def _top_callsite(finding: dict) -> Text | None:
-    """'at train.py:42  total += loss.item()': the user's line with the largest share of the finding, and the
-    module its kernels were launched in when module ranges were recorded ('in module layer3.0'); the
-    module alone where no line places them."""
+def _top_callsite(finding: dict) -> dict | None:
+    """The user's line with the largest share of the finding."""
     callsites = finding.get("callsites") or []
-    if not callsites:
+    return callsites[0] if callsites else None
+
+
+def _place(callsite: dict) -> tuple:
+    return tuple(callsite.get(key) for key in ("file", "line", "module", "source_line", "function"))
+
+
+def _shared_callsite(findings: list[dict]) -> dict | None:
+    """The top callsite of every listed finding where it is one line for all of them: a Hugging Face
+    Trainer's `.train()` places every finding of its run, said once above the table rather than on each
+    of 6 rows (6 lines of verify/hf_trainer_tf32_paired)."""
+    tops = [_top_callsite(finding) for finding in findings]
+    first = tops[0] if len(tops) > 1 else None
+    if first is None or any(top is None or _place(top) != _place(first) for top in tops[1:]):
         return None
-    top = callsites[0]
-    module = f"  (in module {top['module']})" if top.get("module") else ""
+    return first
+
+
+def _callsite_line(top: dict, lead: str, verbose: bool) -> Text:
+    """'at train.py:42 (in module layer3.0)  total += loss.item()', the module its kernels were launched in
+    where module ranges were recorded; 'in module layer3.0' where no line places them. One line cut with an
+    ellipsis after file:line by default (a Trainer(...) call wrapped to 3 lines), whole in verbose."""
     if top.get("file") is None:
-        return Text.assemble("  in module ", (str(top.get("module")), "bold"))
-    return Text.assemble(
-        "  at ",
-        (f"{top.get('file')}:{top.get('line')}", "bold"),
-        f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
-        module,
-    )
+        line = Text.assemble(f"{lead}in module ", (str(top.get("module")), "bold"))
+    else:
+        line = Text.assemble(
+            f"{lead}at ",
+            (f"{top.get('file')}:{top.get('line')}", "bold"),
+            f" (in module {top['module']})" if top.get("module") else "",
+            f"  {top.get('source_line') or top.get('function') or ''}".rstrip(),
+        )
+    if not verbose:
+        line.no_wrap, line.overflow = True, "ellipsis"
+    return line
 
 
 # The leading column where --verify measured a fix's saving: the figure the finding was ranked on.
@@ -376,16 +407,67 @@ def _findings(results: dict, verbose: bool) -> list[RenderableType]:
     return _finding_table(results, verbose) + _below_floor(results) + [Text(line) for line in verified]
 
 
+def _figure_columns(findings: list[dict], timing: dict, realized: bool) -> list[tuple[str, str]]:
+    """(header, key) of each figure column. Where a collector slowed the step, findings are weighed at the
+    plain step: its figure leads (and grades), the profiled step's follows. Otherwise the profiled figure
+    leads, the plain one beside it. A header longer than its figures goes on two lines."""
+    plain = any("time_lost_baseline_ms" in f for f in findings)
+    columns = (
+        [
+            ("lost/step\n(plain)", "time_lost_baseline_ms"),
+            ("%", "time_lost_baseline_pct"),
+            ("profiled", "time_lost_ms"),
+        ]
+        if timing.get("weighed_at_plain_step")
+        else [
+            ("lost/step", "time_lost_ms"),
+            *([("plain", "time_lost_baseline_ms")] if plain else []),
+            ("%", "time_lost_pct"),
+        ]
+    )
+    return [("realized", REALIZED_COLUMN), *columns] if realized else columns
+
+
+def _fixed_widths(headers: list[str], rows: list[list[Text]]) -> list[int]:
+    """The width of each column left of the finding's title: its widest header line or figure, the same in
+    every row's table so that the rows line up."""
+    return [
+        max(
+            *(Text(line).cell_len for line in header.split("\n")),
+            *(row[index].cell_len for row in rows),
+        )
+        for index, header in enumerate(headers)
+    ]
+
+
+def _row_table(headers: list[str], widths: list[int], show_header: bool) -> Table:
+    """One finding's row: its figures in fixed columns, its title in the rest of the width. Each row is a
+    table of its own so that what goes under it takes the full width (in one table it wrapped in the
+    title's column, 55 of 100 columns: with the callsite cut to one line, 109 → 72 lines on
+    verify/hf_trainer_tf32_paired)."""
+    table = Table(
+        box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold", show_header=show_header
+    )
+    for index, (header, width) in enumerate(zip(headers, widths, strict=True)):
+        side: Literal["left", "right"] = "left" if index == 1 else "right"  # the severity, the figures
+        table.add_column(
+            # A one-line header sits on the last line of a two-line header row, beside the figures' names.
+            Align(Text(header), align=side, vertical="bottom"),
+            justify=side,
+            style="magenta" if index > 1 else "",
+            width=width,
+            no_wrap=True,
+        )
+    table.add_column("finding", ratio=1)
+    return table
+
+
 def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     findings = findings_by_impact(results)
     if not findings:
         return [
             Text("Bottlenecks: none detected in what this run measured (limitations below)", style="bold")
         ]
-    primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
-    # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
-    marked = primary if findings[0].get("id") != primary else None
-    expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
     # Time lost is a rule's model of what fixing the finding would save: an estimate, said once in the
     # header, unless `--verify` measured the fix (its column leads then); each evidence line carries its
     # own source.
@@ -393,69 +475,69 @@ def _finding_table(results: dict, verbose: bool) -> list[RenderableType]:
     title = f"Bottlenecks ({len(findings)}), by severity then time lost per step " + (
         "(realized by --verify where shown, else estimated)" if realized else "(estimated)"
     )
-    if expanded < len(findings):
+    if not verbose and len(findings) > FULL_FINDINGS_DEFAULT:
         title += "; all evidence with --verbose"
-    table = Table(
-        title=Text(title, style="bold"),
-        title_justify="left",
-        box=None,
-        padding=(0, 1, 0, 0),
-        pad_edge=False,
-        header_style="bold",
-    )
-    table.add_column("#", justify="right")
-    table.add_column("severity")
-    # Where a collector slowed the step, findings are weighed at the plain step: its figure leads (and
-    # grades), the profiled step's follows. Otherwise the profiled figure leads, the plain one beside it.
-    timing = results.get("timing") or {}
-    at_plain = bool(timing.get("weighed_at_plain_step"))
-    plain = any("time_lost_baseline_ms" in f for f in findings)
-    columns = (
-        [
-            ("lost/step (plain)", "time_lost_baseline_ms"),
-            ("%", "time_lost_baseline_pct"),
-            ("profiled", "time_lost_ms"),
-        ]
-        if at_plain
-        else [
-            ("lost/step", "time_lost_ms"),
-            *([("plain", "time_lost_baseline_ms")] if plain else []),
-            ("%", "time_lost_pct"),
-        ]
-    )
-    if realized:
-        columns.insert(0, ("realized", REALIZED_COLUMN))
-    for header, _key in columns:
-        table.add_column(header, justify="right", style="magenta")
-    table.add_column("finding", ratio=1)
     listed = findings if verbose else findings[:FINDING_ROWS_DEFAULT]
+    shared = _shared_callsite(listed)
+    heading: list[RenderableType] = [Text(title, style="bold")]
+    if shared is not None:
+        heading.append(_callsite_line(shared, "every finding: ", verbose))
+    return [*heading, *_finding_rows(results, findings, listed, verbose, shared is not None)] + _hidden(
+        results, findings[len(listed) :]
+    )
+
+
+def _finding_rows(
+    results: dict, findings: list[dict], listed: list[dict], verbose: bool, callsite_said: bool
+) -> list[RenderableType]:
+    """Each listed finding's row, and under it, indented past its number, what it is said with."""
+    timing = results.get("timing") or {}
+    columns = _figure_columns(findings, timing, any(f.get("weighed_on") == "realized" for f in findings))
+    rows = [
+        [
+            Text(str(number)),
+            Text(str(f.get("severity", "")), style=SEVERITY_STYLE.get(str(f.get("severity", "")), "")),
+            *(Text(_cell(f, key, timing)) for _header, key in columns),
+        ]
+        for number, f in enumerate(listed, start=1)
+    ]
+    headers = ["#", "severity", *(header for header, _key in columns)]
+    widths = _fixed_widths(headers, rows)
+    primary = ((results.get("diagnosis") or {}).get("primary_bottleneck") or {}).get("id")
+    # The analysis's primary bottleneck is normally ranked first; say so only where the ranking differs.
+    marked = primary if findings[0].get("id") != primary else None
+    expanded = len(findings) if verbose else FULL_FINDINGS_DEFAULT
     numbers = {str(f.get("id")): n for n, f in enumerate(findings, start=1)}
-    for number, finding in enumerate(listed, start=1):
-        severity = str(finding.get("severity", ""))
-        table.add_row(
-            str(number),
-            Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-            *(_cell(finding, key, timing) for _h, key in columns),
-            _finding_cell(
-                finding,
-                marked_primary=finding.get("id") == marked,
-                expanded=number <= expanded,
-                verbose=verbose,
-                numbers=numbers,
-            ),
+    blocks: list[RenderableType] = []
+    for number, (finding, cells) in enumerate(zip(listed, rows, strict=True), start=1):
+        table = _row_table(headers, widths, show_header=number == 1)
+        title = _finding_title(
+            finding, marked_primary=finding.get("id") == marked, verbose=verbose, numbers=numbers
         )
-    hidden = findings[len(listed) :]
+        table.add_row(*cells, title)
+        blocks.append(table)
+        details = _finding_details(
+            finding, expanded=number <= expanded, verbose=verbose, callsite_said=callsite_said
+        )
+        if details:
+            blocks.append(Padding(Group(*details), (0, 0, 0, widths[0] + 1)))
+    return blocks
+
+
+def _hidden(results: dict, hidden: list[dict]) -> list[RenderableType]:
+    """'+ 3 more (2 LOW, 1 MODERATE; 1.2 ms/step est. together) with --verbose': the findings not
+    listed."""
     if not hidden:
-        return [table]
+        return []
+    timing = results.get("timing") or {}
     by_severity = Counter(str(f.get("severity")) for f in hidden)
     lost = sum(weighed_lost_ms(f, timing) for f in hidden if not f.get("alternative_to"))
     return [
-        table,
         Text(
             f"+ {len(hidden)} more ({', '.join(f'{n} {s}' for s, n in by_severity.items())}; "
             f"{format_value(lost, 'ms')}/step est. together) with --verbose",
             style="dim",
-        ),
+        )
     ]
 
 
@@ -466,13 +548,11 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     for number, finding in enumerate(findings_by_impact(results), start=1):
         if not finding.get("suggestions"):
             continue
-        advice = finding.get("advice") or []
-        change = (
-            str(advice[0].get("text"))
-            if advice and isinstance(advice[0], dict)
-            else str(finding["suggestions"][0])
-        )
-        picks.setdefault(change, (str(finding["suggestions"][0]), []))[1].append(number)
+        change = _change(finding)
+        # The change alone by default; why it applies restates the evidence above it and named the
+        # kernels it is about in full (7 of verify/hf_trainer_tf32_paired's 12 lines here): verbose's.
+        said = str(finding["suggestions"][0]) if verbose else change
+        picks.setdefault(change, (said, []))[1].append(number)
     shown = list(picks.values()) if verbose else list(picks.values())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
         return []
@@ -482,7 +562,19 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     grid.add_column(ratio=1)
     for rank, (fix, numbers) in enumerate(shown, start=1):
         grid.add_row(f"{rank}.", Text.assemble(fix, (f"  ({', '.join(f'#{n}' for n in numbers)})", "dim")))
-    return [Text("What to change first", style="bold"), grid]
+    heading = Text("What to change first", style="bold")
+    if not verbose:
+        heading.append(" (why each applies: --verbose)", style="dim")
+    return [heading, grid]
+
+
+def _change(finding: dict) -> str:
+    """The change a finding's first suggestion asks for: its advice's text, else the suggestion up to its
+    '(why: ...)'."""
+    advice = finding.get("advice") or []
+    if advice and isinstance(advice[0], dict) and advice[0].get("text"):
+        return str(advice[0]["text"])
+    return str(finding["suggestions"][0]).split(" (why: ")[0]
 
 
 def _notes(results: dict, verbose: bool) -> list[Text]:
@@ -490,9 +582,7 @@ def _notes(results: dict, verbose: bool) -> list[Text]:
     notes = reading_notes(results)
     if (results.get("workload") or {}).get("step_unit"):
         notes = [n for n in notes if n.topic != "steps"]  # the header says what a step is and how sure
-    # The Passes line gives each collector's overhead and why ncu was skipped: its full account is verbose's
-    # (on the H200 stranger runs these notes were 11 of a 122-line report).
-    summed_up = [] if verbose or not results.get("passes") else [n for n in notes if n.topic == "passes"]
+    summed_up = [] if verbose else _said_elsewhere(notes, results)
     notes = [n for n in notes if n not in summed_up]
     shown = [n for n in notes if n.changes_reading or verbose]
     shown += [n for n in notes if not n.changes_reading][: 0 if verbose else NOTES_DEFAULT]
@@ -501,6 +591,18 @@ def _notes(results: dict, verbose: bool) -> list[Text]:
     if hidden:
         lines.append(Text(f"+ {hidden} more {noun('notes', hidden)} (--verbose)", style="dim"))
     return lines
+
+
+def _said_elsewhere(notes: list[Note], results: dict) -> list[Note]:
+    """The notes another line of the default view sums up, left to verbose. The Passes line gives each
+    collector's overhead and the ncu pass's outcome, so the slowdown and ncu-plan notes are verbose's (on
+    the H200 stranger runs these notes were 11 of a 122-line report; the plan on 2 of 12 kernels, 5 lines
+    of verify/hf_trainer_tf32_paired); the no-counters limitation names what each counter family's
+    placeholder says again (3 notes of the torchaudio stranger)."""
+    topics = {"passes"} if results.get("passes") else set()
+    if any(n.text.startswith(NO_COUNTERS) for n in notes):
+        topics.add("counters")
+    return [n for n in notes if n.topic in topics]
 
 
 def _views(results: dict, location: str | None) -> list[Text]:
@@ -673,7 +775,13 @@ def print_report(
     if console.width < MIN_WIDTH:  # COLUMNS=0 or a pipe reporting no width: rich would print nothing
         console.width = REPORT_WIDTH
     results = escape_strings(results)
-    summary = [_header(results), *_job(results), _step(results), *_roofline(results), _sources(results)]
+    summary = [
+        _header(results),
+        *_job(results),
+        _step(results, verbose),
+        *_roofline(results),
+        _sources(results),
+    ]
     sections = [summary, _findings(results, verbose), _recommendations(results, verbose)]
     if verbose:
         sections += [
