@@ -210,6 +210,15 @@ class RunDir:
         self._note(problems)
         return data
 
+    def plain_steps_inject(self) -> dict:
+        """The record of the run's plain steps: the plain pass's inject.json, else the window the torch
+        pass's process timed before its profiler started (its `plain_window`); {} without either."""
+        plain = self.read_inject("plain")
+        if plain:
+            return plain
+        window = (self.read_inject("torch") or {}).get("plain_window")
+        return window if isinstance(window, dict) and window.get("complete") else {}
+
     def inject_damaged(self, name: str) -> bool:
         """The pass left an inject.json that cannot be read as one."""
         return self.inject_path(name).exists() and self.read_inject(name) is None

@@ -33,7 +33,7 @@ REQUIRED = {
         "kernels",
     ),
     "diagnosis": ("primary_bottleneck", "bottlenecks"),
-    "passes": None,  # [{name, status, wall_s, step_time_ms, artifacts, message}]
+    "passes": None,  # [{name, status, wall_s, step_time_ms, overhead_pct, overhead_ci_pct, artifacts, message}]
     "warnings": None,  # [str]
     "limitations": None,  # [str]: what could not be measured in this mode, and why
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.compare import compare_results, gate, render_compare
 from hybrid.report.html_report import render_compare_html
+from hybrid.report.terminal import render_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = sorted((ROOT / "tests" / "fixtures" / "results").glob("*.json"))
@@ -272,3 +274,40 @@ def test_a_fix_that_leaves_nothing_to_list_is_resolved():
     findings = compare_results(fp32, default)["findings"]
     assert "tensor.fp32_gemm" in {f["id"] for f in findings["resolved"]}
     assert "tensor.fp32_gemm" not in {f["id"] for f in findings["not_checked_in_b"]}
+
+
+def _plain_in_the_torch_process(run_json: Path) -> bool:
+    passes = json.loads(run_json.read_text()).get("passes") or []
+    return any(p["name"] == "plain" and p.get("process") == "torch" for p in passes)
+
+
+# Captures whose plain steps are a window of the torch pass's process (no plain pass of its own).
+WINDOWED = sorted(
+    path.parent
+    for path in (ROOT / "tests" / "fixtures").glob("**/run/run.json")
+    if _plain_in_the_torch_process(path)
+)
+
+
+@pytest.mark.parametrize("run", WINDOWED, ids=lambda p: p.parent.name)
+def test_a_plain_window_in_the_torch_process_gives_its_steps_to_compare_and_the_overhead_test(run):
+    """The plain steps a window of the torch pass's process timed are the run's plain samples: compare
+    tests on them, and each collector's overhead carries the 95% interval of Welch's test against them."""
+    results = analyze_run_dir(run)
+    samples = results["timing"]["baseline_step_times_ms"]
+    plain = next(p for p in results["passes"] if p["name"] == "plain")
+    assert len(samples) >= 2 and statistics.fmean(samples) == pytest.approx(plain["step_time_ms"], rel=1e-3)
+    assert compare_results(results, results)["step_time_ms"]["basis"] == "plain"
+    overheads = [p for p in results["passes"] if p.get("overhead_pct") is not None]
+    assert overheads
+    for row in overheads:
+        low, high = row["overhead_ci_pct"]
+        assert low <= row["overhead_pct"] <= high
+
+
+def test_an_overhead_whose_interval_holds_no_change_reads_as_step_noise():
+    """HF Trainer on the H200: the torch pass slowed the step by +48% (95% interval 39% to 58%), nsys by
+    +1.8% (-1.7% to +5.2%), which its steps' noise could make."""
+    results = analyze_run_dir(ROOT / "tests" / "fixtures" / "verify" / "hf_trainer_tf32_paired" / "run")
+    text = " ".join(render_terminal(results, color=False).split())
+    assert "overhead +48.3%) ·" in text and "overhead +1.8% within step noise)" in text

@@ -2,7 +2,7 @@
 step time, GPU utilization, roofline position, top kernels, and findings matched by rule id.
 
 The comparison says no more than the two documents support:
-- the step-time change is a test of the two means (hybrid.report.step_test: Welch's t on the steps,
+- the step-time change is a test of the two means (hybrid.step_test: Welch's t on the steps,
   with a 95% confidence interval), on the plain pass's steps where both runs have one (a collector
   inflates step times: TF32 on reads -29% by the profiled resnet50 steps, -46% by the plain ones);
 - percentages (GPU utilization, share of attainable) change in percentage points;
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from hybrid.report import step_test
+from hybrid import step_test
 from hybrid.report.common import findings_by_impact, format_value, source_label
 from hybrid.report.kernel_labels import distinct_labels
 from hybrid.report.safe_text import escape_strings
@@ -126,7 +126,7 @@ def _steps(results: dict, basis: str) -> step_test.Steps | None:
 
 
 def step_change(a: dict, b: dict) -> dict:
-    """Step time of each run and the test of their means: `test` (hybrid.report.step_test.welch) and its
+    """Step time of each run and the test of their means: `test` (hybrid.step_test.welch) and its
     `verdict`, "slower", "faster", "no significant change" or "unknown" (a step time or its spread is
     missing). On the plain pass's steps where both runs recorded them (`basis`), else the profiled steps."""
     timing_a, timing_b = _section(a, "timing"), _section(b, "timing")

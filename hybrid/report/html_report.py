@@ -16,6 +16,7 @@ from hybrid.report.common import (
     findings_by_impact,
     format_value,
     metric_source_counts,
+    overhead_noise,
     peak,
     roofline_vs_peaks,
     source_label,
@@ -839,7 +840,9 @@ def _pass_step(item: dict, w: _Writer) -> tuple[str, str]:
         return w.value(step, "ms"), "kernel replay, not overhead"
     if item.get("name") == "plain" or item.get("overhead_pct") is None:
         return w.value(step, "ms"), ""
-    return w.value(step, "ms"), f"{format_change_pct(item['overhead_pct'])} vs the plain pass"
+    return w.value(
+        step, "ms"
+    ), f"{format_change_pct(item['overhead_pct'])} vs the plain pass{overhead_noise(item)}"
 
 
 def _first_notes(results: dict, w: _Writer) -> str:

@@ -29,6 +29,7 @@ from hybrid.report.common import (
     findings_by_impact,
     format_value,
     metric_source_counts,
+    overhead_noise,
     roofline_vs_peaks,
     short_name,
     short_source,
@@ -635,7 +636,7 @@ def _pass_part(item: dict) -> str:
     elif step is not None:
         details.append(f"{format_value(step, 'ms')}/step")
         if item.get("name") != "plain" and item.get("overhead_pct") is not None:
-            details.append(f"overhead {format_change_pct(item['overhead_pct'])}")
+            details.append(f"overhead {format_change_pct(item['overhead_pct'])}{overhead_noise(item)}")
     if (item.get("status") != "ok" or item.get("name") == "calibration") and item.get("message"):
         details.append(str(item["message"]))  # the calibration's: the speedups it measured
     return part + (f" ({', '.join(details)})" if details else "")
@@ -649,8 +650,9 @@ def _passes(results: dict, verbose: bool) -> list[Text]:
     if verbose:
         lines.append(
             Text(
-                "overhead = step time under the collector vs the plain pass (--baseline); "
-                "ncu replays each profiled kernel, so its step time is replay cost",
+                "overhead = step time under the collector vs the plain pass (--baseline), within step "
+                "noise where its 95% interval holds no change; ncu replays each profiled kernel, so its "
+                "step time is replay cost",
                 style="dim",
             )
         )
