@@ -33,7 +33,8 @@ REQUIRED = {
         "kernels",
     ),
     "diagnosis": ("primary_bottleneck", "bottlenecks"),
-    "passes": None,  # [{name, status, wall_s, step_time_ms, overhead_pct, overhead_ci_pct, artifacts, message}]
+    # [{name, status, wall_s, step_time_ms, overhead_pct, overhead_ci_pct, artifacts, message}]
+    "passes": None,
     "warnings": None,  # [str]
     "limitations": None,  # [str]: what could not be measured in this mode, and why
 }
