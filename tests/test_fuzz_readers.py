@@ -348,7 +348,7 @@ RESULTS_DOC = json.loads(RESULTS.read_text())
     as_bytes=st.booleans(),
 )
 def test_damaged_results_json(tmp_path_factory, doc, data, as_bytes):
-    from hybrid.cli import _complete, _load_results, _received
+    from hybrid.cli.received import complete, load_results, received
     from hybrid.report.compare import compare_results, render_compare
     from hybrid.report.html_report import render_html
     from hybrid.report.terminal import render_terminal
@@ -356,16 +356,16 @@ def test_damaged_results_json(tmp_path_factory, doc, data, as_bytes):
     path = tmp_path_factory.mktemp("results") / "results.json"
     path.write_bytes(data if as_bytes else json.dumps(doc).encode())
 
-    # As the CLI reads a received document: cleaned on load, rendered inside _received.
+    # As the CLI reads a received document: cleaned on load, rendered inside received().
     def compare() -> None:
-        with _received(path):
-            candidate = _load_results(path)
+        with received(path):
+            candidate = load_results(path)
             render_compare(compare_results(RESULTS_DOC, candidate))
             render_compare(compare_results(candidate, RESULTS_DOC))
 
     def report() -> None:  # `hybrid report results.json`: the document re-rendered
-        with _received(path):
-            document = _complete(_load_results(path), path)
+        with received(path):
+            document = complete(load_results(path), path)
             render_terminal(document, verbose=True, color=False)
             render_html(document)
 
@@ -375,10 +375,10 @@ def test_damaged_results_json(tmp_path_factory, doc, data, as_bytes):
 
 @pytest.mark.parametrize("document", ["[]", "[1, 2]", '"text"', "3", "null"])
 def test_results_json_that_is_not_an_object_is_refused(tmp_path, document):
-    from hybrid.cli import _load_results
+    from hybrid.cli.received import load_results
 
     path = tmp_path / "results.json"
     path.write_text(document)
     with pytest.raises(HybridError) as error:
-        _load_results(path)
+        load_results(path)
     assert error.value.exit_code == EXIT_USAGE and str(path) in error.value.cause

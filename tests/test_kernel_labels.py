@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid.cli import _received
+from hybrid.cli.received import received
 from hybrid.errors import EXIT_USAGE, HybridError
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.common import short_name
@@ -144,7 +144,7 @@ def test_hostile_launch_fields_in_a_received_document_render_or_are_refused(resn
         document["top_kernels"][index % len(document["top_kernels"])][field] = value
         document["roofline"]["kernels"][index % len(document["roofline"]["kernels"])][field] = value
     try:
-        with _received(Path("results.json")):
+        with received(Path("results.json")):
             render_terminal(document, verbose=True, color=False)
             render_compare(compare_results(resnet, document))
     except HybridError as error:
