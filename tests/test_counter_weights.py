@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from hybrid.analysis.kernel_classes import MATMUL_KINDS
-from hybrid.analysis.metrics import compute_metrics, kernel_classes, steady_steps
+from hybrid.analysis.metrics import compute_metrics, kernel_classes
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.load.ncu_match import attach_counters
 from hybrid.load.nsys_export import load_nsys_export

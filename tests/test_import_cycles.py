@@ -129,6 +129,7 @@ ANALYSIS = {
     "hybrid.analysis.analyze",
     "hybrid.analysis.diagnosis",
     "hybrid.analysis.metrics",
+    "hybrid.analysis.steps",
     "hybrid.analysis.roofline",
     "hybrid.analysis.callsites",
     "hybrid.pipeline",

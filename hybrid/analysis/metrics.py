@@ -1,15 +1,14 @@
 """Per-step metrics read off a Profile, each tagged with where it came from.
 
-Everything is aggregated per measured step and then averaged over the *steady* steps (a step more
-than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it is
-named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
+Everything is aggregated per measured step and then averaged over the *steady* steps (hybrid.analysis.steps:
+a step more than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it
+is named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
 (numpy interval unions, groupby); nothing loops per kernel, so 1M kernels stay fast.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -23,17 +22,20 @@ from hybrid.analysis.kernel_classes import (
     per_kernel,
 )
 from hybrid.analysis.row_loop import row_loop
+from hybrid.analysis.steps import (
+    NS_PER_MS,
+    NS_PER_US,
+    frame_source,
+    in_steps,
+    per_step,
+    steady_steps,
+    step_windows,
+)
 from hybrid.hardware import Peaks
 from hybrid.profile import ANNOTATION_PREFIX, MEASURED_MATCHES, Profile, is_communication
-from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
+from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
-
-# A step this many times the median is an outlier (first-step init, recompilation); 3x is the usual
-# cut for one-off stalls in step-time traces and keeps normal jitter (CV of a few %) inside.
-OUTLIER_STEP_FACTOR = 3.0
 # "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
 # 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
 SMALL_KERNEL_NS = 20_000
@@ -110,78 +112,6 @@ DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 # {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
 # host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
 DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
-
-
-# ----------------------------------------------------------------------------- helpers
-def frame_source(profile: Profile, frame: str) -> str:
-    """Provenance of a frame; a loader that did not say is assumed to be its step source's tool."""
-    if frame in profile.sources:
-        return profile.sources[frame]
-    return MEASURED_TORCH if profile.step_source.startswith("torch") else MEASURED_NSYS
-
-
-def _derived(profile: Profile, name: str, compute: Callable[[Profile], pd.DataFrame]) -> pd.DataFrame:
-    """A frame derived from the profile's steps and device frames, computed once and read everywhere (one
-    resnet50 analysis asked for the steady steps 11 times): kept on the profile beside the frames it was
-    computed from, and computed again when one of them was replaced. Each caller gets its own copy."""
-    inputs = (profile.steps, profile.kernels, profile.memcpys, profile.memsets)
-    held = profile.derived.get(name)
-    if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)):
-        held = profile.derived[name] = (inputs, compute(profile))
-    return held[1].copy()
-
-
-def step_windows(profile: Profile) -> pd.DataFrame:
-    return _derived(profile, "step_windows", _step_windows)
-
-
-def _step_windows(profile: Profile) -> pd.DataFrame:
-    """Each measured step's window from both clocks, in time order.
-
-    The host ranges alone are wrong when the host runs ahead of the GPU (no sync in the loop): they
-    close as soon as the launches are queued, while the device is still busy with that step's work
-    (measured on the H200: tc_fp32_no_tf32 has host ranges of 2-3 ms for 60 ms of GEMMs each, the
-    whole backlog landing in the last range, where the injector syncs). A step ends when both its host
-    range and the last device activity launched inside it have ended; it starts when its host range
-    opens, or when the previous step ended if that is later (the queue was still busy). With back-to-
-    back ranges (our injector) this is end[i] - end[i-1]; non-adjacent ranges (--step-range on a
-    user's NVTX range) do not charge the time between them. `host_*` keep the ranges as recorded."""
-    steps = profile.steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    out = steps.assign(host_start_ns=steps["start_ns"], host_end_ns=steps["end_ns"])
-    if steps.empty:
-        return out.assign(dur_ns=pd.Series(dtype="int64"))
-    device_ends = [
-        f.groupby("step")["end_ns"].max()
-        for f in (profile.kernels, profile.memcpys, profile.memsets)
-        if not f.empty
-    ]
-    device_end = pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64")
-    device_end = device_end.reindex(steps["step"]).to_numpy(dtype=float)
-    ends = np.fmax(steps["end_ns"].to_numpy(np.int64), device_end).astype(np.int64)
-    starts = steps["start_ns"].to_numpy(np.int64).copy()
-    starts[1:] = np.maximum(starts[1:], ends[:-1])
-    return out.assign(start_ns=starts, end_ns=ends, dur_ns=ends - starts)
-
-
-def steady_steps(profile: Profile) -> pd.DataFrame:
-    """The measured steps without outliers (over OUTLIER_STEP_FACTOR x the median step)."""
-    return _derived(profile, "steady_steps", _steady_steps)
-
-
-def _steady_steps(profile: Profile) -> pd.DataFrame:
-    steps = step_windows(profile)
-    if steps.empty:
-        return steps
-    median = float(steps["dur_ns"].median())
-    return steps[steps["dur_ns"] <= OUTLIER_STEP_FACTOR * median]
-
-
-def _in_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["step"].isin(steps["step"])]
-
-
-def _per_step(total: float, n_steps: int) -> float:
-    return float(total) / n_steps if n_steps else 0.0
 
 
 def _distinct(names: pd.Series) -> pd.Series:
@@ -329,8 +259,8 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, M
     busy = covered(us, ue, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ns = steps["dur_ns"].to_numpy()
     return {
-        "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
-        "gpu_idle_ms": Metric(_per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_busy_ms": Metric(per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_idle_ms": Metric(per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
         "gpu_util_pct": Metric(100 * float(busy.sum() / step_ns.sum()) if step_ns.sum() else 0.0, "%", src),
     }
 
@@ -338,15 +268,15 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, M
 def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
     """Compute kernels only: collectives are the job analysis's communication metrics."""
     n = len(steps)
-    k = _in_steps(profile.kernels, steps)
+    k = in_steps(profile.kernels, steps)
     k = k[~is_communication(k["name"])]
     if k.empty:
         return {}
     dur = (k["end_ns"] - k["start_ns"]).to_numpy()
     step_s = steps["dur_ns"].sum() / 1e9
     out = {
-        "kernels_per_step": Metric(_per_step(len(k), n), "kernels", src),
-        "kernel_time_ms": Metric(_per_step(dur.sum(), n) / NS_PER_MS, "ms", src),
+        "kernels_per_step": Metric(per_step(len(k), n), "kernels", src),
+        "kernel_time_ms": Metric(per_step(dur.sum(), n) / NS_PER_MS, "ms", src),
         "mean_kernel_us": Metric(float(dur.mean()) / NS_PER_US, "us", src),
         "small_kernel_share_pct": Metric(100 * float((dur < SMALL_KERNEL_NS).mean()), "%", src),
         "launch_rate_per_s": Metric(float(len(k) / step_s) if step_s else 0.0, "kernels/s", src),
@@ -354,11 +284,11 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
             float(k.groupby("step")["name"].nunique().mean()), "kernels", src
         ),
     }
-    launches = _in_steps(profile.launches, steps)
+    launches = in_steps(profile.launches, steps)
     if not launches.empty:
         launch_ns = (launches["end_ns"] - launches["start_ns"]).sum()
         out["launch_api_ms"] = Metric(
-            _per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches")
+            per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches")
         )
         out["launch_api_to_kernel_ratio"] = Metric(
             float(launch_ns / dur.sum()) if dur.sum() else 0.0, "x", frame_source(profile, "launches")
@@ -368,19 +298,19 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
         small = (blocks > 0) & (blocks < sm)
         out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
-        out["small_grid_ms"] = Metric(_per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
+        out["small_grid_ms"] = Metric(per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
         if small.any():
             # Time-weighted share of SMs the small grids could occupy at one block per SM.
             fill = float((blocks[small] / sm * dur[small]).sum() / dur[small].sum())
             out["small_grid_sm_fill_pct"] = Metric(100 * fill, "%", src)
-        out["small_grid_kernels_per_step"] = Metric(_per_step(small.sum(), n), "kernels", src)
+        out["small_grid_kernels_per_step"] = Metric(per_step(small.sum(), n), "kernels", src)
 
     classes = kernel_classes(profile, k["name"], peaks)
     kind = per_kernel(k["name"], classes, "kind")
     precision = per_kernel(k["name"], classes, "precision")
     measured = per_kernel(k["name"], classes, "precision_source") == MEASURED_NCU
     gemm = np.isin(kind, MATMUL_KINDS)
-    out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_time_ms"] = Metric(per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
     if gemm.any():
         # Where each GEMM's precision came from: ncu's FLOP counters, else its name
         # (hybrid.analysis.kernel_classes).
@@ -391,17 +321,17 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
         )
     for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         ns = dur[gemm & (precision == p)].sum()
-        out[f"gemm_{p}_ms"] = Metric(_per_step(ns, n) / NS_PER_MS, "ms", src)
+        out[f"gemm_{p}_ms"] = Metric(per_step(ns, n) / NS_PER_MS, "ms", src)
         out[f"gemm_{p}_time_pct"] = Metric(100 * float(ns / dur[gemm].sum()) if gemm.any() else 0.0, "%", src)
     fp32 = gemm & (precision == "fp32")
     # cuBLAS (matmul, attention) and cuDNN (convolution) have separate TF32 switches.
     conv = kind == "conv"
-    out["conv_kernel_ms"] = Metric(_per_step(dur[conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["conv_kernel_ms"] = Metric(per_step(dur[conv].sum(), n) / NS_PER_MS, "ms", src)
     tf32 = gemm & (precision == "tf32")
-    out["gemm_tf32_matmul_ms"] = Metric(_per_step(dur[tf32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_tf32_conv_ms"] = Metric(_per_step(dur[tf32 & conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_fp32_matmul_ms"] = Metric(_per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_fp32_conv_ms"] = Metric(_per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_tf32_matmul_ms"] = Metric(per_step(dur[tf32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_tf32_conv_ms"] = Metric(per_step(dur[tf32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_matmul_ms"] = Metric(per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_conv_ms"] = Metric(per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
     if fp32.any():
         out["gemm_fp32_measured_pct"] = Metric(
             100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()),
@@ -438,16 +368,16 @@ def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     # Fused, an n-kernel memory-bound chain moves about 1/n of the bytes: the rest is saved.
     saved = (chains["sum"] * (1 - 1 / chains["size"])).sum()
     return {
-        "fusible_chains_per_step": Metric(_per_step(len(chains), n), "chains", src),
-        "fusible_chain_kernels_per_step": Metric(_per_step(chains["size"].sum(), n), "kernels", src),
-        "fusible_chain_ms": Metric(_per_step(chains["sum"].sum(), n) / NS_PER_MS, "ms", src),
-        "fusible_saving_ms": Metric(_per_step(saved, n) / NS_PER_MS, "ms", ESTIMATED),
+        "fusible_chains_per_step": Metric(per_step(len(chains), n), "chains", src),
+        "fusible_chain_kernels_per_step": Metric(per_step(chains["size"].sum(), n), "kernels", src),
+        "fusible_chain_ms": Metric(per_step(chains["sum"].sum(), n) / NS_PER_MS, "ms", src),
+        "fusible_saving_ms": Metric(per_step(saved, n) / NS_PER_MS, "ms", ESTIMATED),
     }
 
 
 def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
     n = len(steps)
-    m = _in_steps(profile.memcpys, steps)
+    m = in_steps(profile.memcpys, steps)
     if m.empty:
         return {}
     m = m.assign(ns=m["end_ns"] - m["start_ns"])
@@ -455,9 +385,9 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     for kind in ("HtoD", "DtoH"):
         part = m[m["kind"] == kind]
         tag = kind.lower()
-        out[f"{tag}_count"] = Metric(_per_step(len(part), n), "copies", src)
-        out[f"{tag}_bytes"] = Metric(_per_step(part["bytes"].sum(), n), "B", src)
-        out[f"{tag}_ms"] = Metric(_per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
+        out[f"{tag}_count"] = Metric(per_step(len(part), n), "copies", src)
+        out[f"{tag}_bytes"] = Metric(per_step(part["bytes"].sum(), n), "B", src)
+        out[f"{tag}_ms"] = Metric(per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
         # A copy of a few bytes (a loss read back with .item()) takes its launch latency, whatever its size:
         # bytes over that time are no bandwidth (4 B in 1.7 us read "2.4 MB/s" on the H200).
         if part["ns"].sum() > 0 and part["bytes"].mean() >= BANDWIDTH_MIN_COPY_BYTES:
@@ -471,8 +401,8 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
         out["pageable_copy_share_pct"] = Metric(
             100 * float(pageable["bytes"].sum() / host["bytes"].sum()), "%", src
         )
-    out["pageable_copies_per_step"] = Metric(_per_step(len(pageable), n), "copies", src)
-    out["pageable_copy_ms"] = Metric(_per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["pageable_copies_per_step"] = Metric(per_step(len(pageable), n), "copies", src)
+    out["pageable_copy_ms"] = Metric(per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
     if pageable["ns"].sum() > 0:
         out["pageable_bytes_per_s"] = Metric(
             float(pageable["bytes"].sum() / (pageable["ns"].sum() / 1e9)), "B/s", src
@@ -482,21 +412,21 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     overlap = covered(kus, kue, host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
     total = host["ns"].sum()
     out["copy_compute_overlap_pct"] = Metric(100 * float(overlap.sum() / total) if total else 0.0, "%", src)
-    out["exposed_copy_ms"] = Metric(_per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
+    out["exposed_copy_ms"] = Metric(per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
     pageable_overlap = covered(kus, kue, pageable["start_ns"].to_numpy(), pageable["end_ns"].to_numpy())
     out["exposed_pageable_copy_ms"] = Metric(
-        _per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src
+        per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src
     )
     return out
 
 
 def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
-    s = _in_steps(profile.syncs, steps)
+    s = in_steps(profile.syncs, steps)
     src = frame_source(profile, "syncs")
     return {
-        "sync_count": Metric(_per_step(len(s), n), "syncs", src),
-        "sync_blocked_ms": Metric(_per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "sync_count": Metric(per_step(len(s), n), "syncs", src),
+        "sync_blocked_ms": Metric(per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
     }
 
 
@@ -522,7 +452,7 @@ def is_annotation(names: pd.Series) -> pd.Series:
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
     had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
-    ops = _in_steps(profile.ops, steps)
+    ops = in_steps(profile.ops, steps)
     iterator = ops["name"].str.extract(DATA_LOADER_NEXT, expand=False)
     fetches = ops[iterator.notna()]
     if fetches.empty:
@@ -531,9 +461,9 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     src = frame_source(profile, "ops")
     return {
         "data_loader_ms": Metric(
-            _per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+            per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
-        "data_loader_idle_ms": Metric(_per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "data_loader_idle_ms": Metric(per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
         "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
     }
 
@@ -557,7 +487,7 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
     code's own overhead: guard checks and graph switches at each break, and the eager code and syncs
     between the pieces."""
-    ops = _in_steps(profile.ops, steps)
+    ops = in_steps(profile.ops, steps)
     regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
     if regions.empty:
         return {}
@@ -566,15 +496,15 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     src = frame_source(profile, "ops")
     return {
         "compiled_region_ms": Metric(
-            _per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+            per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
-        "compiled_region_idle_ms": Metric(_per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "compiled_region_idle_ms": Metric(per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
     }
 
 
 def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
-    with_annotations = _in_steps(profile.ops, steps)
+    with_annotations = in_steps(profile.ops, steps)
     ops = with_annotations[~is_annotation(with_annotations["name"])]
     if ops.empty:
         return {}
@@ -589,7 +519,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         "cpu_ns", ascending=False
     )
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
-    out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["cpu_heavy_ops_ms"] = Metric(per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
     out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
 
@@ -601,10 +531,10 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         out["row_loop_host_ms"] = Metric(loop.host_ms, "ms", src)
 
     no_gpu = top[top["device_total_ns"] == 0]
-    out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["cpu_only_ops_ms"] = Metric(per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # DistributedDataParallel's own ranges and reducer ops: the model is DDP-wrapped (hybrid.rules.advice).
     out["ddp_ops_per_step"] = Metric(
-        _per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
+        per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
     )
     longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
     out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)
@@ -616,7 +546,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     moved = (
         ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
     )
-    out["created_on_cpu_then_moved"] = Metric(_per_step(moved.sum(), n), "tensors", src)
+    out["created_on_cpu_then_moved"] = Metric(per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
     # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
@@ -632,7 +562,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         if ops["flops"].isna().any()
         else ops["flops"]
     )
-    out["est_flops_per_step"] = Metric(_per_step(flops.sum(), n), "FLOP", ESTIMATED)
+    out["est_flops_per_step"] = Metric(per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)
     first = leaf.groupby(keys, sort=False).head(1)
@@ -640,7 +570,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         key: op_bytes(r.name, r.shapes, r.dtypes)
         for key, r in zip(keys.loc[first.index], first.itertuples(index=False), strict=False)
     }
-    out["est_bytes_per_step"] = Metric(_per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
+    out["est_bytes_per_step"] = Metric(per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
 
     with_flops = ops[flops > 0]
     if not with_flops.empty:
@@ -683,13 +613,13 @@ def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
         )
     )
     return {
-        "misaligned_gemms_per_step": Metric(_per_step(flags.sum(), n), "calls", src),
+        "misaligned_gemms_per_step": Metric(per_step(flags.sum(), n), "calls", src),
         "misaligned_gemm_device_ms": Metric(
-            _per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src
+            per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src
         ),
         "misaligned_gemm_shapes": Metric("; ".join(examples), "", src),
-        "misaligned_gemm_flops": Metric(_per_step(flops, n), "FLOP", ESTIMATED),
-        "misaligned_gemm_bytes": Metric(_per_step(nbytes, n), "B", ESTIMATED),
+        "misaligned_gemm_flops": Metric(per_step(flops, n), "FLOP", ESTIMATED),
+        "misaligned_gemm_bytes": Metric(per_step(nbytes, n), "B", ESTIMATED),
         "misaligned_gemm_precision": Metric(
             str(precision.loc[bad_calls.index].mode().iloc[0]) if flags.any() else "", "", src
         ),
@@ -868,7 +798,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
 
 def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
     steps = steady_steps(profile)
-    k = _in_steps(profile.kernels, steps)
+    k = in_steps(profile.kernels, steps)
     if k.empty:
         return []
     n = len(steps)
@@ -916,7 +846,7 @@ def launch_configs(kernels: pd.DataFrame) -> dict[str, dict]:
 def layer_table(profile: Profile, limit: int = 30) -> list[dict]:
     """GPU time per module range (the kernels' `layer` column), per step."""
     steps = steady_steps(profile)
-    k = _in_steps(profile.kernels, steps)
+    k = in_steps(profile.kernels, steps)
     k = k[k["layer"].notna()]
     if k.empty:
         return []

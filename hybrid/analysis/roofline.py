@@ -48,8 +48,8 @@ from hybrid.analysis.metrics import (
     op_bytes,
     op_flops,
     op_precision,
-    steady_steps,
 )
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import Peaks
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
