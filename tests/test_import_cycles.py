@@ -130,6 +130,7 @@ ANALYSIS = {
     "hybrid.analysis.diagnosis",
     "hybrid.analysis.metrics",
     "hybrid.analysis.steps",
+    "hybrid.analysis.op_cost",
     "hybrid.analysis.roofline",
     "hybrid.analysis.callsites",
     "hybrid.pipeline",

@@ -39,16 +39,8 @@ from hybrid.analysis.kernel_classes import (
     flops_by_pipe,
     pipe_precision,
 )
-from hybrid.analysis.metrics import (
-    CONV_OPS,
-    LAUNCH_COLUMNS,
-    MATMUL_OPS,
-    kernel_classes,
-    matched_counter_launches,
-    op_bytes,
-    op_flops,
-    op_precision,
-)
+from hybrid.analysis.metrics import LAUNCH_COLUMNS, kernel_classes, matched_counter_launches
+from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
 from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import Peaks
 from hybrid.profile import Profile, is_communication
