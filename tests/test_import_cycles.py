@@ -131,6 +131,7 @@ ANALYSIS = {
     "hybrid.analysis.metrics",
     "hybrid.analysis.steps",
     "hybrid.analysis.op_cost",
+    "hybrid.analysis.op_ranges",
     "hybrid.analysis.roofline",
     "hybrid.analysis.callsites",
     "hybrid.pipeline",

@@ -8,8 +8,6 @@ is named in `slowest_step` and counted in `steps_excluded`, not averaged in). Wo
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
@@ -22,6 +20,16 @@ from hybrid.analysis.kernel_classes import (
     per_kernel,
 )
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
+from hybrid.analysis.op_ranges import (
+    COMPILED_REGION_PREFIX,
+    CREATE_OPS,
+    DATA_LOADER_NEXT,
+    DDP_OP,
+    MOVE_OPS,
+    is_annotation,
+    op_subtree_device_ns,
+    outermost,
+)
 from hybrid.analysis.row_loop import row_loop
 from hybrid.analysis.steps import (
     NS_PER_MS,
@@ -33,16 +41,13 @@ from hybrid.analysis.steps import (
     step_windows,
 )
 from hybrid.hardware import Peaks
-from hybrid.profile import ANNOTATION_PREFIX, MEASURED_MATCHES, Profile, is_communication
+from hybrid.profile import MEASURED_MATCHES, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
 # "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
 # 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
 SMALL_KERNEL_NS = 20_000
-# An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
-# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
-LAUNCH_GAP_MAX_NS = 100_000
 # CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
 CPU_HEAVY_RATIO = 10.0
 
@@ -51,27 +56,6 @@ BANDWIDTH_MIN_COPY_BYTES = 1024
 # Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
 # Multiplication Background" user guide, "Tensor Core Requirements").
 TENSOR_CORE_MULTIPLE = 8
-CREATE_OPS = {
-    "aten::randn",
-    "aten::rand",
-    "aten::randint",
-    "aten::zeros",
-    "aten::ones",
-    "aten::full",
-    "aten::empty",
-    "aten::tensor",
-    "aten::from_numpy",
-    "aten::arange",
-    "aten::linspace",
-    "aten::lift_fresh",
-    "aten::scalar_tensor",
-}
-MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
-DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
-# torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
-# {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
-# host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
-DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
 
 
 def _distinct(names: pd.Series) -> pd.Series:
@@ -315,25 +299,6 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     }
 
 
-def op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
-    """GPU time caused by each op and everything it called (same thread, nested in time): a convolution's
-    kernels are launched by the cuDNN op under it."""
-    out = pd.Series(0, index=ops.index, dtype="int64")
-    for _, group in ops.groupby("tid"):
-        g = group.sort_values("start_ns")
-        starts = g["start_ns"].to_numpy()
-        cum = np.r_[0, np.cumsum(g["device_ns"].to_numpy())]
-        lo = np.searchsorted(starts, starts, side="left")
-        hi = np.searchsorted(starts, g["end_ns"].to_numpy(), side="left")
-        out.loc[g.index] = cum[hi] - cum[lo]
-    return out
-
-
-def is_annotation(names: pd.Series) -> pd.Series:
-    """Rows of Profile.ops that are user annotations, not operators (profile.ANNOTATION_PREFIX)."""
-    return names.str.startswith(ANNOTATION_PREFIX)
-
-
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
     had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
@@ -353,20 +318,6 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     }
 
 
-# torch.compile wraps each compiled frame's run in a record_function range of this name (one per
-# graph piece when breaks split the frame; a break's eager code and resume run inside the outer one).
-COMPILED_REGION_PREFIX = "Torch-Compiled Region"
-
-
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """Rows not nested in an earlier row of the same thread (ranges of one thread nest or follow)."""
-    ops = ops.sort_values(["tid", "start_ns"], kind="stable")
-    reach = ops.groupby("tid")["end_ns"].transform(
-        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
-    )
-    return ops[ops["start_ns"].to_numpy() >= reach.to_numpy()]
-
-
 def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time inside torch.compile'd regions and the device idle time within them, on the torch
     pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
@@ -376,7 +327,7 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
     if regions.empty:
         return {}
-    outer = _outermost(regions)
+    outer = outermost(regions)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
