@@ -14,10 +14,10 @@ import pandas as pd
 from hybrid.analysis.host_dispatch import dispatch_metrics
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
-    classify_kernels,
     elementwise_mask,
     kernel_label,
     per_kernel,
+    profile_kernel_classes,
 )
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
 from hybrid.analysis.op_ranges import (
@@ -56,31 +56,6 @@ BANDWIDTH_MIN_COPY_BYTES = 1024
 # Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
 # Multiplication Background" user guide, "Tensor Core Requirements").
 TENSOR_CORE_MULTIPLE = 8
-
-
-def _distinct(names: pd.Series) -> pd.Series:
-    """The distinct names as text, found before any text is made (a million launches, a few hundred names)."""
-    return pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)
-
-
-def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
-    """hybrid.analysis.kernel_classes.classify_kernels for these kernel names, measured from the profile's
-    counter rows
-    (named as the timeline names the kernels they matched by launch or configuration) where ncu ran.
-    Every name of the profile's kernels and counter rows is classified once, on the first call (metrics,
-    roofline and ledger asked 3 times per resnet50 analysis); the result is indexed by name, a superset of
-    `names` (each name's class depends on its own counter rows only)."""
-    counters = profile.counters if len(profile.counters) else None
-    inputs = (profile.kernels, profile.counters)
-    held = profile.derived.get("kernel_classes")
-    if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)) or held[1] != peaks:
-        counter_names = [counters["name"]] if counters is not None else []
-        every = pd.concat([_distinct(profile.kernels["name"]), *counter_names])
-        held = profile.derived["kernel_classes"] = (inputs, peaks, classify_kernels(every, counters, peaks))
-    classes = held[2]
-    if not pd.Index(_distinct(names)).isin(classes.index).all():
-        return classify_kernels(names, counters, peaks)  # names from elsewhere (a renamed counter frame)
-    return classes.copy()
 
 
 def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
@@ -174,7 +149,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
             out["small_grid_sm_fill_pct"] = Metric(100 * fill, "%", src)
         out["small_grid_kernels_per_step"] = Metric(per_step(small.sum(), n), "kernels", src)
 
-    classes = kernel_classes(profile, k["name"], peaks)
+    classes = profile_kernel_classes(profile, k["name"], peaks)
     kind = per_kernel(k["name"], classes, "kind")
     precision = per_kernel(k["name"], classes, "precision")
     measured = per_kernel(k["name"], classes, "precision_source") == MEASURED_NCU
@@ -588,7 +563,7 @@ def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, 
         value = _counter_average(c, col, weights)
         if value is not None:
             out[name] = Metric(value, unit, src)
-    out.update(_gemm_tensor_pipe(c, weights, kernel_classes(profile, c["name"], peaks)))
+    out.update(_gemm_tensor_pipe(c, weights, profile_kernel_classes(profile, c["name"], peaks)))
     dram = c["dram_read_bytes"] + c["dram_write_bytes"]
     # A kernel's n/a read as 0 bytes would pass a partial sum off as the measured total.
     if dram.notna().all() and c["duration_ns"].notna().all():

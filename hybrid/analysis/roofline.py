@@ -38,8 +38,9 @@ from hybrid.analysis.kernel_classes import (
     dominant_pipe,
     flops_by_pipe,
     pipe_precision,
+    profile_kernel_classes,
 )
-from hybrid.analysis.metrics import LAUNCH_COLUMNS, kernel_classes, matched_counter_launches
+from hybrid.analysis.metrics import LAUNCH_COLUMNS, matched_counter_launches
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
 from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import Peaks
@@ -221,7 +222,7 @@ def _fp32_matmul_precision(profile: Profile, peaks: Peaks) -> dict[str, tuple[st
     kernels = profile.kernels
     if len(out) == 2 or kernels.empty:
         return out
-    classes = kernel_classes(profile, kernels["name"], peaks)
+    classes = profile_kernel_classes(profile, kernels["name"], peaks)
     ns = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name"].astype(str)).sum()
     frame = classes.assign(ns=ns.reindex(classes.index).fillna(0).to_numpy())
     for family, kinds in (("matmul", ("gemm",)), ("conv", ("conv",))):
