@@ -132,6 +132,8 @@ ANALYSIS = {
     "hybrid.analysis.steps",
     "hybrid.analysis.op_cost",
     "hybrid.analysis.op_ranges",
+    "hybrid.analysis.counters",
+    "hybrid.analysis.tables",
     "hybrid.analysis.roofline",
     "hybrid.analysis.callsites",
     "hybrid.pipeline",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.host_dispatch import dispatch_metrics
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
@@ -41,7 +42,7 @@ from hybrid.analysis.steps import (
     step_windows,
 )
 from hybrid.hardware import Peaks
-from hybrid.profile import MEASURED_MATCHES, Profile, is_communication
+from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
@@ -470,123 +471,6 @@ def _extras(profile: Profile) -> dict[str, Metric]:
     return out
 
 
-def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
-    ok = values.notna() & weights.notna()
-    if not ok.any() or weights[ok].sum() == 0:
-        return None
-    return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
-
-
-def matched_counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame | None:
-    """Kernel launches of `steps` that stand for a profiled kernel (its counter row, matched by launch or
-    launch configuration as hybrid.load.ncu_match matched them), with their timeline GPU time `ns`; None
-    when the counters were attached to no kernel frame."""
-    kernels = profile.kernels.reset_index(drop=True)
-    per_kernel = profile.kernel_counters
-    if "counters" not in profile.sources or len(per_kernel) != len(kernels):
-        return None
-    matched = kernels.assign(
-        counter_row=per_kernel["counter_row"].to_numpy(),
-        match=per_kernel["counter_match"].to_numpy(),
-        ns=kernels["end_ns"] - kernels["start_ns"],
-    )
-    return matched[matched["match"].isin(MEASURED_MATCHES) & matched["step"].isin(steps["step"])]
-
-
-def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per counter row (position in profile.counters): how many launches per steady step it stands for
-    and their timeline GPU time per step (`launches`, `time_ns`), matched by launch or launch
-    configuration as ncu_pass matches them and as the roofline's step point counts them. ncu replays
-    one launch per row, so an average over rows gives a kernel launched 100 times a step the weight of
-    one launched once. Rows that stand for no launch in the steady steps weigh 0; with no timeline
-    match at all (counters attached to no kernel frame), each row counts once at its replayed duration."""
-    c = profile.counters.reset_index(drop=True)
-    fallback = pd.DataFrame({"launches": 1.0, "time_ns": c["duration_ns"].astype(float)})
-    matched = matched_counter_launches(profile, steps)
-    if matched is None or matched.empty:
-        return fallback
-    per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
-    per_row = per_row.reindex(range(len(c)), fill_value=0).astype(float) / max(len(steps), 1)
-    return pd.DataFrame({"launches": per_row["size"], "time_ns": per_row["sum"]})
-
-
-# Averages of per-kernel ncu figures: (metric name, counter column, unit).
-COUNTER_AVERAGES = (
-    ("ncu_l2_hit_pct", "l2_hit_pct", "%"),
-    ("ncu_l1_hit_pct", "l1_hit_pct", "%"),
-    ("ncu_tensor_pipe_pct", "tensor_pipe_pct", "%"),
-    ("ncu_sm_throughput_pct", "sm_throughput_pct", "%"),
-    ("ncu_memory_throughput_pct", "memory_throughput_pct", "%"),
-    ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct", "%"),
-    ("ncu_sectors_per_request", "global_load_sectors_per_request", "sectors/req"),
-)
-
-
-def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | None:
-    return _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], weights)
-
-
-def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
-    """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
-    dilute it), and of those not FP32 (hybrid.analysis.kernel_classes: measured where ncu counted their
-    FLOPs): FP32 GEMMs
-    cannot use the tensor pipe at all, which the FP32 finding already explains; the rest is what the
-    idle-pipe finding judges."""
-    names = c["name"].astype(str)
-    gemm = pd.Series(np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS), index=c.index)
-    not_fp32 = pd.Series(per_kernel(names, classes, "precision") != "fp32", index=c.index)
-    out: dict[str, Metric] = {}
-    for name, mask in (
-        ("ncu_gemm_tensor_pipe_pct", gemm),
-        ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & not_fp32),
-    ):
-        value = _counter_average(c[mask], "tensor_pipe_pct", weights[mask])
-        if value is not None:
-            out[name] = Metric(value, "%", MEASURED_NCU)
-    return out
-
-
-def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, Metric]:
-    c = profile.counters.reset_index(drop=True)
-    if c.empty:
-        return {}
-    src = MEASURED_NCU
-    out: dict[str, Metric] = {}
-    # One computation, made where the counters are matched to the launches (ncu_pass.attach_counters):
-    # the share of measured GPU time whose launch matched a profiled one, which its warning quotes too.
-    coverage = (profile.extras.get("ncu") or {}).get("covered_gpu_time_pct")
-    if coverage is not None:
-        out["ncu_coverage_pct"] = Metric(float(coverage), "%", src)
-    per_step = counter_launches(profile, steps)
-    weights = per_step["time_ns"]
-    for name, col, unit in COUNTER_AVERAGES:
-        value = _counter_average(c, col, weights)
-        if value is not None:
-            out[name] = Metric(value, unit, src)
-    out.update(_gemm_tensor_pipe(c, weights, profile_kernel_classes(profile, c["name"], peaks)))
-    dram = c["dram_read_bytes"] + c["dram_write_bytes"]
-    # A kernel's n/a read as 0 bytes would pass a partial sum off as the measured total.
-    if dram.notna().all() and c["duration_ns"].notna().all():
-        out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
-        # Bytes and duration of each replayed launch, counted as often as its kernel runs in a step.
-        launches = per_step["launches"]
-        moved_ns = float((c["duration_ns"].fillna(0) * launches).sum())
-        out["ncu_dram_bytes_per_s"] = Metric(
-            float((dram * launches).sum() / (moved_ns / 1e9)) if moved_ns else 0.0, "B/s", src
-        )
-    by_precision: dict[str, float] = {}
-    for d in c["tensor_flops_by_precision"].dropna():
-        for p, v in dict(d).items():
-            if v is not None and np.isfinite(v):
-                by_precision[p] = by_precision.get(p, 0.0) + float(v)
-    for p, v in by_precision.items():
-        out[f"ncu_tensor_flops_{p}"] = Metric(v, "FLOP", src)
-    for col in ("fp64_flops", "fp32_flops", "fp16_flops", "tensor_flops"):
-        if c[col].notna().all():
-            out[f"ncu_{col}"] = Metric(float(c[col].sum()), "FLOP", src)
-    return out
-
-
 def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     """All metrics of the profile, per measured step; empty when there is no measured step."""
     steps = steady_steps(profile)
@@ -603,76 +487,5 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     out.update(_compiled_regions(profile, steps))
     out.update(_data_loader(profile, steps))
     out.update(_extras(profile))
-    out.update(_counters(profile, steps, peaks))
+    out.update(counter_metrics(profile, steps, peaks))
     return out
-
-
-def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
-    steps = steady_steps(profile)
-    k = in_steps(profile.kernels, steps)
-    if k.empty:
-        return []
-    n = len(steps)
-    k = k.assign(ns=k["end_ns"] - k["start_ns"])
-    g = k.groupby("name")["ns"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
-    total = g["sum"].sum()
-    src = frame_source(profile, "kernels")
-    launches = launch_configs(k[k["name"].isin(g.head(limit).index)])
-    return [
-        {
-            "name": name,
-            "calls_per_step": row["size"] / n,
-            "total_ms_per_step": row["sum"] / n / NS_PER_MS,
-            "mean_us": row["mean"] / NS_PER_US,
-            "share_pct": 100 * row["sum"] / total,
-            "source": src,
-            **launches.get(name, {}),
-        }
-        for name, row in g.head(limit).iterrows()
-    ]
-
-
-LAUNCH_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-
-def launch_configs(kernels: pd.DataFrame) -> dict[str, dict]:
-    """Per kernel name (with an `ns` column of durations): the launch configuration that took the most
-    time, {grid: [x, y, z], block: [x, y, z]}, and how many distinct ones the name ran with
-    (`launch_configs`); names whose launches carry no configuration (-1 or 0) are left out."""
-    if kernels.empty or not set(LAUNCH_COLUMNS) <= set(kernels.columns):
-        return {}
-    known = kernels[(kernels[list(LAUNCH_COLUMNS)] > 0).all(axis=1)]
-    by_config = known.groupby(["name", *LAUNCH_COLUMNS])["ns"].sum().reset_index()
-    out = {}
-    for name, configs in by_config.groupby("name"):
-        top = configs.loc[configs["ns"].idxmax()]
-        out[name] = {
-            "grid": [int(top[c]) for c in LAUNCH_COLUMNS[:3]],
-            "block": [int(top[c]) for c in LAUNCH_COLUMNS[3:]],
-            "launch_configs": len(configs),
-        }
-    return out
-
-
-def layer_table(profile: Profile, limit: int = 30) -> list[dict]:
-    """GPU time per module range (the kernels' `layer` column), per step."""
-    steps = steady_steps(profile)
-    k = in_steps(profile.kernels, steps)
-    k = k[k["layer"].notna()]
-    if k.empty:
-        return []
-    n = len(steps)
-    step_ns = steps["dur_ns"].mean()
-    k = k.assign(ns=k["end_ns"] - k["start_ns"])
-    g = k.groupby("layer")["ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
-    src = frame_source(profile, "kernels")
-    return [
-        {
-            "name": name,
-            "gpu_ms": row["sum"] / n / NS_PER_MS,
-            "kernels": row["size"] / n,
-            "share_of_step_pct": 100 * row["sum"] / n / step_ns,
-            "source": src,
-        }
-        for name, row in g.head(limit).iterrows()
-    ]

@@ -32,6 +32,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.counters import matched_counter_launches
 from hybrid.analysis.kernel_classes import (
     FROM_NAME,
     compute_ceiling,
@@ -40,9 +41,9 @@ from hybrid.analysis.kernel_classes import (
     pipe_precision,
     profile_kernel_classes,
 )
-from hybrid.analysis.metrics import LAUNCH_COLUMNS, matched_counter_launches
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
 from hybrid.analysis.steps import steady_steps
+from hybrid.analysis.tables import LAUNCH_COLUMNS
 from hybrid.hardware import Peaks
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
