@@ -48,7 +48,8 @@ def merge(torch_profile: Profile | None, nsys_profile: Profile | None) -> Profil
         return torch_profile
     if torch_profile is None:
         return nsys_profile
-    from hybrid.analysis.metrics import OPS_CLOCK_STEP_NS, steady_steps, step_windows
+    from hybrid.analysis.metrics import OPS_CLOCK_STEP_NS
+    from hybrid.analysis.steps import steady_steps, step_windows
 
     torch_steps = steady_steps(torch_profile)
     merged = nsys_profile

@@ -282,8 +282,8 @@ class Profile:
     # Facts from the run that are not events: peak memory, graph breaks, ncu counters, etc.
     extras: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # Frames derived from the ones above once, for every reader (hybrid.analysis.metrics: step windows, steady
-    # steps, kernel classes).
+    # Frames derived from the ones above once, for every reader (hybrid.analysis.steps: step windows, steady
+    # steps; hybrid.analysis.kernel_classes: kernel classes).
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def validate(self) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analysis.metrics import step_windows
+from hybrid.analysis.steps import step_windows
 from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_export
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.analysis.kernel_classes import MATMUL_KINDS
-from hybrid.analysis.metrics import compute_metrics, kernel_classes, steady_steps
+from hybrid.analysis.kernel_classes import MATMUL_KINDS, profile_kernel_classes
+from hybrid.analysis.metrics import compute_metrics
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.load.ncu_match import attach_counters
 from hybrid.load.nsys_export import load_nsys_export
@@ -70,7 +71,7 @@ def test_weighting_by_launches_moves_the_averages_off_one_row_per_kernel(profile
 
 
 def test_gemm_tensor_pipe_is_over_gemm_kernels_only(profile, metrics, launches):
-    classes = kernel_classes(profile, launches["name"], None).reindex(launches["name"].astype(str))
+    classes = profile_kernel_classes(profile, launches["name"], None).reindex(launches["name"].astype(str))
     is_gemm = classes["kind"].isin(MATMUL_KINDS).to_numpy()
     gemm = launches[is_gemm]
     assert len(gemm) and len(gemm) < len(launches)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analysis.metrics import step_windows
+from hybrid.analysis.steps import step_windows
 from hybrid.load import nsys_export as nsys_pass
 from hybrid.load.nsys_export import load_nsys_export
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybrid.analysis.metrics import NS_PER_MS, compute_metrics, steady_steps
+from hybrid.analysis.metrics import compute_metrics
+from hybrid.analysis.steps import NS_PER_MS, steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import SEGMENT_COLUMNS, Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, STATE

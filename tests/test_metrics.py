@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.analysis.metrics import compute_metrics, top_kernels
+from hybrid.analysis.metrics import compute_metrics
+from hybrid.analysis.tables import top_kernels
 from hybrid.hardware import peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER

@@ -44,7 +44,7 @@ def test_baseline_replay_reproduces_each_measured_step(export):
 
 
 def test_measured_windows_match_the_metrics_step_windows():
-    from hybrid.analysis.metrics import step_windows
+    from hybrid.analysis.steps import step_windows
 
     profile = load_nsys_export(
         FIXTURES / "planted" / "sync_item_per_microstep" / "run" / "nsys" / "profile.sqlite"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hybrid.analysis.job_metrics import is_job_dir
-from hybrid.analysis.metrics import steady_steps
 from hybrid.analysis.step_timeline import MAX_EVENTS, representative_step
+from hybrid.analysis.steps import steady_steps
 from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.html_report import render_html

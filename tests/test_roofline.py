@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.analysis.metrics import steady_steps
 from hybrid.analysis.roofline import roofline
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.load.ncu_match import attach_counters
 from hybrid.load.nsys_export import load_nsys_export

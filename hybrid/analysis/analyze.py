@@ -8,9 +8,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
-from hybrid.analysis.metrics import compute_metrics, frame_source, layer_table, steady_steps, top_kernels
+from hybrid.analysis.metrics import compute_metrics
 from hybrid.analysis.roofline import roofline
 from hybrid.analysis.step_timeline import step_timeline
+from hybrid.analysis.steps import frame_source, steady_steps
+from hybrid.analysis.tables import layer_table, top_kernels
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
-from hybrid.analysis.metrics import steady_steps
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, IDLE, STATE

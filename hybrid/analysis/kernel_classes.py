@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware import Peaks
+from hybrid.profile import Profile
 from hybrid.provenance import MEASURED_NCU
 from nsight.ncu import function_base_name
 
@@ -304,6 +305,30 @@ def classify_kernels(
             pipe.startswith("tensor:"),
         ]
     return frame
+
+
+def _distinct(names: pd.Series) -> pd.Series:
+    """The distinct names as text, found before any text is made (a million launches, a few hundred names)."""
+    return pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)
+
+
+def profile_kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
+    """classify_kernels for these kernel names, measured from the profile's counter rows (named as the
+    timeline names the kernels they matched by launch or configuration) where ncu ran.
+    Every name of the profile's kernels and counter rows is classified once, on the first call (metrics,
+    roofline and ledger asked 3 times per resnet50 analysis); the result is indexed by name, a superset of
+    `names` (each name's class depends on its own counter rows only)."""
+    counters = profile.counters if len(profile.counters) else None
+    inputs = (profile.kernels, profile.counters)
+    held = profile.derived.get("kernel_classes")
+    if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)) or held[1] != peaks:
+        counter_names = [counters["name"]] if counters is not None else []
+        every = pd.concat([_distinct(profile.kernels["name"]), *counter_names])
+        held = profile.derived["kernel_classes"] = (inputs, peaks, classify_kernels(every, counters, peaks))
+    classes = held[2]
+    if not pd.Index(_distinct(names)).isin(classes.index).all():
+        return classify_kernels(names, counters, peaks)  # names from elsewhere (a renamed counter frame)
+    return classes.copy()
 
 
 def per_kernel(names: pd.Series, classes: pd.DataFrame, column: str) -> np.ndarray:

@@ -1,212 +1,62 @@
 """Per-step metrics read off a Profile, each tagged with where it came from.
 
-Everything is aggregated per measured step and then averaged over the *steady* steps (a step more
-than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it is
-named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
+Everything is aggregated per measured step and then averaged over the *steady* steps (hybrid.analysis.steps:
+a step more than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it
+is named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
 (numpy interval unions, groupby); nothing loops per kernel, so 1M kernels stay fast.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.host_dispatch import dispatch_metrics
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
-    classify_kernels,
     elementwise_mask,
     kernel_label,
     per_kernel,
+    profile_kernel_classes,
+)
+from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
+from hybrid.analysis.op_ranges import (
+    COMPILED_REGION_PREFIX,
+    CREATE_OPS,
+    DATA_LOADER_NEXT,
+    DDP_OP,
+    MOVE_OPS,
+    is_annotation,
+    op_subtree_device_ns,
+    outermost,
 )
 from hybrid.analysis.row_loop import row_loop
+from hybrid.analysis.steps import (
+    NS_PER_MS,
+    NS_PER_US,
+    frame_source,
+    in_steps,
+    per_step,
+    steady_steps,
+    step_windows,
+)
 from hybrid.hardware import Peaks
-from hybrid.profile import ANNOTATION_PREFIX, MEASURED_MATCHES, Profile, is_communication
-from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_NSYS, MEASURED_TORCH, Metric
+from hybrid.profile import Profile, is_communication
+from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
-
-# A step this many times the median is an outlier (first-step init, recompilation); 3x is the usual
-# cut for one-off stalls in step-time traces and keeps normal jitter (CV of a few %) inside.
-OUTLIER_STEP_FACTOR = 3.0
 # "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
 # 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
 SMALL_KERNEL_NS = 20_000
-# An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
-# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
-LAUNCH_GAP_MAX_NS = 100_000
 # CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
 CPU_HEAVY_RATIO = 10.0
 
 # Mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s).
 BANDWIDTH_MIN_COPY_BYTES = 1024
-OP_DTYPE_PRECISION = {
-    "float": "fp32",
-    "c10::half": "fp16",
-    "c10::bfloat16": "bf16",
-    "double": "fp64",
-    "c10::float8_e4m3fn": "fp8",
-    "c10::float8_e5m2": "fp8",
-}
-DTYPE_BYTES = {
-    "float": 4,
-    "double": 8,
-    "c10::half": 2,
-    "c10::bfloat16": 2,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::float8_e4m3fn": 1,
-    "c10::float8_e5m2": 1,
-    "c10::complex<float>": 8,
-}
-# Ops whose GEMM dims we check (leaf ops only: linear/matmul decompose into these).
-# Reductions write a tensor much smaller than their input: bytes are the inputs only.
-REDUCTION_OPS = {
-    "aten::sum",
-    "aten::mean",
-    "aten::amax",
-    "aten::amin",
-    "aten::max",
-    "aten::min",
-    "aten::norm",
-    "aten::linalg_vector_norm",
-    "aten::argmax",
-    "aten::argmin",
-    "aten::var",
-    "aten::std",
-}
-MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"}
-CONV_OPS = {"aten::convolution"}
 # Tensor-core tiles want every GEMM dim a multiple of 8 for fp16/bf16 (NVIDIA "Matrix
 # Multiplication Background" user guide, "Tensor Core Requirements").
 TENSOR_CORE_MULTIPLE = 8
-CREATE_OPS = {
-    "aten::randn",
-    "aten::rand",
-    "aten::randint",
-    "aten::zeros",
-    "aten::ones",
-    "aten::full",
-    "aten::empty",
-    "aten::tensor",
-    "aten::from_numpy",
-    "aten::arange",
-    "aten::linspace",
-    "aten::lift_fresh",
-    "aten::scalar_tensor",
-}
-MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
-DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
-# torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
-# {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the
-# host time to produce a batch, whether the main process builds it (num_workers=0) or waits for a worker.
-DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLoader\)#(\w+)\.__next__$")
-
-
-# ----------------------------------------------------------------------------- helpers
-def frame_source(profile: Profile, frame: str) -> str:
-    """Provenance of a frame; a loader that did not say is assumed to be its step source's tool."""
-    if frame in profile.sources:
-        return profile.sources[frame]
-    return MEASURED_TORCH if profile.step_source.startswith("torch") else MEASURED_NSYS
-
-
-def _derived(profile: Profile, name: str, compute: Callable[[Profile], pd.DataFrame]) -> pd.DataFrame:
-    """A frame derived from the profile's steps and device frames, computed once and read everywhere (one
-    resnet50 analysis asked for the steady steps 11 times): kept on the profile beside the frames it was
-    computed from, and computed again when one of them was replaced. Each caller gets its own copy."""
-    inputs = (profile.steps, profile.kernels, profile.memcpys, profile.memsets)
-    held = profile.derived.get(name)
-    if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)):
-        held = profile.derived[name] = (inputs, compute(profile))
-    return held[1].copy()
-
-
-def step_windows(profile: Profile) -> pd.DataFrame:
-    return _derived(profile, "step_windows", _step_windows)
-
-
-def _step_windows(profile: Profile) -> pd.DataFrame:
-    """Each measured step's window from both clocks, in time order.
-
-    The host ranges alone are wrong when the host runs ahead of the GPU (no sync in the loop): they
-    close as soon as the launches are queued, while the device is still busy with that step's work
-    (measured on the H200: tc_fp32_no_tf32 has host ranges of 2-3 ms for 60 ms of GEMMs each, the
-    whole backlog landing in the last range, where the injector syncs). A step ends when both its host
-    range and the last device activity launched inside it have ended; it starts when its host range
-    opens, or when the previous step ended if that is later (the queue was still busy). With back-to-
-    back ranges (our injector) this is end[i] - end[i-1]; non-adjacent ranges (--step-range on a
-    user's NVTX range) do not charge the time between them. `host_*` keep the ranges as recorded."""
-    steps = profile.steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    out = steps.assign(host_start_ns=steps["start_ns"], host_end_ns=steps["end_ns"])
-    if steps.empty:
-        return out.assign(dur_ns=pd.Series(dtype="int64"))
-    device_ends = [
-        f.groupby("step")["end_ns"].max()
-        for f in (profile.kernels, profile.memcpys, profile.memsets)
-        if not f.empty
-    ]
-    device_end = pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64")
-    device_end = device_end.reindex(steps["step"]).to_numpy(dtype=float)
-    ends = np.fmax(steps["end_ns"].to_numpy(np.int64), device_end).astype(np.int64)
-    starts = steps["start_ns"].to_numpy(np.int64).copy()
-    starts[1:] = np.maximum(starts[1:], ends[:-1])
-    return out.assign(start_ns=starts, end_ns=ends, dur_ns=ends - starts)
-
-
-def steady_steps(profile: Profile) -> pd.DataFrame:
-    """The measured steps without outliers (over OUTLIER_STEP_FACTOR x the median step)."""
-    return _derived(profile, "steady_steps", _steady_steps)
-
-
-def _steady_steps(profile: Profile) -> pd.DataFrame:
-    steps = step_windows(profile)
-    if steps.empty:
-        return steps
-    median = float(steps["dur_ns"].median())
-    return steps[steps["dur_ns"] <= OUTLIER_STEP_FACTOR * median]
-
-
-def _in_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["step"].isin(steps["step"])]
-
-
-def _per_step(total: float, n_steps: int) -> float:
-    return float(total) / n_steps if n_steps else 0.0
-
-
-def _distinct(names: pd.Series) -> pd.Series:
-    """The distinct names as text, found before any text is made (a million launches, a few hundred names)."""
-    return pd.Series(np.asarray(pd.unique(names), dtype=object)).astype(str)
-
-
-def kernel_classes(profile: Profile, names: pd.Series, peaks: Peaks | None) -> pd.DataFrame:
-    """hybrid.analysis.kernel_classes.classify_kernels for these kernel names, measured from the profile's
-    counter rows
-    (named as the timeline names the kernels they matched by launch or configuration) where ncu ran.
-    Every name of the profile's kernels and counter rows is classified once, on the first call (metrics,
-    roofline and ledger asked 3 times per resnet50 analysis); the result is indexed by name, a superset of
-    `names` (each name's class depends on its own counter rows only)."""
-    counters = profile.counters if len(profile.counters) else None
-    inputs = (profile.kernels, profile.counters)
-    held = profile.derived.get("kernel_classes")
-    if held is None or any(a is not b for a, b in zip(held[0], inputs, strict=True)) or held[1] != peaks:
-        counter_names = [counters["name"]] if counters is not None else []
-        every = pd.concat([_distinct(profile.kernels["name"]), *counter_names])
-        held = profile.derived["kernel_classes"] = (inputs, peaks, classify_kernels(every, counters, peaks))
-    classes = held[2]
-    if not pd.Index(_distinct(names)).isin(classes.index).all():
-        return classify_kernels(names, counters, peaks)  # names from elsewhere (a renamed counter frame)
-    return classes.copy()
 
 
 def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
@@ -216,81 +66,6 @@ def _top_names(ns: np.ndarray, names: np.ndarray, limit: int = 3) -> str:
     per_name = pd.Series(ns, dtype=float).groupby(names).sum().sort_values(ascending=False)
     total = per_name.sum()
     return "; ".join(f"{name} ({100 * value / total:.0f}%)" for name, value in per_name.head(limit).items())
-
-
-def _numel(shape) -> int:
-    # A TensorList input (aten::_foreach_*, aten::cat) records one shape per tensor.
-    if any(isinstance(dim, list) for dim in shape):
-        return sum(_numel(inner) for inner in shape if isinstance(inner, list))
-    return int(np.prod(shape)) if shape else 1
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(str(dtype).lower(), 4)
-
-
-def op_bytes(name: str, shapes: list, dtypes: list) -> float:
-    """Estimated DRAM bytes of one op call from its input shapes and dtypes (each tensor touched once;
-    for matmuls A + B + C, otherwise inputs plus an output as large as the largest input)."""
-    tensors = [
-        (s, d) for s, d in zip(shapes or [], dtypes or [], strict=False) if isinstance(s, list) and s and d
-    ]
-    if not tensors:
-        return 0.0
-    sizes = [_numel(s) * _dtype_bytes(d) for s, d in tensors]
-    if name in MATMUL_OPS and len(tensors) >= 2:
-        a, b = tensors[-2][0], tensors[-1][0]
-        out = _numel(a[:-1]) * b[-1] * _dtype_bytes(tensors[-1][1])
-        return float(sum(sizes[-2:]) + out)
-    if name in REDUCTION_OPS:
-        return float(sum(sizes))
-    return float(sum(sizes) + max(sizes))
-
-
-def _matmul_operands(name: str, shapes: list) -> tuple[list, list] | None:
-    """The two matrices of a matmul call: the last two inputs of 2+ dims (addmm and baddbmm lead with
-    the bias or input and end with the scalars alpha and beta, recorded as []: taking the last two
-    entries missed every addmm, among them tc_fp16_unaligned's 7 ms vocabulary projection), the first
-    two of _scaled_mm (its scales follow)."""
-    if name not in MATMUL_OPS:
-        return None
-    mats = [s for s in (shapes or []) if isinstance(s, list) and len(s) >= 2]
-    if len(mats) < 2:
-        return None
-    a, b = mats[:2] if name == "aten::_scaled_mm" else mats[-2:]
-    return a, b
-
-
-def op_flops(name: str, shapes: list, torch_flops: float) -> float:
-    """torch's FLOP count when it recorded one, else 2*M*N*K (x batch) for matmuls from their shapes;
-    0 for other ops (elementwise math is negligible next to the bytes it moves)."""
-    if torch_flops is not None and not np.isnan(torch_flops):
-        return float(torch_flops)
-    operands = _matmul_operands(name, shapes)
-    if operands is None:
-        return 0.0
-    a, b = operands
-    return 2.0 * _numel(a) * b[-1]
-
-
-def op_gemm_dims(name: str, shapes: list) -> list[int]:
-    """The M/N/K (or conv channel) dims of a matmul/conv call, empty when not one."""
-    operands = _matmul_operands(name, shapes)
-    if operands is not None:
-        a, b = operands
-        return [a[-2], a[-1], b[-1]]
-    shapes = [s for s in (shapes or []) if isinstance(s, list)]
-    if name in CONV_OPS and len(shapes) >= 2 and len(shapes[0]) >= 2 and len(shapes[1]) >= 2:
-        return [shapes[0][1], shapes[1][0]]
-    return []
-
-
-def op_precision(dtypes) -> str | None:
-    """Precision of an op call from its first typed input (torch dtype names)."""
-    for d in dtypes or []:
-        if d:
-            return OP_DTYPE_PRECISION.get(str(d).lower())
-    return None
 
 
 # ----------------------------------------------------------------------------- sections
@@ -329,8 +104,8 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, M
     busy = covered(us, ue, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())
     step_ns = steps["dur_ns"].to_numpy()
     return {
-        "gpu_busy_ms": Metric(_per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
-        "gpu_idle_ms": Metric(_per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_busy_ms": Metric(per_step(busy.sum(), n) / NS_PER_MS, "ms", src),
+        "gpu_idle_ms": Metric(per_step((step_ns - busy).sum(), n) / NS_PER_MS, "ms", src),
         "gpu_util_pct": Metric(100 * float(busy.sum() / step_ns.sum()) if step_ns.sum() else 0.0, "%", src),
     }
 
@@ -338,15 +113,15 @@ def _utilization(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, M
 def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
     """Compute kernels only: collectives are the job analysis's communication metrics."""
     n = len(steps)
-    k = _in_steps(profile.kernels, steps)
+    k = in_steps(profile.kernels, steps)
     k = k[~is_communication(k["name"])]
     if k.empty:
         return {}
     dur = (k["end_ns"] - k["start_ns"]).to_numpy()
     step_s = steps["dur_ns"].sum() / 1e9
     out = {
-        "kernels_per_step": Metric(_per_step(len(k), n), "kernels", src),
-        "kernel_time_ms": Metric(_per_step(dur.sum(), n) / NS_PER_MS, "ms", src),
+        "kernels_per_step": Metric(per_step(len(k), n), "kernels", src),
+        "kernel_time_ms": Metric(per_step(dur.sum(), n) / NS_PER_MS, "ms", src),
         "mean_kernel_us": Metric(float(dur.mean()) / NS_PER_US, "us", src),
         "small_kernel_share_pct": Metric(100 * float((dur < SMALL_KERNEL_NS).mean()), "%", src),
         "launch_rate_per_s": Metric(float(len(k) / step_s) if step_s else 0.0, "kernels/s", src),
@@ -354,11 +129,11 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
             float(k.groupby("step")["name"].nunique().mean()), "kernels", src
         ),
     }
-    launches = _in_steps(profile.launches, steps)
+    launches = in_steps(profile.launches, steps)
     if not launches.empty:
         launch_ns = (launches["end_ns"] - launches["start_ns"]).sum()
         out["launch_api_ms"] = Metric(
-            _per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches")
+            per_step(launch_ns, n) / NS_PER_MS, "ms", frame_source(profile, "launches")
         )
         out["launch_api_to_kernel_ratio"] = Metric(
             float(launch_ns / dur.sum()) if dur.sum() else 0.0, "x", frame_source(profile, "launches")
@@ -368,19 +143,19 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
         small = (blocks > 0) & (blocks < sm)
         out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
-        out["small_grid_ms"] = Metric(_per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
+        out["small_grid_ms"] = Metric(per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
         if small.any():
             # Time-weighted share of SMs the small grids could occupy at one block per SM.
             fill = float((blocks[small] / sm * dur[small]).sum() / dur[small].sum())
             out["small_grid_sm_fill_pct"] = Metric(100 * fill, "%", src)
-        out["small_grid_kernels_per_step"] = Metric(_per_step(small.sum(), n), "kernels", src)
+        out["small_grid_kernels_per_step"] = Metric(per_step(small.sum(), n), "kernels", src)
 
-    classes = kernel_classes(profile, k["name"], peaks)
+    classes = profile_kernel_classes(profile, k["name"], peaks)
     kind = per_kernel(k["name"], classes, "kind")
     precision = per_kernel(k["name"], classes, "precision")
     measured = per_kernel(k["name"], classes, "precision_source") == MEASURED_NCU
     gemm = np.isin(kind, MATMUL_KINDS)
-    out["gemm_time_ms"] = Metric(_per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_time_ms"] = Metric(per_step(dur[gemm].sum(), n) / NS_PER_MS, "ms", src)
     if gemm.any():
         # Where each GEMM's precision came from: ncu's FLOP counters, else its name
         # (hybrid.analysis.kernel_classes).
@@ -391,17 +166,17 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
         )
     for p in ("fp32", "tf32", "fp16", "bf16", "fp8"):
         ns = dur[gemm & (precision == p)].sum()
-        out[f"gemm_{p}_ms"] = Metric(_per_step(ns, n) / NS_PER_MS, "ms", src)
+        out[f"gemm_{p}_ms"] = Metric(per_step(ns, n) / NS_PER_MS, "ms", src)
         out[f"gemm_{p}_time_pct"] = Metric(100 * float(ns / dur[gemm].sum()) if gemm.any() else 0.0, "%", src)
     fp32 = gemm & (precision == "fp32")
     # cuBLAS (matmul, attention) and cuDNN (convolution) have separate TF32 switches.
     conv = kind == "conv"
-    out["conv_kernel_ms"] = Metric(_per_step(dur[conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["conv_kernel_ms"] = Metric(per_step(dur[conv].sum(), n) / NS_PER_MS, "ms", src)
     tf32 = gemm & (precision == "tf32")
-    out["gemm_tf32_matmul_ms"] = Metric(_per_step(dur[tf32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_tf32_conv_ms"] = Metric(_per_step(dur[tf32 & conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_fp32_matmul_ms"] = Metric(_per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
-    out["gemm_fp32_conv_ms"] = Metric(_per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_tf32_matmul_ms"] = Metric(per_step(dur[tf32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_tf32_conv_ms"] = Metric(per_step(dur[tf32 & conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_matmul_ms"] = Metric(per_step(dur[fp32 & ~conv].sum(), n) / NS_PER_MS, "ms", src)
+    out["gemm_fp32_conv_ms"] = Metric(per_step(dur[fp32 & conv].sum(), n) / NS_PER_MS, "ms", src)
     if fp32.any():
         out["gemm_fp32_measured_pct"] = Metric(
             100 * float(dur[fp32 & measured].sum() / dur[fp32].sum()),
@@ -438,16 +213,16 @@ def _fusible_chains(k: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
     # Fused, an n-kernel memory-bound chain moves about 1/n of the bytes: the rest is saved.
     saved = (chains["sum"] * (1 - 1 / chains["size"])).sum()
     return {
-        "fusible_chains_per_step": Metric(_per_step(len(chains), n), "chains", src),
-        "fusible_chain_kernels_per_step": Metric(_per_step(chains["size"].sum(), n), "kernels", src),
-        "fusible_chain_ms": Metric(_per_step(chains["sum"].sum(), n) / NS_PER_MS, "ms", src),
-        "fusible_saving_ms": Metric(_per_step(saved, n) / NS_PER_MS, "ms", ESTIMATED),
+        "fusible_chains_per_step": Metric(per_step(len(chains), n), "chains", src),
+        "fusible_chain_kernels_per_step": Metric(per_step(chains["size"].sum(), n), "kernels", src),
+        "fusible_chain_ms": Metric(per_step(chains["sum"].sum(), n) / NS_PER_MS, "ms", src),
+        "fusible_saving_ms": Metric(per_step(saved, n) / NS_PER_MS, "ms", ESTIMATED),
     }
 
 
 def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> dict[str, Metric]:
     n = len(steps)
-    m = _in_steps(profile.memcpys, steps)
+    m = in_steps(profile.memcpys, steps)
     if m.empty:
         return {}
     m = m.assign(ns=m["end_ns"] - m["start_ns"])
@@ -455,9 +230,9 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     for kind in ("HtoD", "DtoH"):
         part = m[m["kind"] == kind]
         tag = kind.lower()
-        out[f"{tag}_count"] = Metric(_per_step(len(part), n), "copies", src)
-        out[f"{tag}_bytes"] = Metric(_per_step(part["bytes"].sum(), n), "B", src)
-        out[f"{tag}_ms"] = Metric(_per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
+        out[f"{tag}_count"] = Metric(per_step(len(part), n), "copies", src)
+        out[f"{tag}_bytes"] = Metric(per_step(part["bytes"].sum(), n), "B", src)
+        out[f"{tag}_ms"] = Metric(per_step(part["ns"].sum(), n) / NS_PER_MS, "ms", src)
         # A copy of a few bytes (a loss read back with .item()) takes its launch latency, whatever its size:
         # bytes over that time are no bandwidth (4 B in 1.7 us read "2.4 MB/s" on the H200).
         if part["ns"].sum() > 0 and part["bytes"].mean() >= BANDWIDTH_MIN_COPY_BYTES:
@@ -471,8 +246,8 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
         out["pageable_copy_share_pct"] = Metric(
             100 * float(pageable["bytes"].sum() / host["bytes"].sum()), "%", src
         )
-    out["pageable_copies_per_step"] = Metric(_per_step(len(pageable), n), "copies", src)
-    out["pageable_copy_ms"] = Metric(_per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["pageable_copies_per_step"] = Metric(per_step(len(pageable), n), "copies", src)
+    out["pageable_copy_ms"] = Metric(per_step(pageable["ns"].sum(), n) / NS_PER_MS, "ms", src)
     if pageable["ns"].sum() > 0:
         out["pageable_bytes_per_s"] = Metric(
             float(pageable["bytes"].sum() / (pageable["ns"].sum() / 1e9)), "B/s", src
@@ -482,47 +257,28 @@ def _copies(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> di
     overlap = covered(kus, kue, host["start_ns"].to_numpy(), host["end_ns"].to_numpy())
     total = host["ns"].sum()
     out["copy_compute_overlap_pct"] = Metric(100 * float(overlap.sum() / total) if total else 0.0, "%", src)
-    out["exposed_copy_ms"] = Metric(_per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
+    out["exposed_copy_ms"] = Metric(per_step(total - overlap.sum(), n) / NS_PER_MS, "ms", src)
     pageable_overlap = covered(kus, kue, pageable["start_ns"].to_numpy(), pageable["end_ns"].to_numpy())
     out["exposed_pageable_copy_ms"] = Metric(
-        _per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src
+        per_step(pageable["ns"].sum() - pageable_overlap.sum(), n) / NS_PER_MS, "ms", src
     )
     return out
 
 
 def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
-    s = _in_steps(profile.syncs, steps)
+    s = in_steps(profile.syncs, steps)
     src = frame_source(profile, "syncs")
     return {
-        "sync_count": Metric(_per_step(len(s), n), "syncs", src),
-        "sync_blocked_ms": Metric(_per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
+        "sync_count": Metric(per_step(len(s), n), "syncs", src),
+        "sync_blocked_ms": Metric(per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
     }
-
-
-def op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
-    """GPU time caused by each op and everything it called (same thread, nested in time): a convolution's
-    kernels are launched by the cuDNN op under it."""
-    out = pd.Series(0, index=ops.index, dtype="int64")
-    for _, group in ops.groupby("tid"):
-        g = group.sort_values("start_ns")
-        starts = g["start_ns"].to_numpy()
-        cum = np.r_[0, np.cumsum(g["device_ns"].to_numpy())]
-        lo = np.searchsorted(starts, starts, side="left")
-        hi = np.searchsorted(starts, g["end_ns"].to_numpy(), side="left")
-        out.loc[g.index] = cum[hi] - cum[lo]
-    return out
-
-
-def is_annotation(names: pd.Series) -> pd.Series:
-    """Rows of Profile.ops that are user annotations, not operators (profile.ANNOTATION_PREFIX)."""
-    return names.str.startswith(ANNOTATION_PREFIX)
 
 
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
     had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
-    ops = _in_steps(profile.ops, steps)
+    ops = in_steps(profile.ops, steps)
     iterator = ops["name"].str.extract(DATA_LOADER_NEXT, expand=False)
     fetches = ops[iterator.notna()]
     if fetches.empty:
@@ -531,25 +287,11 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     src = frame_source(profile, "ops")
     return {
         "data_loader_ms": Metric(
-            _per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+            per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
-        "data_loader_idle_ms": Metric(_per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "data_loader_idle_ms": Metric(per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
         "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
     }
-
-
-# torch.compile wraps each compiled frame's run in a record_function range of this name (one per
-# graph piece when breaks split the frame; a break's eager code and resume run inside the outer one).
-COMPILED_REGION_PREFIX = "Torch-Compiled Region"
-
-
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """Rows not nested in an earlier row of the same thread (ranges of one thread nest or follow)."""
-    ops = ops.sort_values(["tid", "start_ns"], kind="stable")
-    reach = ops.groupby("tid")["end_ns"].transform(
-        lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
-    )
-    return ops[ops["start_ns"].to_numpy() >= reach.to_numpy()]
 
 
 def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
@@ -557,24 +299,24 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
     code's own overhead: guard checks and graph switches at each break, and the eager code and syncs
     between the pieces."""
-    ops = _in_steps(profile.ops, steps)
+    ops = in_steps(profile.ops, steps)
     regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
     if regions.empty:
         return {}
-    outer = _outermost(regions)
+    outer = outermost(regions)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
         "compiled_region_ms": Metric(
-            _per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
+            per_step((outer["end_ns"] - outer["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
-        "compiled_region_idle_ms": Metric(_per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
+        "compiled_region_idle_ms": Metric(per_step(outer["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
     }
 
 
 def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
-    with_annotations = _in_steps(profile.ops, steps)
+    with_annotations = in_steps(profile.ops, steps)
     ops = with_annotations[~is_annotation(with_annotations["name"])]
     if ops.empty:
         return {}
@@ -589,7 +331,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         "cpu_ns", ascending=False
     )
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
-    out["cpu_heavy_ops_ms"] = Metric(_per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["cpu_heavy_ops_ms"] = Metric(per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
     out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
 
@@ -601,10 +343,10 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         out["row_loop_host_ms"] = Metric(loop.host_ms, "ms", src)
 
     no_gpu = top[top["device_total_ns"] == 0]
-    out["cpu_only_ops_ms"] = Metric(_per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
+    out["cpu_only_ops_ms"] = Metric(per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # DistributedDataParallel's own ranges and reducer ops: the model is DDP-wrapped (hybrid.rules.advice).
     out["ddp_ops_per_step"] = Metric(
-        _per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
+        per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
     )
     longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
     out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)
@@ -616,7 +358,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     moved = (
         ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
     )
-    out["created_on_cpu_then_moved"] = Metric(_per_step(moved.sum(), n), "tensors", src)
+    out["created_on_cpu_then_moved"] = Metric(per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
     # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
@@ -632,7 +374,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         if ops["flops"].isna().any()
         else ops["flops"]
     )
-    out["est_flops_per_step"] = Metric(_per_step(flops.sum(), n), "FLOP", ESTIMATED)
+    out["est_flops_per_step"] = Metric(per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)
     first = leaf.groupby(keys, sort=False).head(1)
@@ -640,7 +382,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         key: op_bytes(r.name, r.shapes, r.dtypes)
         for key, r in zip(keys.loc[first.index], first.itertuples(index=False), strict=False)
     }
-    out["est_bytes_per_step"] = Metric(_per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
+    out["est_bytes_per_step"] = Metric(per_step(keys.map(per_key).sum(), n), "B", ESTIMATED)
 
     with_flops = ops[flops > 0]
     if not with_flops.empty:
@@ -683,13 +425,13 @@ def _misaligned(ops: pd.DataFrame, n: int, src: str) -> dict[str, Metric]:
         )
     )
     return {
-        "misaligned_gemms_per_step": Metric(_per_step(flags.sum(), n), "calls", src),
+        "misaligned_gemms_per_step": Metric(per_step(flags.sum(), n), "calls", src),
         "misaligned_gemm_device_ms": Metric(
-            _per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src
+            per_step(gemm.loc[flags, "device_ns"].sum(), n) / NS_PER_MS, "ms", src
         ),
         "misaligned_gemm_shapes": Metric("; ".join(examples), "", src),
-        "misaligned_gemm_flops": Metric(_per_step(flops, n), "FLOP", ESTIMATED),
-        "misaligned_gemm_bytes": Metric(_per_step(nbytes, n), "B", ESTIMATED),
+        "misaligned_gemm_flops": Metric(per_step(flops, n), "FLOP", ESTIMATED),
+        "misaligned_gemm_bytes": Metric(per_step(nbytes, n), "B", ESTIMATED),
         "misaligned_gemm_precision": Metric(
             str(precision.loc[bad_calls.index].mode().iloc[0]) if flags.any() else "", "", src
         ),
@@ -729,123 +471,6 @@ def _extras(profile: Profile) -> dict[str, Metric]:
     return out
 
 
-def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
-    ok = values.notna() & weights.notna()
-    if not ok.any() or weights[ok].sum() == 0:
-        return None
-    return float((values[ok] * weights[ok]).sum() / weights[ok].sum())
-
-
-def matched_counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame | None:
-    """Kernel launches of `steps` that stand for a profiled kernel (its counter row, matched by launch or
-    launch configuration as hybrid.load.ncu_match matched them), with their timeline GPU time `ns`; None
-    when the counters were attached to no kernel frame."""
-    kernels = profile.kernels.reset_index(drop=True)
-    per_kernel = profile.kernel_counters
-    if "counters" not in profile.sources or len(per_kernel) != len(kernels):
-        return None
-    matched = kernels.assign(
-        counter_row=per_kernel["counter_row"].to_numpy(),
-        match=per_kernel["counter_match"].to_numpy(),
-        ns=kernels["end_ns"] - kernels["start_ns"],
-    )
-    return matched[matched["match"].isin(MEASURED_MATCHES) & matched["step"].isin(steps["step"])]
-
-
-def counter_launches(profile: Profile, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per counter row (position in profile.counters): how many launches per steady step it stands for
-    and their timeline GPU time per step (`launches`, `time_ns`), matched by launch or launch
-    configuration as ncu_pass matches them and as the roofline's step point counts them. ncu replays
-    one launch per row, so an average over rows gives a kernel launched 100 times a step the weight of
-    one launched once. Rows that stand for no launch in the steady steps weigh 0; with no timeline
-    match at all (counters attached to no kernel frame), each row counts once at its replayed duration."""
-    c = profile.counters.reset_index(drop=True)
-    fallback = pd.DataFrame({"launches": 1.0, "time_ns": c["duration_ns"].astype(float)})
-    matched = matched_counter_launches(profile, steps)
-    if matched is None or matched.empty:
-        return fallback
-    per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
-    per_row = per_row.reindex(range(len(c)), fill_value=0).astype(float) / max(len(steps), 1)
-    return pd.DataFrame({"launches": per_row["size"], "time_ns": per_row["sum"]})
-
-
-# Averages of per-kernel ncu figures: (metric name, counter column, unit).
-COUNTER_AVERAGES = (
-    ("ncu_l2_hit_pct", "l2_hit_pct", "%"),
-    ("ncu_l1_hit_pct", "l1_hit_pct", "%"),
-    ("ncu_tensor_pipe_pct", "tensor_pipe_pct", "%"),
-    ("ncu_sm_throughput_pct", "sm_throughput_pct", "%"),
-    ("ncu_memory_throughput_pct", "memory_throughput_pct", "%"),
-    ("ncu_achieved_occupancy_pct", "achieved_occupancy_pct", "%"),
-    ("ncu_sectors_per_request", "global_load_sectors_per_request", "sectors/req"),
-)
-
-
-def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | None:
-    return _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], weights)
-
-
-def _gemm_tensor_pipe(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
-    """Tensor-pipe use of the profiled GEMM/conv kernels alone (elementwise kernels around them would
-    dilute it), and of those not FP32 (hybrid.analysis.kernel_classes: measured where ncu counted their
-    FLOPs): FP32 GEMMs
-    cannot use the tensor pipe at all, which the FP32 finding already explains; the rest is what the
-    idle-pipe finding judges."""
-    names = c["name"].astype(str)
-    gemm = pd.Series(np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS), index=c.index)
-    not_fp32 = pd.Series(per_kernel(names, classes, "precision") != "fp32", index=c.index)
-    out: dict[str, Metric] = {}
-    for name, mask in (
-        ("ncu_gemm_tensor_pipe_pct", gemm),
-        ("ncu_non_fp32_gemm_tensor_pipe_pct", gemm & not_fp32),
-    ):
-        value = _counter_average(c[mask], "tensor_pipe_pct", weights[mask])
-        if value is not None:
-            out[name] = Metric(value, "%", MEASURED_NCU)
-    return out
-
-
-def _counters(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict[str, Metric]:
-    c = profile.counters.reset_index(drop=True)
-    if c.empty:
-        return {}
-    src = MEASURED_NCU
-    out: dict[str, Metric] = {}
-    # One computation, made where the counters are matched to the launches (ncu_pass.attach_counters):
-    # the share of measured GPU time whose launch matched a profiled one, which its warning quotes too.
-    coverage = (profile.extras.get("ncu") or {}).get("covered_gpu_time_pct")
-    if coverage is not None:
-        out["ncu_coverage_pct"] = Metric(float(coverage), "%", src)
-    per_step = counter_launches(profile, steps)
-    weights = per_step["time_ns"]
-    for name, col, unit in COUNTER_AVERAGES:
-        value = _counter_average(c, col, weights)
-        if value is not None:
-            out[name] = Metric(value, unit, src)
-    out.update(_gemm_tensor_pipe(c, weights, kernel_classes(profile, c["name"], peaks)))
-    dram = c["dram_read_bytes"] + c["dram_write_bytes"]
-    # A kernel's n/a read as 0 bytes would pass a partial sum off as the measured total.
-    if dram.notna().all() and c["duration_ns"].notna().all():
-        out["ncu_dram_bytes"] = Metric(float(dram.sum()), "B", src)
-        # Bytes and duration of each replayed launch, counted as often as its kernel runs in a step.
-        launches = per_step["launches"]
-        moved_ns = float((c["duration_ns"].fillna(0) * launches).sum())
-        out["ncu_dram_bytes_per_s"] = Metric(
-            float((dram * launches).sum() / (moved_ns / 1e9)) if moved_ns else 0.0, "B/s", src
-        )
-    by_precision: dict[str, float] = {}
-    for d in c["tensor_flops_by_precision"].dropna():
-        for p, v in dict(d).items():
-            if v is not None and np.isfinite(v):
-                by_precision[p] = by_precision.get(p, 0.0) + float(v)
-    for p, v in by_precision.items():
-        out[f"ncu_tensor_flops_{p}"] = Metric(v, "FLOP", src)
-    for col in ("fp64_flops", "fp32_flops", "fp16_flops", "tensor_flops"):
-        if c[col].notna().all():
-            out[f"ncu_{col}"] = Metric(float(c[col].sum()), "FLOP", src)
-    return out
-
-
 def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     """All metrics of the profile, per measured step; empty when there is no measured step."""
     steps = steady_steps(profile)
@@ -862,76 +487,5 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
     out.update(_compiled_regions(profile, steps))
     out.update(_data_loader(profile, steps))
     out.update(_extras(profile))
-    out.update(_counters(profile, steps, peaks))
+    out.update(counter_metrics(profile, steps, peaks))
     return out
-
-
-def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
-    steps = steady_steps(profile)
-    k = _in_steps(profile.kernels, steps)
-    if k.empty:
-        return []
-    n = len(steps)
-    k = k.assign(ns=k["end_ns"] - k["start_ns"])
-    g = k.groupby("name")["ns"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
-    total = g["sum"].sum()
-    src = frame_source(profile, "kernels")
-    launches = launch_configs(k[k["name"].isin(g.head(limit).index)])
-    return [
-        {
-            "name": name,
-            "calls_per_step": row["size"] / n,
-            "total_ms_per_step": row["sum"] / n / NS_PER_MS,
-            "mean_us": row["mean"] / NS_PER_US,
-            "share_pct": 100 * row["sum"] / total,
-            "source": src,
-            **launches.get(name, {}),
-        }
-        for name, row in g.head(limit).iterrows()
-    ]
-
-
-LAUNCH_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-
-def launch_configs(kernels: pd.DataFrame) -> dict[str, dict]:
-    """Per kernel name (with an `ns` column of durations): the launch configuration that took the most
-    time, {grid: [x, y, z], block: [x, y, z]}, and how many distinct ones the name ran with
-    (`launch_configs`); names whose launches carry no configuration (-1 or 0) are left out."""
-    if kernels.empty or not set(LAUNCH_COLUMNS) <= set(kernels.columns):
-        return {}
-    known = kernels[(kernels[list(LAUNCH_COLUMNS)] > 0).all(axis=1)]
-    by_config = known.groupby(["name", *LAUNCH_COLUMNS])["ns"].sum().reset_index()
-    out = {}
-    for name, configs in by_config.groupby("name"):
-        top = configs.loc[configs["ns"].idxmax()]
-        out[name] = {
-            "grid": [int(top[c]) for c in LAUNCH_COLUMNS[:3]],
-            "block": [int(top[c]) for c in LAUNCH_COLUMNS[3:]],
-            "launch_configs": len(configs),
-        }
-    return out
-
-
-def layer_table(profile: Profile, limit: int = 30) -> list[dict]:
-    """GPU time per module range (the kernels' `layer` column), per step."""
-    steps = steady_steps(profile)
-    k = _in_steps(profile.kernels, steps)
-    k = k[k["layer"].notna()]
-    if k.empty:
-        return []
-    n = len(steps)
-    step_ns = steps["dur_ns"].mean()
-    k = k.assign(ns=k["end_ns"] - k["start_ns"])
-    g = k.groupby("layer")["ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
-    src = frame_source(profile, "kernels")
-    return [
-        {
-            "name": name,
-            "gpu_ms": row["sum"] / n / NS_PER_MS,
-            "kernels": row["size"] / n,
-            "share_of_step_pct": 100 * row["sum"] / n / step_ns,
-            "source": src,
-        }
-        for name, row in g.head(limit).iterrows()
-    ]

@@ -32,24 +32,18 @@ import re
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.counters import matched_counter_launches
 from hybrid.analysis.kernel_classes import (
     FROM_NAME,
     compute_ceiling,
     dominant_pipe,
     flops_by_pipe,
     pipe_precision,
+    profile_kernel_classes,
 )
-from hybrid.analysis.metrics import (
-    CONV_OPS,
-    LAUNCH_COLUMNS,
-    MATMUL_OPS,
-    kernel_classes,
-    matched_counter_launches,
-    op_bytes,
-    op_flops,
-    op_precision,
-    steady_steps,
-)
+from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
+from hybrid.analysis.steps import steady_steps
+from hybrid.analysis.tables import LAUNCH_COLUMNS
 from hybrid.hardware import Peaks
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
@@ -229,7 +223,7 @@ def _fp32_matmul_precision(profile: Profile, peaks: Peaks) -> dict[str, tuple[st
     kernels = profile.kernels
     if len(out) == 2 or kernels.empty:
         return out
-    classes = kernel_classes(profile, kernels["name"], peaks)
+    classes = profile_kernel_classes(profile, kernels["name"], peaks)
     ns = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name"].astype(str)).sum()
     frame = classes.assign(ns=ns.reindex(classes.index).fillna(0).to_numpy())
     for family, kinds in (("matmul", ("gemm",)), ("conv", ("conv",))):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.kernel_classes import elementwise_mask, matmul_precision
-from hybrid.analysis.metrics import frame_source, steady_steps
+from hybrid.analysis.steps import frame_source, steady_steps
 from hybrid.profile import Profile
 
 MAX_EVENTS = 2000

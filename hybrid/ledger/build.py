@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.metrics import NS_PER_MS, steady_steps
+from hybrid.analysis.steps import NS_PER_MS, steady_steps
 from hybrid.hardware import Peaks
 from hybrid.ledger import idle
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, LABELS, STATE

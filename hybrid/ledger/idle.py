@@ -7,19 +7,22 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.metrics import (
+from hybrid.analysis.metrics import CPU_HEAVY_RATIO
+from hybrid.analysis.op_ranges import (
     COMPILED_REGION_PREFIX,
-    CPU_HEAVY_RATIO,
     DATA_LOADER_NEXT,
-    LAUNCH_GAP_MAX_NS,
-    _outermost,
     is_annotation,
     op_subtree_device_ns,
+    outermost,
 )
 from hybrid.ledger.clock import carry_to_analyzed_clock
 from hybrid.ledger.partition import Layer
 from hybrid.profile import Profile
 from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
+
+# An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
+# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
+LAUNCH_GAP_MAX_NS = 100_000
 
 
 def sync_layers(profile: Profile) -> list[Layer]:
@@ -50,7 +53,7 @@ def compiled_break_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFram
     regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
     if not has_graph_breaks(profile) or regions.empty:
         regions = regions.iloc[0:0]
-    outer = _carried(profile, _outermost(regions), steps)
+    outer = _carried(profile, outermost(regions), steps)
     return Layer.of("compiled_region_break", "ops", outer["start_ns"], outer["end_ns"], outer.index)
 
 

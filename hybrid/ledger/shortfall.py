@@ -14,8 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel
-from hybrid.analysis.metrics import kernel_classes
+from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel, profile_kernel_classes
 from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
@@ -51,7 +50,7 @@ def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> 
     counters where it profiled the kernel, else its name (hybrid.analysis.kernel_classes)."""
 
     def of_names(names: pd.Series) -> np.ndarray:
-        classes = kernel_classes(profile, names, peaks)
+        classes = profile_kernel_classes(profile, names, peaks)
         matmul = np.isin(per_kernel(names, classes, "kind"), MATMUL_KINDS)
         return np.where(matmul, per_kernel(names, classes, "precision"), None)
 

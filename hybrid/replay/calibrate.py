@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hybrid.analysis.metrics import op_subtree_device_ns
+from hybrid.analysis.op_ranges import op_subtree_device_ns
 from hybrid.numbers import significant as fmt
 
 CALIBRATION_FILE = "calibration.json"

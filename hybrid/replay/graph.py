@@ -417,7 +417,7 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
 
 
 def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> np.ndarray:
-    """Each step's window as hybrid.analysis.metrics.step_windows takes it: it ends when both its host
+    """Each step's window as hybrid.analysis.steps.step_windows takes it: it ends when both its host
     range and the device work launched in it have ended, and starts when its range opens or the
     previous step ended, whichever is later."""
     host_start = h_start[graph.step_start_event]

@@ -13,7 +13,7 @@ from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
 from hybrid.rules.base import Fix
 
 # A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
-# (hybrid.analysis.metrics.LAUNCH_GAP_MAX_NS uses the same cut).
+# (hybrid.ledger.idle.LAUNCH_GAP_MAX_NS uses the same cut).
 HOST_WORK_GAP_NS = 100_000
 
 

@@ -25,7 +25,7 @@ from hybrid.report.units import format_change_pct, format_pp, is_number
 
 TOP_KERNELS_COMPARED = 10  # the union of each run's top kernels, by time per step
 KERNEL_LABEL_WIDTH = 72  # a kernel's name on a comparison line, before its figures
-# The analysis stores this many top kernels (hybrid.analysis.metrics.top_kernels): a shorter list is every
+# The analysis stores this many top kernels (hybrid.analysis.tables.top_kernels): a shorter list is every
 # kernel.
 TOP_KERNELS_STORED = 10
 # Exports made outside hybrid do not record their program: two are taken as the same program when at least

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybrid.analysis.metrics import CREATE_OPS, MOVE_OPS
+from hybrid.analysis.op_ranges import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import (
     Suggestion,
