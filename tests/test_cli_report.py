@@ -204,3 +204,28 @@ def test_an_export_with_its_ncu_csv_reads_as_one_mode_throughout(tmp_path):
     assert "mode hybrid" in header and "[measured (ncu)]" in roofline
     assert "mode hybrid" in (report / "report.txt").read_text().splitlines()[0]
     assert "measured (ncu)" in (report / "report.html").read_text()
+
+
+def test_a_results_json_renders_without_importing_the_analysis(tmp_path):
+    """Nothing to analyze in a results.json: `hybrid report` shows it without pandas, numpy or the pipeline
+    (their import was half of its 0.58 s)."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('loaded', sorted({'pandas', 'numpy', 'torch', 'hybrid.pipeline'}"
+        " & set(sys.modules)), file=sys.stderr))\n"
+        "from hybrid.cli import main\n"
+        "sys.argv = ['hybrid', 'report', sys.argv[1], '--out', sys.argv[2]]\n"
+        "main()\n"
+    )
+    results = ROOT / "tests" / "fixtures" / "results" / "h200_simple_cnn.json"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(results), str(tmp_path / "shown")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Step 3.87 ms" in done.stdout and (tmp_path / "shown" / "results.json").is_file()
+    assert "loaded []" in done.stderr
