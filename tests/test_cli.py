@@ -228,6 +228,7 @@ def test_a_script_with_no_step_is_not_run_again(tmp_path):
     assert (out / "torch" / "inject.json").exists()
 
 
+@pytest.mark.slow
 def test_a_script_that_ends_before_its_steps_settle_is_measured_on_its_last_steps(tmp_path):
     """Warmup waits for step times to settle; a script of 8 ever-longer steps ends first. Its length is
     then known: the torch pass runs again, dropping exactly 5 steps, and measures the last 3."""

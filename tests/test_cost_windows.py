@@ -91,6 +91,7 @@ def test_a_run_records_the_plain_window_as_its_plain_pass(tmp_path):
     assert rows["torch"]["overhead_pct"] == pytest.approx(expected, abs=0.1)
 
 
+@pytest.mark.slow
 def test_a_script_too_short_for_the_plain_window_gets_its_torch_pass_again_without_it(tmp_path):
     # 14 steps: at least 2 warmup + 10 plain leave at most 2 of the 4 measured steps; the torch window comes
     # up short, so the torch pass runs again with no window, dropping 10 steps (more where warmup took more).

@@ -167,6 +167,7 @@ def test_manual_allreduce_is_exposed(manual_job):
     assert exposed["source"] == "measured:torch" and exposed["value"] > 0
 
 
+@pytest.mark.slow
 def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
     # Iteration 14: after 2 warmup steps, the torch pass's 10-step plain window (timed before torch.profiler
     # starts) and 2 profiled steps, so the ranks have something profiled to keep.

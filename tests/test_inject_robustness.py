@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from hybrid_cli import inject_argv
 
 from hybrid.collect.orchestrate import Orchestrator, RunOptions, Target
@@ -53,6 +54,7 @@ def test_a_script_that_changes_directory_does_not_move_the_outputs(tmp_path):
     assert not (elsewhere / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_json_py_in_the_working_directory_does_not_break_a_run(tmp_path, monkeypatch):
     (tmp_path / "json.py").write_text("raise ImportError('the user json.py, not the standard library')\n")
     script = tmp_path / "train.py"

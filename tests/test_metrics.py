@@ -154,6 +154,7 @@ def test_torch_trace_flops_and_precision_are_estimates():
     assert m["misaligned_gemms_per_step"].value == 0  # 4096 is a multiple of 8
 
 
+@pytest.mark.slow
 def test_million_kernels_stay_fast():
     # Scale test only (no claim about a real workload): 1M kernels over 100 steps.
     n, steps = 1_000_000, 100

@@ -87,6 +87,7 @@ def test_out_onto_an_existing_run_directory_is_refused_and_leaves_it_untouched(h
     assert not (h200_run.parent / "record.json").exists()  # the script never ran
 
 
+@pytest.mark.slow
 def test_runs_started_in_the_same_second_get_their_own_default_directory(tmp_path):
     env = hybrid_env()
     argv = [

@@ -125,6 +125,7 @@ def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
     assert page.index("realized") < page.index("time lost:")
 
 
+@pytest.mark.slow
 def test_a_fix_whose_run_fails_is_reported_failed_and_the_run_keeps_the_rest(tmp_path):
     """Workers break a dataset that can only be read in the main process: the fix's run fails, its finding
     says so with the script's own error, and the diagnosis stands (exit 0)."""

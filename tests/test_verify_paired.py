@@ -183,6 +183,7 @@ for _ in range(40):
 """
 
 
+@pytest.mark.slow
 def test_compile_is_timed_eager_and_compiled_again_in_one_process(tmp_path):
     """The stepped module runs its compiled call in the on windows and its eager one in the off window,
     compiled once: the saving is the eager forward's wait."""
