@@ -486,7 +486,7 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     segments and kernel launches, on its own timeline. The script is the profiled script's path as the run
     was given it (None for a foreign export): paths are shown relative to its folder; for a module, the
     module's file relative to its package's folder (hybrid/models.py), paths relative to that folder.
-    Without Python samples, the limitations say so."""
+    Without Python samples, the limitations say so where a measured finding could not be placed."""
     profiles = [analyzed.profile, *analyzed.stack_profiles]
     script, module = analyzed.script, analyzed.script_is_module
     sampled = next((p for p in profiles if not p.samples.empty), profiles[0])
@@ -519,7 +519,8 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         finding.callsite_reason = reason
         if finding.callsites:
             _drop_locating_advice(finding)
-    if missing is not None:
+    # Said where a measured finding lacks its lines for it: a CPU resnet50 with none read it as a fifth note.
+    if missing is not None and any(not f.not_measured for f in diagnosis.findings):
         diagnosis.limitations.append(missing)
 
 

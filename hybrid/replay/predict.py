@@ -108,9 +108,10 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         for finding in diagnosis.findings:
             finding.time_lost_method = "model"
             finding.replay_reason = f"no replay of the step: {exc}"
-        diagnosis.limitations.append(
-            f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate."
-        )
+        if any(not f.not_measured for f in diagnosis.findings):  # else no time lost to say the method of
+            diagnosis.limitations.append(
+                f"No replay of the step: {exc}. Time lost is each rule's closed-form estimate."
+            )
         return
     base = replay_step(graph)
     timing["replay_step_time_ms"] = base.step_time_ms
