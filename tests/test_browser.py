@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageChops
 
-from hybrid.report.html_report import plotted_kernels
+from hybrid.report.html_roofline import plotted_kernels
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
