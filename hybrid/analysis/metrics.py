@@ -33,8 +33,6 @@ from hybrid.analysis.op_ranges import (
 )
 from hybrid.analysis.row_loop import row_loop
 from hybrid.analysis.steps import (
-    NS_PER_MS,
-    NS_PER_US,
     frame_source,
     in_steps,
     per_step,
@@ -42,6 +40,7 @@ from hybrid.analysis.steps import (
     step_windows,
 )
 from hybrid.hardware import Peaks
+from hybrid.numbers import NS_PER_MS, NS_PER_US
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union

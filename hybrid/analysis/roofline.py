@@ -45,6 +45,7 @@ from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op
 from hybrid.analysis.steps import steady_steps
 from hybrid.analysis.tables import LAUNCH_COLUMNS
 from hybrid.hardware import Peaks
+from hybrid.numbers import NS_PER_MS
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
@@ -440,7 +441,7 @@ def _point(r, extra: dict) -> dict:
         "l2_ai": _finite(r.l2_ai),
         "flops_per_s": _finite(r.flops_per_s),
         "bytes_per_s": _finite(r.bytes_per_s),
-        "time_ms": r.step_time_ns / 1e6,
+        "time_ms": r.step_time_ns / NS_PER_MS,
         **extra,
         "bound": r.bound,
         "precision": r.precision,
@@ -557,7 +558,7 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "achieved_pct_of_attainable": achieved,
         "flops_per_s": _finite(flops / (rate_ns / 1e9)),
         "bytes_per_s": _finite(nbytes / (rate_ns / 1e9)),
-        "time_ms": float(time.sum() / 1e6),
+        "time_ms": float(time.sum() / NS_PER_MS),
         "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
         "source": source,
         "kernels": kernels,

@@ -15,9 +15,6 @@ import pandas as pd
 from hybrid.profile import Profile
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
-
 # A step this many times the median is an outlier (first-step init, recompilation); 3x is the usual
 # cut for one-off stalls in step-time traces and keeps normal jitter (CV of a few %) inside.
 OUTLIER_STEP_FACTOR = 3.0

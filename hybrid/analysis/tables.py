@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hybrid.analysis.steps import NS_PER_MS, NS_PER_US, frame_source, in_steps, steady_steps
+from hybrid.analysis.steps import frame_source, in_steps, steady_steps
+from hybrid.numbers import NS_PER_MS, NS_PER_US
 from hybrid.profile import Profile
 
 

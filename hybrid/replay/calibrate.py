@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hybrid.analysis.op_ranges import op_subtree_device_ns
+from hybrid.numbers import NS_PER_US
 from hybrid.numbers import significant as fmt
 
 CALIBRATION_FILE = "calibration.json"
@@ -169,7 +170,9 @@ def top_shapes(ops, top: int, recorded: Mapping[tuple[int, int], dict] | None = 
             calls[shape] = calls.get(shape, 0) + 1
     whole = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
-    return [RunShape(shape, ns / whole if whole else 0.0, ns / calls[shape] / 1e3) for shape, ns in ranked]
+    return [
+        RunShape(shape, ns / whole if whole else 0.0, ns / calls[shape] / NS_PER_US) for shape, ns in ranked
+    ]
 
 
 def timed_rows(calibration: Mapping, dtype: str, variant: str) -> list[dict]:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.numbers import NS_PER_MS
 from hybrid.replay.graph import WAIT_DEVICE, WAIT_OP, WAIT_STREAM, ReplayGraph, step_windows
 
-NS_PER_MS = 1e6
 # As in hybrid.analysis.steps: a step this many times the median is a one-off and is not averaged in.
 OUTLIER_STEP_FACTOR = 3.0
 
