@@ -21,7 +21,9 @@ from hybrid.profile import Profile
 from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
 
 # An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
-# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
+# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute. The replay's
+# fixes cut host gaps at the same length (hybrid.replay.transforms: a launch fix removes the shorter
+# ones, a host-work fix shortens the longer), so a fix removes what the ledger charged to its cause.
 LAUNCH_GAP_MAX_NS = 100_000
 
 
