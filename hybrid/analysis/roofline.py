@@ -43,10 +43,9 @@ from hybrid.analysis.kernel_classes import (
 )
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
 from hybrid.analysis.steps import steady_steps
-from hybrid.analysis.tables import LAUNCH_COLUMNS
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS
-from hybrid.profile import Profile, is_communication
+from hybrid.profile import LAUNCH_CONFIG_COLUMNS, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
 # Points listed in results.json (the step point covers all of them).
@@ -163,7 +162,7 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
     per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
     work = _counter_work(counted.loc[per_row.index])
     # The launch configuration tells apart the points of one kernel name (resnet50: 7 fprop points, 1 name).
-    launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_COLUMNS)).fillna(0).to_numpy(int)
+    launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_CONFIG_COLUMNS)).fillna(0).to_numpy(int)
     return work.reset_index(drop=True).assign(
         source=MEASURED_NCU,
         per_step=per_row["size"].to_numpy(float) / n,
