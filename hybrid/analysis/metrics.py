@@ -22,14 +22,15 @@ from hybrid.analysis.kernel_classes import (
 )
 from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
 from hybrid.analysis.op_ranges import (
-    COMPILED_REGION_PREFIX,
     CREATE_OPS,
     DATA_LOADER_NEXT,
     DDP_OP,
     MOVE_OPS,
+    compiled_regions,
+    cpu_heavy_by_name,
+    data_loader_fetches,
     is_annotation,
-    op_subtree_device_ns,
-    outermost,
+    top_level_ops,
 )
 from hybrid.analysis.row_loop import row_loop
 from hybrid.analysis.steps import (
@@ -48,8 +49,6 @@ from nsight.intervals import covered, interval_union
 # "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
 # 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
 SMALL_KERNEL_NS = 20_000
-# CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
-CPU_HEAVY_RATIO = 10.0
 
 # Mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s).
 BANDWIDTH_MIN_COPY_BYTES = 1024
@@ -277,11 +276,10 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
     had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
-    ops = in_steps(profile.ops, steps)
-    iterator = ops["name"].str.extract(DATA_LOADER_NEXT, expand=False)
-    fetches = ops[iterator.notna()]
+    fetches = data_loader_fetches(in_steps(profile.ops, steps))
     if fetches.empty:
         return {}
+    iterator = fetches["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
@@ -289,7 +287,7 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
             per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
         "data_loader_idle_ms": Metric(per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
-        "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
+        "data_loader_iterator": Metric(str(iterator.mode().iloc[0]), "", src),
     }
 
 
@@ -298,11 +296,9 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
     code's own overhead: guard checks and graph switches at each break, and the eager code and syncs
     between the pieces."""
-    ops = in_steps(profile.ops, steps)
-    regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
-    if regions.empty:
+    outer = compiled_regions(in_steps(profile.ops, steps))
+    if outer.empty:
         return {}
-    outer = outermost(regions)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
@@ -321,14 +317,8 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         return {}
     src = frame_source(profile, "ops")
     out: dict[str, Metric] = {}
-    top = ops[ops["top_level"]].copy()
-    top["device_total_ns"] = op_subtree_device_ns(ops).loc[top.index]
-    top["cpu_ns"] = top["end_ns"] - top["start_ns"]
-
-    gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
-    heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values(
-        "cpu_ns", ascending=False
-    )
+    top = top_level_ops(ops)
+    heavy = cpu_heavy_by_name(top)
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
