@@ -20,7 +20,15 @@ from hybrid.analysis.kernel_classes import (
     per_kernel,
     profile_kernel_classes,
 )
-from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
+from hybrid.analysis.op_cost import (
+    CONV_OPS,
+    MATMUL_OPS,
+    op_bytes,
+    op_flops,
+    op_gemm_dims,
+    op_precision,
+    ops_flops,
+)
 from hybrid.analysis.op_ranges import (
     CREATE_OPS,
     DATA_LOADER_NEXT,
@@ -350,19 +358,9 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["created_on_cpu_then_moved"] = Metric(per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
-    # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
-    flops = (
-        pd.Series(
-            [
-                op_flops(name, shapes, f)
-                for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"], strict=False)
-            ],
-            index=ops.index,
-            dtype=float,
-        )
-        if ops["flops"].isna().any()
-        else ops["flops"]
-    )
+    # FLOPs (op_cost.ops_flops: torch's formula per op, backward convolutions from their shapes) and bytes
+    # (shapes x dtype sizes) are models, not counters.
+    flops = pd.Series(ops_flops(ops), index=ops.index, dtype=float)
     out["est_flops_per_step"] = Metric(per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)

@@ -41,7 +41,7 @@ from hybrid.analysis.kernel_classes import (
     pipe_precision,
     profile_kernel_classes,
 )
-from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
+from hybrid.analysis.op_cost import CONV_BACKWARD_OP, CONV_OPS, MATMUL_OPS, op_bytes, op_precision, ops_flops
 from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS
@@ -59,12 +59,10 @@ DEFAULT_PRECISION = "fp32"
 # and its FLOP counters come from separate replay passes of the kernel (a few % apart on short kernels).
 CEILING_TOLERANCE = 0.02
 PIPE_PREFIX = "pipe:"
-# Matmul and convolution ops that still have no FLOPs after _convolution_flops (a backend's own
+# Matmul and convolution ops that still have no FLOPs after op_cost.ops_flops (a backend's own
 # convolution op torch counts nothing for, outside an op it counted). Placed by their bytes alone they
 # would read as memory-bound kernels far below the roofline; they are left out instead.
 UNCOUNTED_MATMUL_OP = re.compile(r"conv|mm\b|matmul|linear|einsum")
-# The backward convolution, which torch counts no FLOPs for: _convolution_flops takes them from its shapes.
-CONV_BACKWARD_OP = "aten::convolution_backward"
 # The convolution ops whose kernels run under the TF32 flag (torch.backends.cudnn.allow_tf32) in fp32.
 CONV_FAMILY_OPS = CONV_OPS | {
     "aten::cudnn_convolution",
@@ -247,56 +245,11 @@ def _op_precision(name: str, dtypes, fp32_runs_as: dict[str, tuple[str, str]]) -
     return precision, FROM_OP_DTYPE
 
 
-def _convolution_flops(ops: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
-    """`flops` with each counted op that ran no kernel itself handing its FLOPs to the op under it (same
-    thread, nested in time) that ran the most GPU time, and aten::convolution_backward given FLOPs from
-    its shapes (grad_output, input, weight): two products the size of the forward's, the input's gradient
-    and the weight's (torch counts none for it; the first layer, whose input needs no gradient, is
-    counted twice: 1 of resnet50's 53 convolutions). torch counts a forward convolution on aten::conv2d,
-    whose kernels run under aten::convolution -> aten::cudnn_convolution: left there, resnet50 b64's
-    roofline covered 17.2 of its 31.4 ms of kernels, none of them a convolution, and read "memory-bound,
-    45.7 GFLOP/s" for a step of 1.57 TFLOP."""
-    out = flops.copy()
-    names = ops["name"].to_numpy()
-    for i in np.flatnonzero(names == CONV_BACKWARD_OP):
-        if out[i] > 0:
-            continue
-        shapes = [s for s in (ops["shapes"].iat[i] or []) if isinstance(s, list)]
-        if len(shapes) >= 3 and len(shapes[0]) == 4 and len(shapes[2]) == 4:
-            grad_out, weight = shapes[0], shapes[2]
-            out[i] = 2 * 2.0 * float(np.prod(grad_out)) * weight[1] * weight[2] * weight[3]
-    device = ops["device_ns"].to_numpy()
-    tids, starts, ends = (ops[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
-    handing = np.flatnonzero((out > 0) & (device == 0))
-    for tid in np.unique(tids[handing]):
-        on_thread = np.flatnonzero(tids == tid)
-        order = on_thread[np.argsort(starts[on_thread], kind="stable")]
-        sorted_starts = starts[order]
-        for i in handing[tids[handing] == tid]:
-            inside = order[
-                np.searchsorted(sorted_starts, starts[i], side="left") : np.searchsorted(
-                    sorted_starts, ends[i], side="right"
-                )
-            ]
-            inside = inside[(inside != i) & (out[inside] == 0) & (device[inside] > 0)]
-            if inside.size:
-                out[inside[np.argmax(device[inside])]] = out[i]
-                out[i] = 0.0
-    return out
-
-
 def _points_from_ops(profile: Profile, peaks: Peaks) -> pd.DataFrame:
     """One point per (op, shapes, dtypes) that ran kernels itself; FLOPs from torch, bytes modeled."""
     steps = steady_steps(profile)
     in_steps = profile.ops[profile.ops["step"].isin(steps["step"])].reset_index(drop=True)
-    every_flops = np.array(
-        [
-            op_flops(name, shapes, f)
-            for name, shapes, f in zip(in_steps["name"], in_steps["shapes"], in_steps["flops"], strict=False)
-        ],
-        dtype=float,
-    )
-    every_flops = _convolution_flops(in_steps, every_flops)
+    every_flops = ops_flops(in_steps)
     ran = (in_steps["device_ns"] > 0).to_numpy() & ~is_communication(in_steps["name"])
     ops, flops = in_steps[ran], every_flops[ran]
     if ops.empty:
