@@ -1,10 +1,14 @@
-"""How a number is written in text: three significant digits, thousands grouped. Shared by the evidence
-the analysis writes (a replayed fix's basis) and every renderer (hybrid.report.units), so one figure reads
-the same wherever it appears."""
+"""How a number is counted and written: the time units every figure is converted with (the loaders and the
+analysis count nanoseconds; a figure reads in ms or µs), and its text: three significant digits, thousands
+grouped. Shared by the evidence the analysis writes (a replayed fix's basis) and every renderer
+(hybrid.report.units), so one figure reads the same wherever it appears."""
 
 from __future__ import annotations
 
 import math
+
+NS_PER_US = 1e3
+NS_PER_MS = 1e6
 
 SIGNIFICANT_DIGITS = 3
 

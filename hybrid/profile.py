@@ -18,6 +18,10 @@ import pandas as pd
 # listed as optional); `empty_frame` builds an empty frame with the right dtypes.
 STEP_COLUMNS = {"step": "int64", "name": "object", "start_ns": "int64", "end_ns": "int64"}
 
+# A kernel launch's configuration, in the kernel and counter frames: a counter row belongs to the kernels
+# launched with its name and these sizes, and the tables name a kernel's costliest configuration by them.
+LAUNCH_CONFIG_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
 KERNEL_COLUMNS = {
     "name": "object",  # demangled kernel name
     "start_ns": "int64",
@@ -26,12 +30,7 @@ KERNEL_COLUMNS = {
     "device": "int64",
     "correlation": "int64",
     "launch_ns": "int64",  # host start of the launch API call (-1 when unknown)
-    "grid_x": "int64",
-    "grid_y": "int64",
-    "grid_z": "int64",
-    "block_x": "int64",
-    "block_y": "int64",
-    "block_z": "int64",
+    **dict.fromkeys(LAUNCH_CONFIG_COLUMNS, "int64"),
     "registers": "int64",  # per thread, -1 when unknown
     "shared_bytes": "int64",  # static + dynamic per block, -1 when unknown
     "step": "int64",
@@ -143,12 +142,7 @@ LAYER_COLUMNS = {"name": "object", "depth": "int64", "start_ns": "int64", "end_n
 # ncu, a metric the chip lacks); rules that need it say so. Units: bytes, percent, operations.
 COUNTER_COLUMNS = {
     "name": "object",
-    "grid_x": "int64",
-    "grid_y": "int64",
-    "grid_z": "int64",
-    "block_x": "int64",
-    "block_y": "int64",
-    "block_z": "int64",
+    **dict.fromkeys(LAUNCH_CONFIG_COLUMNS, "int64"),
     "duration_ns": "float64",
     "dram_read_bytes": "float64",
     "dram_write_bytes": "float64",
@@ -305,8 +299,7 @@ def counters_per_kernel(profile: Profile) -> pd.DataFrame:
     matched = profile.kernel_counters
     if len(matched) != len(kernels) or not len(matched):
         return kernels.assign(counter_match=MATCH_NONE)
-    launch_key = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
-    values = profile.counters.drop(columns=launch_key).reset_index(drop=True)
+    values = profile.counters.drop(columns=["name", *LAUNCH_CONFIG_COLUMNS]).reset_index(drop=True)
     rows = matched["counter_row"].reset_index(drop=True)
     picked = values.reindex(rows.where(rows >= 0)).reset_index(drop=True)
     return pd.concat([kernels, picked], axis=1).assign(counter_match=matched["counter_match"].to_numpy())

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from hybrid.analysis.metrics import compute_metrics
-from hybrid.analysis.steps import NS_PER_MS, steady_steps
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import SEGMENT_COLUMNS, Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, STATE
 from hybrid.ledger.clock import carry_to_analyzed_clock
 from hybrid.load.nsys_export import load_nsys_export
 from hybrid.load.torch_trace import load_torch_trace
+from hybrid.numbers import NS_PER_MS
 from hybrid.pipeline import analyze_run_dir, load_run_dir, merged_profile
 from hybrid.profile import Profile
 

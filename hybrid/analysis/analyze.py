@@ -16,6 +16,7 @@ from hybrid.analysis.tables import layer_table, top_kernels
 from hybrid.hardware import Peaks, peaks_for
 from hybrid.ledger import build_ledger
 from hybrid.ledger.causes import IDLE_ORDER
+from hybrid.numbers import NS_PER_MS
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from hybrid.rules import engine
@@ -82,7 +83,7 @@ def _step_samples_ms(profile: Profile) -> list[float]:
     """Each steady step's duration in order (the steps step_time_ms averages): `hybrid compare` tests the
     difference of two runs' means on them (Welch's t needs the spread and the count, not just the mean)."""
     steps = steady_steps(profile)
-    return [] if steps.empty else [round(float(ns) / 1e6, 6) for ns in steps["dur_ns"]]
+    return [] if steps.empty else [round(float(ns) / NS_PER_MS, 6) for ns in steps["dur_ns"]]
 
 
 def _limitations(

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.job_metrics import RankTimeline
+from hybrid.numbers import NS_PER_MS
 from nsight.intervals import interval_union
 
 # Gradient reductions: their input exists only once the backward pass has made it.
@@ -165,10 +166,10 @@ def exposed_by_collective_ms(steps: list[StepCollectives]) -> dict[str, dict[str
     grouped = frame.groupby("collective")
     return {
         str(kind): {
-            "comm_ms": round(float(group["flight_ns"].sum()) / n / 1e6, 4),
-            "exposed_ms": round(float(group["exposed_ns"].sum()) / n / 1e6, 4),
+            "comm_ms": round(float(group["flight_ns"].sum()) / n / NS_PER_MS, 4),
+            "exposed_ms": round(float(group["exposed_ns"].sum()) / n / NS_PER_MS, 4),
             "exposed_in_backward_ms": round(
-                float(group.loc[group["in_backward"], "exposed_ns"].sum()) / n / 1e6, 4
+                float(group.loc[group["in_backward"], "exposed_ns"].sum()) / n / NS_PER_MS, 4
             )
             if backward_seen
             else None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hybrid.numbers import NS_PER_MS
 from hybrid.profile import ANNOTATION_PREFIX
 from hybrid.provenance import Metric
 from nsight.intervals import NO_RANGE, stab_overlapping
@@ -19,7 +20,6 @@ AUTOGRAD_NODE_PREFIX = "autograd::engine::evaluate_function: "
 OPTIMIZER_RANGE_PREFIX = ANNOTATION_PREFIX + "Optimizer."
 # Operators named in a metric's text, most host time first.
 OPS_SHOWN = 3
-NS_PER_MS = 1e6
 
 
 def optimizer_ranges(ops: pd.DataFrame, host_only: pd.DataFrame) -> pd.Series:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.markers import RANK_DIR_FORMAT, TORCH_STEP_NAME
+from hybrid.numbers import NS_PER_MS
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union, step_of
@@ -318,19 +319,19 @@ def rank_comm_metrics(timeline: RankTimeline) -> dict:
     by_kind = (
         (timeline.comm["end_ns"] - timeline.comm["start_ns"]).groupby(timeline.comm["collective"]).sum()
         / n
-        / 1e6
+        / NS_PER_MS
     )
     barriers = timeline.barriers[timeline.barriers["step"] >= 0]
     return {
         "steps": len(steps),
-        "comm_ms": comm_ns / n / 1e6,
-        "compute_ms": compute_ns / n / 1e6,
-        "exposed_comm_ms": exposed_ns / n / 1e6,
+        "comm_ms": comm_ns / n / NS_PER_MS,
+        "compute_ms": compute_ns / n / NS_PER_MS,
+        "exposed_comm_ms": exposed_ns / n / NS_PER_MS,
         "overlap_pct": 100.0 * (comm_ns - exposed_ns) / comm_ns if comm_ns else None,
         "collectives_per_step": len(timeline.comm) / n,
         "comm_by_collective_ms": {kind: round(float(ms), 4) for kind, ms in by_kind.items()},
         "barriers_per_step": len(barriers) / n,
-        "barrier_ms": float((barriers["end_ns"] - barriers["start_ns"]).sum()) / n / 1e6,
+        "barrier_ms": float((barriers["end_ns"] - barriers["start_ns"]).sum()) / n / NS_PER_MS,
     }
 
 
@@ -389,7 +390,7 @@ def waits_ms(waits: pd.DataFrame, ranks: list[int]) -> dict[int, float]:
     if waits.empty:
         return {}
     steps = max(1, waits["step"].nunique())
-    return {r: float(waits[f"w{r}"].sum()) / steps / 1e6 for r in ranks}
+    return {r: float(waits[f"w{r}"].sum()) / steps / NS_PER_MS for r in ranks}
 
 
 def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
@@ -407,7 +408,7 @@ def straggler(waits: pd.DataFrame, ranks: list[int]) -> dict | None:
         return None
     steps = max(1, waits["step"].nunique())
     peers = [f"w{r}" for r in ranks if r != last]
-    at = waits.groupby("collective")[peers].sum().mean(axis=1) / steps / 1e6
+    at = waits.groupby("collective")[peers].sum().mean(axis=1) / steps / NS_PER_MS
     return {
         "rank": last,
         "lateness_ms": float(np.mean(others)) - wait_ms[last],

@@ -20,21 +20,28 @@ from hybrid.analysis.kernel_classes import (
     per_kernel,
     profile_kernel_classes,
 )
-from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_gemm_dims, op_precision
+from hybrid.analysis.op_cost import (
+    CONV_OPS,
+    MATMUL_OPS,
+    op_bytes,
+    op_flops,
+    op_gemm_dims,
+    op_precision,
+    ops_flops,
+)
 from hybrid.analysis.op_ranges import (
-    COMPILED_REGION_PREFIX,
     CREATE_OPS,
     DATA_LOADER_NEXT,
     DDP_OP,
     MOVE_OPS,
+    compiled_regions,
+    cpu_heavy_by_name,
+    data_loader_fetches,
     is_annotation,
-    op_subtree_device_ns,
-    outermost,
+    top_level_ops,
 )
 from hybrid.analysis.row_loop import row_loop
 from hybrid.analysis.steps import (
-    NS_PER_MS,
-    NS_PER_US,
     frame_source,
     in_steps,
     per_step,
@@ -42,6 +49,7 @@ from hybrid.analysis.steps import (
     step_windows,
 )
 from hybrid.hardware import Peaks
+from hybrid.numbers import NS_PER_MS, NS_PER_US
 from hybrid.profile import Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
@@ -49,8 +57,6 @@ from nsight.intervals import covered, interval_union
 # "Tiny" kernels: below ~20 us a kernel costs about as much as its launch (eager PyTorch spends
 # 5-20 us of host time per op), so the GPU cannot be kept busy by launches alone.
 SMALL_KERNEL_NS = 20_000
-# CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
-CPU_HEAVY_RATIO = 10.0
 
 # Mean copy size below which a copy rate measures latency (H200: 16 KiB pinned copies ran at 11 GB/s).
 BANDWIDTH_MIN_COPY_BYTES = 1024
@@ -278,11 +284,10 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     """Host time spent fetching batches from a torch DataLoader, and the part of it when the device
     had nothing to run (measured on the torch pass's clock, where the annotations were recorded)."""
-    ops = in_steps(profile.ops, steps)
-    iterator = ops["name"].str.extract(DATA_LOADER_NEXT, expand=False)
-    fetches = ops[iterator.notna()]
+    fetches = data_loader_fetches(in_steps(profile.ops, steps))
     if fetches.empty:
         return {}
+    iterator = fetches["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
@@ -290,7 +295,7 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
             per_step((fetches["end_ns"] - fetches["start_ns"]).sum(), n) / NS_PER_MS, "ms", src
         ),
         "data_loader_idle_ms": Metric(per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
-        "data_loader_iterator": Metric(str(iterator.dropna().mode().iloc[0]), "", src),
+        "data_loader_iterator": Metric(str(iterator.mode().iloc[0]), "", src),
     }
 
 
@@ -299,11 +304,9 @@ def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     pass's clock (where the ranges were recorded). With graph breaks, that idle time is the compiled
     code's own overhead: guard checks and graph switches at each break, and the eager code and syncs
     between the pieces."""
-    ops = in_steps(profile.ops, steps)
-    regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
-    if regions.empty:
+    outer = compiled_regions(in_steps(profile.ops, steps))
+    if outer.empty:
         return {}
-    outer = outermost(regions)
     n = len(steps)
     src = frame_source(profile, "ops")
     return {
@@ -322,14 +325,8 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         return {}
     src = frame_source(profile, "ops")
     out: dict[str, Metric] = {}
-    top = ops[ops["top_level"]].copy()
-    top["device_total_ns"] = op_subtree_device_ns(ops).loc[top.index]
-    top["cpu_ns"] = top["end_ns"] - top["start_ns"]
-
-    gpu_ops = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
-    heavy = gpu_ops[gpu_ops["cpu_ns"] > CPU_HEAVY_RATIO * gpu_ops["device_total_ns"]].sort_values(
-        "cpu_ns", ascending=False
-    )
+    top = top_level_ops(ops)
+    heavy = cpu_heavy_by_name(top)
     out["cpu_heavy_ops"] = Metric(len(heavy), "ops", src)
     out["cpu_heavy_ops_ms"] = Metric(per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
@@ -361,19 +358,9 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["created_on_cpu_then_moved"] = Metric(per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
 
-    # FLOPs (torch's formula per op) and bytes (shapes x dtype sizes) are models, not counters.
-    flops = (
-        pd.Series(
-            [
-                op_flops(name, shapes, f)
-                for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"], strict=False)
-            ],
-            index=ops.index,
-            dtype=float,
-        )
-        if ops["flops"].isna().any()
-        else ops["flops"]
-    )
+    # FLOPs (op_cost.ops_flops: torch's formula per op, backward convolutions from their shapes) and bytes
+    # (shapes x dtype sizes) are models, not counters.
+    flops = pd.Series(ops_flops(ops), index=ops.index, dtype=float)
     out["est_flops_per_step"] = Metric(per_step(flops.sum(), n), "FLOP", ESTIMATED)
     leaf = ops[ops["device_ns"] > 0]
     keys = leaf["name"].astype(str) + "|" + leaf["shapes"].astype(str) + "|" + leaf["dtypes"].astype(str)

@@ -5,6 +5,7 @@ the FLOPs it does, its GEMM dims and its precision (estimates, not counters: ncu
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 OP_DTYPE_PRECISION = {
     "float": "fp32",
@@ -122,3 +123,61 @@ def op_precision(dtypes) -> str | None:
         if d:
             return OP_DTYPE_PRECISION.get(str(d).lower())
     return None
+
+
+# The backward convolution, which torch counts no FLOPs for: ops_flops takes them from its shapes.
+CONV_BACKWARD_OP = "aten::convolution_backward"
+
+
+def ops_flops(ops: pd.DataFrame) -> np.ndarray:
+    """Each row's FLOPs: the one per-op FLOP estimate, which the roofline places and the
+    est_flops_per_step metric sums. torch's count or the matmul formula (op_flops); for
+    aten::convolution_backward, which torch counts none for, two products the size of the forward's from
+    its shapes (grad_output, input, weight): the input's gradient and the weight's (the first layer,
+    whose input needs no gradient, is counted twice: 1 of resnet50's 53 convolutions). Without them a
+    convolutional net's step read a third of its work: resnet50 b64 (tests/fixtures/runs/h200-resnet50)
+    262 GFLOP, where its forward and backward convolutions and matmuls come to 785. Each count then sits
+    on an op that ran kernels (_handed_to_kernels)."""
+    out = np.array(
+        [
+            op_flops(name, shapes, f)
+            for name, shapes, f in zip(ops["name"], ops["shapes"], ops["flops"], strict=False)
+        ],
+        dtype=float,
+    )
+    names = ops["name"].to_numpy()
+    for i in np.flatnonzero(names == CONV_BACKWARD_OP):
+        if out[i] > 0:
+            continue
+        shapes = [s for s in (ops["shapes"].iat[i] or []) if isinstance(s, list)]
+        if len(shapes) >= 3 and len(shapes[0]) == 4 and len(shapes[2]) == 4:
+            grad_out, weight = shapes[0], shapes[2]
+            out[i] = 2 * 2.0 * float(np.prod(grad_out)) * weight[1] * weight[2] * weight[3]
+    return _handed_to_kernels(ops, out)
+
+
+def _handed_to_kernels(ops: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
+    """`flops` with each counted op that ran no kernel itself handing its FLOPs to the op under it (same
+    thread, nested in time) that ran the most GPU time. torch counts a forward convolution on
+    aten::conv2d, whose kernels run under aten::convolution -> aten::cudnn_convolution: left there,
+    resnet50 b64's roofline covered 17.2 of its 31.4 ms of kernels, none of them a convolution, and read
+    "memory-bound, 45.7 GFLOP/s" for a step of 1.57 TFLOP."""
+    out = flops.copy()
+    device = ops["device_ns"].to_numpy()
+    tids, starts, ends = (ops[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    handing = np.flatnonzero((out > 0) & (device == 0))
+    for tid in np.unique(tids[handing]):
+        on_thread = np.flatnonzero(tids == tid)
+        order = on_thread[np.argsort(starts[on_thread], kind="stable")]
+        sorted_starts = starts[order]
+        for i in handing[tids[handing] == tid]:
+            inside = order[
+                np.searchsorted(sorted_starts, starts[i], side="left") : np.searchsorted(
+                    sorted_starts, ends[i], side="right"
+                )
+            ]
+            inside = inside[(inside != i) & (out[inside] == 0) & (device[inside] > 0)]
+            if inside.size:
+                out[inside[np.argmax(device[inside])]] = out[i]
+                out[i] = 0.0
+    return out

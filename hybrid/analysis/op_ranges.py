@@ -1,6 +1,8 @@
 """Reading Profile.ops, torch's op and annotation ranges: which rows are annotations, which are outermost in
 their thread, the GPU time under each op, and the names of the ranges and ops the analysis looks for (a
 DataLoader's batch fetch, torch.compile's regions, DDP's own ops, tensors created on the host and moved).
+The selections the metrics and the ledger both make (the CPU-heavy operators, the outermost compiled
+regions, the batch fetches) are made here, so the metric and the ledger's cause count the same ranges.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ DATA_LOADER_NEXT = re.compile(re.escape(ANNOTATION_PREFIX) + r"enumerate\(DataLo
 # torch.compile wraps each compiled frame's run in a record_function range of this name (one per
 # graph piece when breaks split the frame; a break's eager code and resume run inside the outer one).
 COMPILED_REGION_PREFIX = "Torch-Compiled Region"
+# CPU-heavy op: CPU time more than 10x the GPU time it caused (brief; PyTorch profiler guidance).
+CPU_HEAVY_RATIO = 10.0
 
 
 def op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
@@ -64,3 +68,32 @@ def outermost(ops: pd.DataFrame) -> pd.DataFrame:
         lambda e: e.cummax().shift(fill_value=np.iinfo(np.int64).min)
     )
     return ops[ops["start_ns"].to_numpy() >= reach.to_numpy()]
+
+
+def top_level_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The top-level operators of `ops` (annotations dropped), each with the GPU time it and everything it
+    called caused (`device_total_ns`) and its host time (`cpu_ns`)."""
+    ops = ops[~is_annotation(ops["name"].astype(str))]
+    top = ops[ops["top_level"]]
+    return top.assign(
+        device_total_ns=op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
+    )
+
+
+def cpu_heavy_by_name(top: pd.DataFrame) -> pd.DataFrame:
+    """Per name of the top-level ops (top_level_ops) that caused GPU work, the summed `cpu_ns` and
+    `device_total_ns` of the names whose host time exceeds CPU_HEAVY_RATIO x that GPU time, most host
+    time first."""
+    by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
+    heavy = by_name[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]
+    return heavy.sort_values("cpu_ns", ascending=False)
+
+
+def compiled_regions(ops: pd.DataFrame) -> pd.DataFrame:
+    """The outermost torch.compile'd regions among `ops` (a graph break's pieces run inside them)."""
+    return outermost(ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)])
+
+
+def data_loader_fetches(ops: pd.DataFrame) -> pd.DataFrame:
+    """The DataLoader batch fetches (DATA_LOADER_NEXT ranges) among `ops`."""
+    return ops[ops["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False).notna()]

@@ -41,11 +41,11 @@ from hybrid.analysis.kernel_classes import (
     pipe_precision,
     profile_kernel_classes,
 )
-from hybrid.analysis.op_cost import CONV_OPS, MATMUL_OPS, op_bytes, op_flops, op_precision
+from hybrid.analysis.op_cost import CONV_BACKWARD_OP, CONV_OPS, MATMUL_OPS, op_bytes, op_precision, ops_flops
 from hybrid.analysis.steps import steady_steps
-from hybrid.analysis.tables import LAUNCH_COLUMNS
 from hybrid.hardware import Peaks
-from hybrid.profile import Profile, is_communication
+from hybrid.numbers import NS_PER_MS
+from hybrid.profile import LAUNCH_CONFIG_COLUMNS, Profile, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU
 
 # Points listed in results.json (the step point covers all of them).
@@ -59,12 +59,10 @@ DEFAULT_PRECISION = "fp32"
 # and its FLOP counters come from separate replay passes of the kernel (a few % apart on short kernels).
 CEILING_TOLERANCE = 0.02
 PIPE_PREFIX = "pipe:"
-# Matmul and convolution ops that still have no FLOPs after _convolution_flops (a backend's own
+# Matmul and convolution ops that still have no FLOPs after op_cost.ops_flops (a backend's own
 # convolution op torch counts nothing for, outside an op it counted). Placed by their bytes alone they
 # would read as memory-bound kernels far below the roofline; they are left out instead.
 UNCOUNTED_MATMUL_OP = re.compile(r"conv|mm\b|matmul|linear|einsum")
-# The backward convolution, which torch counts no FLOPs for: _convolution_flops takes them from its shapes.
-CONV_BACKWARD_OP = "aten::convolution_backward"
 # The convolution ops whose kernels run under the TF32 flag (torch.backends.cudnn.allow_tf32) in fp32.
 CONV_FAMILY_OPS = CONV_OPS | {
     "aten::cudnn_convolution",
@@ -162,7 +160,7 @@ def _points_from_counters(profile: Profile, counted: pd.DataFrame) -> pd.DataFra
     per_row = matched["ns"].groupby(matched["counter_row"]).agg(["size", "sum"])
     work = _counter_work(counted.loc[per_row.index])
     # The launch configuration tells apart the points of one kernel name (resnet50: 7 fprop points, 1 name).
-    launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_COLUMNS)).fillna(0).to_numpy(int)
+    launch = counted.loc[per_row.index].reindex(columns=list(LAUNCH_CONFIG_COLUMNS)).fillna(0).to_numpy(int)
     return work.reset_index(drop=True).assign(
         source=MEASURED_NCU,
         per_step=per_row["size"].to_numpy(float) / n,
@@ -247,56 +245,11 @@ def _op_precision(name: str, dtypes, fp32_runs_as: dict[str, tuple[str, str]]) -
     return precision, FROM_OP_DTYPE
 
 
-def _convolution_flops(ops: pd.DataFrame, flops: np.ndarray) -> np.ndarray:
-    """`flops` with each counted op that ran no kernel itself handing its FLOPs to the op under it (same
-    thread, nested in time) that ran the most GPU time, and aten::convolution_backward given FLOPs from
-    its shapes (grad_output, input, weight): two products the size of the forward's, the input's gradient
-    and the weight's (torch counts none for it; the first layer, whose input needs no gradient, is
-    counted twice: 1 of resnet50's 53 convolutions). torch counts a forward convolution on aten::conv2d,
-    whose kernels run under aten::convolution -> aten::cudnn_convolution: left there, resnet50 b64's
-    roofline covered 17.2 of its 31.4 ms of kernels, none of them a convolution, and read "memory-bound,
-    45.7 GFLOP/s" for a step of 1.57 TFLOP."""
-    out = flops.copy()
-    names = ops["name"].to_numpy()
-    for i in np.flatnonzero(names == CONV_BACKWARD_OP):
-        if out[i] > 0:
-            continue
-        shapes = [s for s in (ops["shapes"].iat[i] or []) if isinstance(s, list)]
-        if len(shapes) >= 3 and len(shapes[0]) == 4 and len(shapes[2]) == 4:
-            grad_out, weight = shapes[0], shapes[2]
-            out[i] = 2 * 2.0 * float(np.prod(grad_out)) * weight[1] * weight[2] * weight[3]
-    device = ops["device_ns"].to_numpy()
-    tids, starts, ends = (ops[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
-    handing = np.flatnonzero((out > 0) & (device == 0))
-    for tid in np.unique(tids[handing]):
-        on_thread = np.flatnonzero(tids == tid)
-        order = on_thread[np.argsort(starts[on_thread], kind="stable")]
-        sorted_starts = starts[order]
-        for i in handing[tids[handing] == tid]:
-            inside = order[
-                np.searchsorted(sorted_starts, starts[i], side="left") : np.searchsorted(
-                    sorted_starts, ends[i], side="right"
-                )
-            ]
-            inside = inside[(inside != i) & (out[inside] == 0) & (device[inside] > 0)]
-            if inside.size:
-                out[inside[np.argmax(device[inside])]] = out[i]
-                out[i] = 0.0
-    return out
-
-
 def _points_from_ops(profile: Profile, peaks: Peaks) -> pd.DataFrame:
     """One point per (op, shapes, dtypes) that ran kernels itself; FLOPs from torch, bytes modeled."""
     steps = steady_steps(profile)
     in_steps = profile.ops[profile.ops["step"].isin(steps["step"])].reset_index(drop=True)
-    every_flops = np.array(
-        [
-            op_flops(name, shapes, f)
-            for name, shapes, f in zip(in_steps["name"], in_steps["shapes"], in_steps["flops"], strict=False)
-        ],
-        dtype=float,
-    )
-    every_flops = _convolution_flops(in_steps, every_flops)
+    every_flops = ops_flops(in_steps)
     ran = (in_steps["device_ns"] > 0).to_numpy() & ~is_communication(in_steps["name"])
     ops, flops = in_steps[ran], every_flops[ran]
     if ops.empty:
@@ -440,7 +393,7 @@ def _point(r, extra: dict) -> dict:
         "l2_ai": _finite(r.l2_ai),
         "flops_per_s": _finite(r.flops_per_s),
         "bytes_per_s": _finite(r.bytes_per_s),
-        "time_ms": r.step_time_ns / 1e6,
+        "time_ms": r.step_time_ns / NS_PER_MS,
         **extra,
         "bound": r.bound,
         "precision": r.precision,
@@ -557,7 +510,7 @@ def roofline(profile: Profile, peaks: Peaks) -> dict:
         "achieved_pct_of_attainable": achieved,
         "flops_per_s": _finite(flops / (rate_ns / 1e9)),
         "bytes_per_s": _finite(nbytes / (rate_ns / 1e9)),
-        "time_ms": float(time.sum() / 1e6),
+        "time_ms": float(time.sum() / NS_PER_MS),
         "memory_bound_time_pct": float(100 * time[placed["bound"] == "memory"].sum() / time.sum()),
         "source": source,
         "kernels": kernels,

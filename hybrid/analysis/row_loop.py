@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from hybrid.numbers import NS_PER_MS
+
 INDEXING_OPS = ("aten::select", "aten::slice", "aten::narrow")
 # A loop over fewer rows is indistinguishable from a model indexing a small batch once per layer.
 MIN_ROWS = 32
@@ -70,5 +72,5 @@ def row_loop(top_ops: pd.DataFrame, steps: int) -> RowLoop | None:
         indexing_op=op,
         tensor_shape=shape,
         repeated_ops=[(name, int(calls[name])) for name in named[:MAX_OPS_NAMED]],
-        host_ms=float(host_ns[host_ns.index.isin(in_loop)].sum()) / steps / 1e6,
+        host_ms=float(host_ns[host_ns.index.isin(in_loop)].sum()) / steps / NS_PER_MS,
     )

@@ -12,6 +12,7 @@ import pandas as pd
 
 from hybrid.analysis.kernel_classes import elementwise_mask, matmul_precision
 from hybrid.analysis.steps import frame_source, steady_steps
+from hybrid.numbers import NS_PER_US
 from hybrid.profile import Profile
 
 MAX_EVENTS = 2000
@@ -97,15 +98,15 @@ def step_timeline(profile: Profile) -> dict | None:
         [
             lane_index[lane],
             kind,
-            round((max(s, start) - start) / 1e3, US_DECIMALS),
-            round((min(e, end) - max(s, start)) / 1e3, US_DECIMALS),
+            round((max(s, start) - start) / NS_PER_US, US_DECIMALS),
+            round((min(e, end) - max(s, start)) / NS_PER_US, US_DECIMALS),
             name_index[name],
         ]
         for lane, kind, s, e, name in kept
     ]
     return {
         "step": int(step["step"]),
-        "duration_us": round((end - start) / 1e3, US_DECIMALS),
+        "duration_us": round((end - start) / NS_PER_US, US_DECIMALS),
         "source": frame_source(profile, "kernels"),
         "lanes": lanes,
         "names": names,

@@ -15,9 +15,6 @@ import pandas as pd
 from hybrid.profile import Profile
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
-
 # A step this many times the median is an outlier (first-step init, recompilation); 3x is the usual
 # cut for one-off stalls in step-time traces and keeps normal jitter (CV of a few %) inside.
 OUTLIER_STEP_FACTOR = 3.0
@@ -46,16 +43,8 @@ def step_windows(profile: Profile) -> pd.DataFrame:
 
 
 def _step_windows(profile: Profile) -> pd.DataFrame:
-    """Each measured step's window from both clocks, in time order.
-
-    The host ranges alone are wrong when the host runs ahead of the GPU (no sync in the loop): they
-    close as soon as the launches are queued, while the device is still busy with that step's work
-    (measured on the H200: tc_fp32_no_tf32 has host ranges of 2-3 ms for 60 ms of GEMMs each, the
-    whole backlog landing in the last range, where the injector syncs). A step ends when both its host
-    range and the last device activity launched inside it have ended; it starts when its host range
-    opens, or when the previous step ended if that is later (the queue was still busy). With back-to-
-    back ranges (our injector) this is end[i] - end[i-1]; non-adjacent ranges (--step-range on a
-    user's NVTX range) do not charge the time between them. `host_*` keep the ranges as recorded."""
+    """Each measured step's window from both clocks (step_bounds), in time order; `host_*` keep the
+    ranges as recorded."""
     steps = profile.steps.sort_values("start_ns", kind="stable").reset_index(drop=True)
     out = steps.assign(host_start_ns=steps["start_ns"], host_end_ns=steps["end_ns"])
     if steps.empty:
@@ -67,10 +56,32 @@ def _step_windows(profile: Profile) -> pd.DataFrame:
     ]
     device_end = pd.concat(device_ends, axis=1).max(axis=1) if device_ends else pd.Series(dtype="int64")
     device_end = device_end.reindex(steps["step"]).to_numpy(dtype=float)
-    ends = np.fmax(steps["end_ns"].to_numpy(np.int64), device_end).astype(np.int64)
-    starts = steps["start_ns"].to_numpy(np.int64).copy()
-    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    starts, ends = step_bounds(
+        steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64), device_end
+    )
     return out.assign(start_ns=starts, end_ns=ends, dur_ns=ends - starts)
+
+
+def step_bounds(
+    host_start: np.ndarray, host_end: np.ndarray, device_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's (start, end) from its host range and the end of the device work launched inside it
+    (NaN or -inf: none), steps in time order, in host_start's dtype. The replay takes its replayed
+    steps' windows here too (hybrid.replay.graph.step_windows), so measured and replayed steps are
+    measured alike.
+
+    The host ranges alone are wrong when the host runs ahead of the GPU (no sync in the loop): they
+    close as soon as the launches are queued, while the device is still busy with that step's work
+    (measured on the H200: tc_fp32_no_tf32 has host ranges of 2-3 ms for 60 ms of GEMMs each, the
+    whole backlog landing in the last range, where the injector syncs). A step ends when both its host
+    range and the last device activity launched inside it have ended; it starts when its host range
+    opens, or when the previous step ended if that is later (the queue was still busy). With back-to-
+    back ranges (our injector) this is end[i] - end[i-1]; non-adjacent ranges (--step-range on a
+    user's NVTX range) do not charge the time between them."""
+    ends = np.fmax(host_end, device_end).astype(host_start.dtype)
+    starts = host_start.copy()
+    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    return starts, ends
 
 
 def steady_steps(profile: Profile) -> pd.DataFrame:
@@ -80,10 +91,15 @@ def steady_steps(profile: Profile) -> pd.DataFrame:
 
 def _steady_steps(profile: Profile) -> pd.DataFrame:
     steps = step_windows(profile)
-    if steps.empty:
-        return steps
-    median = float(steps["dur_ns"].median())
-    return steps[steps["dur_ns"] <= OUTLIER_STEP_FACTOR * median]
+    return steps[steady_mask(steps["dur_ns"].to_numpy())]
+
+
+def steady_mask(step_ns: np.ndarray) -> np.ndarray:
+    """Which steps are steady: those no longer than OUTLIER_STEP_FACTOR x the median. The replay masks its
+    replayed steps here too."""
+    if not len(step_ns):
+        return np.zeros(0, bool)
+    return step_ns <= OUTLIER_STEP_FACTOR * float(np.median(step_ns))
 
 
 def in_steps(frame: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from hybrid.analysis.steps import NS_PER_MS, NS_PER_US, frame_source, in_steps, steady_steps
-from hybrid.profile import Profile
+from hybrid.analysis.steps import frame_source, in_steps, steady_steps
+from hybrid.numbers import NS_PER_MS, NS_PER_US
+from hybrid.profile import LAUNCH_CONFIG_COLUMNS, Profile
 
 
 def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
@@ -35,23 +36,20 @@ def top_kernels(profile: Profile, limit: int = 10) -> list[dict]:
     ]
 
 
-LAUNCH_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-
 def launch_configs(kernels: pd.DataFrame) -> dict[str, dict]:
     """Per kernel name (with an `ns` column of durations): the launch configuration that took the most
     time, {grid: [x, y, z], block: [x, y, z]}, and how many distinct ones the name ran with
     (`launch_configs`); names whose launches carry no configuration (-1 or 0) are left out."""
-    if kernels.empty or not set(LAUNCH_COLUMNS) <= set(kernels.columns):
+    if kernels.empty or not set(LAUNCH_CONFIG_COLUMNS) <= set(kernels.columns):
         return {}
-    known = kernels[(kernels[list(LAUNCH_COLUMNS)] > 0).all(axis=1)]
-    by_config = known.groupby(["name", *LAUNCH_COLUMNS])["ns"].sum().reset_index()
+    known = kernels[(kernels[list(LAUNCH_CONFIG_COLUMNS)] > 0).all(axis=1)]
+    by_config = known.groupby(["name", *LAUNCH_CONFIG_COLUMNS])["ns"].sum().reset_index()
     out = {}
     for name, configs in by_config.groupby("name"):
         top = configs.loc[configs["ns"].idxmax()]
         out[name] = {
-            "grid": [int(top[c]) for c in LAUNCH_COLUMNS[:3]],
-            "block": [int(top[c]) for c in LAUNCH_COLUMNS[3:]],
+            "grid": [int(top[c]) for c in LAUNCH_CONFIG_COLUMNS[:3]],
+            "block": [int(top[c]) for c in LAUNCH_CONFIG_COLUMNS[3:]],
             "launch_configs": len(configs),
         }
     return out

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from hybrid.profile import Profile, is_communication
+from hybrid.profile import LAUNCH_CONFIG_COLUMNS, Profile, is_communication
 from hybrid.rules.engine import severity_for
 
 # Ledger pools only hardware counters give a cause (hybrid.ledger.causes): uncoalesced loads, occupancy, an
@@ -82,7 +82,7 @@ class KernelHeadroom:
         first = kernels[kernels["step"].to_numpy() == steps.min()] if len(steps) else kernels.iloc[:0]
         self.launches = (
             first.assign(name=first["name"].astype(str))
-            .drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+            .drop_duplicates(["name", *LAUNCH_CONFIG_COLUMNS])
             .groupby("name")
             .size()
             .reindex(self.by_name.index, fill_value=1)

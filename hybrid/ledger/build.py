@@ -9,12 +9,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.steps import NS_PER_MS, steady_steps
+from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import Peaks
 from hybrid.ledger import idle
 from hybrid.ledger.causes import BUSY, BUSY_ORDER, IDLE, IDLE_ORDER, LABELS, STATE
 from hybrid.ledger.partition import Layer, Pieces, cut, merge_runs, own
 from hybrid.ledger.shortfall import kernel_causes
+from hybrid.numbers import NS_PER_MS
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from nsight.intervals import NO_RANGE

@@ -7,21 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.metrics import CPU_HEAVY_RATIO
-from hybrid.analysis.op_ranges import (
-    COMPILED_REGION_PREFIX,
-    DATA_LOADER_NEXT,
-    is_annotation,
-    op_subtree_device_ns,
-    outermost,
-)
+from hybrid.analysis.op_ranges import compiled_regions, cpu_heavy_by_name, data_loader_fetches, top_level_ops
 from hybrid.ledger.clock import carry_to_analyzed_clock
 from hybrid.ledger.partition import Layer
 from hybrid.profile import Profile
 from nsight.intervals import NO_RANGE, covered, interval_union, stab_overlapping
 
 # An idle gap with a launch inside that is shorter than this is launch/dispatch overhead; a longer
-# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute.
+# one holds more host work than one op's dispatch (~5-20 us) and counts as host compute. The replay's
+# fixes cut host gaps at the same length (hybrid.replay.transforms: a launch fix removes the shorter
+# ones, a host-work fix shortens the longer), so a fix removes what the ledger charged to its cause.
 LAUNCH_GAP_MAX_NS = 100_000
 
 
@@ -50,35 +45,20 @@ def _carried(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Dat
 def compiled_break_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
     """The outermost torch.compile'd regions, when the injector saw graph breaks: the guard checks,
     graph switches and eager code between the pieces run inside them."""
-    regions = ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)]
-    if not has_graph_breaks(profile) or regions.empty:
-        regions = regions.iloc[0:0]
-    outer = _carried(profile, outermost(regions), steps)
+    outer = _carried(profile, compiled_regions(ops if has_graph_breaks(profile) else ops.iloc[0:0]), steps)
     return Layer.of("compiled_region_break", "ops", outer["start_ns"], outer["end_ns"], outer.index)
 
 
 def dataloader_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
-    fetches = ops[ops["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False).notna()]
-    fetches = _carried(profile, fetches, steps)
+    fetches = _carried(profile, data_loader_fetches(ops), steps)
     return Layer.of("dataloader_fetch", "ops", fetches["start_ns"], fetches["end_ns"], fetches.index)
 
 
-def cpu_heavy_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """Top-level operators whose name's CPU time exceeds CPU_HEAVY_RATIO x the GPU time it caused."""
-    ops = ops[~is_annotation(ops["name"].astype(str))]
-    top = ops[ops["top_level"]]
-    if top.empty:
-        return top
-    top = top.assign(
-        device_total_ns=op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
-    )
-    by_name = top[top["device_total_ns"] > 0].groupby("name")[["cpu_ns", "device_total_ns"]].sum()
-    heavy = by_name.index[by_name["cpu_ns"] > CPU_HEAVY_RATIO * by_name["device_total_ns"]]
-    return top[top["name"].isin(heavy)]
-
-
 def cpu_heavy_layer(profile: Profile, ops: pd.DataFrame, steps: pd.DataFrame) -> Layer:
-    heavy = _carried(profile, cpu_heavy_ops(ops), steps)
+    """Every call of the CPU-heavy operators (hybrid.analysis.op_ranges.cpu_heavy_by_name, the names the
+    cpu_heavy_ops metric counts), judged over all of `ops`."""
+    top = top_level_ops(ops)
+    heavy = _carried(profile, top[top["name"].isin(cpu_heavy_by_name(top).index)], steps)
     return Layer.of("cpu_heavy_op", "ops", heavy["start_ns"], heavy["end_ns"], heavy.index)
 
 

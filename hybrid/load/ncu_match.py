@@ -24,6 +24,7 @@ from hybrid.load.plausible import drop_implausible_counters
 from hybrid.profile import (
     COUNTER_COLUMNS,
     KERNEL_COUNTER_COLUMNS,
+    LAUNCH_CONFIG_COLUMNS,
     MATCH_CONFIG,
     MATCH_LAUNCH,
     MATCH_NAME,
@@ -45,7 +46,7 @@ NOT_PROFILED_LISTED = 20
 # Below this share of measured GPU time with counters, the report warns that ncu saw too little.
 LOW_COVERAGE_PCT = 50.0
 
-_KEY = ["signature", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+_KEY = ["signature", *LAUNCH_CONFIG_COLUMNS]
 
 
 def _durations(kernels: pd.DataFrame) -> pd.Series:

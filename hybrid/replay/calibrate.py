@@ -13,7 +13,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hybrid.analysis.op_cost import OP_DTYPE_PRECISION
 from hybrid.analysis.op_ranges import op_subtree_device_ns
+from hybrid.numbers import NS_PER_US
 from hybrid.numbers import significant as fmt
 
 CALIBRATION_FILE = "calibration.json"
@@ -30,7 +32,9 @@ ALIGN = 8
 # Precisions a fix can propose for a matmul of a given dtype: TF32 (tensor.fp32_gemm's first advice, and
 # the speedup its replay uses), bf16 autocast (its second), dims padded to ALIGN (tensor.misaligned_dims).
 PROPOSALS = {"fp32": ("tf32", "bf16"), "fp16": ("fp16_aligned",), "bf16": ("bf16_aligned",)}
-DTYPES = {"float": "fp32", "c10::half": "fp16", "c10::bfloat16": "bf16"}
+# The recorded dtypes whose matmuls a fix proposes for, as op_cost names their precision (fp64 and fp8 have
+# no proposal, so no shape of theirs is timed).
+DTYPES = {dtype: precision for dtype, precision in OP_DTYPE_PRECISION.items() if precision in PROPOSALS}
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution")
 # Said where a convolution's stride, padding, dilation and groups were not recorded (a trace without
 # "Concrete Inputs"): the timed convolution keeps the output size.
@@ -169,7 +173,9 @@ def top_shapes(ops, top: int, recorded: Mapping[tuple[int, int], dict] | None = 
             calls[shape] = calls.get(shape, 0) + 1
     whole = sum(totals.values())
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
-    return [RunShape(shape, ns / whole if whole else 0.0, ns / calls[shape] / 1e3) for shape, ns in ranked]
+    return [
+        RunShape(shape, ns / whole if whole else 0.0, ns / calls[shape] / NS_PER_US) for shape, ns in ranked
+    ]
 
 
 def timed_rows(calibration: Mapping, dtype: str, variant: str) -> list[dict]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.steps import step_bounds
 from hybrid.profile import Profile
 
 # Host event kinds.
@@ -417,9 +418,8 @@ def build_graph(profile: Profile, max_kernels: int | None = None) -> ReplayGraph
 
 
 def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> np.ndarray:
-    """Each step's window as hybrid.analysis.steps.step_windows takes it: it ends when both its host
-    range and the device work launched in it have ended, and starts when its range opens or the
-    previous step ended, whichever is later."""
+    """Each step's duration, its window taken as the measured steps' are (hybrid.analysis.steps.step_bounds)
+    from the graph's host events `h_start` and device ends `d_end`, measured or replayed."""
     host_start = h_start[graph.step_start_event]
     host_end = h_start[graph.step_end_event]
     device_end = np.full(len(graph.step_ids), -np.inf)
@@ -429,9 +429,7 @@ def step_windows(graph: ReplayGraph, h_start: np.ndarray, d_end: np.ndarray) -> 
             graph.step_ids[np.clip(position, 0, len(graph.step_ids) - 1)] == graph.d_step
         )
         np.maximum.at(device_end, position[inside], d_end[inside])
-    ends = np.maximum(host_end, device_end)
-    starts = host_start.copy()
-    starts[1:] = np.maximum(starts[1:], ends[:-1])
+    starts, ends = step_bounds(host_start, host_end, device_end)
     return ends - starts
 
 

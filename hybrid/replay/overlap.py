@@ -33,6 +33,7 @@ from hybrid.analysis.collectives import (
     StepCollectives,
     exposed_by_collective_ms,
 )
+from hybrid.numbers import NS_PER_MS
 from hybrid.provenance import ESTIMATED, Metric
 from nsight.intervals import covered_before
 
@@ -218,14 +219,14 @@ def replay_fixes(steps_by_rank: dict[int, list[StepCollectives]], fixes: list[Ov
     chains = {rank: [chain_of(step) for step in steps] for rank, steps in steps_by_rank.items() if steps}
     if not chains:
         return {}
-    measured = {rank: float(np.mean([simulate(c) for c in cs])) / 1e6 for rank, cs in chains.items()}
+    measured = {rank: float(np.mean([simulate(c) for c in cs])) / NS_PER_MS for rank, cs in chains.items()}
     job_ms = max(measured.values())
     out: dict = {"measured_step_ms": round(job_ms, 4), "fixes": {}}
     for fix in fixes:
         replayed = {}
         for rank, cs in chains.items():
             steps_ns = [simulate(fix.apply(c) or c) for c in cs]
-            replayed[rank] = float(np.mean(steps_ns)) / 1e6
+            replayed[rank] = float(np.mean(steps_ns)) / NS_PER_MS
         step_ms = max(replayed.values())
         out["fixes"][fix.name] = {
             "step_ms": round(step_ms, 4),

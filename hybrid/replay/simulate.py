@@ -8,11 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybrid.analysis.steps import steady_mask
+from hybrid.numbers import NS_PER_MS
 from hybrid.replay.graph import WAIT_DEVICE, WAIT_OP, WAIT_STREAM, ReplayGraph, step_windows
-
-NS_PER_MS = 1e6
-# As in hybrid.analysis.steps: a step this many times the median is a one-off and is not averaged in.
-OUTLIER_STEP_FACTOR = 3.0
 
 
 @dataclass
@@ -28,12 +26,6 @@ class StepReplay:
     def step_time_ms(self) -> float:
         """Mean replayed step time over the steady steps."""
         return float(self.step_ns[self.steady].mean() / NS_PER_MS) if self.steady.any() else 0.0
-
-
-def steady_mask(step_ns: np.ndarray) -> np.ndarray:
-    if not len(step_ns):
-        return np.zeros(0, bool)
-    return step_ns <= OUTLIER_STEP_FACTOR * float(np.median(step_ns))
 
 
 def replay_step(graph: ReplayGraph) -> StepReplay:

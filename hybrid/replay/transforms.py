@@ -9,12 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from hybrid.ledger.idle import LAUNCH_GAP_MAX_NS
 from hybrid.replay.graph import CALL, KERNEL, MEMCPY, WAIT_NONE, ReplayGraph
 from hybrid.rules.base import Fix
-
-# A host gap this long holds host work (numpy, Python, a batch fetch), not one op's dispatch
-# (hybrid.ledger.idle.LAUNCH_GAP_MAX_NS uses the same cut).
-HOST_WORK_GAP_NS = 100_000
 
 
 def _in_steps(graph: ReplayGraph, values: np.ndarray) -> np.ndarray:
@@ -109,12 +106,12 @@ def less_host_work(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     of the step's host work longer than a dispatch goes, or `share` of each piece of it."""
     out = graph.copy(copy_arrays=("h_gap",))
     if "share" in fix.params:
-        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= HOST_WORK_GAP_NS)
+        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= LAUNCH_GAP_MAX_NS)
         out.h_gap[long_gaps] *= 1.0 - min(max(float(fix.params["share"]), 0.0), 1.0)
         return out
     saved = float(fix.params.get("saved_ns_per_step", np.inf))
     for step in graph.step_ids:
-        idx = np.flatnonzero((graph.h_step == step) & (graph.h_gap >= HOST_WORK_GAP_NS))
+        idx = np.flatnonzero((graph.h_step == step) & (graph.h_gap >= LAUNCH_GAP_MAX_NS))
         left = saved
         for i in idx[np.argsort(-graph.h_gap[idx], kind="stable")]:
             if left <= 0:
@@ -132,7 +129,7 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     dispatch stays, but for `host_work_share` of each piece (the longer dispatch gaps a captured step
     also loses: autograd's backward, the optimizer step)."""
     issues = (graph.h_kind == CALL) & (graph.h_op >= 0) & _in_steps(graph, graph.h_step)
-    dispatch = issues & (graph.h_gap < HOST_WORK_GAP_NS)
+    dispatch = issues & (graph.h_gap < LAUNCH_GAP_MAX_NS)
     out = graph.copy(copy_arrays=("h_gap", "h_cost", "h_wait", "d_lat", "d_sgap"))
     first_of_step = np.zeros(graph.n_host, bool)
     for step in graph.step_ids:
@@ -147,7 +144,7 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     out.d_sgap[ops] = graph.stream_gap_ns
     share = min(max(float(fix.params.get("host_work_share", 0.0)), 0.0), 1.0)
     if share:
-        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= HOST_WORK_GAP_NS)
+        long_gaps = _in_steps(graph, graph.h_step) & (graph.h_gap >= LAUNCH_GAP_MAX_NS)
         out.h_gap[long_gaps] *= 1.0 - share
     return out
 
@@ -178,7 +175,7 @@ def fused_elementwise(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
             out.d_dur[rest] = 0.0
             out.d_sgap[rest] = 0.0
             calls = graph.d_host[rest]
-            short = graph.h_gap[calls] < HOST_WORK_GAP_NS
+            short = graph.h_gap[calls] < LAUNCH_GAP_MAX_NS
             out.h_gap[calls[short]] = 0.0
             out.h_cost[calls] = 0.0
     return out

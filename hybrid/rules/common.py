@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from hybrid.numbers import significant
+from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Fix, FixInputs, NoFix
 
 # Tuned library kernels reach about 80% of the roofline (cuBLAS large GEMMs ~70-80% of tensor peak,
 # streaming kernels ~85-90% of DRAM bandwidth); estimates of what a fix recovers aim at that ceiling.
 PRACTICAL_ROOFLINE_PCT = 80.0
-NS_PER_MS = 1e6
 # Operators that read a device value back to the host, waiting for it.
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
 

@@ -3,10 +3,9 @@ with compute, step jitter."""
 
 from __future__ import annotations
 
-from hybrid.numbers import significant
+from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion, batch_inputs, loader_workers
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
-from hybrid.rules.common import NS_PER_MS
 from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
 
 # Below 1% of the step a copy problem is not worth a finding.
