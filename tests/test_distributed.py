@@ -154,6 +154,7 @@ def test_html_shows_ranks_side_by_side(straggler_job):
         assert f"<td>{label}</td>" in page
 
 
+@pytest.mark.slow
 def test_manual_allreduce_is_exposed(manual_job):
     run_dir, results = manual_job
     assert "--standalone" in (run_dir / "torch" / "command.txt").read_text()
@@ -254,6 +255,7 @@ def test_overlap_estimates():
     assert unhideable_comm_ms(12.0, 4.0, 20.0) == 0.0
 
 
+@pytest.mark.slow
 def test_manual_allreduce_replays_with_the_reductions_spread_through_backward(manual_job):
     _, results = manual_job
     collectives = results["job"]["collectives"]

@@ -199,6 +199,7 @@ def test_results_json_carries_the_config_of_the_run(tmp_path):
     assert results["config"] == json.loads((tmp_path / "run" / "torch" / "inject.json").read_text())["config"]
 
 
+@pytest.mark.slow
 def test_a_compiled_function_that_clips_keeps_its_one_graph(tmp_path):
     """The clip_grad_norm_ observer calls straight through while torch.compile traces it: a step function
     compiled with fullgraph=True (which raises at any graph break) that clips still compiles, and nothing is

@@ -50,14 +50,21 @@ SCENARIOS = {
 # Scenarios whose assertions read step times: run after the others, not beside nine scripts importing torch on
 # a 2-core box (settles_late's 50 ms steps read 214, 151, 153 ms there and never settled within 10%).
 TIMED_SCENARIOS = ("settles_late",)
+# Run only for the test that reads it (make test-slow): torch.compile on the CPU costs most of the fixture.
+COMPILED_SCENARIOS = ("compiled",)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Run]:
-    together = [name for name in SCENARIOS if name not in TIMED_SCENARIOS]
+    together = [name for name in SCENARIOS if name not in (*TIMED_SCENARIOS, *COMPILED_SCENARIOS)]
     results = _run_scenarios(tmp_path_factory, together)
     results.update(_run_scenarios(tmp_path_factory, list(TIMED_SCENARIOS)))
     return results
+
+
+@pytest.fixture(scope="module")
+def compiled_runs(tmp_path_factory) -> dict[str, Run]:
+    return _run_scenarios(tmp_path_factory, list(COMPILED_SCENARIOS))
 
 
 def _run_scenarios(tmp_path_factory, names: list[str]) -> dict[str, Run]:
@@ -265,10 +272,11 @@ def test_tracer_cost_per_python_call_is_bounded():
     assert traced - plain < 20e-6
 
 
-def test_a_compiled_model_is_neither_broken_nor_recompiled(runs):
+@pytest.mark.slow
+def test_a_compiled_model_is_neither_broken_nor_recompiled(compiled_runs):
     """The detectors' module hooks trace to nothing under torch.compile, and stay installed (inert) once
     the unit is chosen: removing them would fail the compiled graph's guard and compile it again."""
-    run = runs["compiled"]
+    run = compiled_runs["compiled"]
     inject = _measured(run)
     assert inject["step_unit"] == "one iteration of the loop at compiled_loop.py:16"
     assert inject["graph_breaks"] == []
