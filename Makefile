@@ -31,15 +31,15 @@ diagnose: setup
 # (tests/conftest.py HEAVY_FIRST); a committed trace's parse and a committed capture's analysis are made once
 # per session and shared by both workers (tests/conftest.py). Most of the CPU is subprocesses that each import
 # torch (1.6 to 2.1 s of CPU) to run a script or the CLI, so the default suite leaves out the end-to-end runs
-# marked slow. On the 2-core, 24 GiB box, alone on it (2026-12-05): 1322 passed in 4 min 48 s (482 CPU s);
-# the whole suite took 7 min 30 s (804 CPU s).
+# marked slow. On the 2-core, 24 GiB box, alone on it, in a fresh clone (2026-12-05): 1316 passed in 4 min
+# 43 s (527 CPU s), where the whole suite took 7 min 30 s (804 CPU s).
 test: setup
 	$(BIN)/python -m pytest -q -m "not gpu and not slow" -n auto --dist loadfile --no-loadscope-reorder
 
 # The end-to-end runs `make test` leaves out (marked slow): each runs whole workloads again for one more case
 # (four verified runs of one loop, a CPU torch.compile in every pass, a second signal, a straggling or
 # crashing rank, a script too short for its windows) or times 1M synthetic kernels. .ci/run runs both
-# (2 min 4 s for these on that box).
+# (2 min 42 s for these on that box).
 test-slow: setup
 	$(BIN)/python -m pytest -q -m "slow and not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
