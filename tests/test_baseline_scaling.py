@@ -73,3 +73,7 @@ def test_a_collector_that_slowed_the_step_is_named_in_the_headline():
     headline = render_terminal(doc, verbose=False, color=False).split("Roofline")[0]
     assert f"slowed the step by {timing['collector_overhead_pct']:+.0f}%" in headline
     assert "findings are weighed at the plain step" in " ".join(headline.split())
+    # With no finding to weigh, the headline names the slowdown and nothing of a column that is not shown.
+    none = {**doc, "diagnosis": {**doc["diagnosis"], "bottlenecks": [], "primary_bottleneck": None}}
+    headline = " ".join(render_terminal(none, verbose=False, color=False).split("Roofline")[0].split())
+    assert "slowed the step by" in headline and "findings are weighed" not in headline

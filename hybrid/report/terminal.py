@@ -180,11 +180,14 @@ def _step(results: dict, verbose: bool) -> Text:
         line.append(f" · idle {format_value(timing['gpu_idle_ms'], 'ms')}" + (f" ({idle})" if idle else ""))
     line = line + _tag(timing.get("source"))
     if timing.get("weighed_at_plain_step"):
+        # What that means for the findings' figures only where there are findings to weigh.
+        measured = [
+            f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")
+        ]
         line.append(
             f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% "
-            "over the plain pass "
-            f"({format_value(timing.get('baseline_step_time_ms'), 'ms')}): findings are weighed at the plain "
-            "step (the first column)",
+            f"over the plain pass ({format_value(timing.get('baseline_step_time_ms'), 'ms')})"
+            + (": findings are weighed at the plain step (the first column)" if measured else ""),
             style="yellow",
         )
     return line
