@@ -152,37 +152,33 @@ def report_folders(tmp_path_factory) -> Path:
     return folder
 
 
-# Test files that take longest, heaviest first: those of `make test` by their seconds there (a fresh clone
-# on the 2-core box, 2026-12-05: test_reliability 62, test_cli 45, test_verify 26, test_hostile_io 24,
-# test_inject 23 ...; the rest under 10 s each), with those of `make test-slow` (test_verify_history's four
-# `hybrid run`s one after another, ~50) among them. Both hand files to their two workers in collection order
-# (--dist loadfile --no-loadscope-reorder), so these start first and the files left for the end take
-# seconds: both workers finish together. xdist's own order (most tests first) started these few-test,
-# subprocess-heavy files last. Files not named keep their order after these.
+# Test files that take longest, heaviest first (seconds each took in `make test` on the 2-core box,
+# 2026-12-02: test_cli 78, test_reliability 71, test_cost_windows 57, test_verify_history 53 (four `hybrid
+# run`s one after another), test_distributed 48 ...; the rest took under 14 s each). `make test` hands files
+# to its two workers in collection order (--dist loadfile --no-loadscope-reorder), so these start first and
+# the files left for the end take seconds: both workers finish together. xdist's own order (most tests
+# first) started these few-test, subprocess-heavy files last. Files not named keep their order after these.
 HEAVY_FIRST = (
-    "test_reliability.py",
     "test_cli.py",
+    "test_reliability.py",
+    "test_cost_windows.py",
     "test_verify_history.py",
+    "test_distributed.py",
     "test_model_reasons.py",
+    "test_step_detect.py",
+    "test_hostile_io.py",
     "test_verify.py",
+    "test_run_config.py",
     "test_planted_scripts.py",
     "test_verify_compile.py",
-    "test_hostile_io.py",
-    "test_inject.py",
-    "test_planted_fixtures.py",
-    "test_cost_windows.py",
-    "test_step_detect.py",
-    "test_calibration_pass.py",
     "test_report_compare.py",
-    "test_outputs.py",
+    "test_planted_fixtures.py",
+    "test_inject_robustness.py",
+    "test_inject.py",
     "test_collectives.py",
-    "test_ledger.py",
-    "test_run_config.py",
-    "test_own_profiler.py",
+    "test_calibration_pass.py",
+    "test_outputs.py",
     "test_one_cause.py",
-    "test_distributed.py",
-    "test_verify_paired.py",
-    "test_report_reading.py",
 )
 assert all((REPO / "tests" / name).is_file() for name in HEAVY_FIRST), "HEAVY_FIRST names a file that is gone"
 
