@@ -38,7 +38,11 @@ def test_the_step_is_read_as_a_forward_of_generate():
 def test_the_graph_advice_is_a_static_cache(results):
     texts = _advice(results, "launch.dispatch")
     assert texts[0].startswith("Decode with a static KV cache")
-    assert "cache_implementation = 'static'" in texts[0] and "mode='reduce-overhead'" in texts[0]
+    # The capture predates config.generation's compiles_static_forward: generate() is taken to compile the
+    # forward itself, as the transformers that made it does; compiling model.forward by hand as well
+    # stopped generate() there (benchmarks/results/s12/hf_generate_static.md).
+    assert "cache_implementation = 'static'" in texts[0] and "leave model.forward uncompiled" in texts[0]
+    assert "torch.compile(model.forward" not in texts[0]
     # graphs of the whole model with the dynamic cache are not offered, in any finding
     everything = [t for f in results["diagnosis"]["bottlenecks"] for t in _advice(results, f["id"])]
     assert not any(t.startswith("torch.compile(model, mode='reduce-overhead')") for t in everything)
@@ -56,3 +60,20 @@ def test_verify_does_not_time_graphs_of_the_model(results):
     assert "compile_reduce_overhead" not in [p.switch.name for p in planned]
     launch = next(s for s in skipped if s["finding"] == "launch.dispatch")
     assert "generate() with the dynamic KV cache" in launch["reason"]
+
+
+def test_a_generate_that_does_not_compile_is_told_to_compile_the_forward(tmp_path):
+    # The same capture, as a transformers whose generation config has no compile_config records it.
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("results*.json"))
+    inject = json.loads((run / "torch" / "inject.json").read_text())
+    inject.setdefault("config", {})["generation"] = {
+        "models": [{"class": "GPT2LMHeadModel", "cache_implementation": None, "compiles_static_forward": False}]
+    }
+    (run / "torch" / "inject.json").write_text(json.dumps(inject))
+    texts = _advice(analyze_run_dir(run), "launch.dispatch")
+    assert texts[0].startswith("Decode with a static KV cache and graph the forward")
+    assert "torch.compile(model.forward, mode='reduce-overhead', fullgraph=True)" in texts[0]

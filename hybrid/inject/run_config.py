@@ -486,10 +486,22 @@ def _generation(models: list) -> dict:
                     getattr(getattr(model, "generation_config", None), "cache_implementation", None)
                 ),
                 "forward_compiled": hasattr(getattr(model, "forward", None), "_torchdynamo_orig_callable"),
+                "compiles_static_forward": _compiles_static_forward(getattr(model, "generation_config", None)),
             }
             for model in models
         ]
     }
+
+
+def _compiles_static_forward(generation_config: object) -> bool | None:
+    """Whether this transformers' generate() compiles the decoding forward itself once the cache is static
+    (a generation config with `compile_config`, automatic compilation not disabled); None without a
+    generation config."""
+    if generation_config is None:
+        return None
+    return hasattr(generation_config, "compile_config") and not getattr(
+        generation_config, "disable_compile", False
+    )
 
 
 def _framework(instances: dict[str, list]) -> dict:

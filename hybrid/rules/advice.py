@@ -135,6 +135,16 @@ class RunConfig:
             return False
         return not any(cache == "static" for cache in self.generation_caches or [])
 
+    @property
+    def generate_compiles_static_forward(self) -> bool | None:
+        """Whether generate() compiles the decoding forward itself once the KV cache is static (every
+        generating model recorded says so); None where the run recorded no such flag."""
+        models = self._get("generation", "models")
+        flags = [m.get("compiles_static_forward") for m in models or [] if isinstance(m, dict)]
+        if not flags or any(flag is None for flag in flags):
+            return None
+        return all(flags)
+
     # -- optimizer and input pipeline
     @property
     def row_loop_rows(self) -> int | None:
@@ -358,16 +368,28 @@ def use_cuda_graphs(
     if config.cuda_graphs:
         return []
     if config.decodes_with_dynamic_cache:
-        return [
-            Suggestion(
+        dynamic = (
+            f"{condition}; each step is one forward of generate() with the dynamic KV cache, which grows "
+            "every token: its shapes change each step and CUDA graphs of the model cannot hold it"
+        )
+        if config.generate_compiles_static_forward is False:
+            # A transformers whose generate() does not compile: the forward is compiled by hand.
+            text = (
                 "Decode with a static KV cache and graph the forward: "
                 "model.generation_config.cache_implementation = 'static' and "
-                "model.forward = torch.compile(model.forward, mode='reduce-overhead', fullgraph=True)",
-                f"{condition}; each step is one forward of generate() with the dynamic KV cache, which "
-                "grows every token: its shapes change each step and CUDA graphs of the model cannot hold it",
-                applies_to,
+                "model.forward = torch.compile(model.forward, mode='reduce-overhead', fullgraph=True)"
             )
-        ]
+        else:
+            # generate() compiles the forward itself once the cache is static (generation_config.
+            # compile_config); wrapping model.forward in a reduce-overhead torch.compile as well stopped
+            # GPT-2's generate() on the H100 ("accessing tensor output of CUDAGraphs that has been
+            # overwritten", benchmarks/results/s12/hf_generate_static.md).
+            text = (
+                "Decode with a static KV cache: model.generation_config.cache_implementation = 'static' "
+                "(generate() then compiles the decoding forward itself, generation_config.compile_config; "
+                "leave model.forward uncompiled)"
+            )
+        return [Suggestion(text, dynamic, applies_to)]
     return use_compile(
         config,
         why="capture the step as CUDA graphs (no host dispatch per kernel)",
