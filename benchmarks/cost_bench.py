@@ -237,6 +237,97 @@ def plans(_args: argparse.Namespace) -> int:
     return 0 if all(r["ncu_runs"] or r["skip_safe"] for r in rows) else 1
 
 
+# Replay budgets (seconds) the `budget` command tries on every capture whose plan runs ncu.
+BUDGETS_S = (2.0, 3.5, 5.0, 7.0, 10.0)
+
+
+def _keep_counters_of(csv_path: Path, kernel_names: list[str]) -> tuple[int, int]:
+    """Drops the rows of an ncu raw CSV whose kernel is not among `kernel_names` (by the function base name
+    ncu matched them on), as if ncu had profiled only those; (rows kept, rows)."""
+    import csv
+
+    from nsight.ncu import function_base_name
+
+    bases = {function_base_name(name) for name in kernel_names}
+    lines = csv_path.read_text(errors="replace").splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if line.startswith('"ID","Process ID"'))
+    column = next(csv.reader([lines[head]])).index("Kernel Name")
+    kept, rows, kept_rows = lines[: head + 1], 0, 0
+    for line in lines[head + 1 :]:
+        row = next(csv.reader([line]))
+        if row and row[0]:  # a launch's row (the units row has no ID)
+            rows += 1
+            if function_base_name(row[column]) not in bases:
+                continue
+            kept_rows += 1
+        kept.append(line)
+    csv_path.write_text("".join(kept))
+    return kept_rows, rows
+
+
+def budget_rows(capture: Path, budgets_s: tuple[float, ...] = BUDGETS_S) -> list[dict]:
+    """For each replay budget in `budgets_s`: the kernels and launches the plan gives ncu within it on this
+    capture (decided without its counters), and how the answers with only those kernels' counters differ
+    from those with all of them. Empty where the plan skips ncu."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from hybrid.collect.ncu_plan import plan_ncu
+    from hybrid.collect.orchestrate import Orchestrator
+    from hybrid.load.ncu_match import select_kernels
+    from hybrid.load.nsys_export import load_nsys_export
+    from hybrid.pipeline import analyze_run_dir
+    from hybrid.rundir import RunDir
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        ignore = shutil.ignore_patterns("results*.json", "report*")
+        shutil.copytree(capture, run, ignore=ignore)
+        all_counters = _diagnosis_answers(analyze_run_dir(run))
+        shutil.rmtree(run / "ncu")
+        analysis = analyze_run_dir(run)
+        profile = load_nsys_export(RunDir(run).nsys_export())
+        candidates = select_kernels(profile.kernels)
+        unbudgeted = plan_ncu(analysis, profile, candidates, forced=False)
+        if not unbudgeted.run:
+            return []
+        for budget_s in budgets_s:
+            plan = plan_ncu(analysis, profile, candidates, forced=False, budget_s=budget_s)
+            names = plan.kernel_names or candidates
+            shutil.rmtree(run)
+            shutil.copytree(capture, run, ignore=ignore)
+            kept, total = _keep_counters_of(run / "ncu" / "counters.csv", names)
+            answers = _diagnosis_answers(analyze_run_dir(run))
+            rows.append(
+                {
+                    "capture": str(capture.relative_to(ROOT)),
+                    "budget_s": budget_s,
+                    "kernels": len(names),
+                    "launches": Orchestrator._launch_configs(profile, names),
+                    "launches_unbudgeted": Orchestrator._launch_configs(
+                        profile, unbudgeted.kernel_names or candidates
+                    ),
+                    "counter_rows": f"{kept}/{total}",
+                    "primary": answers["primary"],
+                    "changes": _changed(all_counters, answers),
+                }
+            )
+    return rows
+
+
+def budget(_args: argparse.Namespace) -> int:
+    """budget_rows for every committed capture with counters whose plan runs ncu."""
+    rows = []
+    for capture in sorted(p for pattern in CAPTURES for p in ROOT.glob(pattern) if (p / "ncu").is_dir()):
+        rows += budget_rows(capture)
+        print(f"{capture.relative_to(ROOT)}: {len(rows)} rows so far", file=sys.stderr)
+    json.dump(rows, sys.stdout, indent=1)
+    print()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -253,8 +344,9 @@ def main() -> int:
     gather.add_argument("dirs", nargs="+")
     gather.add_argument("--into", type=Path, help="a cost.json whose invalid rows these replace")
     commands.add_parser("plans", help="the ncu plan of every committed capture with counters")
+    commands.add_parser("budget", help="the answers of those whose plan runs ncu, within each replay budget")
     args = parser.parse_args()
-    return {"measure": measure, "collect": collect, "plans": plans}[args.command](args)
+    return {"measure": measure, "collect": collect, "plans": plans, "budget": budget}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ NCCL_PREFIX = "nccl"
 # hybrid.load.ncu_match).
 DEFAULT_MAX_LAUNCHES = 500
 
+# What one replayed launch costs the ncu pass at hybrid's 32 metrics (15 replay passes): 0.434 s on resnet50
+# b32 and 0.444 s on a Transformer, on the H200, beside a fixed ~11-12 s a pass
+# (benchmarks/results/ncu_cost.md).
+SECONDS_PER_LAUNCH = 0.434
+# The replay time hybrid's `--mode auto` gives ncu unless --ncu-budget-s says otherwise: about 11 launches, an
+# ncu pass of about 16 s. Re-deciding the committed captures whose plan runs ncu on more launches, counters on
+# only the budget's kernels gave every primary and severity all their counters gave at 5 s, and not at 3.5 s
+# (healthy_pipelined_input's primary changed); one saving moved, 1.66 -> 1.03 ms (benchmarks/results/
+# ncu_budget.md, `python benchmarks/cost_bench.py budget`).
+DEFAULT_BUDGET_S = 5.0
+
+
 LOG_TAIL_LINES = 20
 
 REPORT_NAME = "report.ncu-rep"

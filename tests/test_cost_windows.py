@@ -22,6 +22,7 @@ from hybrid.load.ncu_match import select_kernels
 from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
 from hybrid.rundir import RunDir
+from nsight.ncu import SECONDS_PER_LAUNCH
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -243,3 +244,45 @@ def test_where_the_plan_skips_ncu_the_counters_change_no_answer(capture):
     # nor a severity, nor a saving (sync_cuda_synchronize gains a LOW memory.uncoalesced finding).
     row = _cost_bench().plan_row(FIXTURES / capture)
     assert not row["ncu_runs"] and row["skip_safe"], row
+
+
+def test_ncu_replay_is_held_within_its_budget(tmp_path):
+    # resnet50 fp32: the estimated roofline finding wants counters on every selected kernel, 69 launches
+    # (~30 s of replay); 5 s holds 11, taken from the kernels holding the most movable time per launch.
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "runs/h200-resnet50", run)
+    shutil.rmtree(run / "ncu")
+    for old in run.glob("results*.json"):
+        old.unlink()
+    profile = load_nsys_export(RunDir(run).nsys_export())
+    candidates = select_kernels(profile.kernels)
+    analysis = analyze_run_dir(run)
+    unbudgeted = plan_ncu(analysis, profile, candidates, forced=False)
+    assert unbudgeted.run and unbudgeted.kernel_names is None and unbudgeted.budget is None
+    plan = plan_ncu(analysis, profile, candidates, forced=False, budget_s=5.0)
+    headroom = KernelHeadroom(profile)
+    replayed = sum(headroom.launches_of(name) for name in plan.kernel_names)
+    assert plan.run and replayed <= int(5.0 / SECONDS_PER_LAUNCH) < plan.budget["launches_wanted"]
+    assert plan.budget["launches"] == replayed and plan.budget["launches_wanted"] > 60
+    # In the budget's order, the first always; a kernel whose launches would overrun it is passed over for a
+    # later one that fits.
+    order = headroom.budget_order(candidates)
+    assert plan.kernel_names[0] == order[0]
+    assert plan.kernel_names == [name for name in order if name in plan.kernel_names]
+    passed_over = [
+        name for name in order[: order.index(plan.kernel_names[-1])] if name not in plan.kernel_names
+    ]
+    assert all(replayed + headroom.launches_of(name) > int(5.0 / SECONDS_PER_LAUNCH) for name in passed_over)
+    assert plan.budget["movable_ms_left_out"] > 0
+    assert plan.reason.startswith(unbudgeted.reason) and "replay budget of 5 s" in plan.reason
+    # No budget, a budget that holds them all, and --mode hybrid: the plan as the answer made it.
+    assert plan_ncu(analysis, profile, candidates, forced=False, budget_s=0).kernel_names is None
+    assert plan_ncu(analysis, profile, candidates, forced=False, budget_s=1000).budget is None
+    assert plan_ncu(analysis, profile, candidates, forced=True, budget_s=5.0).kernel_names is None
+
+
+def test_counters_on_the_budgets_kernels_give_the_answers_all_counters_give():
+    # The capture's own counters, kept only on the kernels the 5 s budget replays: the same primary,
+    # severities and savings as with all 31 profiled launches (resnet50 fp32, 10 of 69 launches).
+    (row,) = _cost_bench().budget_rows(FIXTURES / "runs/h200-resnet50", budgets_s=(5.0,))
+    assert row["launches"] < row["launches_unbudgeted"] and row["changes"] == [], row

@@ -71,7 +71,9 @@ def test_a_generate_that_does_not_compile_is_told_to_compile_the_forward(tmp_pat
     shutil.copytree(RUN, run, ignore=shutil.ignore_patterns("results*.json"))
     inject = json.loads((run / "torch" / "inject.json").read_text())
     inject.setdefault("config", {})["generation"] = {
-        "models": [{"class": "GPT2LMHeadModel", "cache_implementation": None, "compiles_static_forward": False}]
+        "models": [
+            {"class": "GPT2LMHeadModel", "cache_implementation": None, "compiles_static_forward": False}
+        ]
     }
     (run / "torch" / "inject.json").write_text(json.dumps(inject))
     texts = _advice(analyze_run_dir(run), "launch.dispatch")

@@ -6,6 +6,8 @@ from enum import Enum
 
 import typer
 
+from nsight.ncu import DEFAULT_BUDGET_S as NCU_DEFAULT_BUDGET_S
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -100,6 +102,14 @@ VerifyOpt = typer.Option(
 
 
 NcuKernelsOpt = typer.Option(12, "--ncu-kernels", help="at most this many kernel names replayed by ncu")
+NcuBudgetOpt = typer.Option(
+    NCU_DEFAULT_BUDGET_S,
+    "--ncu-budget-s",
+    metavar="SECONDS",
+    help="with --mode auto, the seconds ncu may spend replaying kernels (about 0.43 s a launch): the kernels "
+    "whose counters can change the answer, most of that time per launch first; 0: no budget "
+    "(--mode hybrid replays every selected kernel)",
+)
 
 
 CalibrateOpt = typer.Option(

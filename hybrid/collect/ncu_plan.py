@@ -15,6 +15,7 @@ it can save, and the movable time bounds what moves into or out of another findi
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +23,7 @@ import pandas as pd
 
 from hybrid.profile import LAUNCH_CONFIG_COLUMNS, Profile, is_communication
 from hybrid.rules.engine import severity_for
+from nsight.ncu import SECONDS_PER_LAUNCH
 
 # Ledger pools only hardware counters give a cause (hybrid.ledger.causes): uncoalesced loads, occupancy, an
 # idle tensor pipe and the distance to the roofline are ncu's figures; without them that kernel time is
@@ -44,6 +46,9 @@ class NcuPlan:
     headroom_ms: float | None = None  # the most a finding resting on counters saves a step (weighed)
     kernel_names: list[str] | None = None  # the kernels worth counters, where fewer than the selection
     movable_ms: float | None = None  # kernel time a step counters could give a cause (kernel_unprofiled)
+    # Where the replay budget cut the kernels: budget_s, launches (replayed), launches_wanted,
+    # movable_ms_left_out (a step, of the kernels the answer wanted counters on).
+    budget: dict | None = None
 
 
 class KernelHeadroom:
@@ -85,15 +90,32 @@ class KernelHeadroom:
             .drop_duplicates(["name", *LAUNCH_CONFIG_COLUMNS])
             .groupby("name")
             .size()
-            .reindex(self.by_name.index, fill_value=1)
-            .clip(lower=1)
         )
+        # Kernel time a step of every kernel name, for the order of kernels holding no movable time.
+        in_step = kernels["step"].isin(steps).to_numpy(bool)
+        self.step_ms_by_name = (
+            pd.Series(duration_ms[in_step], dtype=float).groupby(names[in_step]).sum().div(per_step)
+        )
+
+    def launches_of(self, name: str) -> int:
+        """Launches ncu replays for a kernel name: its launch configurations in one step (at least one)."""
+        return max(1, int(self.launches.get(name, 1)))
 
     def profiling_order(self, candidates: Sequence[str]) -> list[str]:
         """The candidates holding movable time, most of it per launch ncu replays first: the fewest launches
         that take the most movable time out of what the unprofiled rest could move."""
         held = self.by_name[self.by_name.index.isin(list(candidates)) & (self.by_name > 0)]
-        return list((held / self.launches.loc[held.index]).sort_values(ascending=False, kind="stable").index)
+        per_launch = held / [self.launches_of(name) for name in held.index]
+        return list(per_launch.sort_values(ascending=False, kind="stable").index)
+
+    def budget_order(self, kernel_names: Sequence[str]) -> list[str]:
+        """`kernel_names` in the order a launch budget takes them: the kernels holding movable time first,
+        most of it per launch (profiling_order), then the others by their kernel time per launch (their
+        counters measure FLOPs and bytes the roofline uses, but cannot give kernel time another cause)."""
+        movable = self.profiling_order(kernel_names)
+        rest = [name for name in kernel_names if name not in movable]
+        rest.sort(key=lambda name: -float(self.step_ms_by_name.get(name, 0.0)) / self.launches_of(name))
+        return movable + rest
 
     def movable_ms(self, profiled: Sequence[str] = ()) -> float:
         """Kernel time a step whose cause counters could tell, outside the kernels named in `profiled`."""
@@ -112,7 +134,69 @@ class KernelHeadroom:
         return max(0.0, self.base_ms - self._replay(faster_kernels(self.graph, fix)).step_time_ms)
 
 
-def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced: bool) -> NcuPlan:
+def plan_ncu(
+    analysis: dict,
+    profile: Profile,
+    candidates: list[str],
+    *,
+    forced: bool,
+    budget_s: float | None = None,
+) -> NcuPlan:
+    """The ncu pass's plan (_plan_by_answer), its replay held within `budget_s` seconds (None or 0: no
+    budget): where the kernels the answer wants counters on would replay more launches than the budget
+    holds (SECONDS_PER_LAUNCH each), those holding the most movable time per launch, as many as it holds.
+    `forced` (--mode hybrid) runs ncu on every candidate, without a budget."""
+    if forced:
+        return NcuPlan(True, "--mode hybrid runs every pass")
+    plan = _plan_by_answer(analysis, profile, candidates)
+    if not plan.run or not budget_s or budget_s <= 0:
+        return plan
+    return _within_budget(plan, profile, candidates, budget_s)
+
+
+def _within_budget(plan: NcuPlan, profile: Profile, candidates: list[str], budget_s: float) -> NcuPlan:
+    from hybrid.replay.graph import ReplayUnavailable
+
+    try:
+        headroom = KernelHeadroom(profile)
+    except ReplayUnavailable:
+        return plan  # no step to order kernels on: the plan as the answer made it
+    wanted = plan.kernel_names or list(candidates)
+    launches_wanted = sum(headroom.launches_of(name) for name in wanted)
+    allowed = max(1, int(budget_s / SECONDS_PER_LAUNCH))
+    if launches_wanted <= allowed:
+        return plan
+    chosen: list[str] = []
+    used = 0
+    for name in headroom.budget_order(wanted):
+        cost = headroom.launches_of(name)
+        if not chosen or used + cost <= allowed:
+            chosen.append(name)
+            used += cost
+    movable_wanted = headroom.movable_ms() - headroom.movable_ms(wanted)
+    left_out = headroom.movable_ms(chosen) - headroom.movable_ms(wanted)
+    every_launch_s = math.ceil(launches_wanted * SECONDS_PER_LAUNCH)
+    reason = (
+        f"{plan.reason}; ncu's replay budget of {budget_s:g} s (about {SECONDS_PER_LAUNCH} s a launch) "
+        f"holds {used} of the {launches_wanted} launches those kernels take: the {len(chosen)} holding the "
+        f"most time counters can move per launch, {movable_wanted - left_out:.2f} of "
+        f"{movable_wanted:.2f} ms a step; the rest keep no counters "
+        f"(--ncu-budget-s {every_launch_s} replays them all)"
+    )
+    return dataclasses.replace(
+        plan,
+        reason=reason,
+        kernel_names=chosen,
+        budget={
+            "budget_s": budget_s,
+            "launches": used,
+            "launches_wanted": launches_wanted,
+            "movable_ms_left_out": round(left_out, 3),
+        },
+    )
+
+
+def _plan_by_answer(analysis: dict, profile: Profile, candidates: list[str]) -> NcuPlan:
     """Run ncu only where its counters can change the diagnosis of `analysis` (the results of the torch and
     nsys passes, without counters), on the `candidates` (select_kernels) whose counters can: all of them
     where a finding rests on kernel time only counters explain (they would measure what it estimates) or
@@ -120,11 +204,9 @@ def plan_ncu(analysis: dict, profile: Profile, candidates: list[str], *, forced:
     where a collector slowed the measured one, hybrid.analysis.diagnosis): where the time counters can move
     could make a finding that overtakes the primary, or take enough from a finding sharing its pool to
     change the primary or a severity, the fewest candidates, most movable time per launch first, that leave
-    the rest unable to; none otherwise. `forced` (--mode hybrid) runs it on every candidate."""
+    the rest unable to; none otherwise."""
     from hybrid.replay.graph import ReplayUnavailable
 
-    if forced:
-        return NcuPlan(True, "--mode hybrid runs every pass")
     diagnosis = analysis.get("diagnosis") or {}
     findings = [f for f in diagnosis.get("bottlenecks") or [] if not f.get("not_measured")]
     # A finding rests on counters when its pool starts with a cause only counters can tell (the roofline's

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from hybrid.inject.script import HYBRID_PID_ENV, SAFE_PATH_ENV
 from hybrid.load import settle
 from hybrid.rundir import RunDir
 from hybrid.schema import NCU_PLANNED_WARNING, NCU_SKIPPED_WARNING
+from nsight.ncu import DEFAULT_BUDGET_S as NCU_DEFAULT_BUDGET_S
 from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class RunOptions:
     baseline: bool = False
     ncu_kernels: int = 12  # cap on kernel names replayed by ncu
     ncu_coverage: float = 0.9
+    # Seconds of replay `--mode auto` gives the ncu pass (hybrid.collect.ncu_plan); 0: no budget.
+    ncu_budget_s: float = NCU_DEFAULT_BUDGET_S
     # What the nsys pass records to point findings at the script's lines (nsight.nsys.CALLSITE_LEVELS).
     callsites: str = "python"
     torch_stacks: bool = False  # the torch pass records operators' Python stacks (with_stack)
@@ -131,6 +134,11 @@ class RunOptions:
         if self.verify < 0:
             raise UsageError(
                 f"--verify cannot be negative (got {self.verify})", "pass --verify 3, for example"
+            )
+        if self.ncu_budget_s < 0:
+            raise UsageError(
+                f"--ncu-budget-s cannot be negative (got {self.ncu_budget_s:g})",
+                "pass --ncu-budget-s 5, for example, or 0 for no budget",
             )
         if self.ncu_kernels < 1:
             raise UsageError(
@@ -871,7 +879,7 @@ class Orchestrator:
         if analysis is None:
             return NcuPlan(True, "the run could not be analyzed before the ncu pass")
         try:
-            return plan_ncu(analysis, profile, candidates, forced=False)
+            return plan_ncu(analysis, profile, candidates, forced=False, budget_s=self.options.ncu_budget_s)
         except Exception as error:  # noqa: BLE001 - a failed estimate must not cost the counters: ncu runs
             return NcuPlan(True, f"the plan failed ({type(error).__name__}: {error})")
 
@@ -926,6 +934,7 @@ class Orchestrator:
         from nsight import ncu_metrics
 
         planned = self.options.mode != "hybrid" and not stepless
+        budget: dict | None = None  # where the plan's replay budget cut the kernels (NcuPlan.budget)
         if planned:
             profile, analysis = self._analyze_before_ncu()
         else:
@@ -955,6 +964,7 @@ class Orchestrator:
                     "kernels": plan.kernel_names,
                     "headroom_ms": plan.headroom_ms,
                     "movable_ms": plan.movable_ms,
+                    "budget": plan.budget,
                 }
             )
             self.progress(
@@ -981,6 +991,7 @@ class Orchestrator:
                     f"selected kernels: {plan.reason}"
                 )
                 kernel_names = plan.kernel_names
+            budget = plan.budget
         self.run_dir.write_text("ncu/selected_kernels.json", json.dumps(kernel_names, indent=1))
         nsys_dropped = (self.run_dir.read_inject("nsys") or {}).get("warmup_dropped")
         if isinstance(nsys_dropped, int) and nsys_dropped >= self.options.warmup and not stepless:
@@ -1008,6 +1019,12 @@ class Orchestrator:
             note=f"replaying {configs} launch configurations of "
             f"{len(kernel_names)} kernels (counters cost ~0.4 s each)",
         )
+        if budget and result.status == "ok":
+            result = replace(
+                result,
+                message=f"{budget['launches']} of {budget['launches_wanted']} launches: "
+                f"{budget['budget_s']:g} s replay budget",
+            )
         self._record(result)
         failure = self._workload_failure(result)
         if failure is not None:

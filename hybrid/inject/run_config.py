@@ -486,7 +486,9 @@ def _generation(models: list) -> dict:
                     getattr(getattr(model, "generation_config", None), "cache_implementation", None)
                 ),
                 "forward_compiled": hasattr(getattr(model, "forward", None), "_torchdynamo_orig_callable"),
-                "compiles_static_forward": _compiles_static_forward(getattr(model, "generation_config", None)),
+                "compiles_static_forward": _compiles_static_forward(
+                    getattr(model, "generation_config", None)
+                ),
             }
             for model in models
         ]

@@ -640,8 +640,9 @@ def _pass_part(item: dict) -> str:
         details.append(f"{format_value(step, 'ms')}/step")
         if item.get("name") != "plain" and item.get("overhead_pct") is not None:
             details.append(f"overhead {format_change_pct(item['overhead_pct'])}{overhead_noise(item)}")
-    if (item.get("status") != "ok" or item.get("name") == "calibration") and item.get("message"):
-        details.append(str(item["message"]))  # the calibration's: the speedups it measured
+    if (item.get("status") != "ok" or item.get("name") in ("calibration", "ncu")) and item.get("message"):
+        # the calibration's: the speedups it measured; ncu's: where its replay budget cut the launches
+        details.append(str(item["message"]))
     return part + (f" ({', '.join(details)})" if details else "")
 
 
