@@ -77,9 +77,12 @@ def measure(args: argparse.Namespace) -> int:
     run_dir = out / "run"
     run_json = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
     passes = {p["name"]: p.get("wall_s") for p in run_json.get("passes") or []}
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     row = {
         "workload": args.name,
-        "gpu": args.gpu,
+        # the card the diagnosis ran on: a job list written for the H200 may get an H100
+        "gpu": args.gpu or (results.get("device") or {}).get("name") or "unknown",
         "compiled": args.compiled,
         "plain_s": plain_s,
         "diagnose_s": diagnose_s,
@@ -336,7 +339,7 @@ def main() -> int:
     run.add_argument("--out", required=True, help="job folder; the diagnosis must write its run to OUT/run")
     run.add_argument("--plain", required=True, help="the workload's own command")
     run.add_argument("--diagnose", required=True, help="the diagnosis (hybrid diagnose/run --out OUT/run)")
-    run.add_argument("--gpu", default="NVIDIA H200")
+    run.add_argument("--gpu", help="the card's name; by default the one the diagnosis's results.json names")
     run.add_argument("--compiled", action="store_true", help="the workload calls torch.compile")
     run.add_argument("--goal", default="any", choices=("any", "make-diagnose-defaults"))
     run.add_argument("--timeout-s", type=float, default=400)
