@@ -28,7 +28,14 @@ def captures() -> list[Path]:
     # A folder of runs (h200-resnet50-precision holds one per precision) is no capture itself.
     runs = sorted(p.parent for p in (FIXTURES / "runs").glob("**/run.json"))
     jobs = sorted(p for p in (FIXTURES / "jobs").iterdir() if p.is_dir())
-    return sorted(FIXTURES.glob("planted/*/run")) + runs + jobs
+    single = [
+        *FIXTURES.glob("planted/*/run"),
+        *FIXTURES.glob("callsites/planted/*/run"),
+        *FIXTURES.glob("precision/*/run"),
+        *FIXTURES.glob("unmarked_runs/*/run"),
+        *FIXTURES.glob("verify/*/run"),
+    ]
+    return sorted(single) + runs + jobs
 
 
 def name_of(capture: Path) -> str:

@@ -356,6 +356,30 @@ def test_only_the_planted_loops_over_samples_read_as_a_loop_over_rows(analyzed):
     assert found == {"planted/launch_batch1_deep_mlp/run", "planted/launch_per_sample_loss/run"}
 
 
+def test_cpu_heavy_ops_are_batched_only_where_a_row_loop_was_found(analyzed):
+    """The CPU-heavy operators are a loop to batch only where the torch pass found the loop over a tensor's
+    rows; elsewhere their evidence says how often each runs (Lightning's gradient clipping: aten::stack once
+    a step) and the first change is what removes their dispatch, the one the launch finding asks for."""
+    seen = 0
+    for name, results in analyzed.items():
+        diagnosis = results["diagnosis"]
+        for finding in diagnosis["bottlenecks"] + diagnosis.get("below_floor", []):
+            if finding["id"] != "cpu.heavy_ops" or not finding["advice"]:
+                continue
+            seen += 1
+            texts = [a["text"] for a in finding["advice"]]
+            batched = any(t.startswith("Batch the Python loop") for t in texts)
+            assert batched == ("row_loop_rows" in results["metrics"]), name
+            calls = next(e for e in finding["evidence"] if e["label"] == "ops, calls and host time a step")
+            assert " ×" in calls["value"] and calls["source"] == "measured:torch", name
+    assert seen >= 8
+    lightning = analyzed["unmarked_runs/lightning_bf16_transformer/run"]
+    found = {f["id"]: f for f in lightning["diagnosis"]["bottlenecks"]}
+    calls = next(e for e in found["cpu.heavy_ops"]["evidence"] if e["label"].startswith("ops, calls"))
+    assert calls["value"].startswith("aten::stack ×1 ")
+    assert found["cpu.heavy_ops"]["advice"][0]["text"] == found["launch.dispatch"]["advice"][0]["text"]
+
+
 # Four workloads of libraries no planted script uses, captured unmarked on the H200 (their command.sh): the
 # lever a reader of each script would pull first, and the line of theirs it is on.
 STRANGERS = {

@@ -39,8 +39,9 @@ def optimizer_ranges(ops: pd.DataFrame, host_only: pd.DataFrame) -> pd.Series:
     return out
 
 
-def _ops_text(rows: pd.DataFrame, n_steps: int) -> str:
-    """'torch::autograd::AccumulateGrad ×38 0.146 ms, ...': each op's calls and host time a step."""
+def ops_text(rows: pd.DataFrame, n_steps: int) -> str:
+    """'torch::autograd::AccumulateGrad ×38 0.146 ms, ...': each op's calls and host time a step (rows of op
+    calls with a `cpu_ns` column), most host time first."""
     by_name = rows.groupby("name")["cpu_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     parts = [
         f"{name.removeprefix(AUTOGRAD_NODE_PREFIX)} ×{row['size'] / n_steps:.0f} "
@@ -67,8 +68,8 @@ def dispatch_metrics(
         "dispatch_optimizer_ms": Metric(float(optimizer["cpu_ns"].sum()) / n_steps / NS_PER_MS, "ms", source),
     }
     if not autograd.empty:
-        out["dispatch_autograd_ops"] = Metric(_ops_text(autograd, n_steps), "", source)
+        out["dispatch_autograd_ops"] = Metric(ops_text(autograd, n_steps), "", source)
     if not optimizer.empty:
-        out["dispatch_optimizer_ops"] = Metric(_ops_text(optimizer, n_steps), "", source)
+        out["dispatch_optimizer_ops"] = Metric(ops_text(optimizer, n_steps), "", source)
         out["dispatch_optimizer_range"] = Metric(str(in_range[in_range != ""].mode().iloc[0]), "", source)
     return out

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.counters import counter_metrics
-from hybrid.analysis.host_dispatch import dispatch_metrics
+from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
     elementwise_mask,
@@ -331,6 +331,8 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["cpu_heavy_ops_ms"] = Metric(per_step(heavy["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # Every name, most CPU time first, so the list matches the count beside it; reports shorten it.
     out["cpu_heavy_op_names"] = Metric(", ".join(heavy.index), "", src)
+    if len(heavy):
+        out["cpu_heavy_op_calls"] = Metric(ops_text(top[top["name"].isin(heavy.index)], n), "", src)
 
     loop = row_loop(top, n)
     if loop is not None:
