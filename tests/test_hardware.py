@@ -84,3 +84,15 @@ def test_l2_bandwidth_is_known_only_where_a_source_is_cited():
     for name in ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "NVIDIA L4"):
         peaks = peaks_for(DeviceInfo(name=name))
         assert peaks.l2 is None and "l2_bytes_per_s" in peaks.unknown
+
+
+def test_an_unknown_l2_peak_is_a_limitation_only_where_counters_measured_l2_bytes():
+    """The Lightning run on an H100 (no L2 peak in reach) skipped ncu: no figure reads L2 bytes against the
+    peak, so no 'Unknown peaks' limitation; its results still list the peak as unknown."""
+    from hybrid.pipeline import analyze_run_dir
+
+    run = Path(__file__).parent / "fixtures/unmarked_runs/lightning_bf16_transformer/run"
+    results = analyze_run_dir(run)
+    assert results["device"]["name"] == "NVIDIA H100 80GB HBM3"
+    assert results["device"]["peaks"]["unknown"] == ["l2_bytes_per_s"]
+    assert not any(text.startswith("Unknown peaks") for text in results["limitations"])
