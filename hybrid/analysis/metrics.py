@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.counters import counter_metrics
-from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text
+from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text, optimizer_ranges
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
     elementwise_mask,
@@ -354,8 +354,16 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     ordered = top.sort_values(["tid", "start_ns"])
     nxt = ordered["name"].shift(-1)
     same_tid = ordered["tid"].eq(ordered["tid"].shift(-1))
+    # torch.optim's own step count: Adam and AdamW (not fused, not capturable) run aten::empty then aten::to
+    # on the host inside Optimizer.step every step (9 of the committed captures, one a step), a tensor that
+    # stays on the CPU; read as "created on the CPU then moved" it took the batch's copy time.
+    in_optimizer = optimizer_ranges(with_annotations, ordered) != ""
     moved = (
-        ordered["name"].isin(CREATE_OPS) & ordered["device_total_ns"].eq(0) & nxt.isin(MOVE_OPS) & same_tid
+        ordered["name"].isin(CREATE_OPS)
+        & ordered["device_total_ns"].eq(0)
+        & nxt.isin(MOVE_OPS)
+        & same_tid
+        & ~in_optimizer
     )
     out["created_on_cpu_then_moved"] = Metric(per_step(moved.sum(), n), "tensors", src)
     out["created_on_cpu_op_names"] = Metric(", ".join(sorted(set(ordered.loc[moved, "name"]))), "", src)
