@@ -179,19 +179,35 @@ def test_crashing_rank_stops_the_job_and_keeps_folders(tmp_path):
         )
     error = raised.value
     assert error.exit_code == 3
-    assert "rank 1 failed first" in error.cause and "planted failure on rank 1" in error.cause
-    outcomes = {
-        rank: json.loads((tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json").read_text())[
-            "outcome"
-        ]
-        for rank in (0, 1)
-    }
+    assert "rank 1 failed first" in error.cause
+    reports = {rank: tmp_path / "run" / f"rank-0{rank}" / "torch" / "inject.json" for rank in (0, 1)}
+    # Once on the loaded 2-core CI box (2026-12-05) rank 1 died after raising, before writing its
+    # report (its finally destroys the process group while rank 0 may be mid-collective): then only
+    # torchrun's summary names it, as the next test plants.
+    if reports[1].exists():
+        assert "planted failure on rank 1" in error.cause
+        assert json.loads(reports[1].read_text())["outcome"] == "exception"
+    else:
+        assert "per torchrun" in error.cause
     # Rank 0 either raises on its peer's closed socket or, when torchrun's SIGTERM comes first, is stopped.
-    assert outcomes[1] == "exception" and outcomes[0] in ("exception", "interrupted")
+    assert json.loads(reports[0].read_text())["outcome"] in ("exception", "interrupted")
     assert "rank-00" in error.kept and "rank-01" in error.kept
-    # What the ranks gathered before the crash still analyzes: two measured steps each.
+    # What rank 0 gathered before the crash still analyzes: two measured steps.
     results = analyze_job(tmp_path / "run")
-    assert {r: v["step_time_ms"] is not None for r, v in results["ranks"].items()} == {"0": True, "1": True}
+    assert results["ranks"]["0"]["step_time_ms"] is not None
+
+
+@pytest.mark.slow
+def test_a_rank_dying_outside_python_is_named_from_torchruns_summary(tmp_path):
+    # Rank 1 dies by SIGABRT (a C++ library aborting): no inject.json, and rank 0 raises on the
+    # connection it reset. The peer's error is collateral; the silent rank is the cause.
+    crash = ["--crash-rank", "1", "--crash-at", str(2 + SHORT_PLAIN_STEPS + 2), "--crash-how", "abort"]
+    with pytest.raises(WorkloadError) as raised:
+        run_job([SCRIPT, *crash], _options(tmp_path / "run"), 2, None)
+    cause = raised.value.cause
+    assert "rank 1: ended without a report (exit code -6, SIGABRT per torchrun)" in cause
+    assert "rank 1 failed first (exit code -6, SIGABRT per torchrun)" in cause
+    assert "Connection reset by peer" not in cause.split("failed first")[1]
 
 
 @pytest.mark.slow

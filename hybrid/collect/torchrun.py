@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hybrid.analysis.job_metrics import find_rank_dirs, job_block, load_rank_timeline, rank_dir_name
 from hybrid.collect.orchestrate import Orchestrator, PassResult, Progress, RunOptions, Target
+from hybrid.collect.torchrun_failures import read_torchrun_failures
 from hybrid.errors import ProfilerError, UsageError, WorkloadError
 from hybrid.inject.rank import RANK_DIR_PLACEHOLDER
 from hybrid.rundir import RunDir
@@ -177,26 +178,28 @@ class JobOrchestrator(Orchestrator):
             for r, i in injects.items()
             if i and (i.get("outcome") == "exception" or i.get("exit_code") not in (0, None))
         }
-        # A rank torchrun stopped after another failed reports "interrupted"; the one that raised is the
-        # cause.
-        raised = {r: i for r, i in failed.items() if i.get("outcome") == "exception"}
         silent = [r for r, i in injects.items() if i is None] if result.returncode not in (0, None) else []
         if not failed and not silent:
             self._check_steps_agree(result.name)
             return None
-        culprits = raised or failed
+        torchrun = read_torchrun_failures(self.run_dir.path / result.name / "console.log")
         lines = [
             f"rank {r}: {i.get('outcome')} (exit status {i.get('exit_code')})"
             for r, i in sorted(failed.items())
         ]
-        lines += [f"rank {r}: ended without a report (killed, or crashed outside Python)" for r in silent]
+        lines += [
+            f"rank {r}: ended without a report ("
+            + (torchrun.ranks[r].describe() if r in torchrun.ranks else "killed, or crashed outside Python")
+            + ")"
+            for r in silent
+        ]
         cause = f"the workload failed in the {result.name} pass of the {len(injects)}-rank job: " + "; ".join(
             lines
         )
-        if culprits:
-            first = self._first_failure(result.name, culprits)
-            tb = (culprits[first].get("traceback") or "").strip()
-            cause += f"\nrank {first} failed first" + (f":\n{tb}" if tb else "")
+        first = self._first_failure(result.name, failed, silent, torchrun.root_cause)
+        tb = (failed[first].get("traceback") or "").strip() if first in failed else ""
+        how = f" ({torchrun.ranks[first].describe()})" if first in silent and first in torchrun.ranks else ""
+        cause += f"\nrank {first} failed first{how}" + (f":\n{tb}" if tb else "")
         return WorkloadError(
             cause,
             "fix the script so it runs under torchrun on its own: torchrun "
@@ -204,15 +207,25 @@ class JobOrchestrator(Orchestrator):
             kept=", ".join(str(p) for p in self.run_dir.rank_dirs().values()) or str(self.run_dir.path),
         )
 
-    def _first_failure(self, name: str, failed: dict[int, dict]) -> int:
-        """The rank whose failure is not a peer's fault, earliest report first."""
+    def _first_failure(
+        self, name: str, failed: dict[int, dict], silent: list[int], root_cause: int | None
+    ) -> int:
+        """The rank whose failure is not a peer's fault. A rank that raised its own error comes first
+        (earliest report first); then a rank that died without a report (torchrun's root cause first),
+        since the ranks that raised on its closed socket or were stopped by torchrun followed it; then
+        the others."""
 
-        def key(rank: int) -> tuple[bool, float, int]:
-            collateral = any(mark in (failed[rank].get("traceback") or "") for mark in PEER_FAILURE_MARKS)
-            report = self.run_dir.path / rank_dir_name(rank) / name / "inject.json"
-            return collateral, report.stat().st_mtime if report.exists() else float("inf"), rank
+        def key(rank: int) -> tuple[int, float, int]:
+            if rank in silent:
+                return 1, 0.0 if rank == root_cause else 1.0, rank
+            report = failed[rank]
+            collateral = report.get("outcome") == "interrupted" or any(
+                mark in (report.get("traceback") or "") for mark in PEER_FAILURE_MARKS
+            )
+            inject = self.run_dir.path / rank_dir_name(rank) / name / "inject.json"
+            return 2 if collateral else 0, inject.stat().st_mtime if inject.exists() else float("inf"), rank
 
-        return min(failed, key=key)
+        return min([*failed, *silent], key=key)
 
     def _write_wrap(self, name: str, ranks: str | list[int], argv: list[str]) -> Path:
         return self.run_dir.write_text(

@@ -8,7 +8,7 @@ CI), or sized for H200s over NCCL with --device cuda (one GPU per rank, cuda:LOC
   bucket, reduced only after the whole backward.
 --heavy-rank R --heavy-factor F: rank R's batch is F times the others' (uneven work: a straggler by compute).
 --slow-rank R --sleep-ms MS: rank R sleeps MS after each optimizer step (a straggler).
---crash-rank R --crash-at N: rank R raises at iteration N.
+--crash-rank R --crash-at N: rank R raises at iteration N (--crash-how abort: dies by SIGABRT, outside Python).
 --record-env DIR: each rank records whether a collector wrapper (hybrid.inject.rank --wrap-json) ran it."""
 
 import argparse
@@ -35,6 +35,7 @@ parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--sleep-ms", type=float, default=0.0)
 parser.add_argument("--crash-rank", type=int, default=-1)
 parser.add_argument("--crash-at", type=int, default=-1)
+parser.add_argument("--crash-how", choices=("raise", "abort"), default="raise")
 parser.add_argument("--record-env", help="write each rank's HYBRID_WRAPPED variable to RECORD_ENV/rank<R>.json")
 args = parser.parse_args()
 
@@ -55,6 +56,8 @@ data = torch.randn(batch, args.width, device=device)
 try:
     for i in range(args.iters):
         if rank == args.crash_rank and i == args.crash_at:
+            if args.crash_how == "abort":
+                os.abort()
             raise RuntimeError(f"planted failure on rank {rank} at iteration {i}")
         optimizer.zero_grad()
         model(data).square().mean().backward()
