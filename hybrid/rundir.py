@@ -92,6 +92,7 @@ INJECT_TYPES: dict[str, tuple[type, ...]] = {
     "whole_run": (bool,),
     "window_ns": (int,),
     "step_end_ns": (list,),
+    "gc": (dict,),
 }
 
 

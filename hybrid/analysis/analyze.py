@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.jitter import slow_step_metrics
 from hybrid.analysis.metrics import compute_metrics
 from hybrid.analysis.roofline import roofline
 from hybrid.analysis.step_timeline import step_timeline
@@ -156,6 +157,15 @@ def analyze(profile: Profile) -> Analysis:
     ledger = build_ledger(profile, peaks) if gpu else None
     if ledger is not None:
         metrics.update(ledger.idle_metrics(frame_source(profile, "kernels")))
+    metrics.update(
+        slow_step_metrics(
+            steady_steps(profile),
+            ledger,
+            profile,
+            frame_source(profile, "kernels" if gpu else "steps"),
+            frame_source(profile, "ops"),
+        )
+    )
     ctx = Context(
         metrics=metrics,
         pools=ledger.ms_per_step() if ledger else {},

@@ -13,6 +13,7 @@ import pandas as pd
 
 from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text, optimizer_ranges
+from hybrid.analysis.jitter import later_step_metrics
 from hybrid.analysis.kernel_classes import (
     MATMUL_KINDS,
     elementwise_mask,
@@ -91,6 +92,7 @@ def _timing(profile: Profile, steps: pd.DataFrame, src: str) -> dict[str, Metric
         "step_time_all_mean_ms": Metric(float(all_steps["dur_ns"].mean() / NS_PER_MS), "ms", src),
         "slowest_step": Metric(f"{slow['name']} ({slow['dur_ns'] / NS_PER_MS:.3g} ms)", "", src),
         "slowest_step_ms": Metric(float(slow["dur_ns"] / NS_PER_MS), "ms", src),
+        **later_step_metrics(steps, src),
     }
 
 
@@ -465,7 +467,26 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
     if extras.get("uses_compile") is not None:
         out["uses_compile"] = Metric(int(bool(extras["uses_compile"])), "bool", src)
+    out.update(_gc(extras, src))
     return out
+
+
+def _gc(extras: dict, src: str) -> dict[str, Metric]:
+    """Python's garbage collections in the injector's measured window (hybrid.inject.gc_watch)."""
+    gc, steps = extras.get("gc"), extras.get("measured_steps")
+    if not isinstance(gc, dict) or not isinstance(steps, int) or steps < 1:
+        return {}
+    counts, ms, longest = gc.get("collections"), gc.get("ms"), gc.get("longest_ms")
+    if not (isinstance(counts, list) and len(counts) == 3 and all(isinstance(c, int) for c in counts)):
+        return {}
+    if not isinstance(ms, int | float) or not isinstance(longest, int | float):
+        return {}
+    return {
+        "gc_collections_per_step": Metric(sum(counts) / steps, "collections", src),
+        "gc_full_collections": Metric(counts[2], "collections", src),
+        "gc_ms_per_step": Metric(float(ms) / steps, "ms", src),
+        "gc_longest_ms": Metric(float(longest), "ms", src),
+    }
 
 
 def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:

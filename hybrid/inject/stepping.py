@@ -33,6 +33,7 @@ from typing import Any
 
 from hybrid.errors import UsageError
 from hybrid.inject import run_config
+from hybrid.inject.gc_watch import GcWatch
 from hybrid.inject.nvtx_ranges import RangeStack
 from hybrid.inject.user_profiler import UserProfilers
 from hybrid.load import settle
@@ -241,6 +242,7 @@ class StepSession:
         # True from the moment finish() starts writing the trace and inject.json: a launcher's SIGTERM
         # that lands then must not cut the report short (hybrid.inject.rank checks it).
         self.finishing = False
+        self._gc = GcWatch()  # collections inside the measured window
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -586,6 +588,7 @@ class StepSession:
             torch.cuda.reset_peak_memory_stats()
         self._start_collection()
         self._state = "measuring"
+        self._gc.start()
         self._window_start_ns = time.perf_counter_ns()
         self._open_step_range(0)
 
@@ -619,6 +622,7 @@ class StepSession:
         import torch
 
         self._state = "done"
+        self._gc.stop()
         for handle in self._module_hooks:
             handle.remove()
         self._module_hooks = []
@@ -735,6 +739,7 @@ class StepSession:
             "cuda_available": torch.cuda.is_available(),
             "device_name": device_name,
             "peak_memory_bytes": peak_memory,  # since the window started (reset there)
+            "gc": self._gc.facts(),
             "memory_capacity_bytes": capacity,
             "torch_version": torch.__version__,
             "graph_breaks": _graph_breaks(),

@@ -3,6 +3,7 @@ with compute, step jitter."""
 
 from __future__ import annotations
 
+from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion, batch_inputs, loader_workers
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
@@ -18,6 +19,10 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # A steady training loop varies by a few % step to step; above 10% CV something intermittent
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
+# Python's collector explains the variation where it takes a quarter of what the variation costs a step.
+GC_SHARE = 0.25
+# The compiled function's calls: host time there that grows on some steps is Dynamo's guards and recompiles.
+COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction")
 
 
 def pageable_copy_lost_ms(
@@ -33,11 +38,6 @@ def pageable_copy_lost_ms(
 def exposed_copy_lost_ms(exposed_pinned_ms: float, kernel_ms: float) -> float:
     """A copy can hide behind compute on another stream, at most behind all of the step's kernels."""
     return max(0.0, min(exposed_pinned_ms, kernel_ms))
-
-
-def jitter_lost_ms(mean_ms: float, median_ms: float) -> float:
-    """Slow steps pull the mean above the typical step; that excess is what jitter costs."""
-    return max(0.0, mean_ms - median_ms)
 
 
 def loader_stall_model(inp: Inputs) -> float | None:
@@ -301,50 +301,144 @@ def exposed_copies_report(ctx: Context, lost_ms: float) -> Report:
     )
 
 
-def jitter_advice(ctx: Context) -> list[Suggestion]:
-    condition = (
-        f"step time varies by {ctx.value('step_time_cv_pct', 0.0):.0f}% (slowest: "
-        f"{ctx.value('slowest_step') or 'n/a'})"
+def _loader_advice(ctx: Context, condition: str) -> list[Suggestion]:
+    if ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR or ctx.config.data_loaders == []:
+        return loader_workers(ctx.config, condition=condition)
+    return [
+        Suggestion(
+            "Raise the DataLoader's prefetch_factor (and num_workers, up to the free CPU cores), so the "
+            "batches that take longer to build are ready before they are needed",
+            condition + " from worker processes that fall behind on some batches",
+        )
+    ]
+
+
+def _device_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
+    slow_kernels, typical_kernels = (
+        ctx.value("slow_step_kernels", 0.0),
+        ctx.value("typical_step_kernels", 0.0),
     )
+    if round(slow_kernels) != round(typical_kernels):
+        return [
+            Suggestion(
+                "Give every step the same work: pad or bucket variable-size inputs to a few fixed shapes "
+                "(sequence lengths, image sizes), and keep data-dependent branches out of the step",
+                f"{condition}; a slow step launches {slow_kernels:.0f} kernels, a typical one "
+                f"{typical_kernels:.0f}",
+            )
+        ]
+    return [
+        Suggestion(
+            "Look for another process or a clock change on this GPU during the run (nvidia-smi: "
+            "processes, clocks, throttle reasons): the same kernels ran longer on some steps",
+            f"{condition}; slow and typical steps launch the same {typical_kernels:.0f} kernels",
+            locates_code=True,
+        )
+    ]
+
+
+def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
     out = []
-    if ctx.value("data_loader_ms", 0.0) > 0 or ctx.config.data_loaders:
-        out += loader_workers(ctx.config, condition=condition + "; batches come from a DataLoader")
-    if ctx.config.compiled or ctx.value("graph_breaks", 0):
+    gc_ms, gc_calls = ctx.value("gc_ms_per_step"), ctx.value("gc_collections_per_step")
+    lost_ms = ctx.value("later_steps_mean_over_median_ms", 0.0)
+    if gc_ms is not None and gc_ms > 0 and gc_ms >= GC_SHARE * lost_ms:
         out.append(
             Suggestion(
-                "Check for recompiles with TORCH_LOGS=recompiles", condition + "; the model runs compiled"
+                "Call gc.freeze() once the model and optimizer are built (and gc.collect() before it), so "
+                "Python's collector stops re-scanning their objects during the steps",
+                f"{condition}; Python's garbage collector ran {gc_calls:.2g} times a step for "
+                f"{gc_ms:.2g} ms (longest {ctx.value('gc_longest_ms', 0.0):.2g} ms)",
             )
         )
-    out.append(
-        Suggestion(
-            "Move logging, evaluation and checkpointing off the hot steps or make them asynchronous; "
-            "gc.freeze() after setup if Python's garbage collector runs mid-step",
-            condition,
+    ops = ctx.value("slow_step_extra_ops")
+    if ops and ops != "none":
+        if ctx.config.compiled and any(mark in ops for mark in COMPILED_OP_MARKS):
+            out.append(
+                Suggestion(
+                    "Check for recompiles with TORCH_LOGS=recompiles and mark the varying dimension "
+                    "dynamic (torch._dynamo.mark_dynamic) or fix it",
+                    f"{condition}; the extra host time is in the compiled function's calls: {ops}",
+                )
+            )
+        else:
+            out.append(
+                Suggestion(
+                    "Give those ops the same inputs every step: pad or bucket the inputs whose size "
+                    "varies, and move what they do per sample into DataLoader workers",
+                    f"{condition}; the slow steps spend more host time in {ops}",
+                )
+            )
+    elif "every" in str(ctx.value("slow_steps") or ""):
+        out.append(
+            Suggestion(
+                "Make the loop's periodic work (logging, evaluation, checkpointing every few steps) "
+                "asynchronous or less frequent",
+                f"{condition}; the slow steps come at a fixed stride, and no torch op grows on them",
+            )
         )
-    )
+    if not out:
+        gc = (
+            f"Python's collector took {gc_ms:.2g} ms a step"
+            if gc_ms is not None
+            else "Python's collector was not timed in this capture"
+        )
+        out.append(
+            Suggestion(
+                "Sample the script's Python on the slow steps (py-spy record, or pyinstrument) to find the "
+                "code whose time varies: tokenizing or decoding inputs of varying size in the loop is "
+                "typical",
+                f"{condition}; no torch op's host time grows on them and {gc}",
+                locates_code=True,
+            )
+        )
     return out
 
 
+def jitter_advice(ctx: Context) -> list[Suggestion]:
+    """What removes the variation, from where the slow steps' extra time goes (hybrid.analysis.jitter):
+    a DataLoader fetch, device work that differs or runs slower, host work in named ops, Python's
+    collector, periodic work."""
+    slow, extra = ctx.value("slow_steps"), ctx.value("slow_step_extra_ms")
+    if slow is None or extra is None:
+        return []
+    causes = ctx.value("slow_step_extra_causes")
+    condition = f"slow steps ({slow}) take {extra:.2g} ms more than typical ones" + (
+        f", in {causes}" if causes else ""
+    )
+    cause = ctx.value("slow_step_extra_cause")
+    if cause == "dataloader_fetch":
+        return _loader_advice(ctx, condition)
+    if cause in BUSY_ORDER:
+        return _device_side_advice(ctx, condition)
+    return _host_side_advice(ctx, condition)
+
+
 def jitter_model(inp: Inputs) -> float | None:
-    if inp["step_time_cv_pct"] < STEP_CV_PCT:
+    # The first measured step runs as the collector starts; the variation that costs the loop is the
+    # later steps' (hybrid.analysis.jitter).
+    if inp["later_steps_cv_pct"] < STEP_CV_PCT:
         return None
-    return jitter_lost_ms(inp["step_time_ms"], inp["step_time_median_ms"])
+    return inp["later_steps_mean_over_median_ms"]
 
 
 def jitter_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
         title="Step time varies from step to step",
         pairs=[
-            ("step time CV", "step_time_cv_pct"),
-            ("mean step", "step_time_ms"),
+            ("step time CV after the first step", "later_steps_cv_pct"),
             ("median step", "step_time_median_ms"),
-            ("slowest step", "slowest_step"),
-            ("outlier steps excluded", "steps_excluded"),
+            ("slow steps", "slow_steps"),
+            ("a slow step's extra time", "slow_step_extra_ms"),
+            ("where it goes", "slow_step_extra_causes"),
+            ("ops whose host time grows", "slow_step_extra_ops"),
+            ("kernels a step, slow / typical", "slow_step_kernels"),
+            ("Python GC time a step", "gc_ms_per_step"),
         ],
         explanation=(
-            "Some steps take much longer than others. Intermittent stalls usually come from the input "
-            "pipeline (a DataLoader worker falls behind), Python garbage collection, recompilation or "
-            "periodic logging/checkpointing."
+            "Some steps take longer than others; the time lost is what the slower steps add to the mean "
+            "over the median step. Where their extra time goes says why: waiting for a batch, device work "
+            "that differs from step to step, or host work (named ops, Python's garbage collector, "
+            "periodic work in the loop)."
         ),
         suggestions=jitter_advice(ctx),
     )
@@ -403,7 +497,7 @@ RULES = [
     Rule(
         "steps.jitter",
         "DATA_PIPELINE",
-        ("step_time_cv_pct", "step_time_median_ms", "step_time_ms"),
+        ("later_steps_cv_pct", "later_steps_mean_over_median_ms"),
         jitter_model,
         jitter_report,
         floor_pct=MIN_LOST_PCT,

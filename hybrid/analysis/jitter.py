@@ -1,0 +1,118 @@
+"""Why step time varies: the steady steps after the first, the slow ones (over SLOW_STEP_FACTOR x their
+median) against the typical ones (at most the median), cause by cause in the ledger, kernel count by
+kernel count and op by op in the torch pass.
+
+The first measured step is left out: it runs as the collector starts (torch.profiler's first step, the
+nsys capture range opening). Of the 9 committed captures whose steps varied by 10% or more, 7 did so
+through that step alone (compiled_train_mlp: 9.35 ms against a 6.8 ms median; the 19 steps after it
+vary by 8%)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.analysis.op_ranges import top_level_ops
+from hybrid.analysis.steps import in_steps
+from hybrid.ledger import Ledger
+from hybrid.ledger.causes import LABELS
+from hybrid.numbers import NS_PER_MS
+from hybrid.profile import Profile
+from hybrid.provenance import Metric
+
+# A step 10% over the median is slow: steady loops vary by a few % (data_pipeline.STEP_CV_PCT).
+SLOW_STEP_FACTOR = 1.1
+# An op or cause named as where the slow steps' extra time went holds at least this share of it.
+NAMED_SHARE = 0.1
+# Slow steps at one regular stride, this many at least, are periodic work in the loop.
+PERIODIC_MIN = 3
+
+
+def later_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steady steps after the first one measured."""
+    return steps.sort_values("start_ns").iloc[1:]
+
+
+def later_step_metrics(steps: pd.DataFrame, src: str) -> dict[str, Metric]:
+    """How much the steps after the first vary, and what their slow steps cost over the median."""
+    later = later_steps(steps)
+    if len(later) < 2:
+        return {}
+    ms = later["dur_ns"].to_numpy() / NS_PER_MS
+    mean = float(ms.mean())
+    return {
+        "later_steps_cv_pct": Metric(100 * float(ms.std(ddof=0)) / mean if mean else 0.0, "%", src),
+        "later_steps_mean_over_median_ms": Metric(max(0.0, mean - float(np.median(ms))), "ms", src),
+    }
+
+
+def _slow_and_typical(steps: pd.DataFrame) -> tuple[pd.Index, pd.Index]:
+    dur = later_steps(steps).set_index("step")["dur_ns"]
+    median = float(dur.median())
+    return dur.index[dur > SLOW_STEP_FACTOR * median], dur.index[dur <= median]
+
+
+def _where(slow: pd.Index, later: pd.Index) -> str:
+    """The slow steps by number, runs of consecutive ones as ranges, and the stride where it is one."""
+    positions = np.flatnonzero(later.isin(slow))
+    runs = np.split(positions, np.flatnonzero(np.diff(positions) > 1) + 1)
+    parts = [f"{later[r[0]]}" if len(r) == 1 else f"{later[r[0]]}-{later[r[-1]]}" for r in runs]
+    text = (
+        "step"
+        + ("s " if len(positions) > 1 else " ")
+        + ", ".join(parts[:8])
+        + (", ..." if len(parts) > 8 else "")
+    )
+    strides = np.unique(np.diff(positions))
+    if len(positions) >= PERIODIC_MIN and len(strides) == 1 and strides[0] > 1:
+        return f"{text}: every {strides[0]}th step"
+    return text
+
+
+def _extra_per(values: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> pd.Series:
+    """Per column, the slow steps' mean minus the typical steps' (a step without a row counts 0)."""
+    slow_mean = values.reindex(slow, fill_value=0).mean()
+    return (slow_mean - values.reindex(typical, fill_value=0).mean()).sort_values(ascending=False)
+
+
+def _named(extra: pd.Series, total_ms: float, label: dict[str, str] | None = None) -> str:
+    named = extra[extra >= NAMED_SHARE * total_ms].head(3)
+    return "; ".join(f"{(label or {}).get(str(k), k)} +{v:.2g} ms" for k, v in named.items())
+
+
+def slow_step_metrics(
+    steps: pd.DataFrame, ledger: Ledger | None, profile: Profile, src: str, ops_src: str
+) -> dict[str, Metric]:
+    """Where the slow steps' extra time goes: the ledger cause that grows most (its key for the rules,
+    its label for the reader; with a device timeline only), the kernels a slow and a typical step
+    launch, the top-level ops whose host time grows (torch pass only)."""
+    slow, typical = _slow_and_typical(steps)
+    if slow.empty or typical.empty:
+        return {}
+    dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
+    extra_ms = float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
+    out = {
+        "slow_steps": Metric(f"{len(slow)} of {len(dur)}: " + _where(slow, dur.index), "", src),
+        "slow_step_extra_ms": Metric(extra_ms, "ms", src),
+    }
+    if ledger is not None:
+        seg = ledger.segments
+        seg_ms = ((seg["end_ns"] - seg["start_ns"]) / NS_PER_MS).groupby(
+            [seg["step"], seg["cause"]], observed=True
+        )
+        by_cause = _extra_per(seg_ms.sum().unstack(fill_value=0.0), slow, typical)
+        kernels = in_steps(profile.kernels, steps).groupby("step").size()
+        out |= {
+            "slow_step_extra_cause": Metric(str(by_cause.index[0]), "", src),
+            "slow_step_extra_causes": Metric(_named(by_cause, extra_ms, LABELS), "", src),
+            "slow_step_kernels": Metric(float(kernels.reindex(slow, fill_value=0).mean()), "kernels", src),
+            "typical_step_kernels": Metric(
+                float(kernels.reindex(typical, fill_value=0).mean()), "kernels", src
+            ),
+        }
+    ops = in_steps(top_level_ops(profile.ops), steps)
+    if not ops.empty:
+        host_ms = ((ops["end_ns"] - ops["start_ns"]) / NS_PER_MS).groupby([ops["step"], ops["name"]]).sum()
+        named = _named(_extra_per(host_ms.unstack(fill_value=0.0), slow, typical), extra_ms)
+        out["slow_step_extra_ops"] = Metric(named or "none", "", ops_src)
+    return out

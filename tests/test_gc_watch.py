@@ -1,0 +1,41 @@
+"""Python's garbage collections in the measured window, recorded by the injector in a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from hybrid_cli import inject_argv
+
+SCRIPT = Path(__file__).parent / "scripts" / "gc_every_fourth_step.py"
+
+
+def _run(out: Path, *flags: str) -> dict:
+    done = subprocess.run(
+        inject_argv(out, "plain", str(SCRIPT), warmup=2, steps=8, flags=["--fixed-warmup", *flags]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "inject.json").read_text())
+
+
+def test_full_collections_in_the_window_are_counted_and_timed(tmp_path):
+    inject = _run(tmp_path / "out")
+    facts = inject["gc"]
+    # Steps 3-10 of the loop are measured: iterations 3 and 7 call gc.collect() (generation 2).
+    assert inject["measured_steps"] == 8
+    assert facts["enabled"] is True
+    assert facts["collections"][2] >= 2
+    # Each full collection re-scans 500k objects: milliseconds, not microseconds.
+    assert facts["longest_ms"] > 1.0
+    assert facts["longest_ms"] <= facts["ms"]
+
+
+def test_a_whole_run_capture_counts_every_collection_of_the_script(tmp_path):
+    # The window is the whole script: all ten gc.collect() calls of its 40 iterations.
+    inject = _run(tmp_path / "out", "--whole-run")
+    assert inject["gc"]["collections"][2] >= 10
