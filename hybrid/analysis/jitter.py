@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.op_ranges import top_level_ops
-from hybrid.analysis.steps import in_steps
+from hybrid.analysis.steps import in_steps, steady_mask
 from hybrid.ledger import Ledger
 from hybrid.ledger.causes import LABELS
 from hybrid.numbers import NS_PER_MS
@@ -65,7 +65,7 @@ def _where(slow: pd.Index, later: pd.Index) -> str:
     )
     strides = np.unique(np.diff(positions))
     if len(positions) >= PERIODIC_MIN and len(strides) == 1 and strides[0] > 1:
-        return f"{text}: every {strides[0]}th step"
+        return f"{text}: one every {strides[0]} steps"
     return text
 
 
@@ -85,7 +85,7 @@ def slow_step_metrics(
 ) -> dict[str, Metric]:
     """Where the slow steps' extra time goes: the ledger cause that grows most (its key for the rules,
     its label for the reader; with a device timeline only), the kernels a slow and a typical step
-    launch, the top-level ops whose host time grows (torch pass only)."""
+    launch, the top-level ops whose host time grows (with a torch pass)."""
     slow, typical = _slow_and_typical(steps)
     if slow.empty or typical.empty:
         return {}
@@ -110,9 +110,24 @@ def slow_step_metrics(
                 float(kernels.reindex(typical, fill_value=0).mean()), "kernels", src
             ),
         }
-    ops = in_steps(top_level_ops(profile.ops), steps)
-    if not ops.empty:
-        host_ms = ((ops["end_ns"] - ops["start_ns"]) / NS_PER_MS).groupby([ops["step"], ops["name"]]).sum()
-        named = _named(_extra_per(host_ms.unstack(fill_value=0.0), slow, typical), extra_ms)
-        out["slow_step_extra_ops"] = Metric(named or "none", "", ops_src)
+    out.update(_slow_step_ops(profile, steps, ops_src))
     return out
+
+
+def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[str, Metric]:
+    """The top-level ops whose host time grows on slow steps, the slow steps of the ops' own pass: where
+    the analyzed timeline is nsys's, the ops were timed in the torch pass's process, whose slow steps are
+    others (pipeline.merge keeps that pass's steps as ops_clock_steps)."""
+    own = profile.ops_clock_steps
+    if own is not None and not own.empty:
+        own = own.assign(dur_ns=own["end_ns"] - own["start_ns"])
+        steps = own[steady_mask(own["dur_ns"].to_numpy())]
+    ops = in_steps(top_level_ops(profile.ops), steps)
+    slow, typical = _slow_and_typical(steps)
+    if ops.empty or slow.empty or typical.empty:
+        return {}
+    dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
+    extra_ms = float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
+    host_ms = ((ops["end_ns"] - ops["start_ns"]) / NS_PER_MS).groupby([ops["step"], ops["name"]]).sum()
+    named = _named(_extra_per(host_ms.unstack(fill_value=0.0), slow, typical), extra_ms)
+    return {"slow_step_extra_ops": Metric(named or "none", "", ops_src)}

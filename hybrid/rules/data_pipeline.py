@@ -368,7 +368,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     f"{condition}; the slow steps spend more host time in {ops}",
                 )
             )
-    elif "every" in str(ctx.value("slow_steps") or ""):
+    elif "one every" in str(ctx.value("slow_steps") or ""):
         out.append(
             Suggestion(
                 "Make the loop's periodic work (logging, evaluation, checkpointing every few steps) "
