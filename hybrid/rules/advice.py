@@ -584,3 +584,29 @@ def host_batch_work(op_names: frozenset[str], *, condition: str) -> list[Suggest
             )
         )
     return out
+
+
+# Python's collector is worth freezing where its time is a quarter of the host time a finding is about.
+GC_SHARE = 0.25
+
+
+def freeze_gc(
+    gc_ms_per_step: float | None,
+    gc_collections_per_step: float | None,
+    gc_longest_ms: float | None,
+    *,
+    host_ms: float,
+    condition: str,
+) -> list[Suggestion]:
+    """gc.freeze() after setup, where the injector timed Python's collector (hybrid.inject.gc_watch) at
+    GC_SHARE or more of `host_ms` a step; nothing where it was not timed or took less."""
+    if not gc_ms_per_step or gc_ms_per_step < GC_SHARE * host_ms:
+        return []
+    return [
+        Suggestion(
+            "Call gc.freeze() once the model, optimizer and data are built (after a gc.collect()), so "
+            "Python's collector stops re-scanning those objects during the steps",
+            f"{condition}; Python's garbage collector ran {gc_collections_per_step or 0:.2g} times a step "
+            f"for {gc_ms_per_step:.2g} ms (longest {gc_longest_ms or 0:.2g} ms)",
+        )
+    ]

@@ -10,6 +10,7 @@ from hybrid.numbers import significant
 from hybrid.rules.advice import (
     Suggestion,
     capture_whole_step,
+    freeze_gc,
     fused_optimizer,
     host_batch_work,
     loader_workers,
@@ -225,6 +226,13 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
             locates_code=True,
         )
     ]
+    out += freeze_gc(
+        ctx.value("gc_ms_per_step"),
+        ctx.value("gc_collections_per_step"),
+        ctx.value("gc_longest_ms"),
+        host_ms=lost_ms,
+        condition=condition,
+    )
     fetch_ms = ctx.value("data_loader_ms") or 0.0
     if _made_on_host(ctx):
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
@@ -323,6 +331,7 @@ def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
         ("CPU-only top-level ops", "cpu_only_ops_ms"),
         ("of which autograd's backward nodes", "dispatch_autograd_ms"),
         ("of which in the optimizer's range", "dispatch_optimizer_ms"),
+        ("Python GC time a step", "gc_ms_per_step"),
         ("GPU utilization", "gpu_util_pct"),
     ]
     explanation = (

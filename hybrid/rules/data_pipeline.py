@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
-from hybrid.rules.advice import Suggestion, batch_inputs, loader_workers
+from hybrid.rules.advice import Suggestion, batch_inputs, freeze_gc, loader_workers, use_cuda_graphs
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
 
@@ -19,8 +19,6 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # A steady training loop varies by a few % step to step; above 10% CV something intermittent
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
-# Python's collector explains the variation where it takes a quarter of what the variation costs a step.
-GC_SHARE = 0.25
 # The compiled function's calls: host time there that grows on some steps is Dynamo's guards and recompiles.
 COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction")
 
@@ -338,18 +336,14 @@ def _device_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
 
 
 def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
-    out = []
-    gc_ms, gc_calls = ctx.value("gc_ms_per_step"), ctx.value("gc_collections_per_step")
-    lost_ms = ctx.value("later_steps_mean_over_median_ms", 0.0)
-    if gc_ms is not None and gc_ms > 0 and gc_ms >= GC_SHARE * lost_ms:
-        out.append(
-            Suggestion(
-                "Call gc.freeze() once the model and optimizer are built (and gc.collect() before it), so "
-                "Python's collector stops re-scanning their objects during the steps",
-                f"{condition}; Python's garbage collector ran {gc_calls:.2g} times a step for "
-                f"{gc_ms:.2g} ms (longest {ctx.value('gc_longest_ms', 0.0):.2g} ms)",
-            )
-        )
+    gc_ms = ctx.value("gc_ms_per_step")
+    out = freeze_gc(
+        gc_ms,
+        ctx.value("gc_collections_per_step"),
+        ctx.value("gc_longest_ms"),
+        host_ms=ctx.value("later_steps_mean_over_median_ms", 0.0),
+        condition=condition,
+    )
     ops = ctx.value("slow_step_extra_ops")
     if ops and ops != "none":
         if ctx.config.compiled and any(mark in ops for mark in COMPILED_OP_MARKS):
@@ -368,6 +362,12 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     f"{condition}; the slow steps spend more host time in {ops}",
                 )
             )
+    elif ctx.value("slow_step_extra_cause") == "launch_gap":
+        # The device waits on launches the host issues slower on some steps: launches replayed from a
+        # CUDA graph no longer follow the host's pace.
+        out += use_cuda_graphs(
+            ctx.config, condition=f"{condition}; the device waits between kernels for the host to launch them"
+        )
     elif "one every" in str(ctx.value("slow_steps") or ""):
         out.append(
             Suggestion(
