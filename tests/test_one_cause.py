@@ -472,3 +472,14 @@ def test_jitter_advice_follows_where_the_slow_steps_time_goes(analyzed):
     # torchaudio: the first steps after warm-up wait longer for the single-process DataLoader.
     cause, texts = advised["unmarked_runs/torchaudio_frontend_train/run"]
     assert cause == "dataloader_fetch" and "num_workers" in texts[0]
+
+
+def test_a_dataloader_that_neither_pins_nor_has_workers_is_one_change(analyzed):
+    # torchaudio's loop: num_workers=0 and pin_memory=False; the DataLoader stall and the pageable copies
+    # ask for the same DataLoader change, in the same words, so the report lists it once.
+    results = analyzed["unmarked_runs/torchaudio_frontend_train/run"]
+    stall, pageable = _finding(results, "data.loader_stall"), _finding(results, "copy.pageable")
+    assert stall["advice"][0]["text"] == pageable["advice"][0]["text"] == (
+        "DataLoader(num_workers=N>0, pin_memory=True)"
+    )
+    assert any("non_blocking=True" in s["text"] for s in pageable["advice"][1:])

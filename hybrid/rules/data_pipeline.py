@@ -195,14 +195,14 @@ def pageable_advice(ctx: Context) -> list[Suggestion]:
         out.append(Suggestion("TrainingArguments(dataloader_pin_memory=True)", condition))
     elif loaders is None or any(not d.get("pin_memory") for d in loaders):
         if ctx.config.pins_without_workers:
-            out.append(
-                Suggestion(
-                    "DataLoader(..., num_workers=N, pin_memory=True) and batch.to('cuda', "
-                    "non_blocking=True): pin together with workers, which pin off the main thread",
-                    f"{condition}; its DataLoaders have pin_memory=False and num_workers=0, where pinning "
-                    "would run inside the step",
-                )
+            # The loader's own change, worded as the DataLoader finding words it, so the two findings
+            # list one change; the non_blocking copy is this finding's alone.
+            pinned = (
+                f"{condition}; its DataLoaders have pin_memory=False and num_workers=0: pin together with "
+                "workers, which pin off the main thread (pinning in the training process runs in the step)"
             )
+            out += loader_workers(ctx.config, condition=pinned)
+            out.append(Suggestion("batch.to('cuda', non_blocking=True) on the pinned batches", pinned))
         else:
             state = (
                 "a DataLoader of this run has pin_memory=False"
