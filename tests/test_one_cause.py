@@ -479,7 +479,9 @@ def test_a_dataloader_that_neither_pins_nor_has_workers_is_one_change(analyzed):
     # ask for the same DataLoader change, in the same words, so the report lists it once.
     results = analyzed["unmarked_runs/torchaudio_frontend_train/run"]
     stall, pageable = _finding(results, "data.loader_stall"), _finding(results, "copy.pageable")
-    assert stall["advice"][0]["text"] == pageable["advice"][0]["text"] == (
-        "DataLoader(num_workers=N>0, pin_memory=True)"
+    assert (
+        stall["advice"][0]["text"]
+        == pageable["advice"][0]["text"]
+        == ("DataLoader(num_workers=N>0, pin_memory=True)")
     )
     assert any("non_blocking=True" in s["text"] for s in pageable["advice"][1:])
