@@ -48,7 +48,9 @@ def test_pin_memory_is_not_verified_alone_without_workers():
 
 def test_pageable_advice_pins_with_workers_where_there_are_none():
     ctx = Context(metrics={}, config=_config())
-    first = pageable_advice(ctx)[0]
-    assert "num_workers=N, pin_memory=True" in first.text and "num_workers=0" in first.condition
+    first, copy = pageable_advice(ctx)[:2]
+    # The loader's change in the DataLoader finding's words (one change in the report), then the copy's.
+    assert first.text == "DataLoader(num_workers=N>0, pin_memory=True)" and "num_workers=0" in first.condition
+    assert "non_blocking=True" in copy.text
     with_workers = pageable_advice(Context(metrics={}, config=_with_loaders(_config(), num_workers=4)))[0]
     assert with_workers.text.startswith("DataLoader(..., pin_memory=True)")

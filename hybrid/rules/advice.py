@@ -341,7 +341,8 @@ def use_autocast(config: RunConfig, *, condition: str, applies_to: tuple[str, ..
 def use_compile(
     config: RunConfig, *, why: str, condition: str, mode: str | None = None, applies_to: tuple[str, ...] = ()
 ) -> list[Suggestion]:
-    """torch.compile (in a mode) unless the model already runs compiled (in that mode)."""
+    """torch.compile (in a mode) unless the model already runs compiled (in that mode); `why` completes
+    "compiling would ..."."""
     if config.compiled and (mode is None or mode in config.compile_modes):
         return []
     call = f"torch.compile(model, mode='{mode}')" if mode else "torch.compile(model)"
@@ -359,7 +360,9 @@ def use_compile(
             if mode
             else "TrainingArguments(torch_compile=True)"
         )
-    return [Suggestion(f"{call} to {why}", f"{condition}; {state}", applies_to)]
+    # The change alone as its text, what it would do in its condition: two findings that both ask for
+    # the compile (fusion, launch overhead) then list it once (pyg's GCN: #1 and #3).
+    return [Suggestion(call, f"{condition}; {state}; compiling would {why}", applies_to)]
 
 
 def use_cuda_graphs(
