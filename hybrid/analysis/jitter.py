@@ -76,8 +76,9 @@ def _extra_per(values: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> pd.Se
 
 
 def _named(extra: pd.Series, total_ms: float, label: dict[str, str] | None = None) -> str:
+    """'name (+1.2 ms), ...' for the (at most 3) that hold NAMED_SHARE of `total_ms` or more."""
     named = extra[extra >= NAMED_SHARE * total_ms].head(3)
-    return "; ".join(f"{(label or {}).get(str(k), k)} +{v:.2g} ms" for k, v in named.items())
+    return ", ".join(f"{(label or {}).get(str(k), k)} (+{v:.2g} ms)" for k, v in named.items())
 
 
 def slow_step_metrics(
