@@ -485,3 +485,19 @@ def test_a_dataloader_that_neither_pins_nor_has_workers_is_one_change(analyzed):
         == ("DataLoader(num_workers=N>0, pin_memory=True)")
     )
     assert any("non_blocking=True" in s["text"] for s in pageable["advice"][1:])
+
+
+@pytest.mark.parametrize(
+    "name", ["unmarked_runs/torchvision_detection_eval/run", "unmarked_runs/pyg_gcn_train/run"]
+)
+def test_no_cuda_graphs_across_data_dependent_syncs(analyzed, name):
+    # Faster R-CNN's post-processing (nonzero, masked_select) and PyG's GCN normalization sync the step on
+    # data-dependent shapes: no CUDA graph is captured across them, so the launch finding asks for the
+    # default compile and says why, not for mode='reduce-overhead' or torch.cuda.graph.
+    results = analyzed[name]
+    assert _finding(results, "sync.per_step") is not None
+    texts = [s["text"] for f in results["diagnosis"]["bottlenecks"] for s in f["advice"]]
+    assert not any("reduce-overhead" in t or "torch.cuda.graph" in t for t in texts)
+    dispatch = _finding(results, "launch.dispatch")
+    compile_ = next(s for s in dispatch["advice"] if s["text"] == "torch.compile(model)")
+    assert "syncs on data-dependent shapes (aten::" in compile_["condition"]

@@ -366,9 +366,11 @@ def use_compile(
 
 
 def use_cuda_graphs(
-    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = (), syncs_on: tuple[str, ...] = ()
 ) -> list[Suggestion]:
-    if config.cuda_graphs:
+    """CUDA graphs of the model (a static KV cache for generate()), unless the run has them or the step
+    syncs on data-dependent shapes (`syncs_on`: those ops), across which no graph is captured."""
+    if config.cuda_graphs or syncs_on:
         return []
     if config.decodes_with_dynamic_cache:
         dynamic = (
@@ -403,13 +405,13 @@ def use_cuda_graphs(
 
 
 def capture_whole_step(
-    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = (), syncs_on: tuple[str, ...] = ()
 ) -> list[Suggestion]:
     """One CUDA graph of the whole training step, unless the run already captures graphs: what removes the
     framework's host work that compiling the model leaves eager (autograd's gradient accumulation, one node
     per parameter, and the optimizer step). Not under a Trainer (Hugging Face, Lightning), which runs the
-    step itself."""
-    if config.cuda_graphs or config.framework in ("transformers", "lightning"):
+    step itself, nor across data-dependent syncs (`syncs_on`)."""
+    if config.cuda_graphs or syncs_on or config.framework in ("transformers", "lightning"):
         return []
     return [
         Suggestion(

@@ -7,6 +7,7 @@ from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion, batch_inputs, freeze_gc, loader_workers, use_cuda_graphs
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
+from hybrid.rules.common import data_dependent_syncs
 from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
 
 # Below 1% of the step a copy problem is not worth a finding.
@@ -366,7 +367,9 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
         # The device waits on launches the host issues slower on some steps: launches replayed from a
         # CUDA graph no longer follow the host's pace.
         out += use_cuda_graphs(
-            ctx.config, condition=f"{condition}; the device waits between kernels for the host to launch them"
+            ctx.config,
+            condition=f"{condition}; the device waits between kernels for the host to launch them",
+            syncs_on=data_dependent_syncs(ctx),
         )
     elif "one every" in str(ctx.value("slow_steps") or ""):
         out.append(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, Report, Rule
-from hybrid.rules.common import SCALAR_READ_OPS
+from hybrid.rules.common import DATA_DEPENDENT_OPS, SCALAR_READ_OPS
 
 # Below 1% of the step a sync stall is not worth restructuring the loop for.
 MIN_LOST_PCT = 1.0
@@ -20,16 +20,6 @@ def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: floa
     removing them saves nothing (the first H200 captures of the sync scripts: 0.06-0.07 ms blocked a
     step, and the fixed twins were no faster). The device idle the syncs caused (the pool) bounds it too."""
     return max(0.0, step_ms - max(gpu_busy_ms, step_ms - max(0.0, sync_blocked_ms)))
-
-
-# Ops whose result shape depends on the data: they copy a count to the host and wait for it.
-DATA_DEPENDENT_OPS = (
-    "aten::nonzero",
-    "aten::masked_select",
-    "aten::unique",
-    "aten::_unique2",
-    "aten::repeat_interleave",
-)
 
 
 def sync_advice(ctx: Context) -> list[Suggestion]:
