@@ -305,3 +305,16 @@ def test_the_verify_table_scores_the_run(verified_run, tmp_path):
     assert f"| {verify['realized_ms']:.3g} |" in row
     assert "- primary is the verified fix that saved most: 1 of 1 runs" in table
     assert "- listed fixes realized: 1 of 1 (not applied 0, failed 0; goal: all)" in table
+
+
+def test_cuda_graphs_are_not_verified_across_data_dependent_syncs(tmp_path):
+    """torchvision's Faster R-CNN eval syncs on nonzero/masked_select every step: the dispatch finding's
+    switch, mode='reduce-overhead', is passed over with that reason, as its advice asks for no graphs."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "unmarked_runs" / "torchvision_detection_eval" / "run", run)
+    results = analyze_run_dir(run)
+    assert results["metrics"]["data_dependent_sync_ops"]["value"] == "aten::nonzero, aten::masked_select"
+    planned, skipped = plan(results, 5, _capture_config(run, results))
+    assert "compile_reduce_overhead" not in [p.switch.name for p in planned]
+    (dispatch,) = [s for s in skipped if s["finding"] == "launch.dispatch"]
+    assert "syncs on data-dependent shapes (aten::nonzero, aten::masked_select)" in dispatch["reason"]

@@ -32,6 +32,7 @@ from hybrid.analysis.op_cost import (
 )
 from hybrid.analysis.op_ranges import (
     CREATE_OPS,
+    DATA_DEPENDENT_OPS,
     DATA_LOADER_NEXT,
     DDP_OP,
     MOVE_OPS,
@@ -277,10 +278,17 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     n = len(steps)
     s = in_steps(profile.syncs, steps)
     src = frame_source(profile, "syncs")
-    return {
+    out = {
         "sync_count": Metric(per_step(len(s), n), "syncs", src),
         "sync_blocked_ms": Metric(per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
     }
+    # A step that syncs and runs ops of data-dependent shape: no CUDA graph is captured across them
+    # (torchvision's Faster R-CNN eval: nonzero and masked_select, 22 syncs a step).
+    ran = set(in_steps(profile.ops, steps)["name"]) if len(s) else set()
+    shaped = [name for name in DATA_DEPENDENT_OPS if name in ran]
+    if shaped:
+        out["data_dependent_sync_ops"] = Metric(", ".join(shaped), "", frame_source(profile, "ops"))
+    return out
 
 
 def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:

@@ -30,6 +30,14 @@ CREATE_OPS = {
     "aten::scalar_tensor",
 }
 MOVE_OPS = {"aten::to", "aten::_to_copy", "aten::copy_", "aten::cuda"}
+# Ops whose result shape depends on the data: they copy a count to the host and wait for it.
+DATA_DEPENDENT_OPS = (
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique2",
+    "aten::repeat_interleave",
+)
 DDP_OP = re.compile(r"^(?:torch\.distributed\.ddp\.|DistributedDataParallel\.)")
 # torch.utils.data.DataLoader wraps each batch fetch in record_function(f"enumerate(DataLoader)#
 # {iterator class}.__next__") (torch/utils/data/dataloader.py, _BaseDataLoaderIter.__next__): the

@@ -152,6 +152,11 @@ class RunConfig:
         return self.observed.get("row_loop_rows")
 
     @property
+    def data_dependent_syncs(self) -> tuple[str, ...]:
+        """Ops of data-dependent shape in a step that synchronizes: no CUDA graph is captured across them."""
+        return tuple(self.observed.get("data_dependent_syncs") or ())
+
+    @property
     def gradients_clipped_one_by_one(self) -> int | None:
         """The most gradients one clip_grad_norm_(..., foreach=False) call clipped (0 where every recorded
         call left foreach on); None where no call was recorded."""
@@ -262,6 +267,10 @@ def observed_config(metrics: dict) -> dict:
         out["ddp"] = value("ddp_ops_per_step") > 0
     if value("row_loop_rows") > 0:
         out["row_loop_rows"] = int(value("row_loop_rows"))
+    shaped = metrics.get("data_dependent_sync_ops")
+    shaped = shaped.get("value") if isinstance(shaped, dict) else getattr(shaped, "value", None)
+    if isinstance(shaped, str) and shaped:
+        out["data_dependent_syncs"] = shaped.split(", ")
     return out
 
 
@@ -366,11 +375,11 @@ def use_compile(
 
 
 def use_cuda_graphs(
-    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = (), syncs_on: tuple[str, ...] = ()
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
 ) -> list[Suggestion]:
     """CUDA graphs of the model (a static KV cache for generate()), unless the run has them or the step
-    syncs on data-dependent shapes (`syncs_on`: those ops), across which no graph is captured."""
-    if config.cuda_graphs or syncs_on:
+    syncs on data-dependent shapes, across which no graph is captured."""
+    if config.cuda_graphs or config.data_dependent_syncs:
         return []
     if config.decodes_with_dynamic_cache:
         dynamic = (
@@ -405,13 +414,13 @@ def use_cuda_graphs(
 
 
 def capture_whole_step(
-    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = (), syncs_on: tuple[str, ...] = ()
+    config: RunConfig, *, condition: str, applies_to: tuple[str, ...] = ()
 ) -> list[Suggestion]:
     """One CUDA graph of the whole training step, unless the run already captures graphs: what removes the
     framework's host work that compiling the model leaves eager (autograd's gradient accumulation, one node
     per parameter, and the optimizer step). Not under a Trainer (Hugging Face, Lightning), which runs the
-    step itself, nor across data-dependent syncs (`syncs_on`)."""
-    if config.cuda_graphs or syncs_on or config.framework in ("transformers", "lightning"):
+    step itself, nor across data-dependent syncs."""
+    if config.cuda_graphs or config.data_dependent_syncs or config.framework in ("transformers", "lightning"):
         return []
     return [
         Suggestion(

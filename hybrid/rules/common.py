@@ -11,22 +11,6 @@ from hybrid.rules.base import Context, Fix, FixInputs, NoFix
 PRACTICAL_ROOFLINE_PCT = 80.0
 # Operators that read a device value back to the host, waiting for it.
 SCALAR_READ_OPS = ("aten::item", "aten::_local_scalar_dense")
-# Ops whose result shape depends on the data: they copy a count to the host and wait for it.
-DATA_DEPENDENT_OPS = (
-    "aten::nonzero",
-    "aten::masked_select",
-    "aten::unique",
-    "aten::_unique2",
-    "aten::repeat_interleave",
-)
-
-
-def data_dependent_syncs(ctx: Context) -> tuple[str, ...]:
-    """The data-dependent ops of a step that synchronizes: a CUDA graph cannot be captured across them
-    (torchvision's Faster R-CNN eval: nonzero and masked_select in its post-processing, 22 syncs a step)."""
-    if ctx.value("sync_count", 0.0) < 1:
-        return ()
-    return tuple(name for name in DATA_DEPENDENT_OPS if name in ctx.op_names)
 
 
 def counters_advice(ctx: Context) -> list[Suggestion]:

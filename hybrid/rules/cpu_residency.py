@@ -18,7 +18,7 @@ from hybrid.rules.advice import (
     use_cuda_graphs,
 )
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
-from hybrid.rules.common import SCALAR_READ_OPS, batch_row_loop, data_dependent_syncs
+from hybrid.rules.common import SCALAR_READ_OPS, batch_row_loop
 
 MIN_LOST_PCT = 1.0
 # The host-only operators' time is the framework's own dispatch when autograd's backward nodes and the
@@ -88,9 +88,7 @@ def heavy_ops_advice(ctx: Context) -> list[Suggestion]:
         f"({ctx.value('cpu_heavy_ops_ms', 0.0):.3g} ms a step)" + (f": {calls}" if calls else "")
     )
     out = batch_row_loop(ctx, condition=condition)
-    out += use_cuda_graphs(
-        ctx.config, condition=condition, applies_to=ops, syncs_on=data_dependent_syncs(ctx)
-    )
+    out += use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     out += use_compile(ctx.config, why="fuse the small ops", condition=condition, applies_to=ops)
     return out
 

@@ -7,7 +7,6 @@ from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion, batch_inputs, freeze_gc, loader_workers, use_cuda_graphs
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
-from hybrid.rules.common import data_dependent_syncs
 from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
 
 # Below 1% of the step a copy problem is not worth a finding.
@@ -369,7 +368,6 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
         out += use_cuda_graphs(
             ctx.config,
             condition=f"{condition}; the device waits between kernels for the host to launch them",
-            syncs_on=data_dependent_syncs(ctx),
         )
     elif "one every" in str(ctx.value("slow_steps") or ""):
         out.append(

@@ -15,7 +15,7 @@ from hybrid.rules.advice import (
     use_cuda_graphs,
 )
 from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, Report, Rule
-from hybrid.rules.common import batch_row_loop, data_dependent_syncs
+from hybrid.rules.common import batch_row_loop
 from hybrid.rules.switches import COMPILE_REDUCE_OVERHEAD
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
@@ -102,13 +102,13 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     # A loop over a tensor's rows launches its kernels once per row: batching it is the script's own edit,
     # which graphs of the model leave in place (the per-sample loss's compiled model read 11.4 ms slower).
     first = batch_row_loop(ctx, condition=condition) + first
-    syncs = data_dependent_syncs(ctx)
-    out = first + use_cuda_graphs(ctx.config, condition=condition, applies_to=ops, syncs_on=syncs)
+    syncs = ctx.config.data_dependent_syncs
+    out = first + use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     # The longer gaps' host-only framework work stays eager in a compiled model's graphs; one graph of the
     # whole step replays it (resnet50: AccumulateGrad x161, 1.42 ms a step).
     framework = framework_ops(ctx) if dispatch else ""
     if framework:
-        out += capture_whole_step(ctx.config, condition=condition + framework, syncs_on=syncs)
+        out += capture_whole_step(ctx.config, condition=condition + framework)
     if ctx.config.cuda_graphs:
         out.append(
             Suggestion(

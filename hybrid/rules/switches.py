@@ -88,7 +88,8 @@ COMPILE = Switch(
 def _graphs_cannot_hold(config: RunConfig) -> str | None:
     """Graphs of the stepped module leave a Python loop over rows in the script: on the H200 the per-sample
     loss's compiled model ran 11.4 ms a step slower while its replay, which captures every launch, predicted
-    52.9 ms saved. Nor can they hold generate()'s dynamic KV cache (RunConfig.decodes_with_dynamic_cache)."""
+    52.9 ms saved. Nor can they hold generate()'s dynamic KV cache (RunConfig.decodes_with_dynamic_cache), nor
+    capture across the syncs of data-dependent shapes (RunConfig.data_dependent_syncs)."""
     rows = config.row_loop_rows
     if rows:
         return (
@@ -99,6 +100,11 @@ def _graphs_cannot_hold(config: RunConfig) -> str | None:
         return (
             "each step is a forward of generate() with the dynamic KV cache, which CUDA graphs of the model "
             "cannot hold (a static cache is the fix; --verify does not switch it)"
+        )
+    if config.data_dependent_syncs:
+        return (
+            f"the step syncs on data-dependent shapes ({', '.join(config.data_dependent_syncs)}), across "
+            "which no CUDA graph is captured"
         )
     return None
 

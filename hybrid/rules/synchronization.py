@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from hybrid.analysis.op_ranges import DATA_DEPENDENT_OPS
 from hybrid.rules.advice import Suggestion
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, Report, Rule
-from hybrid.rules.common import DATA_DEPENDENT_OPS, SCALAR_READ_OPS
+from hybrid.rules.common import SCALAR_READ_OPS
 
 # Below 1% of the step a sync stall is not worth restructuring the loop for.
 MIN_LOST_PCT = 1.0
