@@ -46,10 +46,13 @@ def later_step_metrics(steps: pd.DataFrame, src: str) -> dict[str, Metric]:
     }
 
 
-def _slow_and_typical(steps: pd.DataFrame) -> tuple[pd.Index, pd.Index]:
-    dur = later_steps(steps).set_index("step")["dur_ns"]
+def _split(steps: pd.DataFrame) -> tuple[pd.Series, pd.Index, pd.Index, float]:
+    """The later steps' durations (ms, by step), the slow and the typical ones, and what a slow step
+    takes over a typical one (ms)."""
+    dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
     median = float(dur.median())
-    return dur.index[dur > SLOW_STEP_FACTOR * median], dur.index[dur <= median]
+    slow, typical = dur.index[dur > SLOW_STEP_FACTOR * median], dur.index[dur <= median]
+    return dur, slow, typical, float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
 
 
 def _where(slow: pd.Index, later: pd.Index) -> str:
@@ -87,11 +90,9 @@ def slow_step_metrics(
     """Where the slow steps' extra time goes: the ledger cause that grows most (its key for the rules,
     its label for the reader; with a device timeline only), the kernels a slow and a typical step
     launch, the top-level ops whose host time grows (with a torch pass)."""
-    slow, typical = _slow_and_typical(steps)
+    dur, slow, typical, extra_ms = _split(steps)
     if slow.empty or typical.empty:
         return {}
-    dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
-    extra_ms = float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
     out = {
         "slow_steps": Metric(f"{len(slow)} of {len(dur)}: " + _where(slow, dur.index), "", src),
         "slow_step_extra_ms": Metric(extra_ms, "ms", src),
@@ -124,11 +125,9 @@ def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[
         own = own.assign(dur_ns=own["end_ns"] - own["start_ns"])
         steps = own[steady_mask(own["dur_ns"].to_numpy())]
     ops = in_steps(top_level_ops(profile.ops), steps)
-    slow, typical = _slow_and_typical(steps)
+    _dur, slow, typical, extra_ms = _split(steps)
     if ops.empty or slow.empty or typical.empty:
         return {}
-    dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
-    extra_ms = float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
     host_ms = ((ops["end_ns"] - ops["start_ns"]) / NS_PER_MS).groupby([ops["step"], ops["name"]]).sum()
     named = _named(_extra_per(host_ms.unstack(fill_value=0.0), slow, typical), extra_ms)
     return {"slow_step_extra_ops": Metric(named or "none", "", ops_src)}

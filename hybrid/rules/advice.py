@@ -157,6 +157,17 @@ class RunConfig:
         return tuple(self.observed.get("data_dependent_syncs") or ())
 
     @property
+    def graphs_stop_at_syncs(self) -> str | None:
+        """Why no CUDA graph holds the step, where data-dependent syncs stop it; else None."""
+        syncs = self.data_dependent_syncs
+        if not syncs:
+            return None
+        return (
+            f"the step syncs on data-dependent shapes ({', '.join(syncs)}), across which no CUDA graph is "
+            "captured"
+        )
+
+    @property
     def gradients_clipped_one_by_one(self) -> int | None:
         """The most gradients one clip_grad_norm_(..., foreach=False) call clipped (0 where every recorded
         call left foreach on); None where no call was recorded."""
@@ -241,10 +252,13 @@ def config_of(inject: dict, observed: dict | None = None) -> RunConfig:
 def observed_config(metrics: dict) -> dict:
     """What the measured timeline proves about the configuration (RunConfig.observed), from metric values."""
 
-    def value(name: str) -> float:
+    def raw(name: str) -> object:
         metric = metrics.get(name)
-        raw = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
-        return float(raw) if isinstance(raw, (int, float)) else 0.0
+        return metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
+
+    def value(name: str) -> float:
+        number = raw(name)
+        return float(number) if isinstance(number, (int, float)) else 0.0
 
     out: dict = {}
     if value("gemm_tf32_matmul_ms") > 0:
@@ -267,8 +281,7 @@ def observed_config(metrics: dict) -> dict:
         out["ddp"] = value("ddp_ops_per_step") > 0
     if value("row_loop_rows") > 0:
         out["row_loop_rows"] = int(value("row_loop_rows"))
-    shaped = metrics.get("data_dependent_sync_ops")
-    shaped = shaped.get("value") if isinstance(shaped, dict) else getattr(shaped, "value", None)
+    shaped = raw("data_dependent_sync_ops")
     if isinstance(shaped, str) and shaped:
         out["data_dependent_syncs"] = shaped.split(", ")
     return out

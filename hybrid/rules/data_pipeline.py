@@ -3,6 +3,7 @@ with compute, step jitter."""
 
 from __future__ import annotations
 
+from hybrid.analysis.op_ranges import COMPILED_REGION_PREFIX
 from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
 from hybrid.rules.advice import Suggestion, batch_inputs, freeze_gc, loader_workers, use_cuda_graphs
@@ -20,7 +21,7 @@ SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 # (data loading, GC, recompiles) stalls some steps.
 STEP_CV_PCT = 10.0
 # The compiled function's calls: host time there that grows on some steps is Dynamo's guards and recompiles.
-COMPILED_OP_MARKS = ("Torch-Compiled Region", "CompiledFunction")
+COMPILED_OP_MARKS = (COMPILED_REGION_PREFIX, "CompiledFunction")
 
 
 def pageable_copy_lost_ms(

@@ -102,7 +102,6 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
     # A loop over a tensor's rows launches its kernels once per row: batching it is the script's own edit,
     # which graphs of the model leave in place (the per-sample loss's compiled model read 11.4 ms slower).
     first = batch_row_loop(ctx, condition=condition) + first
-    syncs = ctx.config.data_dependent_syncs
     out = first + use_cuda_graphs(ctx.config, condition=condition, applies_to=ops)
     # The longer gaps' host-only framework work stays eager in a compiled model's graphs; one graph of the
     # whole step replays it (resnet50: AccumulateGrad x161, 1.42 ms a step).
@@ -121,16 +120,11 @@ def launch_advice(ctx: Context, idle_ms: float, dispatch: float) -> list[Suggest
                 locates_code=True,
             )
         )
-    no_graphs = (
-        f"; the step syncs on data-dependent shapes ({', '.join(syncs)}), across which no CUDA graph is "
-        "captured"
-        if syncs
-        else ""
-    )
+    no_graphs = ctx.config.graphs_stop_at_syncs
     out += use_compile(
         ctx.config,
         why="fuse the small ops into fewer kernels",
-        condition=condition + no_graphs,
+        condition=condition + (f"; {no_graphs}" if no_graphs else ""),
         applies_to=ops,
     )
     out += fused_optimizer(

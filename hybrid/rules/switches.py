@@ -101,12 +101,7 @@ def _graphs_cannot_hold(config: RunConfig) -> str | None:
             "each step is a forward of generate() with the dynamic KV cache, which CUDA graphs of the model "
             "cannot hold (a static cache is the fix; --verify does not switch it)"
         )
-    if config.data_dependent_syncs:
-        return (
-            f"the step syncs on data-dependent shapes ({', '.join(config.data_dependent_syncs)}), across "
-            "which no CUDA graph is captured"
-        )
-    return None
+    return config.graphs_stop_at_syncs
 
 
 COMPILE_REDUCE_OVERHEAD = Switch(
