@@ -39,3 +39,15 @@ def test_a_whole_run_capture_counts_every_collection_of_the_script(tmp_path):
     # The window is the whole script: all ten gc.collect() calls of its 40 iterations.
     inject = _run(tmp_path / "out", "--whole-run")
     assert inject["gc"]["collections"][2] >= 10
+
+
+def test_a_full_collection_names_the_line_that_called_gc_collect(tmp_path):
+    inject = _run(tmp_path / "out")
+    site = inject["gc"]["full_sites"][0]
+    collect_line = next(
+        n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if text.strip() == "gc.collect()"
+    )
+    assert (Path(site["file"]).resolve(), site["line"]) == (SCRIPT.resolve(), collect_line)
+    assert site["explicit"] is True
+    assert site["count"] == inject["gc"]["collections"][2]
+    assert 0 < site["ms"] <= inject["gc"]["ms"]

@@ -1,5 +1,6 @@
 """Why step time varies: the steady steps after the first, the slow ones (over SLOW_STEP_FACTOR x their
-median) against the typical ones (at most the median), cause by cause in the ledger, kernel count by
+median; the stalls alone where outliers recur, steps.steady_mask) against the typical ones (at most the
+median), cause by cause in the ledger, kernel count by
 kernel count and op by op in the torch pass.
 
 The first measured step is left out: it runs as the collector starts (torch.profiler's first step, the
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.op_ranges import top_level_ops
-from hybrid.analysis.steps import in_steps, steady_mask
+from hybrid.analysis.steps import OUTLIER_STEP_FACTOR, RECURRING_OUTLIERS, in_steps, steady_mask
 from hybrid.ledger import Ledger
 from hybrid.ledger.causes import LABELS
 from hybrid.numbers import NS_PER_MS
@@ -48,15 +49,20 @@ def later_step_metrics(steps: pd.DataFrame, src: str) -> dict[str, Metric]:
 
 def _split(steps: pd.DataFrame) -> tuple[pd.Series, pd.Index, pd.Index, float]:
     """The later steps' durations (ms, by step), the slow and the typical ones, and what a slow step
-    takes over a typical one (ms)."""
+    takes over a typical one (ms). Where outliers recur, the slow steps are those stalls: steps 10% over
+    a sub-millisecond median are noise beside them and hid their stride (gc_every_fourth_step on the
+    CPU: 9 slow steps, the 5 collections among them)."""
     dur = later_steps(steps).set_index("step")["dur_ns"] / NS_PER_MS
     median = float(dur.median())
-    slow, typical = dur.index[dur > SLOW_STEP_FACTOR * median], dur.index[dur <= median]
+    stalls = dur.index[dur > OUTLIER_STEP_FACTOR * median]
+    slow = stalls if len(stalls) >= RECURRING_OUTLIERS else dur.index[dur > SLOW_STEP_FACTOR * median]
+    typical = dur.index[dur <= median]
     return dur, slow, typical, float(dur.reindex(slow).mean() - dur.reindex(typical).mean())
 
 
 def _where(slow: pd.Index, later: pd.Index) -> str:
-    """The slow steps by number, runs of consecutive ones as ranges, and the stride where it is one."""
+    """', one every N steps: steps 3, 7, ...' or ': steps 3-4, 9': the slow steps by number, runs of
+    consecutive ones as ranges, the stride where it is one."""
     positions = np.flatnonzero(later.isin(slow))
     runs = np.split(positions, np.flatnonzero(np.diff(positions) > 1) + 1)
     parts = [f"{later[r[0]]}" if len(r) == 1 else f"{later[r[0]]}-{later[r[-1]]}" for r in runs]
@@ -68,8 +74,9 @@ def _where(slow: pd.Index, later: pd.Index) -> str:
     )
     strides = np.unique(np.diff(positions))
     if len(positions) >= PERIODIC_MIN and len(strides) == 1 and strides[0] > 1:
-        return f"{text}: one every {strides[0]} steps"
-    return text
+        # The stride first: a list cut to one line keeps it.
+        return f", one every {strides[0]} steps: {text}"
+    return f": {text}"
 
 
 def _extra_per(values: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> pd.Series:
@@ -94,7 +101,7 @@ def slow_step_metrics(
     if slow.empty or typical.empty:
         return {}
     out = {
-        "slow_steps": Metric(f"{len(slow)} of {len(dur)}: " + _where(slow, dur.index), "", src),
+        "slow_steps": Metric(f"{len(slow)} of {len(dur)}" + _where(slow, dur.index), "", src),
         "slow_step_extra_ms": Metric(extra_ms, "ms", src),
     }
     if ledger is not None:

@@ -2,11 +2,13 @@
 
 Everything is aggregated per measured step and then averaged over the *steady* steps (hybrid.analysis.steps:
 a step more than OUTLIER_STEP_FACTOR x the median is a one-off: lazy init, a recompile, a checkpoint; it
-is named in `slowest_step` and counted in `steps_excluded`, not averaged in). Work is vectorized
-(numpy interval unions, groupby); nothing loops per kernel, so 1M kernels stay fast.
+is named in `slowest_step` and counted in `steps_excluded`, not averaged in, unless such steps recur).
+Work is vectorized (numpy interval unions, groupby); nothing loops per kernel, so 1M kernels stay fast.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pandas as pd
@@ -489,12 +491,36 @@ def _gc(extras: dict, src: str) -> dict[str, Metric]:
         return {}
     if not isinstance(ms, int | float) or not isinstance(longest, int | float):
         return {}
-    return {
+    out = {
         "gc_collections_per_step": Metric(sum(counts) / steps, "collections", src),
         "gc_full_collections": Metric(counts[2], "collections", src),
         "gc_ms_per_step": Metric(float(ms) / steps, "ms", src),
         "gc_longest_ms": Metric(float(longest), "ms", src),
     }
+    site = _explicit_collect_site(gc.get("full_sites"))
+    if site is not None:
+        out["gc_collect_site"] = Metric(f"{os.path.basename(site['file'])}:{site['line']}", "", src)
+        out["gc_collect_site_ms_per_step"] = Metric(float(site["ms"]) / steps, "ms", src)
+    return out
+
+
+def _explicit_collect_site(sites: object) -> dict | None:
+    """The gc.collect() call the script makes that took the most time (gc_watch's `full_sites`, most time
+    first); None where no full collection came from a line that calls collect()."""
+    if not isinstance(sites, list):
+        return None
+    return next(
+        (
+            s
+            for s in sites
+            if isinstance(s, dict)
+            and s.get("explicit") is True
+            and isinstance(s.get("file"), str)
+            and isinstance(s.get("line"), int)
+            and isinstance(s.get("ms"), int | float)
+        ),
+        None,
+    )
 
 
 def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from hybrid.analysis.host_dispatch import AUTOGRAD_NODE_PREFIX
+from hybrid.numbers import significant
 
 APPLIES_TO_SHOWN = 3
 
@@ -615,6 +616,8 @@ def host_batch_work(op_names: frozenset[str], *, condition: str) -> list[Suggest
 
 # Python's collector is worth freezing where its time is a quarter of the host time a finding is about.
 GC_SHARE = 0.25
+# A gc.collect() the script calls is the change where it holds at least half of the collector's time.
+EXPLICIT_COLLECT_SHARE = 0.5
 
 
 def freeze_gc(
@@ -624,16 +627,33 @@ def freeze_gc(
     *,
     host_ms: float,
     condition: str,
+    collect_site: tuple[str, float] | None = None,
 ) -> list[Suggestion]:
     """gc.freeze() after setup, where the injector timed Python's collector (hybrid.inject.gc_watch) at
-    GC_SHARE or more of `host_ms` a step; nothing where it was not timed or took less."""
+    GC_SHARE or more of `host_ms` a step; nothing where it was not timed or took less. Where a
+    gc.collect() the script calls (`collect_site`: its file:line and ms a step) holds most of that time,
+    the change is first at that line."""
     if not gc_ms_per_step or gc_ms_per_step < GC_SHARE * host_ms:
         return []
+    timed = (
+        f"Python's garbage collector ran {significant(gc_collections_per_step or 0, 2)} times a step for "
+        f"{significant(gc_ms_per_step, 2)} ms (longest {significant(gc_longest_ms or 0, 2)} ms)"
+    )
+    if collect_site is not None and collect_site[1] >= EXPLICIT_COLLECT_SHARE * gc_ms_per_step:
+        site, site_ms = collect_site
+        return [
+            Suggestion(
+                f"Take the gc.collect() at {site} out of the loop, or call it every few hundred steps; "
+                "where it must stay, call gc.freeze() once the model and data are built, so it no "
+                "longer re-scans them",
+                f"{condition}; {timed}, {significant(site_ms, 2)} ms a step of it in the gc.collect() "
+                f"at {site}",
+            )
+        ]
     return [
         Suggestion(
             "Call gc.freeze() once the model, optimizer and data are built (after a gc.collect()), so "
             "Python's collector stops re-scanning those objects during the steps",
-            f"{condition}; Python's garbage collector ran {gc_collections_per_step or 0:.2g} times a step "
-            f"for {gc_ms_per_step:.2g} ms (longest {gc_longest_ms or 0:.2g} ms)",
+            f"{condition}; {timed}",
         )
     ]

@@ -91,3 +91,10 @@ def batch_row_loop(ctx: Context, *, condition: str) -> list[Suggestion]:
             tuple(name.split(" ×")[0] for name in ops.split(", ") if name),
         )
     ]
+
+
+def gc_collect_site(ctx: Context) -> tuple[str, float] | None:
+    """The gc.collect() the script calls that took the most time, as (file:line, ms a step); None where
+    the collector was not located (hybrid.analysis.metrics._gc)."""
+    site, ms = ctx.value("gc_collect_site"), ctx.value("gc_collect_site_ms_per_step")
+    return None if site is None or ms is None else (str(site), float(ms))

@@ -18,7 +18,7 @@ from hybrid.rules.advice import (
     use_cuda_graphs,
 )
 from hybrid.rules.base import Context, CopyFilter, Fix, FixInputs, Inputs, NoFix, Report, Rule
-from hybrid.rules.common import SCALAR_READ_OPS, batch_row_loop
+from hybrid.rules.common import SCALAR_READ_OPS, batch_row_loop, gc_collect_site
 
 MIN_LOST_PCT = 1.0
 # The host-only operators' time is the framework's own dispatch when autograd's backward nodes and the
@@ -230,6 +230,7 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
         ctx.value("gc_ms_per_step"),
         ctx.value("gc_collections_per_step"),
         ctx.value("gc_longest_ms"),
+        collect_site=gc_collect_site(ctx),
         host_ms=lost_ms,
         condition=condition,
     )
