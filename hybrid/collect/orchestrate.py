@@ -863,13 +863,13 @@ class Orchestrator:
 
     @staticmethod
     def _launch_configs(profile, kernel_names: list[str]) -> int:
-        """How many launches ncu will replay: one per distinct (kernel, grid, block) in a step."""
+        """How many launches ncu will replay: one per distinct (function base name, grid, block) of the
+        selected names in a step (hybrid.collect.ncu_plan.replayed_launches)."""
+        from hybrid.collect.ncu_plan import replayed_launches
+
         kernels = profile.kernels
-        chosen = kernels[kernels["name"].astype(str).isin(kernel_names) & (kernels["step"] == 0)]
-        if chosen.empty:
-            chosen = kernels[kernels["name"].astype(str).isin(kernel_names)]
-        return len(
-            chosen.drop_duplicates(["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"])
+        return replayed_launches(kernels[kernels["step"] == 0], kernel_names) or replayed_launches(
+            kernels, kernel_names
         )
 
     def _ncu_plan(self, profile: Profile, analysis: dict | None, candidates: list[str]) -> NcuPlan:
