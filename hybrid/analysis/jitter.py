@@ -1,7 +1,6 @@
 """Why step time varies: the steady steps after the first, the slow ones (over SLOW_STEP_FACTOR x their
 median; the stalls alone where outliers recur, steps.steady_mask) against the typical ones (at most the
-median), cause by cause in the ledger, kernel count by
-kernel count and op by op in the torch pass.
+median), cause by cause in the ledger, kernel count by kernel count and op by op in the torch pass.
 
 The first measured step is left out: it runs as the collector starts (torch.profiler's first step, the
 nsys capture range opening). Of the 9 committed captures whose steps varied by 10% or more, 7 did so

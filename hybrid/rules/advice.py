@@ -643,7 +643,7 @@ def freeze_gc(
         site, site_ms = collect_site
         return [
             Suggestion(
-                f"Take the gc.collect() at {site} out of the loop, or call it every few hundred steps; "
+                f"Take the gc.collect() at {site} out of the loop, or call it less often; "
                 "where it must stay, call gc.freeze() once the model and data are built, so it no "
                 "longer re-scans them",
                 f"{condition}; {timed}, {significant(site_ms, 2)} ms a step of it in the gc.collect() "
