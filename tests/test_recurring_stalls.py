@@ -38,5 +38,7 @@ def test_the_finding_names_the_stride_and_the_gc_collect_line(results):
         n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if text.strip() == "gc.collect()"
     )
     assert f"gc.collect() at {SCRIPT.name}:{line}" in primary["suggestions"][0]
+    (site,) = primary["callsites"]
+    assert (site["file"], site["line"], site["source_line"]) == (SCRIPT.name, line, "gc.collect()")
     # The collector is the periodic work: no second, generic suggestion about it.
     assert len(primary["suggestions"]) == 1

@@ -41,6 +41,7 @@ from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, IDLE, STATE
 from hybrid.profile import Profile
+from hybrid.rules.advice import COLLECT_ADVICE
 from hybrid.rules.base import CopyFilter, Finding, Rule
 from hybrid.rules.registry import RULE_BY_ID
 from nsight.ncu import function_base_name
@@ -479,6 +480,31 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
     ]
 
 
+def _explicit_collect_sites(profile: Profile) -> list[dict]:
+    """The full collections the script's own gc.collect() calls ran (hybrid.inject.gc_watch's
+    `full_sites` where `explicit`), most time first."""
+    gc = profile.extras.get("gc")
+    sites = gc.get("full_sites") if isinstance(gc, dict) else None
+    return [
+        s
+        for s in (sites if isinstance(sites, list) else [])
+        if isinstance(s, dict)
+        and s.get("explicit") is True
+        and isinstance(s.get("file"), str)
+        and isinstance(s.get("line"), int)
+        and isinstance(s.get("ms"), int | float)
+    ]
+
+
+def _collect_callsites(finding: Finding, sites: list[dict], paths: _Paths) -> list[dict]:
+    """Where a finding's advice is to move a gc.collect() call, that call, with its share of the time
+    the explicit collections took; [] otherwise."""
+    if not sites or not any(str(a.get("text", "")).startswith(COLLECT_ADVICE) for a in finding.advice):
+        return []
+    total = sum(float(s["ms"]) for s in sites) or 1.0
+    return [paths.callsite(s["file"], s["line"], None, 100 * float(s["ms"]) / total) for s in sites]
+
+
 def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     """Give every finding `callsites`: the top user lines, [] when none applies, and then its
     `callsite_reason`, why none. The analyzed profile comes first, then others of the same run that may
@@ -502,6 +528,8 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             if isinstance(b, dict) and b.get("file")
         ),
     ]
+    collect_sites = _explicit_collect_sites(profiles[0])
+    recorded += [site["file"] for site in collect_sites]
     paths = _Paths(script, recorded, module=module)
     # The samples lie on the sampled profile's clock: its own ledger places them (the torch pass's, when
     # only it was sampled).
@@ -516,11 +544,17 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             reason = None if finding.callsites else NO_BREAK_LINES
         else:
             finding.callsites, reason = placer.place(finding)
+        if not finding.callsites:
+            finding.callsites = _collect_callsites(finding, collect_sites, paths)
+            reason = None if finding.callsites else reason
         finding.callsite_reason = reason
         if finding.callsites:
             _drop_locating_advice(finding)
     # Said where a measured finding lacks its lines for it: a CPU resnet50 with none read it as a fifth note.
-    if missing is not None and any(not f.not_measured for f in diagnosis.findings):
+    # Module ranges place kernels without a line: the note stands unless every measured finding has one.
+    if missing is not None and any(
+        not f.not_measured and not any(site.get("line") for site in f.callsites) for f in diagnosis.findings
+    ):
         diagnosis.limitations.append(missing)
 
 

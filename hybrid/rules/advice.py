@@ -618,6 +618,8 @@ def host_batch_work(op_names: frozenset[str], *, condition: str) -> list[Suggest
 GC_SHARE = 0.25
 # A gc.collect() the script calls is the change where it holds at least half of the collector's time.
 EXPLICIT_COLLECT_SHARE = 0.5
+# How that advice begins: a finding giving it is placed at the call (hybrid.analysis.callsites).
+COLLECT_ADVICE = "Take the gc.collect() at"
 
 
 def freeze_gc(
@@ -643,7 +645,7 @@ def freeze_gc(
         site, site_ms = collect_site
         return [
             Suggestion(
-                f"Take the gc.collect() at {site} out of the loop, or call it less often; "
+                f"{COLLECT_ADVICE} {site} out of the loop, or call it less often; "
                 "where it must stay, call gc.freeze() once the model and data are built, so it no "
                 "longer re-scans them",
                 f"{condition}; {timed}, {significant(site_ms, 2)} ms a step of it in the gc.collect() "
