@@ -553,7 +553,8 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     # Said where a measured finding lacks its lines for it: a CPU resnet50 with none read it as a fifth note.
     # Module ranges place kernels without a line: the note stands unless every measured finding has one.
     if missing is not None and any(
-        not f.not_measured and not any(site.get("line") for site in f.callsites) for f in diagnosis.findings
+        not f.not_measured and not any(site.get("line") for site in f.callsites or [])
+        for f in diagnosis.findings
     ):
         diagnosis.limitations.append(missing)
 
