@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.analysis.metrics import explicit_collect_sites
 from hybrid.analysis.steps import steady_steps
 from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
@@ -480,22 +481,6 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
     ]
 
 
-def _explicit_collect_sites(profile: Profile) -> list[dict]:
-    """The full collections the script's own gc.collect() calls ran (hybrid.inject.gc_watch's
-    `full_sites` where `explicit`), most time first."""
-    gc = profile.extras.get("gc")
-    sites = gc.get("full_sites") if isinstance(gc, dict) else None
-    return [
-        s
-        for s in (sites if isinstance(sites, list) else [])
-        if isinstance(s, dict)
-        and s.get("explicit") is True
-        and isinstance(s.get("file"), str)
-        and isinstance(s.get("line"), int)
-        and isinstance(s.get("ms"), int | float)
-    ]
-
-
 def _collect_callsites(finding: Finding, sites: list[dict], paths: _Paths) -> list[dict]:
     """Where a finding's advice is to move a gc.collect() call, that call, with its share of the time
     the explicit collections took; [] otherwise."""
@@ -528,7 +513,7 @@ def attach_callsites(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             if isinstance(b, dict) and b.get("file")
         ),
     ]
-    collect_sites = _explicit_collect_sites(profiles[0])
+    collect_sites = explicit_collect_sites(profiles[0].extras)
     recorded += [site["file"] for site in collect_sites]
     paths = _Paths(script, recorded, module=module)
     # The samples lie on the sampled profile's clock: its own ledger places them (the torch pass's, when

@@ -497,30 +497,28 @@ def _gc(extras: dict, src: str) -> dict[str, Metric]:
         "gc_ms_per_step": Metric(float(ms) / steps, "ms", src),
         "gc_longest_ms": Metric(float(longest), "ms", src),
     }
-    site = _explicit_collect_site(gc.get("full_sites"))
-    if site is not None:
+    sites = explicit_collect_sites(extras)
+    if sites:
+        site = sites[0]
         out["gc_collect_site"] = Metric(f"{os.path.basename(site['file'])}:{site['line']}", "", src)
         out["gc_collect_site_ms_per_step"] = Metric(float(site["ms"]) / steps, "ms", src)
     return out
 
 
-def _explicit_collect_site(sites: object) -> dict | None:
-    """The gc.collect() call the script makes that took the most time (gc_watch's `full_sites`, most time
-    first); None where no full collection came from a line that calls collect()."""
-    if not isinstance(sites, list):
-        return None
-    return next(
-        (
-            s
-            for s in sites
-            if isinstance(s, dict)
-            and s.get("explicit") is True
-            and isinstance(s.get("file"), str)
-            and isinstance(s.get("line"), int)
-            and isinstance(s.get("ms"), int | float)
-        ),
-        None,
-    )
+def explicit_collect_sites(extras: dict) -> list[dict]:
+    """The full collections the script's own gc.collect() calls ran (hybrid.inject.gc_watch's `full_sites`
+    where `explicit`), most time first; the entries of a damaged record are left out."""
+    gc = extras.get("gc")
+    sites = gc.get("full_sites") if isinstance(gc, dict) else None
+    return [
+        s
+        for s in (sites if isinstance(sites, list) else [])
+        if isinstance(s, dict)
+        and s.get("explicit") is True
+        and isinstance(s.get("file"), str)
+        and isinstance(s.get("line"), int)
+        and isinstance(s.get("ms"), int | float)
+    ]
 
 
 def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:

@@ -185,12 +185,15 @@ def _within_budget(plan: NcuPlan, profile: Profile, candidates: list[str], budge
     if launches_wanted <= allowed:
         return plan
     chosen: list[str] = []
+    chosen_bases: set[str] = set()
     used = 0
     for name in headroom.budget_order(wanted):
-        with_it = headroom.launches_for([*chosen, name])
-        if not chosen or with_it <= allowed:
+        base = function_base_name(name)
+        cost = 0 if base in chosen_bases else headroom.launches_of(name)  # a base name's launches count once
+        if not chosen or used + cost <= allowed:
             chosen.append(name)
-            used = with_it
+            chosen_bases.add(base)
+            used += cost
     movable_wanted = headroom.movable_ms() - headroom.movable_ms(wanted)
     left_out = headroom.movable_ms(chosen) - headroom.movable_ms(wanted)
     every_launch_s = math.ceil(launches_wanted * SECONDS_PER_LAUNCH)
