@@ -42,7 +42,7 @@ from hybrid.hardware import peaks_for
 from hybrid.ledger import Ledger, build_ledger
 from hybrid.ledger.causes import BUSY, IDLE, STATE
 from hybrid.profile import Profile
-from hybrid.rules.advice import COLLECT_ADVICE
+from hybrid.rules.advice import GC_COLLECT_CALL
 from hybrid.rules.base import CopyFilter, Finding, Rule
 from hybrid.rules.registry import RULE_BY_ID
 from nsight.ncu import function_base_name
@@ -484,7 +484,7 @@ def _graph_break_callsites(profile: Profile, paths: _Paths) -> list[dict]:
 def _collect_callsites(finding: Finding, sites: list[dict], paths: _Paths) -> list[dict]:
     """Where a finding's advice is to move a gc.collect() call, that call, with its share of the time
     the explicit collections took; [] otherwise."""
-    if not sites or not any(str(a.get("text", "")).startswith(COLLECT_ADVICE) for a in finding.advice):
+    if not sites or not any(a.get("moves_call") == GC_COLLECT_CALL for a in finding.advice):
         return []
     total = sum(float(s["ms"]) for s in sites) or 1.0
     return [paths.callsite(s["file"], s["line"], None, 100 * float(s["ms"]) / total) for s in sites]

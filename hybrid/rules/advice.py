@@ -26,6 +26,9 @@ class Suggestion:
     applies_to: tuple[str, ...] = ()  # ops, kernels or layers it is about
     # A way to find the code responsible, not a change: moot once the finding's callsites name it.
     locates_code: bool = False
+    # The call in the user's code the change moves ("gc.collect()"): the finding is placed at the lines
+    # the run recorded for it (hybrid.analysis.callsites).
+    moves_call: str = ""
 
     def to_dict(self) -> dict:
         return {**asdict(self), "applies_to": list(self.applies_to)}
@@ -618,8 +621,8 @@ def host_batch_work(op_names: frozenset[str], *, condition: str) -> list[Suggest
 GC_SHARE = 0.25
 # A gc.collect() the script calls is the change where it holds at least half of the collector's time.
 EXPLICIT_COLLECT_SHARE = 0.5
-# How that advice begins: a finding giving it is placed at the call (hybrid.analysis.callsites).
-COLLECT_ADVICE = "Take the gc.collect() at"
+# The call that advice moves: a finding giving it is placed at that call (hybrid.analysis.callsites).
+GC_COLLECT_CALL = "gc.collect()"
 
 
 def freeze_gc(
@@ -645,11 +648,12 @@ def freeze_gc(
         site, site_ms = collect_site
         return [
             Suggestion(
-                f"{COLLECT_ADVICE} {site} out of the loop, or call it less often; "
+                f"Take the {GC_COLLECT_CALL} at {site} out of the loop, or call it less often; "
                 "where it must stay, call gc.freeze() once the model and data are built, so it no "
                 "longer re-scans them",
-                f"{condition}; {timed}, {significant(site_ms, 2)} ms a step of it in the gc.collect() "
+                f"{condition}; {timed}, {significant(site_ms, 2)} ms a step of it in the {GC_COLLECT_CALL} "
                 f"at {site}",
+                moves_call=GC_COLLECT_CALL,
             )
         ]
     return [
