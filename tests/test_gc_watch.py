@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from hybrid_cli import inject_argv
 
 SCRIPT = Path(__file__).parent / "scripts" / "gc_every_fourth_step.py"
@@ -23,8 +24,14 @@ def _run(out: Path, *flags: str) -> dict:
     return json.loads((out / "inject.json").read_text())
 
 
-def test_full_collections_in_the_window_are_counted_and_timed(tmp_path):
-    inject = _run(tmp_path / "out")
+@pytest.fixture(scope="module")
+def window(tmp_path_factory) -> dict:
+    """inject.json of one run whose window is 8 steps after 2 of warmup."""
+    return _run(tmp_path_factory.mktemp("gc") / "out")
+
+
+def test_full_collections_in_the_window_are_counted_and_timed(window):
+    inject = window
     facts = inject["gc"]
     # Steps 3-10 of the loop are measured: iterations 3 and 7 call gc.collect() (generation 2).
     assert inject["measured_steps"] == 8
@@ -41,8 +48,8 @@ def test_a_whole_run_capture_counts_every_collection_of_the_script(tmp_path):
     assert inject["gc"]["collections"][2] >= 10
 
 
-def test_a_full_collection_names_the_line_that_called_gc_collect(tmp_path):
-    inject = _run(tmp_path / "out")
+def test_a_full_collection_names_the_line_that_called_gc_collect(window):
+    inject = window
     site = inject["gc"]["full_sites"][0]
     collect_line = next(
         n for n, text in enumerate(SCRIPT.read_text().splitlines(), 1) if text.strip() == "gc.collect()"

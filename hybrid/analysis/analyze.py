@@ -174,7 +174,7 @@ def analyze(profile: Profile) -> Analysis:
         has_counters=not profile.counters.empty,
         config=config_of(profile.extras, observed_config(metrics)),
         pass_status=profile.extras.get("pass_status") or {},
-        op_names=frozenset(profile.ops["name"].astype(str)),
+        op_names=frozenset(map(str, profile.ops["name"].unique())),
     )
     findings = applicable(run_rules(ctx, gpu), gpu)
     device = profile.device

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.numbers import NS_PER_MS
-from hybrid.profile import ANNOTATION_PREFIX
+from hybrid.profile import ANNOTATION_PREFIX, name_starts
 from hybrid.provenance import Metric
 from nsight.intervals import NO_RANGE, stab_overlapping
 
@@ -25,7 +25,7 @@ OPS_SHOWN = 3
 def optimizer_ranges(ops: pd.DataFrame, host_only: pd.DataFrame) -> pd.Series:
     """Per host-only op, the torch.optim range it ran in ('Optimizer.step#AdamW.step'), '' for none: the
     range of the same thread that holds its start."""
-    ranges = ops[ops["name"].astype(str).str.startswith(OPTIMIZER_RANGE_PREFIX)]
+    ranges = ops[name_starts(ops["name"], OPTIMIZER_RANGE_PREFIX)]
     out = pd.Series("", index=host_only.index, dtype=object)
     for tid, group in host_only.groupby("tid"):
         mine = ranges[ranges["tid"] == tid]
@@ -60,7 +60,7 @@ def dispatch_metrics(
     optimizer ran, with the ops by name; `ops`: the steps' op rows, annotations included."""
     if not n_steps:
         return {}
-    autograd = host_only[host_only["name"].astype(str).str.startswith(AUTOGRAD_NODE_PREFIX)]
+    autograd = host_only[name_starts(host_only["name"], AUTOGRAD_NODE_PREFIX)]
     in_range = optimizer_ranges(ops, host_only.drop(autograd.index))
     optimizer = host_only.loc[in_range.index[in_range != ""]]
     out = {

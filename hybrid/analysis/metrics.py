@@ -54,7 +54,7 @@ from hybrid.analysis.steps import (
 )
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS, NS_PER_US
-from hybrid.profile import Profile, is_communication
+from hybrid.profile import Profile, by_name, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
@@ -286,7 +286,7 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     }
     # A step that syncs and runs ops of data-dependent shape: no CUDA graph is captured across them
     # (torchvision's Faster R-CNN eval: nonzero and masked_select, 22 syncs a step).
-    ran = set(in_steps(profile.ops, steps)["name"]) if len(s) else set()
+    ran = set(in_steps(profile.ops, steps)["name"].unique()) if len(s) else set()
     shaped = [name for name in DATA_DEPENDENT_OPS if name in ran]
     if shaped:
         out["data_dependent_sync_ops"] = Metric(", ".join(shaped), "", frame_source(profile, "ops"))
@@ -357,7 +357,9 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     out["cpu_only_ops_ms"] = Metric(per_step(no_gpu["cpu_ns"].sum(), n) / NS_PER_MS, "ms", src)
     # DistributedDataParallel's own ranges and reducer ops: the model is DDP-wrapped (hybrid.rules.advice).
     out["ddp_ops_per_step"] = Metric(
-        per_step(ops["name"].astype(str).str.contains(DDP_OP).sum(), n), "ops", src
+        per_step(by_name(ops["name"], lambda names: names.str.contains(DDP_OP).to_numpy(bool)).sum(), n),
+        "ops",
+        src,
     )
     longest = no_gpu.groupby("name")["cpu_ns"].sum().sort_values(ascending=False)
     out["cpu_only_op_names"] = Metric(", ".join(longest.index[:3]), "", src)

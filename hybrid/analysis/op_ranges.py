@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from hybrid.profile import ANNOTATION_PREFIX
+from hybrid.profile import ANNOTATION_PREFIX, name_matches, name_starts
 
 CREATE_OPS = {
     "aten::randn",
@@ -64,9 +64,9 @@ def op_subtree_device_ns(ops: pd.DataFrame) -> pd.Series:
     return out
 
 
-def is_annotation(names: pd.Series) -> pd.Series:
+def is_annotation(names: pd.Series) -> np.ndarray:
     """Rows of Profile.ops that are user annotations, not operators (profile.ANNOTATION_PREFIX)."""
-    return names.str.startswith(ANNOTATION_PREFIX)
+    return name_starts(names, ANNOTATION_PREFIX)
 
 
 def outermost(ops: pd.DataFrame) -> pd.DataFrame:
@@ -81,7 +81,7 @@ def outermost(ops: pd.DataFrame) -> pd.DataFrame:
 def top_level_ops(ops: pd.DataFrame) -> pd.DataFrame:
     """The top-level operators of `ops` (annotations dropped), each with the GPU time it and everything it
     called caused (`device_total_ns`) and its host time (`cpu_ns`)."""
-    ops = ops[~is_annotation(ops["name"].astype(str))]
+    ops = ops[~is_annotation(ops["name"])]
     top = ops[ops["top_level"]]
     return top.assign(
         device_total_ns=op_subtree_device_ns(ops).loc[top.index], cpu_ns=top["end_ns"] - top["start_ns"]
@@ -99,9 +99,9 @@ def cpu_heavy_by_name(top: pd.DataFrame) -> pd.DataFrame:
 
 def compiled_regions(ops: pd.DataFrame) -> pd.DataFrame:
     """The outermost torch.compile'd regions among `ops` (a graph break's pieces run inside them)."""
-    return outermost(ops[ops["name"].astype(str).str.startswith(COMPILED_REGION_PREFIX)])
+    return outermost(ops[name_starts(ops["name"], COMPILED_REGION_PREFIX)])
 
 
 def data_loader_fetches(ops: pd.DataFrame) -> pd.DataFrame:
     """The DataLoader batch fetches (DATA_LOADER_NEXT ranges) among `ops`."""
-    return ops[ops["name"].astype(str).str.extract(DATA_LOADER_NEXT, expand=False).notna()]
+    return ops[name_matches(ops["name"], DATA_LOADER_NEXT)]

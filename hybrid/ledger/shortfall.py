@@ -9,7 +9,6 @@ findings, kept here once so that the pools and the findings agree on what each c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel, profile_ker
 from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
-from hybrid.profile import MEASURED_MATCHES, Profile, counters_per_kernel, is_communication
+from hybrid.profile import MEASURED_MATCHES, Profile, by_name, counters_per_kernel, is_communication
 
 # 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
 # of every fetched sector (hopper-metrics.md).
@@ -36,13 +35,6 @@ BELOW_ROOFLINE_PCT = 40.0
 # narrower kernel is what cuBLAS picks for a dimension off a multiple of 8.
 NARROW_ALIGNMENT = re.compile(r"align[124](?!\d)")
 SIXTEEN_BIT = ("fp16", "bf16")
-
-
-def by_name(names: pd.Series, of_names: Callable[[pd.Series], np.ndarray]) -> np.ndarray:
-    """`of_names` (a function of a Series of distinct names) for each row of `names`, computed once per
-    distinct name: a million launches of a few hundred kernels are a few hundred strings to test."""
-    codes, distinct = pd.factorize(names, use_na_sentinel=False)
-    return np.asarray(of_names(pd.Series(np.asarray(distinct, dtype=object)).astype(str)))[codes]
 
 
 def kernel_precisions(profile: Profile, kernels: pd.DataFrame, peaks: Peaks) -> pd.Series:

@@ -38,6 +38,8 @@ from hybrid.profile import (
     DeviceInfo,
     Profile,
     conform,
+    name_matches,
+    name_starts,
 )
 from hybrid.provenance import MEASURED_TORCH
 from nsight.intervals import NO_RANGE, covered, interval_union, nesting_parents, step_of
@@ -150,7 +152,7 @@ def load_torch_trace(path: str | Path) -> Profile:
         ignore_index=True,
     )
     ops = conform(ops, OP_COLUMNS)
-    if (~ops["name"].str.startswith(ANNOTATION_PREFIX)).any() and ops["flops"].isna().all():
+    if (~name_starts(ops["name"], ANNOTATION_PREFIX)).any() and ops["flops"].isna().all():
         warnings.append(
             f"{path}: no operator FLOPs (the trace does not carry them and no {OP_FLOPS_FILE} "
             "lies beside it); FLOP counts must be estimated from shapes"
@@ -501,7 +503,7 @@ def _op_frame(
     saved_flops: dict[int, int],
     device_busy: tuple[np.ndarray, np.ndarray],
 ) -> pd.DataFrame:
-    ops = events[(events["cat"] == "cpu_op") & ~events["name"].str.startswith(TORCH_STEP_PREFIX)]
+    ops = events[(events["cat"] == "cpu_op").to_numpy() & ~name_starts(events["name"], TORCH_STEP_PREFIX)]
     ops = ops.sort_values(["tid", "start_ns", "end_ns"], ascending=[True, True, False]).reset_index(drop=True)
     start = ops["start_ns"].to_numpy()
     end = ops["end_ns"].to_numpy()
@@ -542,9 +544,9 @@ def _annotation_frame(
     (OP_COLUMNS: ANNOTATION_PREFIX + name, outside the operator tree). torch marks its own Python-side
     work this way: the DataLoader's `__next__`, `Optimizer.step#SGD.step`, `Optimizer.zero_grad#...`."""
     marks = events[
-        (events["cat"] == "user_annotation")
-        & ~events["name"].str.match(STEP_NAME)
-        & ~events["name"].str.startswith(TORCH_STEP_PREFIX)
+        (events["cat"] == "user_annotation").to_numpy()
+        & ~name_matches(events["name"], STEP_NAME)
+        & ~name_starts(events["name"], TORCH_STEP_PREFIX)
     ]
     start = marks["start_ns"].to_numpy(np.int64)
     end = marks["end_ns"].to_numpy(np.int64)
