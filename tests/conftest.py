@@ -153,32 +153,32 @@ def report_folders(tmp_path_factory) -> Path:
 
 
 # Test files that take longest, heaviest first (seconds each took in `make test` on the 2-core box,
-# 2026-12-02: test_cli 78, test_reliability 71, test_cost_windows 57, test_verify_history 53 (four `hybrid
-# run`s one after another), test_distributed 48 ...; the rest took under 14 s each). `make test` hands files
-# to its two workers in collection order (--dist loadfile --no-loadscope-reorder), so these start first and
-# the files left for the end take seconds: both workers finish together. xdist's own order (most tests
-# first) started these few-test, subprocess-heavy files last. Files not named keep their order after these.
+# 2026-12-06: test_reliability 54, test_report_compare 38, test_cli 38, test_planted_fixtures 32,
+# test_ledger 30 ...; the rest took under 11 s each). `make test` hands files to its two workers in
+# collection order (--dist loadfile --no-loadscope-reorder), so these start first and the files left for
+# the end take seconds: both workers finish together. xdist's own order (most tests first) started the
+# few-test, subprocess-heavy files last. Files not named keep their order after these.
 HEAVY_FIRST = (
-    "test_cli.py",
     "test_reliability.py",
+    "test_report_compare.py",
+    "test_cli.py",
+    "test_planted_fixtures.py",
+    "test_ledger.py",
     "test_cost_windows.py",
-    "test_verify_history.py",
-    "test_distributed.py",
-    "test_model_reasons.py",
-    "test_step_detect.py",
     "test_hostile_io.py",
     "test_verify.py",
-    "test_run_config.py",
-    "test_planted_scripts.py",
-    "test_verify_compile.py",
-    "test_report_compare.py",
-    "test_planted_fixtures.py",
-    "test_inject_robustness.py",
+    "test_own_profiler.py",
     "test_inject.py",
-    "test_collectives.py",
-    "test_calibration_pass.py",
-    "test_outputs.py",
     "test_one_cause.py",
+    "test_run_config.py",
+    "test_fuzz_readers.py",
+    "test_step_detect.py",
+    "test_report_reading.py",
+    "test_outputs.py",
+    "test_cli_report.py",
+    "test_compare_cli.py",
+    "test_models.py",
+    "test_browser.py",
 )
 assert all((REPO / "tests" / name).is_file() for name in HEAVY_FIRST), "HEAVY_FIRST names a file that is gone"
 

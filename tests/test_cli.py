@@ -257,6 +257,7 @@ def test_a_script_that_ends_before_its_steps_settle_is_measured_on_its_last_step
     assert inject["warmup_steps"] == 5 and inject["measured_steps"] == 3
 
 
+@pytest.mark.slow
 def test_whole_run_is_asked_for_explicitly(tmp_path):
     out = tmp_path / "r"
     done = hybrid(
@@ -268,6 +269,7 @@ def test_whole_run_is_asked_for_explicitly(tmp_path):
     assert any("hybrid.mark_step()" in w for w in results["warnings"])
 
 
+@pytest.mark.slow
 def test_an_unmarked_loop_reports_its_step_unit(tmp_path):
     out = tmp_path / "r"
     done = hybrid(
@@ -298,6 +300,7 @@ def test_an_unmarked_loop_reports_its_step_unit(tmp_path):
     assert workload["warmup_reason"].startswith(f"{workload['warmup_steps']} warmup steps dropped")
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_partial_run(tmp_path):
     out = tmp_path / "r"
     slow = tmp_path / "slow.py"

@@ -98,6 +98,7 @@ def fsdp_root_job(tmp_path_factory) -> tuple[Path, dict]:
     return run_dir, analyze_job(run_dir)
 
 
+@pytest.mark.slow
 def test_fsdp2_settings_are_recorded(fsdp_root_job):
     run_dir, _ = fsdp_root_job
     inject = json.loads((rank_path(run_dir, 0) / "torch" / "inject.json").read_text())
@@ -107,6 +108,7 @@ def test_fsdp2_settings_are_recorded(fsdp_root_job):
     assert fsdp2["forward_prefetch_depth"] == 0 and fsdp2["param_mb"] > 0
 
 
+@pytest.mark.slow
 def test_one_fsdp_unit_exposes_its_gather_and_reduce_scatter(fsdp_root_job):
     run_dir, results = fsdp_root_job
     collectives = results["job"]["collectives"]
@@ -140,6 +142,7 @@ def test_one_fsdp_unit_exposes_its_gather_and_reduce_scatter(fsdp_root_job):
     assert "forward_prefetch=True" not in advice  # FSDP1's switch is no FSDP2 advice
 
 
+@pytest.mark.slow
 def test_fsdp2_advice_never_suggests_a_switch_already_on(fsdp_root_job):
     _, results = fsdp_root_job
     metrics = {name: Metric(**m) for name, m in results["job"]["metrics"].items() if m["value"] is not None}

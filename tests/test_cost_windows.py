@@ -36,6 +36,7 @@ def _trace_names(path: Path) -> list[str]:
         return [event.get("name", "") for event in json.load(handle)["traceEvents"]]
 
 
+@pytest.mark.slow
 def test_the_plain_window_runs_before_torch_profiler_starts(tmp_path):
     out = tmp_path / "torch"
     done = subprocess.run(

@@ -42,6 +42,7 @@ def test_full_collections_in_the_window_are_counted_and_timed(window):
     assert facts["longest_ms"] <= facts["ms"]
 
 
+@pytest.mark.slow
 def test_a_whole_run_capture_counts_every_collection_of_the_script(tmp_path):
     # The window is the whole script: all ten gc.collect() calls of its 40 iterations.
     inject = _run(tmp_path / "out", "--whole-run")

@@ -230,6 +230,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
+@pytest.mark.slow
 def test_a_stuck_nsys_and_ncu_cannot_hang_doctor_and_leave_nothing_running(tmp_path):
     nsys, ncu = _stuck_tool(tmp_path, "nsys"), _stuck_tool(tmp_path, "ncu")
     started = time.monotonic()

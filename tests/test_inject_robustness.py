@@ -35,6 +35,7 @@ def _inject(out: str, script: Path, *args: str, cwd: Path) -> subprocess.Complet
     )
 
 
+@pytest.mark.slow
 def test_a_thread_that_outlives_the_measured_steps_does_not_keep_the_pass_alive(tmp_path):
     started = time.monotonic()
     done = _inject(str(tmp_path / "out"), SCRIPTS / "lingering_thread.py", cwd=tmp_path)
@@ -45,6 +46,7 @@ def test_a_thread_that_outlives_the_measured_steps_does_not_keep_the_pass_alive(
     assert inject["outcome"] == "step_limit" and inject["measured_steps"] == 3
 
 
+@pytest.mark.slow
 def test_a_script_that_changes_directory_does_not_move_the_outputs(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -175,6 +175,7 @@ def test_report_html_of_a_results_json_never_writes_beside_the_document(baseline
     assert (folder / "report.html").is_file() and folder.name == "A-1"
 
 
+@pytest.mark.slow
 def test_a_run_rewrites_its_own_files_without_keeping_copies_of_them(tmp_path):
     """run.json is rewritten after each pass and results.json once: all made by this run, so no numbered
     copies appear in its directory."""

@@ -222,7 +222,8 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path, stop):
     out, pid_file = tmp_path / "run", tmp_path / "workload.pid"
     proc = subprocess.Popen(
@@ -266,6 +267,7 @@ def test_stopping_hybrid_stops_the_workload_and_keeps_what_it_measured(tmp_path,
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow
 def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measured(tmp_path):
     """SIGKILL to hybrid passes nothing on (nor does a collector that keeps its target out of its
     process group): the workload sees hybrid gone within about a second and ends as on SIGTERM,
@@ -306,7 +308,10 @@ def test_a_workload_whose_hybrid_was_killed_ends_itself_and_keeps_what_it_measur
     assert inject["outcome"] == "interrupted" and inject["measured_steps"] > 0
 
 
-@pytest.mark.parametrize(("name", "cause"), [("KILL", "out-of-memory"), ("SEGV", "native code")])
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [("KILL", "out-of-memory"), pytest.param("SEGV", "native code", marks=pytest.mark.slow)],
+)
 def test_workload_killed_by_a_signal_is_exit_3_naming_it(tmp_path, name, cause):
     out = tmp_path / "run"
     done = hybrid(
@@ -318,6 +323,7 @@ def test_workload_killed_by_a_signal_is_exit_3_naming_it(tmp_path, name, cause):
     assert json.loads((out / "run.json").read_text())["passes"][0]["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_a_script_leaving_through_os_exit_is_not_run_again(tmp_path):
     runs = tmp_path / "starts.txt"
     done = hybrid(
@@ -346,6 +352,7 @@ def _limit_file_size() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes then fail with EFBIG instead of killing
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_pass_with_no_space_left_and_never_blocks_the_workload(tmp_path):
     out = tmp_path / "full" / "run"
     out.parent.mkdir()

@@ -231,6 +231,7 @@ def _tf32_verify_run(tmp_path: Path, name: str, loop_line: str) -> tuple[Path, d
     return run, verified.realized(RunDir(run), record, reference)
 
 
+@pytest.mark.slow
 def test_a_flag_the_script_sets_off_in_its_setup_is_set_again_for_the_window(tmp_path):
     """tc_fp32_no_tf32 sets `allow_tf32 = False` at its top (Hugging Face's TrainingArguments(tf32=False)
     does the same in its setup): on the H200 the flag set before the script ran was undone and the verify
@@ -242,6 +243,7 @@ def test_a_flag_the_script_sets_off_in_its_setup_is_set_again_for_the_window(tmp
     assert outcome["status"] != "not applied", outcome
 
 
+@pytest.mark.slow
 def test_a_fix_the_script_switches_off_in_its_loop_reads_not_applied(tmp_path):
     """A script that sets TF32 off in every step undoes the fix within the window: the run says so instead
     of calling its step time the fix's saving."""

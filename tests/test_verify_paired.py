@@ -103,6 +103,7 @@ def test_a_flag_is_timed_off_and_on_again_in_one_process(tmp_path):
     assert "one plain run, off then on" in line and "apart" in line
 
 
+@pytest.mark.slow
 def test_the_compared_loss_is_kept_through_the_later_windows(tmp_path):
     """The loss is compared at the first window's last step (2 + 8 - 1 = 9); the run goes on for two more
     windows, to step 28."""
@@ -114,6 +115,7 @@ def test_the_compared_loss_is_kept_through_the_later_windows(tmp_path):
     assert outcome["numerics"]["status"] == "unchanged", outcome["numerics"]
 
 
+@pytest.mark.slow
 def test_a_script_that_ends_before_the_last_window_is_no_saving(tmp_path):
     run, done = _paired_run(tmp_path, SCRIPT.format(iters=WARMUP + STEPS + 2))
     assert done.returncode == 0, done.stderr
