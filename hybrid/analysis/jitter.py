@@ -150,5 +150,38 @@ def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[
     if ops.empty or slow.empty or typical.empty:
         return {}
     host_ms = ((ops["end_ns"] - ops["start_ns"]) / NS_PER_MS).groupby([ops["step"], ops["name"]]).sum()
-    named = _named(_extra_per(host_ms.unstack(fill_value=0.0), slow, typical), extra_ms)
-    return {"slow_step_extra_ops": Metric(named or "none", "", ops_src)}
+    extra = _extra_per(host_ms.unstack(fill_value=0.0), slow, typical)
+    named = _named(extra, extra_ms)
+    out = {"slow_step_extra_ops": Metric(named or "none", "", ops_src)}
+    if named:
+        grown = extra[extra >= NAMED_SHARE * extra_ms].head(3).index
+        new_shapes = _new_shapes(ops[ops["name"].isin(grown)], slow, typical)
+        if new_shapes is not None:
+            out["slow_step_new_shapes"] = Metric(new_shapes, "", ops_src)
+    return out
+
+
+def _new_shapes(ops: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> str | None:
+    """Whether the ops whose host time grows ran inputs of other shapes on the slow steps: 'aten::linear
+    [[2048, 512], ...] (typical: [[256, 512], ...]), ...' for those whose slow-step shapes no typical step
+    ran; 'none' where each slow-step call of those that took tensors had shapes a typical step also ran
+    (the same work took longer: the host was slower then); None where that cannot be told: no op took
+    tensors, or one took only numbers (aten::randn sizes its output from numbers the trace does not
+    keep). Ops recorded without inputs (autograd's nodes, whose work is the ops under them) tell nothing."""
+    signature = ops["shapes"].map(repr)
+    parts, compared, unknown = [], False, False
+    for name, calls in ops.groupby("name", sort=False):
+        inputs = [s for s in calls["shapes"] if isinstance(s, list) and s]
+        if not any(isinstance(d, list) and d for s in inputs for d in s):
+            unknown |= bool(inputs)
+            continue
+        compared = True
+        on_slow = set(signature[calls.index[calls["step"].isin(slow)]])
+        on_typical = set(signature[calls.index[calls["step"].isin(typical)]])
+        new = sorted(on_slow - on_typical)
+        if new:
+            seen = f" (typical: {min(on_typical)})" if on_typical else ""
+            parts.append(f"{name} {new[0]}{seen}" + (f" and {len(new) - 1} more" if len(new) > 1 else ""))
+    if parts:
+        return ", ".join(parts)
+    return "none" if compared and not unknown else None

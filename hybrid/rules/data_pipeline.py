@@ -357,12 +357,27 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     f"{condition}; the extra host time is in the compiled function's calls: {ops}",
                 )
             )
+        elif ctx.value("slow_step_new_shapes") == "none":
+            # Same ops, same shapes, more time: nothing in the step's inputs varies (the gc.freeze() twin of
+            # gc_every_fourth_step on the CPU, 464 us steps, 8 of 19 slower at the run's start and end, was
+            # told to pad its inputs).
+            out.append(
+                Suggestion(
+                    "Look for what slowed the host on the slow steps (other processes on its cores, a "
+                    "change of torch's thread count, CPU frequency): the same ops took longer on the same "
+                    "inputs",
+                    f"{condition}; the slow steps spend more host time in {ops}, with the input shapes "
+                    "the typical steps ran",
+                )
+            )
         else:
+            shapes = ctx.value("slow_step_new_shapes")
             out.append(
                 Suggestion(
                     "Give those ops the same inputs every step: pad or bucket the inputs whose size "
                     "varies, and move what they do per sample into DataLoader workers",
-                    f"{condition}; the slow steps spend more host time in {ops}",
+                    f"{condition}; the slow steps spend more host time in {ops}"
+                    + (f", with input shapes no typical step ran: {shapes}" if shapes else ""),
                 )
             )
     elif ctx.value("slow_step_extra_cause") == "launch_gap":
@@ -440,6 +455,7 @@ def jitter_report(ctx: Context, lost_ms: float) -> Report:
             ("a slow step's extra time", "slow_step_extra_ms"),
             ("where it goes", "slow_step_extra_causes"),
             ("ops whose host time grows", "slow_step_extra_ops"),
+            ("their input shapes only slow steps ran", "slow_step_new_shapes"),
             ("kernels a step, slow / typical", "slow_step_kernels"),
             ("Python GC time a step", "gc_ms_per_step"),
         ],
