@@ -20,6 +20,24 @@ SCRIPT = REPO / "tests" / "scripts" / "own_profilers.py"
 STEP_S = 0.004  # own_profilers.STEP_S: every step sleeps this long
 STEPS = 5
 FORMS = ("schedule", "no_schedule", "start_stop", "legacy", "record_only")
+# The forms `make test` runs: a scheduled and an unscheduled profiler stepping the loop, and one stopped
+# part-way whose export is held back; the legacy autograd profiler and the script without one run in
+# `make test-slow` (each form is a `hybrid run` of its own).
+SLOW_FORMS = ("legacy", "record_only")
+
+
+# The forms each test that is not parametrized by form reads.
+READS = {
+    "test_the_scripts_trace_handler_never_ran": ("schedule",),
+    "test_marks_follow_the_profiler_then_the_optimizer": ("schedule", "no_schedule", "start_stop"),
+    "test_a_script_without_a_profiler_gets_no_note": ("record_only",),
+}
+
+
+def _forms(forms: tuple[str, ...]) -> list:
+    return [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FORMS else f for f in forms]
+
+
 KINDS = {
     "schedule": "torch.profiler.profile",
     "no_schedule": "torch.profiler.profile",
@@ -31,10 +49,14 @@ TIMEOUT_S = 400  # five runs start together on a shared 2-core box; each imports
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict]:
+def runs(request, tmp_path_factory) -> dict[str, dict]:
+    """One `hybrid run` per form the selected tests of this file read (all at once)."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="200")
+    selected = [item for item in request.session.items if item.path == request.node.path]
+    wanted = {form for item in selected for form in READS.get(item.originalname, ())}
+    wanted |= {item.callspec.params["form"] for item in selected if hasattr(item, "callspec")}
     started = {}
-    for form in FORMS:
+    for form in [f for f in FORMS if f in wanted]:
         cwd = tmp_path_factory.mktemp(form)
         (cwd / "user_trace.json").write_text(USER_TRACE)
         argv = [sys.executable, "-m", "hybrid", "run", "--mode", "torch", "--steps", str(STEPS), "--warmup"]
@@ -66,7 +88,7 @@ def _run(runs: dict[str, dict], form: str) -> dict:
     return run
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", _forms(FORMS))
 def test_the_loop_is_stepped_once_at_its_own_pace(runs, form):
     """One step series of the requested length, each step at least the script's own sleep: the
     script's ProfilerStep ranges beside hybrid's would halve it (issue 27: 39 steps of 536 us instead
@@ -86,7 +108,7 @@ def test_the_loop_is_stepped_once_at_its_own_pace(runs, form):
     assert Counter(e["name"] for e in events)["user/forward"] == STEPS
 
 
-@pytest.mark.parametrize("form", [f for f in FORMS if f != "record_only"])
+@pytest.mark.parametrize("form", _forms(tuple(f for f in FORMS if f != "record_only")))
 def test_the_scripts_profiler_is_kept_inert_and_said(runs, form):
     run = _run(runs, form)
     (profiler,) = run["inject"]["user_profilers"]
@@ -104,18 +126,21 @@ def test_the_scripts_profiler_is_kept_inert_and_said(runs, form):
     assert torch_pass["user_profilers"] == run["inject"]["user_profilers"]
 
 
-def test_the_scripts_trace_files_are_never_written(runs):
+def test_the_scripts_trace_handler_never_ran(runs):
     # Its on_trace_ready handler (a tensorboard_trace_handler into tb/) never ran.
     schedule = _run(runs, "schedule")
     assert schedule["inject"]["user_profilers"][0]["trace_handler"]
     assert not (schedule["cwd"] / "tb").exists()
+
+
+@pytest.mark.parametrize("form", _forms(("start_stop", "legacy")))
+def test_the_scripts_trace_files_are_never_written(runs, form):
     # Its export_chrome_trace and key_averages() ran, after its profiled steps, during hybrid's warmup:
     # the export wrote nothing over the file of an earlier run, and the script went on.
-    for form in ("start_stop", "legacy"):
-        run = _run(runs, form)
-        assert run["inject"]["user_profilers"][0]["exports_skipped"] == ["user_trace.json"]
-        assert (run["cwd"] / "user_trace.json").read_text() == USER_TRACE
-        assert "left as it was" in " ".join(run["stdout"].split())
+    run = _run(runs, form)
+    assert run["inject"]["user_profilers"][0]["exports_skipped"] == ["user_trace.json"]
+    assert (run["cwd"] / "user_trace.json").read_text() == USER_TRACE
+    assert "left as it was" in " ".join(run["stdout"].split())
 
 
 def test_marks_follow_the_profiler_then_the_optimizer(runs):
@@ -128,6 +153,7 @@ def test_marks_follow_the_profiler_then_the_optimizer(runs):
     assert start_stop["results"]["workload"]["step_source"] == "optimizer_hook"
 
 
+@pytest.mark.slow
 def test_a_script_without_a_profiler_gets_no_note(runs):
     run = _run(runs, "record_only")
     assert run["inject"]["user_profilers"] == []

@@ -87,6 +87,7 @@ def hybrid(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_run_without_a_gpu_reports_no_gpu_finding(tmp_path):
     # The planted script draws tensors on the host and moves them to the device: with no GPU, "moved to the
     # GPU" cannot hold (it did, failing --fail-on LOW, before the guard).
