@@ -38,7 +38,8 @@ def test_inputs_of_other_shapes_on_the_slow_steps_are_named_and_padding_is_the_a
     run = results["shapes"]
     assert "uneven::work" in run["metrics"]["slow_step_extra_ops"]["value"]
     shapes = run["metrics"]["slow_step_new_shapes"]["value"]
-    assert shapes == "uneven::work [[2048, 64], []] (typical: [[256, 64], []])"
+    # The op that grows most first; the model's Linear, fed the same rows, may follow (it did under load).
+    assert shapes.startswith("uneven::work [[2048, 64], []] (typical: [[256, 64], []])")
     (advice,) = _jitter(run)["suggestions"]
     assert advice.startswith("Give those ops the same inputs every step: pad or bucket")
     assert shapes in advice

@@ -165,15 +165,13 @@ def _new_shapes(ops: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> str | N
     """Whether the ops whose host time grows ran inputs of other shapes on the slow steps: 'aten::linear
     [[2048, 512], ...] (typical: [[256, 512], ...]), ...' for those whose slow-step shapes no typical step
     ran; 'none' where each slow-step call of those that took tensors had shapes a typical step also ran
-    (the same work took longer: the host was slower then); None where that cannot be told: no op took
-    tensors, or one took only numbers (aten::randn sizes its output from numbers the trace does not
-    keep). Ops recorded without inputs (autograd's nodes, whose work is the ops under them) tell nothing."""
+    (the same work took longer: the host was slower then); None where none of them took tensors whose
+    shapes the trace keeps. An op sized by numbers (aten::randn) or given a tensor list (aten::stack)
+    records no shapes to compare; the ops fed its output show them."""
     signature = ops["shapes"].map(repr)
-    parts, compared, unknown = [], False, False
+    parts, compared = [], False
     for name, calls in ops.groupby("name", sort=False):
-        inputs = [s for s in calls["shapes"] if isinstance(s, list) and s]
-        if not any(isinstance(d, list) and d for s in inputs for d in s):
-            unknown |= bool(inputs)
+        if not any(isinstance(d, list) and d for s in calls["shapes"] if isinstance(s, list) for d in s):
             continue
         compared = True
         on_slow = set(signature[calls.index[calls["step"].isin(slow)]])
@@ -184,4 +182,4 @@ def _new_shapes(ops: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> str | N
             parts.append(f"{name} {new[0]}{seen}" + (f" and {len(new) - 1} more" if len(new) > 1 else ""))
     if parts:
         return ", ".join(parts)
-    return "none" if compared and not unknown else None
+    return "none" if compared else None
