@@ -46,8 +46,8 @@ def test_the_finding_names_the_stride_and_the_gc_collect_line(results):
 
 
 def test_a_noisy_step_beside_the_stalls_keeps_their_stride():
-    """The shape CI's 2-core box gave (run 38): collections at steps 4, 8, 12, 16 and a 1.5 ms step 7
-    beside a 0.35 ms median read '5 of 18: steps 4, 7-8, 12, 16', the stride lost."""
+    """The shape CI's 2-core box gave (run 38, '5 of 18: steps 4, 7-8, 12, 16'): collections at steps 4,
+    8, 12, 16 and a step 7 over 3x the median (its duration was not printed: 1.5 ms beside 0.35 ms here)."""
     import pandas as pd
 
     from hybrid.analysis.jitter import _split, _where

@@ -61,9 +61,9 @@ def _split(steps: pd.DataFrame) -> tuple[pd.Series, pd.Index, pd.Index, float]:
 
 def _largest_stalls(stalls: pd.Series) -> pd.Index:
     """The stalls above the widest gap in their durations where that gap is itself an outlier's
-    factor and RECURRING_OUTLIERS or more stay above it: a noisy box adds stalls at another scale (on
-    CI's 2 cores a 1.5 ms step beside the 150-190 ms collections of gc_every_fourth_step), and one of
-    those broke the collections' stride."""
+    factor and RECURRING_OUTLIERS or more stay above it: a noisy box adds stalls at another scale. On
+    CI's 2 cores a step 7 over 3x the sub-millisecond median joined the 150-190 ms collections of
+    gc_every_fourth_step at steps 4, 8, 12 and 16, and the slow steps lost their stride."""
     ms = stalls.sort_values()
     if len(ms) <= RECURRING_OUTLIERS:
         return ms.index
