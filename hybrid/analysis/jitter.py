@@ -99,9 +99,14 @@ def _extra_per(values: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> pd.Se
     return (slow_mean - values.reindex(typical, fill_value=0).mean()).sort_values(ascending=False)
 
 
+def _grown(extra: pd.Series, total_ms: float) -> pd.Series:
+    """The (at most 3) entries of `extra` (most first) that hold NAMED_SHARE of `total_ms` or more."""
+    return extra[extra >= NAMED_SHARE * total_ms].head(3)
+
+
 def _named(extra: pd.Series, total_ms: float, label: dict[str, str] | None = None) -> str:
-    """'name (+1.2 ms), ...' for the (at most 3) that hold NAMED_SHARE of `total_ms` or more."""
-    named = extra[extra >= NAMED_SHARE * total_ms].head(3)
+    """'name (+1.2 ms), ...' for the _grown entries of `extra`."""
+    named = _grown(extra, total_ms)
     return ", ".join(f"{(label or {}).get(str(k), k)} (+{v:.2g} ms)" for k, v in named.items())
 
 
@@ -154,8 +159,7 @@ def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[
     named = _named(extra, extra_ms)
     out = {"slow_step_extra_ops": Metric(named or "none", "", ops_src)}
     if named:
-        grown = extra[extra >= NAMED_SHARE * extra_ms].head(3).index
-        new_shapes = _new_shapes(ops[ops["name"].isin(grown)], slow, typical)
+        new_shapes = _new_shapes(ops[ops["name"].isin(_grown(extra, extra_ms).index)], slow, typical)
         if new_shapes is not None:
             out["slow_step_new_shapes"] = Metric(new_shapes, "", ops_src)
     return out
