@@ -25,7 +25,7 @@ import pandas as pd
 
 from hybrid.markers import RANK_DIR_FORMAT, TORCH_STEP_NAME
 from hybrid.numbers import NS_PER_MS
-from hybrid.profile import Profile, is_communication
+from hybrid.profile import Profile, is_communication, name_matches, name_starts
 from hybrid.provenance import MEASURED_NSYS, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union, step_of
 
@@ -186,7 +186,7 @@ def load_rank_timeline(rank: int, folder: Path) -> RankTimeline | None:
     if events is not None:
         host_steps = _torch_steps(events)
         names = events["name"]
-        gloo = events[(events["cat"] == "user_annotation") & names.str.startswith(GLOO_PREFIX)]
+        gloo = events[(events["cat"] == "user_annotation").to_numpy() & name_starts(names, GLOO_PREFIX)]
         gloo = gloo.assign(step=_step_of(gloo["start_ns"].to_numpy(), host_steps))
         barrier = events[names.isin(BARRIER_OPS)]
         barriers = barrier.assign(step=_step_of(barrier["start_ns"].to_numpy(), host_steps))[
@@ -218,7 +218,7 @@ def _named_by_caller(gloo: pd.DataFrame, events: pd.DataFrame, steps: pd.DataFra
     """gloo's ranges renamed by the `c10d::` call that handed each over, where a step's calls and ranges
     pair one to one in start order: gloo runs a reduce-scatter as an all-reduce (FSDP2's
     `c10d::_reduce_scatter_base_` shows as `gloo:all_reduce`), and the caller says which collective it is."""
-    calls = events[(events["cat"] == "cpu_op") & events["name"].str.startswith(C10D_PREFIX)]
+    calls = events[(events["cat"] == "cpu_op").to_numpy() & name_starts(events["name"], C10D_PREFIX)]
     calls = calls[calls["name"].map(collective_kind) != "other"]
     calls = calls.assign(step=_step_of(calls["start_ns"].to_numpy(), steps))
     out = gloo.sort_values("start_ns").reset_index(drop=True)
@@ -245,7 +245,7 @@ def _backward_starts(profile: Profile, steps: pd.DataFrame) -> dict[int, int]:
                 out[int(step)] = int(other["start_ns"].iloc[0])
         return out
     ops = profile.ops
-    autograd = ops[ops["name"].str.startswith("autograd::engine::evaluate_function")]
+    autograd = ops[name_starts(ops["name"], "autograd::engine::evaluate_function")]
     if kernels.empty and len(autograd):
         autograd = autograd.assign(step=_step_of(autograd["start_ns"].to_numpy(), steps))
         first = autograd[autograd["step"] >= 0].groupby("step")["start_ns"].min()
@@ -254,7 +254,9 @@ def _backward_starts(profile: Profile, steps: pd.DataFrame) -> dict[int, int]:
 
 
 def _torch_steps(events: pd.DataFrame) -> pd.DataFrame:
-    marked = events[(events["cat"] == "user_annotation") & events["name"].str.match(TORCH_STEP_NAME)]
+    marked = events[
+        (events["cat"] == "user_annotation").to_numpy() & name_matches(events["name"], TORCH_STEP_NAME)
+    ]
     finished = [a.get("finished", True) is not False for a in marked["args"]]
     marked = marked[finished]
     index = marked["name"].str.extract(TORCH_STEP_NAME, expand=False)
@@ -271,8 +273,9 @@ def _host_compute(events: pd.DataFrame, gloo: pd.DataFrame, steps: pd.DataFrame)
     """CPU operators outside gloo's threads, with the spans of `c10d::` hand-over calls cut out
     (they enclose waits, not compute)."""
     ops = events[(events["cat"] == "cpu_op") & ~events["tid"].isin(set(gloo["tid"]))]
-    handover = ops[ops["name"].str.startswith(C10D_PREFIX)]
-    work = ops[~ops["name"].str.startswith(C10D_PREFIX)]
+    handing_over = name_starts(ops["name"], C10D_PREFIX)
+    handover = ops[handing_over]
+    work = ops[~handing_over]
     work = work.assign(step=_step_of(work["start_ns"].to_numpy(), steps))
     rows = []
     for step, group in work[work["step"] >= 0].groupby("step"):
