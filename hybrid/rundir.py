@@ -93,6 +93,8 @@ INJECT_TYPES: dict[str, tuple[type, ...]] = {
     "window_ns": (int,),
     "step_end_ns": (list,),
     "gc": (dict,),
+    "host_cpus": (int,),
+    "data_loader": (dict,),
 }
 
 

@@ -477,10 +477,25 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         )
     if extras.get("batch_size") is not None:
         out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
+    if type(extras.get("host_cpus")) is int and extras["host_cpus"] > 0:
+        out["host_cpus"] = Metric(extras["host_cpus"], "cores", src)
     if extras.get("uses_compile") is not None:
         out["uses_compile"] = Metric(int(bool(extras["uses_compile"])), "bool", src)
     out.update(_gc(extras, src))
+    out.update(_loader_cpu(extras, src))
     return out
+
+
+def _loader_cpu(extras: dict, src: str) -> dict[str, Metric]:
+    """The share of the DataLoader fetches' wall time their thread ran on a CPU (hybrid.inject.loader_watch):
+    low where a fetch waits (storage, network), high where it computes."""
+    record = extras.get("data_loader")
+    if not isinstance(record, dict):
+        return {}
+    wall, cpu = record.get("wall_ms"), record.get("cpu_ms")
+    if not isinstance(wall, int | float) or not isinstance(cpu, int | float) or wall <= 0 or cpu < 0:
+        return {}
+    return {"data_loader_cpu_pct": Metric(min(100.0, 100.0 * float(cpu) / float(wall)), "%", src)}
 
 
 def _gc(extras: dict, src: str) -> dict[str, Metric]:

@@ -14,11 +14,12 @@ from typing import Any, Protocol
 
 from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.errors import HybridError
+from hybrid.host_cpus import loader_worker_count
 from hybrid.inject.apply_fix import paired_steps
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, config_of, observed_config
 from hybrid.rules.registry import RULE_BY_ID
-from hybrid.rules.switches import Switch, switch_for
+from hybrid.rules.switches import LOADER_WORKERS, Switch, switch_for
 from hybrid.rundir import RunDir
 
 
@@ -119,8 +120,10 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
     run.update_run_json(verify=block)
     torch_wall = next((p.wall_s for p in orchestrator.passes if p.name == "torch"), 0.0)
     entries = []
+    metrics = results.get("metrics") or {}
     for item in planned:
-        record = _run_fix(orchestrator, item, reference, max(MIN_LIMIT_S, 2 * torch_wall))
+        limit_s = max(MIN_LIMIT_S, 2 * torch_wall)
+        record = _run_fix(orchestrator, item, reference, limit_s, _fix_options(item.switch, metrics))
         block["fixes"].append(record)
         run.update_run_json(verify=block)
         outcome = realized(run, record, reference)
@@ -147,9 +150,25 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
     run.update_run_json(verify=block)
 
 
-def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: float) -> dict:
-    """One plain run of the script with the fix on: the plain step's warmup (or the fix's own minimum) and
-    step count, stopped after `limit_s`."""
+def _fix_options(switch: Switch, metrics: dict) -> list[str]:
+    """What the fix's run takes from this run's evidence: for DataLoader workers, the count the finding
+    advised (hybrid.rules.data_pipeline.Workers: from the cores the process may use and the fetch's CPU
+    share), so the run realizes the advice as written."""
+    if switch is not LOADER_WORKERS:
+        return []
+    value = {name: (m or {}).get("value") for name, m in metrics.items() if isinstance(m, dict)}
+    cpus, cpu_pct = value.get("host_cpus"), value.get("data_loader_cpu_pct")
+    if not isinstance(cpus, int) or cpus < 1:
+        return []
+    share = float(cpu_pct) if isinstance(cpu_pct, int | float) else None
+    return ["--loader-workers", str(loader_worker_count(cpus, share))]
+
+
+def _run_fix(
+    orchestrator: Runner, item: Planned, reference: dict, limit_s: float, fix_options: list[str]
+) -> dict:
+    """One plain run of the script with the fix on (and `fix_options`): the plain step's warmup (or the
+    fix's own minimum) and step count, stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
     # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
     # last step, inside this run's warmup (hybrid.inject.numerics keeps the first steps' losses).
@@ -171,6 +190,7 @@ def _run_fix(orchestrator: Runner, item: Planned, reference: dict, limit_s: floa
         str(steps),
         "--apply-fix",
         item.switch.name,
+        *fix_options,
         *paired,
         "--capture-loss",
     ]

@@ -21,13 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hybrid import host_cpus
 from hybrid.inject.stepped_function import Called, StepWatch, bindings
 from hybrid.inject.stepping import active_session, synchronize_device
 
 FIX_FILE = "fix.json"
-# DataLoader workers the loader_workers fix gives a loader with none: the usual advice (Hugging Face's
-# dataloader_num_workers suggestion in hybrid.rules.advice) of 4, within the cores this process may use.
-MAX_LOADER_WORKERS = 4
 
 _actions: list[str] = []  # what the fix did, in order (fix.json `actions`)
 _passed_over: list[str] = []  # what it found and left as built, and why (fix.json `left_as_built`)
@@ -235,13 +233,6 @@ def _autocast_bf16() -> None:
     _on_stepped_module(act)
 
 
-def _cpu_budget() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _patch_data_loader(settings: Callable[[dict], dict]) -> None:
     """Every DataLoader the script builds gets `settings(its arguments)` on top of its own arguments."""
     from torch.utils.data import DataLoader, IterableDataset
@@ -269,10 +260,12 @@ def _patch_data_loader(settings: Callable[[dict], dict]) -> None:
     DataLoader.__init__ = patched  # type: ignore[method-assign]
 
 
-def _loader_workers() -> None:
+def _loader_workers(workers: int | None = None) -> None:
+    """`workers` for every DataLoader built without (hybrid run --verify passes the count the finding chose
+    from the run's fetch; default one a core this process may use, up to 4)."""
     import torch
 
-    workers = max(1, min(MAX_LOADER_WORKERS, _cpu_budget()))
+    workers = workers or host_cpus.loader_worker_count(host_cpus.usable_cpus())
 
     def settings(given: dict) -> dict:
         out = {"num_workers": given.get("num_workers") or workers, "persistent_workers": True}
@@ -400,7 +393,7 @@ def _synchronized_ns() -> int:
 _paired: _Paired | None = None
 
 
-FIXES: dict[str, Callable[[], None]] = {
+FIXES: dict[str, Callable[..., None]] = {
     "tf32": _tf32,
     "cudnn_benchmark": _cudnn_benchmark,
     "autocast_bf16": _autocast_bf16,
@@ -412,12 +405,15 @@ FIXES: dict[str, Callable[[], None]] = {
 }
 
 
-def apply(name: str, *, paired_after: int | None = None, segment_steps: int = 0) -> None:
-    """Switch fix `name` on (a key of FIXES) for the rest of this process; for a fix in TOGGLES with
-    `paired_after` (the warmup steps), time the paired windows of `segment_steps` steps after them."""
+def apply(
+    name: str, options: dict | None = None, *, paired_after: int | None = None, segment_steps: int = 0
+) -> None:
+    """Switch fix `name` on (a key of FIXES, given `options`) for the rest of this process; for a fix in
+    TOGGLES with `paired_after` (the warmup steps), time the paired windows of `segment_steps` steps after
+    them."""
     global _fix, _paired
     _fix = name
-    FIXES[name]()
+    FIXES[name](**(options or {}))
     if paired_after is None:
         return
     session = active_session()

@@ -1,8 +1,8 @@
 """Run a user's script or module as `__main__` inside a StepSession (one profiling pass).
 
     python -m hybrid.inject.script --pass P --out DIR --warmup W --steps N [--plain-steps K] [--nvtx-modules]
-                            [--whole-run] [--fixed-warmup] [--module] [--apply-fix FIX [--paired STEPS]]
-                            [--capture-loss]
+                            [--whole-run] [--fixed-warmup] [--module] [--apply-fix FIX [--paired STEPS]
+                            [--loader-workers N]] [--capture-loss]
                             -- TARGET [ARGS...]
 
 The script sees `sys.argv == [TARGET, *ARGS]` (with --module, argv[0] is the module's file, as
@@ -98,6 +98,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="STEPS",
         help="with --apply-fix of a flag (tf32, cudnn_benchmark): after warmup, time STEPS steps with the "
         "fix, STEPS without, STEPS with again, in this process (OUT/fix.json `paired`); --steps covers them",
+    )
+    parser.add_argument(
+        "--loader-workers",
+        type=int,
+        metavar="N",
+        help="with --apply-fix loader_workers: the workers to give a DataLoader built without (default: "
+        "one a core this process may use, up to 4)",
     )
     parser.add_argument(
         "--capture-loss",
@@ -205,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--paired takes STEPS >= 1 and --apply-fix among {', '.join(sorted(apply_fix.TOGGLES))}"
         )
+    if args.loader_workers is not None and (args.apply_fix != "loader_workers" or args.loader_workers < 1):
+        parser.error("--loader-workers takes N >= 1 with --apply-fix loader_workers")
     target, target_args = command[0], command[1:]
     if not args.module and not os.path.isfile(target):
         print(
@@ -240,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             numerics.install()
         if args.apply_fix:
             paired = {"paired_after": args.warmup, "segment_steps": args.paired} if args.paired else {}
-            apply_fix.apply(args.apply_fix, **paired)
+            fix_options = {"workers": args.loader_workers} if args.loader_workers else {}
+            apply_fix.apply(args.apply_fix, fix_options, **paired)
     except HybridError as exc:
         print(exc.message(), file=sys.stderr)
         return exc.exit_code

@@ -31,9 +31,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hybrid import host_cpus
 from hybrid.errors import UsageError
 from hybrid.inject import run_config
 from hybrid.inject.gc_watch import GcWatch
+from hybrid.inject.loader_watch import LoaderWatch
 from hybrid.inject.nvtx_ranges import RangeStack
 from hybrid.inject.user_profiler import UserProfilers
 from hybrid.load import settle
@@ -243,6 +245,7 @@ class StepSession:
         # that lands then must not cut the report short (hybrid.inject.rank checks it).
         self.finishing = False
         self._gc = GcWatch()  # collections inside the measured window
+        self._loader = LoaderWatch()  # DataLoader fetches inside it
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -589,6 +592,7 @@ class StepSession:
         self._start_collection()
         self._state = "measuring"
         self._gc.start()
+        self._loader.start()
         self._window_start_ns = time.perf_counter_ns()
         self._open_step_range(0)
 
@@ -623,6 +627,7 @@ class StepSession:
 
         self._state = "done"
         self._gc.stop()
+        self._loader.stop()
         for handle in self._module_hooks:
             handle.remove()
         self._module_hooks = []
@@ -740,6 +745,8 @@ class StepSession:
             "device_name": device_name,
             "peak_memory_bytes": peak_memory,  # since the window started (reset there)
             "gc": self._gc.facts(),
+            "data_loader": self._loader.facts(),
+            "host_cpus": host_cpus.usable_cpus(),
             "memory_capacity_bytes": capacity,
             "torch_version": torch.__version__,
             "graph_breaks": _graph_breaks(),

@@ -505,13 +505,17 @@ def foreach_clipping(config: RunConfig, *, condition: str) -> list[Suggestion]:
     ]
 
 
-def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> list[Suggestion]:
+def loader_workers(
+    config: RunConfig, *, condition: str, pin: bool = True, workers: int | None = None
+) -> list[Suggestion]:
     """More DataLoader workers (persistent, prefetching, and pinned unless `pin` is False: a CPU-only run
-    copies nothing to a device), in the framework's words, for what is off."""
+    copies nothing to a device), in the framework's words, for what is off; `workers` of them where the
+    finding chose the count from the run's cores and fetch (hybrid.rules.data_pipeline.Workers)."""
     loaders = config.data_loaders
+    count = str(workers) if workers else None
     if config.framework == "transformers":
         wanted = {
-            "dataloader_num_workers": "4",
+            "dataloader_num_workers": count or "4",
             "dataloader_persistent_workers": "True",
             "dataloader_pin_memory": "True",
         }
@@ -539,7 +543,7 @@ def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> li
         pinned = ", pin_memory=True" if pin else ""
         return [
             Suggestion(
-                "Build the batches in a torch.utils.data.DataLoader(dataset, num_workers=N, "
+                f"Build the batches in a torch.utils.data.DataLoader(dataset, num_workers={count or 'N'}, "
                 f"persistent_workers=True{pinned}), so worker processes prepare them ahead",
                 f"{condition}; {how}",
             )
@@ -547,7 +551,7 @@ def loader_workers(config: RunConfig, *, condition: str, pin: bool = True) -> li
     loader = (loaders or [{}])[0]
     missing = []
     if not loader.get("num_workers"):
-        missing.append("num_workers=N>0")
+        missing.append(f"num_workers={count}" if count else "num_workers=N>0")
     if loader.get("num_workers") and not loader.get("persistent_workers"):
         missing.append("persistent_workers=True")
     if pin and not loader.get("pin_memory"):

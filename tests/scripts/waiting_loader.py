@@ -12,6 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 parser = argparse.ArgumentParser()
 parser.add_argument("--iters", type=int, default=40)
 parser.add_argument("--item-ms", type=float, default=2.0)
+# Items that compute for --item-ms (decoding, augmenting) instead of waiting for storage.
+parser.add_argument("--spin", action="store_true")
 # Items that can only be read in the training process (a handle that does not survive a fork, say).
 parser.add_argument("--main-process-only", action="store_true")
 args = parser.parse_args()
@@ -24,7 +26,12 @@ class WaitingItems(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if args.main_process_only and torch.utils.data.get_worker_info() is not None:
             raise RuntimeError("this dataset can only be read in the main process")
-        time.sleep(args.item_ms / 1e3)
+        if args.spin:
+            end = time.perf_counter() + args.item_ms / 1e3
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(args.item_ms / 1e3)
         return torch.arange(192, dtype=torch.float32) * (index % 7) / 192, torch.tensor(index % 10)
 
 
