@@ -86,6 +86,8 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
             ("DataLoader iterator", "data_loader_iterator"),
             ("GPU idle, other host work", "idle_host_other_ms"),
             ("GPU utilization", "gpu_util_pct"),
+            ("CPU cores this process may use", "host_cpus"),
+            ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
         ],
         explanation=(
             f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
@@ -273,7 +275,7 @@ def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
             ("step time", "step_time_ms"),
             ("DataLoader iterator", "data_loader_iterator"),
             ("CPU cores this process may use", "host_cpus"),
-            ("share of the fetch on a CPU", "data_loader_cpu_pct"),
+            ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
         ],
         explanation=(
             "Each step first builds its batch (reading, decoding, augmenting and collating "
