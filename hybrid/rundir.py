@@ -91,6 +91,7 @@ INJECT_TYPES: dict[str, tuple[type, ...]] = {
     "step_source": (str,),
     "whole_run": (bool,),
     "window_ns": (int,),
+    "window_cpu_ns": (int,),
     "step_end_ns": (list,),
     "gc": (dict,),
     "host_cpus": (int,),

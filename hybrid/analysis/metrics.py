@@ -479,6 +479,10 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         out["batch_size"] = Metric(int(extras["batch_size"]), "samples", src)
     if type(extras.get("host_cpus")) is int and extras["host_cpus"] > 0:
         out["host_cpus"] = Metric(extras["host_cpus"], "cores", src)
+    window, window_cpu = extras.get("window_ns"), extras.get("window_cpu_ns")
+    if type(window) is int and type(window_cpu) is int and window > 0 and window_cpu >= 0:
+        # The profiled process's CPU time (all its threads) over its measured window's wall time.
+        out["host_cores_busy"] = Metric(window_cpu / window, "cores", src)
     if extras.get("uses_compile") is not None:
         out["uses_compile"] = Metric(int(bool(extras["uses_compile"])), "bool", src)
     out.update(_gc(extras, src))

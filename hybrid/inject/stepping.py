@@ -208,6 +208,10 @@ class StepSession:
         self.step_source = SOURCE_NONE
         self.step_end_ns: list[int] = []  # host time since window start at each measured step end
         self.window_ns: int | None = None
+        # The process's CPU time (all its threads) from the window's start to its last step end: how many
+        # cores the step keeps busy, which bounds what work moved to other processes can overlap.
+        self.window_cpu_ns: int | None = None
+        self._window_cpu_start_ns = 0
         # Warmup steps after the first, timed without any collector: the same run's reference for
         # profiler overhead. An upper bound on the steady state, as late warmup may still be warming.
         self.unprofiled_steps = 0
@@ -350,6 +354,7 @@ class StepSession:
             if self.config.whole_run:
                 self._synchronize()
                 self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
+                self.window_cpu_ns = time.process_time_ns() - self._window_cpu_start_ns
                 self._close_step_range()
             else:
                 # The step in progress is cut short by the script's end and is not timed. Its torch
@@ -464,6 +469,7 @@ class StepSession:
         if last:
             self._synchronize()  # so the window covers the device work of the last step
         self.step_end_ns.append(time.perf_counter_ns() - self._window_start_ns)
+        self.window_cpu_ns = time.process_time_ns() - self._window_cpu_start_ns
         self._close_step_range()
         self._progress(f"step {len(self.step_end_ns)}/{self.config.measured_steps}", force=last)
         if not last:
@@ -594,6 +600,7 @@ class StepSession:
         self._gc.start()
         self._loader.start()
         self._window_start_ns = time.perf_counter_ns()
+        self._window_cpu_start_ns = time.process_time_ns()
         self._open_step_range(0)
 
     def _start_collection(self) -> None:
@@ -730,6 +737,7 @@ class StepSession:
             "warmup_reason": self.warmup_reason,
             "whole_run": config.whole_run,
             "window_ns": self.window_ns,
+            "window_cpu_ns": self.window_cpu_ns,
             "step_time_ms": self.window_ns / measured / 1e6 if measured and self.window_ns else None,
             "step_end_ns": self.step_end_ns,
             "cut_short_step": self.cut_short_step,

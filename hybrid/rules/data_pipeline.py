@@ -88,6 +88,7 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
             ("GPU utilization", "gpu_util_pct"),
             ("CPU cores this process may use", "host_cpus"),
             ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
+            ("cores the process kept busy", "host_cores_busy"),
         ],
         explanation=(
             f"{cause} Time lost: the device idle time inside DataLoader.__next__ (torch.profiler's "
@@ -135,18 +136,22 @@ def per_item_work(ctx: Context, condition: str) -> list[Suggestion]:
 @dataclass(frozen=True)
 class Workers:
     """The DataLoader workers the advice gives a loader that fetches in the training process, and the step
-    they leave: the longest of the rest of the step, a batch built in one of them (fetch/count), and, where
-    the fetch's CPU share was measured, the CPU work of both on the cores this process may use. On 2 cores,
-    batches of 16 items that each wait 10 ms (waiting_loader): the step went from 181 to 84 ms with 2 workers,
-    not to the ~10 ms of compute; with 4 workers, 41 ms."""
+    they leave: the longest of the rest of the step, a batch built in one of them (fetch/count), and the
+    step's CPU work spread on the cores this process may use (the process's CPU time a step where measured,
+    else the rest of the step and the fetch's CPU time). On 2 cores, batches of 16 items that each wait 10 ms
+    (waiting_loader): the step went from 181 to 84 ms with 2 workers, not to the ~10 ms of compute; with 4
+    workers, 41 ms. A torchvision resnet18 on FakeData kept 1.83 of 2 cores busy with 75 ms of transforms
+    beside its compute: the bound leaves 30 ms, not 75, and 2 workers made it 12 ms slower (an upper bound;
+    benchmarks/results/loader_workers_cpu.md)."""
 
     count: int
     why: str  # why that many, from this run's evidence
     cpus: int
     cpu_pct: float | None
+    cores_busy: float | None  # the process's CPU time over its wall time in the measured window
 
     @classmethod
-    def of(cls, cpus: float | None, cpu_pct: float | None) -> Workers | None:
+    def of(cls, cpus: float | None, cpu_pct: float | None, cores_busy: float | None = None) -> Workers | None:
         """None without the core count (a run recorded before it was): the whole fetch is then the saving."""
         if not cpus:
             return None
@@ -162,13 +167,15 @@ class Workers:
             )
         else:
             why = f"the fetch computes ({significant(cpu_pct, 2)}% of its time on a CPU): {per_core}"
-        return cls(count, why, cores, cpu_pct)
+        return cls(count, why, cores, cpu_pct, cores_busy)
 
     def step_ms(self, fetch_ms: float, step_ms: float) -> tuple[float, str]:
         """The step with these workers, and what bounds it: 'rest', 'workers' or 'cores'."""
         rest = max(0.0, step_ms - fetch_ms)
         limits = {"rest": rest, "workers": fetch_ms / self.count}
-        if self.cpu_pct is not None:
+        if self.cores_busy is not None:
+            limits["cores"] = self.cores_busy * step_ms / self.cpus
+        elif self.cpu_pct is not None:
             limits["cores"] = (rest + fetch_ms * self.cpu_pct / 100.0) / self.cpus
         bound = max(limits, key=lambda name: limits[name])
         return limits[bound], bound
@@ -185,9 +192,14 @@ class Workers:
                 "(longer than the rest of the step)"
             )
         if bound == "cores":
+            work = (
+                f"the process kept {significant(self.cores_busy, 2)} cores busy"
+                if self.cores_busy is not None
+                else "the rest of the step and the fetch's CPU time"
+            )
             return (
-                f", less what the {self.cpus} cores cannot run at once: the rest of the step and the fetch's "
-                f"CPU time take {significant(after)} ms on them"
+                f", less what the {self.cpus} cores this process may use cannot run at once: {work}, "
+                f"{significant(after)} ms a step on them"
             )
         return ""
 
@@ -198,10 +210,11 @@ def _workers(value: Callable[[str], object]) -> Workers | None:
     recorded."""
     if value("data_loader_iterator") != SINGLE_PROCESS_ITERATOR:
         return None
-    cpus, cpu_pct = value("host_cpus"), value("data_loader_cpu_pct")
-    return Workers.of(
-        cpus if isinstance(cpus, int | float) else None, cpu_pct if isinstance(cpu_pct, int | float) else None
-    )
+    numbers = {
+        name: number if isinstance(number := value(name), int | float) else None
+        for name in ("host_cpus", "data_loader_cpu_pct", "host_cores_busy")
+    }
+    return Workers.of(numbers["host_cpus"], numbers["data_loader_cpu_pct"], numbers["host_cores_busy"])
 
 
 def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -276,6 +289,7 @@ def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
             ("DataLoader iterator", "data_loader_iterator"),
             ("CPU cores this process may use", "host_cpus"),
             ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
+            ("cores the process kept busy", "host_cores_busy"),
         ],
         explanation=(
             "Each step first builds its batch (reading, decoding, augmenting and collating "
@@ -592,7 +606,13 @@ RULES = [
         ("data_loader_ms", "step_time_ms"),
         loader_in_step_model,
         loader_in_step_report,
-        optional=("gpu_busy_ms", "data_loader_iterator", "host_cpus", "data_loader_cpu_pct"),
+        optional=(
+            "gpu_busy_ms",
+            "data_loader_iterator",
+            "host_cpus",
+            "data_loader_cpu_pct",
+            "host_cores_busy",
+        ),
         floor_pct=LOADER_STALL_MIN_PCT,
         host_side=True,
         switches=(LOADER_WORKERS,),
