@@ -127,7 +127,7 @@ def test_the_report_leads_with_the_realized_saving(verified_run, tmp_path):
     words = " ".join(report.split())
     finding = words[words.index("The step waits for the DataLoader") :]
     assert finding.index("realized") < finding.index("host time fetching a batch")
-    assert "replay error on this GPU" in words and "not applied to predictions" in words
+    assert "prediction error on this machine (no GPU)" in words and "not applied to predictions" in words
     numerics = results["diagnosis"]["primary_bottleneck"]["verify"]["numerics"]
     assert f"at step {numerics['step']}; tolerance 1%)" in words
     page = (tmp_path / "report" / "report.html").read_text()

@@ -63,26 +63,30 @@ def _numerics(numerics: dict) -> str:
 def replay_error_line(results: dict) -> str | None:
     """'replay error on this GPU (NVIDIA H200): median |realized - predicted| / realized = 12% over 9 verified
     fixes (this run: 8% over 3); applied to later predictions of loader_workers (replay) 0.93x over 3 runs',
-    where the run verified fixes."""
+    where the run verified fixes ('prediction error on this machine (no GPU)' without a GPU)."""
     summary = (results.get("diagnosis") or {}).get("verify_summary")
     if not isinstance(summary, dict):
         return None
     if not summary.get("fixes"):
         return "--verify: nothing run, as no finding's fix is one hybrid can switch on itself in this run"
     history = summary.get("gpu_history") or {}
+    # Without a GPU (history key "cpu") the predictions are the rules' closed-form estimates: no replay ran.
+    on_cpu = history.get("device") == "cpu"
+    what = "prediction error on this machine (no GPU)" if on_cpu else "replay error on this GPU"
     this_run = (
         f"this run: {format_value(summary.get('median_error_pct'), '%')} over {summary.get('error_findings')}"
         if is_number(summary.get("median_error_pct"))
         else "none realized in this run"
     )
     if is_number(history.get("median_error_pct")):
+        device = "" if on_cpu else f" ({history.get('device')})"
         gpu = (
-            f"replay error on this GPU ({history.get('device')}): median |realized - predicted| / realized = "
+            f"{what}{device}: median |realized - predicted| / realized = "
             f"{format_value(history.get('median_error_pct'), '%')} over {history.get('verified')} verified "
             f"fixes ({this_run})"
         )
     else:
-        gpu = f"replay error on this GPU: no verified fix realized yet ({this_run})"
+        gpu = f"{what}: no verified fix realized yet ({this_run})"
     applied = history.get("applied")
     if isinstance(applied, list) and applied:
         used = ", ".join(
