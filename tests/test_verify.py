@@ -198,6 +198,23 @@ def test_a_computing_loader_gets_a_worker_a_core_and_the_prediction_keeps_what_t
     assert verify["predicted_ms"] < 0.9 * metrics["data_loader_ms"]
 
 
+@pytest.mark.slow
+def test_a_loss_changed_by_workers_random_transforms_says_so(tmp_path):
+    """Items with random noise, as random augmentation adds: in workers the noise comes from generators
+    seeded per worker, so the loss differs from the run without them, and the verified fix says why."""
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", HYBRID_CACHE_DIR=str(tmp_path))
+    argv = [sys.executable, "-m", "hybrid", "run", "--steps", "3", "--warmup", "1", "--verify", "1"]
+    argv += ["--quiet", "--json", "-o", str(out), str(SCRIPT), "--item-ms", "10", "--augment"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    verify = json.loads(done.stdout)["diagnosis"]["primary_bottleneck"]["verify"]
+    assert verify["status"] == "realized"
+    numerics = verify["numerics"]
+    assert numerics["status"] == "changed", numerics
+    assert numerics["reason"] == verified.LOADER_WORKERS_RANDOMNESS
+
+
 def _capture_config(run: Path, results: dict, **changes: dict) -> RunConfig:
     config = dict(RunDir(run).read_inject("torch")["config"])
     for section, values in changes.items():

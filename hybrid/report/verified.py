@@ -53,9 +53,10 @@ def _numerics(numerics: dict) -> str:
     change = numerics.get("relative_change")
     if isinstance(change, (int, float)):
         step, tolerance = numerics.get("step"), numerics.get("tolerance")
+        reason = f": {numerics['reason']}" if numerics.get("reason") else ""
         return (
             f"loss {status} ({format_value(100.0 * float(change), '%')} at step {step}; tolerance "
-            f"{format_value(100.0 * float(tolerance or 0), '%')})"
+            f"{format_value(100.0 * float(tolerance or 0), '%')}){reason}"
         )
     return f"loss {status}" + (f": {numerics['reason']}" if numerics.get("reason") else "")
 
