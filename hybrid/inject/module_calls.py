@@ -11,6 +11,7 @@ torch is imported by the caller (hybrid.inject.stepping imports it before the us
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -22,6 +23,20 @@ from typing import Any
 WRAPPER_NAMES = frozenset(
     {"decorate_context", "wrapper", "wrapped", "inner", "_fn", "__call__", "_wrapped_call_impl", "_call_impl"}
 )
+
+
+# A module called while a DataLoader builds a batch in this process (a transform such as torchvision's Resize,
+# in the dataset's __getitem__) prepares input: it is not the workload's forward. A FakeData eval loop was
+# stepped on Resize.forward, 64 calls a batch, and its 2 ms "step" left the model out.
+DATA_FETCH_FILE = os.path.join("torch", "utils", "data", "_utils", "fetch.py")
+
+
+def _in_data_fetch(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(DATA_FETCH_FILE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def module_label(module: Any) -> str:
@@ -54,6 +69,7 @@ class TopLevelCalls:
         self._caller_depth: int | None = None
         self._last_caller_depth: int | None = None
         self.depth = 0
+        self._fetch_depth = 0  # module calls open inside a DataLoader's batch fetch (not counted)
 
     def start(self) -> None:
         global _is_compiling
@@ -93,6 +109,9 @@ class TopLevelCalls:
     def _pre(self, module: Any, args: Any) -> None:
         if _is_compiling() or self._inert or threading.get_ident() != self._thread:
             return
+        if self._fetch_depth or (self.depth == 0 and _in_data_fetch(sys._getframe(1))):
+            self._fetch_depth += 1
+            return
         if self.depth == 0 and self._want_caller():
             call_impl = sys._getframe(1)
             self._caller = self.caller_frame(call_impl)
@@ -103,7 +122,12 @@ class TopLevelCalls:
         self.depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if _is_compiling() or self._inert or threading.get_ident() != self._thread or self.depth == 0:
+        if _is_compiling() or self._inert or threading.get_ident() != self._thread:
+            return
+        if self._fetch_depth:
+            self._fetch_depth -= 1
+            return
+        if self.depth == 0:
             return
         self.depth -= 1
         if self.depth == 0:

@@ -192,12 +192,12 @@ def _watch_hybrid(out_dir: Path) -> None:
         ).start()
 
 
-def _run_target(target: str, as_module: bool) -> None:
+def _run_target(target: str, as_module: bool) -> dict:
+    """The script's globals once it has run to its end (runpy's copy of them)."""
     if as_module:
         # alter_sys: argv[0] becomes the module's file and __main__ is that module, as under `python -m`.
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
-        runpy.run_path(target, run_name="__main__")
+        return runpy.run_module(target, run_name="__main__", alter_sys=True)
+    return runpy.run_path(target, run_name="__main__")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,8 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.module:
         # As `python script.py` does: the script's directory replaces this injector's path entry.
         sys.path[0] = first_path
+    # A script that ends before its window does is read (session.finish: its DataLoaders, optimizers) with
+    # its objects still alive: a 32-batch eval loop's DataLoader was gone by then, and the advice said the
+    # script used none.
+    script_globals: dict = {}
     try:
-        _run_target(target, args.module)
+        script_globals = _run_target(target, args.module)
         ended: BaseException | None = None
     except BaseException as exc:  # noqa: BLE001 - every ending is recorded, then reported as Python would
         ended = exc
@@ -280,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     # The record first: printing can fail (a closed pipe) and must not cost what was measured.
     session.finish(outcome, exit_code, traceback_text)
+    script_globals.clear()
     with contextlib.suppress(OSError):
         if args.capture_loss:
             numerics.write(args.out)
