@@ -25,9 +25,9 @@ def usable_cpus() -> int:
 
 
 def loader_worker_count(cpus: int, fetch_cpu_pct: float | None = None) -> int:
-    """DataLoader workers for a process that may use `cpus` cores, whose batch fetches ran on a CPU
-    `fetch_cpu_pct` of their time (None: not measured): the usual 4 where the fetch mostly waits, else one
-    a core, up to 4."""
+    """DataLoader workers for a process that may use `cpus` cores, whose batch fetches ran on or waited for
+    a CPU `fetch_cpu_pct` of their time (None: not measured): the usual 4 where the fetch mostly waits,
+    else one a core, up to 4."""
     if fetch_cpu_pct is not None and fetch_cpu_pct < WAITING_CPU_PCT:
         return MAX_LOADER_WORKERS
     return max(1, min(MAX_LOADER_WORKERS, cpus))

@@ -491,15 +491,17 @@ def _extras(profile: Profile) -> dict[str, Metric]:
 
 
 def _loader_cpu(extras: dict, src: str) -> dict[str, Metric]:
-    """The share of the DataLoader fetches' wall time their thread ran on a CPU (hybrid.inject.loader_watch):
-    low where a fetch waits (storage, network), high where it computes."""
+    """The share of the DataLoader fetches' wall time their thread ran on a CPU or waited in the run queue
+    for one (hybrid.inject.loader_watch): low where a fetch waits for storage or the network, high where it
+    computes, on a loaded machine too."""
     record = extras.get("data_loader")
     if not isinstance(record, dict):
         return {}
-    wall, cpu = record.get("wall_ms"), record.get("cpu_ms")
+    wall, cpu, runnable = record.get("wall_ms"), record.get("cpu_ms"), record.get("runnable_ms")
     if not isinstance(wall, int | float) or not isinstance(cpu, int | float) or wall <= 0 or cpu < 0:
         return {}
-    return {"data_loader_cpu_pct": Metric(min(100.0, 100.0 * float(cpu) / float(wall)), "%", src)}
+    demand = float(cpu) + (float(runnable) if isinstance(runnable, int | float) and runnable > 0 else 0.0)
+    return {"data_loader_cpu_pct": Metric(min(100.0, 100.0 * demand / float(wall)), "%", src)}
 
 
 def _gc(extras: dict, src: str) -> dict[str, Metric]:

@@ -87,7 +87,7 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
             ("GPU idle, other host work", "idle_host_other_ms"),
             ("GPU utilization", "gpu_util_pct"),
             ("CPU cores this process may use", "host_cpus"),
-            ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
+            ("share of the fetch the training thread ran on or waited for a CPU", "data_loader_cpu_pct"),
             ("cores the process kept busy", "host_cores_busy"),
         ],
         explanation=(
@@ -162,11 +162,12 @@ class Workers:
             why = per_core
         elif cpu_pct < WAITING_CPU_PCT:
             why = (
-                f"the fetch ran on a CPU {significant(cpu_pct, 2)}% of its time: it mostly waits, and "
-                f"{count} workers overlap the waits whatever the cores ({cores})"
+                f"the fetch ran on or waited for a CPU {significant(cpu_pct, 2)}% of its time: it mostly "
+                f"waits, and {count} workers overlap the waits whatever the cores ({cores})"
             )
         else:
-            why = f"the fetch computes ({significant(cpu_pct, 2)}% of its time on a CPU): {per_core}"
+            share = significant(cpu_pct, 2)
+            why = f"the fetch computes ({share}% of its time on or waiting for a CPU): {per_core}"
         return cls(count, why, cores, cpu_pct, cores_busy)
 
     def step_ms(self, fetch_ms: float, step_ms: float) -> tuple[float, str]:
@@ -288,7 +289,7 @@ def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
             ("step time", "step_time_ms"),
             ("DataLoader iterator", "data_loader_iterator"),
             ("CPU cores this process may use", "host_cpus"),
-            ("share of the fetch the training thread ran on a CPU", "data_loader_cpu_pct"),
+            ("share of the fetch the training thread ran on or waited for a CPU", "data_loader_cpu_pct"),
             ("cores the process kept busy", "host_cores_busy"),
         ],
         explanation=(
