@@ -94,3 +94,21 @@ def test_the_profilers_slowdown_on_the_cpu_is_measured_against_a_plain_pass(cpu_
     assert passes["plain"]["status"] == "ok" and passes["plain"]["step_time_ms"] > 0
     assert isinstance(passes["torch"]["overhead_pct"], float)
     assert results["timing"]["baseline_step_time_ms"] == pytest.approx(passes["plain"]["step_time_ms"])
+
+
+def test_two_cpu_only_runs_compare_without_gpu_lines(cpu_run):
+    """A CPU-only run has no GPU utilization or roofline to put side by side: one line says so (it read
+    "GPU utilization: n/a -> n/a" and "Roofline: not placed-bound, AI n/a -> not placed-bound")."""
+    done, _results, out = cpu_run
+    assert done.returncode == 0, done.stderr
+    compared = subprocess.run(
+        [sys.executable, "-m", "hybrid", "compare", str(out), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"),
+    )
+    assert compared.returncode == 0, compared.stderr
+    assert "GPU utilization and roofline: not measured in either run (no GPU timeline)" in compared.stdout
+    assert "not placed-bound" not in compared.stdout and "n/a -> n/a" not in compared.stdout

@@ -63,6 +63,8 @@ def test_two_captures_of_one_workload_read_unchanged_and_nothing_is_called_resol
     assert "Resolved: " not in text.replace("Not checked", "")
     util = diff["gpu_util_pct"]
     assert util["delta_pp"] == pytest.approx(util["b"] - util["a"]) and " pp)" in text
+    roofline = next(line for line in text.splitlines() if line.startswith("Roofline: "))
+    assert roofline.count("-bound, AI") == 2 and "not placed" not in roofline
 
 
 def test_a_finding_resting_on_data_the_other_run_lacks_is_not_checked_rather_than_resolved(resnet_runs):

@@ -520,6 +520,10 @@ def _kernel_line(row: dict, label: str, cutoffs: dict[str, float | None]) -> str
     return f"  {label}: {text}"
 
 
+def _bound(bound: object) -> str:
+    return f"{bound}-bound" if bound else "not placed"
+
+
 def compare_lines(diff: dict) -> list[tuple[str, str]]:
     """The comparison as (kind, text) lines: kind is "warning", "item" (step time, utilization, roofline),
     "finding", "heading", "kernel" or "note". The text and HTML renderers lay these out."""
@@ -528,20 +532,18 @@ def compare_lines(diff: dict) -> list[tuple[str, str]]:
         ("warning", "WARNING: " + d + ": the comparison does not say whether a change helped")
         for d in diff["workload"]["differences"]
     ]
-    lines += [("item", _step_line(diff)), ("item", f"GPU utilization: {_delta(diff['gpu_util_pct'], '%')}")]
+    lines.append(("item", _step_line(diff)))
     roof_a, roof_b = diff["roofline"]["a"], diff["roofline"]["b"]
-    lines.append(
-        (
-            "item",
-            (
-                f"Roofline: {roof_a['bound'] or 'not placed'}-bound, AI "
-                f"{format_value(roof_a['arithmetic_intensity'], 'FLOP/B')} -> "
-                f"{roof_b['bound'] or 'not placed'}"
-                f"-bound, AI {format_value(roof_b['arithmetic_intensity'], 'FLOP/B')}; of attainable "
-                f"{_delta(diff['roofline']['achieved_pct_of_attainable'], '%')}"
-            ),
-        )
-    )
+    utilization = diff["gpu_util_pct"]
+    if utilization["a"] is None and utilization["b"] is None and not roof_a["bound"] and not roof_b["bound"]:
+        # Two CPU-only runs (or two without a device timeline): no GPU figure to put side by side.
+        lines.append(("item", "GPU utilization and roofline: not measured in either run (no GPU timeline)"))
+    else:
+        ai_a, ai_b = (format_value(r["arithmetic_intensity"], "FLOP/B") for r in (roof_a, roof_b))
+        attainable = _delta(diff["roofline"]["achieved_pct_of_attainable"], "%")
+        roofline = f"Roofline: {_bound(roof_a['bound'])}, AI {ai_a} -> {_bound(roof_b['bound'])}, AI {ai_b}"
+        lines.append(("item", f"GPU utilization: {_delta(utilization, '%')}"))
+        lines.append(("item", f"{roofline}; of attainable {attainable}"))
     findings = diff["findings"]
     for label, key in (("Resolved", "resolved"), ("New", "new")):
         lines += [("finding", f"{label}: [{f['severity']}] {f['title']} ({f['id']})") for f in findings[key]]
