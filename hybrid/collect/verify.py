@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.errors import HybridError
-from hybrid.host_cpus import loader_worker_count
 from hybrid.inject.apply_fix import paired_steps
 from hybrid.replay import realized as history
 from hybrid.rules.advice import RunConfig, config_of, observed_config
+from hybrid.rules.data_pipeline import advised_workers
 from hybrid.rules.registry import RULE_BY_ID
 from hybrid.rules.switches import LOADER_WORKERS, Switch, switch_for
 from hybrid.rundir import RunDir
@@ -152,16 +152,11 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
 
 def _fix_options(switch: Switch, metrics: dict) -> list[str]:
     """What the fix's run takes from this run's evidence: for DataLoader workers, the count the finding
-    advised (hybrid.rules.data_pipeline.Workers: from the cores the process may use and the fetch's CPU
-    share), so the run realizes the advice as written."""
+    advised (hybrid.rules.data_pipeline.advised_workers), so the run realizes the advice as written."""
     if switch is not LOADER_WORKERS:
         return []
-    value = {name: (m or {}).get("value") for name, m in metrics.items() if isinstance(m, dict)}
-    cpus, cpu_pct = value.get("host_cpus"), value.get("data_loader_cpu_pct")
-    if not isinstance(cpus, int) or cpus < 1:
-        return []
-    share = float(cpu_pct) if isinstance(cpu_pct, int | float) else None
-    return ["--loader-workers", str(loader_worker_count(cpus, share))]
+    workers = advised_workers(lambda name: (metrics.get(name) or {}).get("value"))
+    return ["--loader-workers", str(workers.count)] if workers else []
 
 
 def _run_fix(

@@ -57,7 +57,7 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
             "The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
             "the training process, between steps, while the GPU waits."
         )
-        workers = _workers(ctx.value)
+        workers = advised_workers(ctx.value)
         advice = loader_workers(
             ctx.config,
             condition=condition
@@ -205,10 +205,10 @@ class Workers:
         return ""
 
 
-def _workers(value: Callable[[str], object]) -> Workers | None:
-    """The workers for a loader that fetched in the training process, from the run's metrics (`value` of a
-    name); None where it had workers already (its __next__ time is the wait for them) or the cores were not
-    recorded."""
+def advised_workers(value: Callable[[str], object]) -> Workers | None:
+    """The workers the advice gives a loader that fetched in the training process, from the run's metrics
+    (`value` of a name; --verify's fix runs as many); None where it had workers already (its __next__ time
+    is the wait for them) or the cores were not recorded."""
     if value("data_loader_iterator") != SINGLE_PROCESS_ITERATOR:
         return None
     numbers = {
@@ -226,7 +226,7 @@ def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
         return NoFix("no batch fetch time measured")
     fetch_ms = fetch * inputs.torch_to_nsys
     basis = f"the batch fetch the torch pass measured: {significant(fetch)} ms per step"
-    workers, step = _workers(inputs.metrics.get), inputs.number("step_time_ms")
+    workers, step = advised_workers(inputs.metrics.get), inputs.number("step_time_ms")
     if workers is not None and step:
         basis += f"; {workers.count} workers ({workers.why})" + workers.note(fetch_ms, step)
         fetch_ms = workers.saving_ms(fetch_ms, step)
@@ -244,7 +244,7 @@ def loader_in_step_model(inp: Inputs) -> float | None:
     what they still take (Workers)."""
     if inp["gpu_busy_ms"] is not None:
         return None  # a GPU run: data.loader_stall weighs the fetch by the device idle time in it
-    workers = _workers(inp.values.get)
+    workers = advised_workers(inp.values.get)
     fetch = max(0.0, inp["data_loader_ms"])
     return fetch if workers is None else workers.saving_ms(fetch, inp.step_ms)
 
@@ -257,7 +257,7 @@ def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
         "in the training process"
     )
     single = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
-    workers = _workers(ctx.value)
+    workers = advised_workers(ctx.value)
     advice = loader_workers(
         ctx.config,
         condition=condition
