@@ -22,8 +22,13 @@ from hybrid.inject import apply_fix, numerics
 from hybrid.inject.apply_fix import FIXES
 from hybrid.pipeline import analyze_run_dir
 from hybrid.rules.advice import RunConfig, observed_config
-from hybrid.rules.registry import RULES
-from hybrid.rules.switches import SWITCHES
+from hybrid.rules.registry import RULE_BY_ID, RULES
+from hybrid.rules.switches import (
+    COMPILE_ACROSS_SYNCS,
+    COMPILE_REDUCE_OVERHEAD,
+    SWITCHES,
+    switch_for,
+)
 from hybrid.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,14 +378,36 @@ def test_the_verify_table_scores_the_run(verified_run, tmp_path):
     assert "- listed fixes realized: 1 of 1 (not applied 0, failed 0; goal: all)" in table
 
 
-def test_cuda_graphs_are_not_verified_across_data_dependent_syncs(tmp_path):
-    """torchvision's Faster R-CNN eval syncs on nonzero/masked_select every step: the dispatch finding's
-    switch, mode='reduce-overhead', is passed over with that reason, as its advice asks for no graphs."""
+def test_across_data_dependent_syncs_the_default_compile_is_verified_and_replayed(tmp_path):
+    """torchvision's Faster R-CNN eval syncs on nonzero/masked_select every step: no CUDA graph holds it, so
+    the dispatch finding advises the default compile, replays what it does (the elementwise chains fused)
+    and is verified with it, not with mode='reduce-overhead'."""
     run = tmp_path / "run"
     shutil.copytree(ROOT / "tests" / "fixtures" / "unmarked_runs" / "torchvision_detection_eval" / "run", run)
     results = analyze_run_dir(run)
     assert results["metrics"]["data_dependent_sync_ops"]["value"] == "aten::nonzero, aten::masked_select"
+    (dispatch,) = [f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "launch.dispatch"]
+    assert dispatch["advice"][0]["text"] == "torch.compile(model)"
+    assert dispatch["replay"]["fix"] == "fused_elementwise"
+    assert "aten::nonzero, aten::masked_select" in dispatch["replay"]["basis"]
     planned, skipped = plan(results, 5, _capture_config(run, results))
-    assert "compile_reduce_overhead" not in [p.switch.name for p in planned]
-    (dispatch,) = [s for s in skipped if s["finding"] == "launch.dispatch"]
-    assert "syncs on data-dependent shapes (aten::nonzero, aten::masked_select)" in dispatch["reason"]
+    by_switch = {p.switch.name: p for p in planned}
+    assert "compile_reduce_overhead" not in by_switch
+    assert by_switch["compile"].predicted_ms["launch.dispatch"] == pytest.approx(
+        dispatch["time_lost_baseline_ms"]
+    )
+    assert not [s for s in skipped if s["finding"] == "launch.dispatch"]
+
+
+def test_where_graphs_hold_the_dispatch_finding_is_verified_with_them(tmp_path):
+    """Without data-dependent syncs the dispatch finding's advice and replay are CUDA graphs, and the default
+    compile is not its switch (a Lightning bf16-mixed Transformer: reduce-overhead)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "unmarked_runs" / "lightning_bf16_transformer" / "run", run)
+    results = analyze_run_dir(run)
+    assert "data_dependent_sync_ops" not in results["metrics"]
+    launch = [f for f in results["diagnosis"]["bottlenecks"] if f["id"].startswith("launch.")]
+    assert launch and all(f["replay"]["fix"] == "graph_launch" for f in launch)
+    config = _capture_config(run, results)
+    assert COMPILE_ACROSS_SYNCS.blocked(config) is not None
+    assert switch_for(RULE_BY_ID[launch[0]["id"]].switches, config) is COMPILE_REDUCE_OVERHEAD

@@ -16,7 +16,7 @@ from hybrid.rules.advice import (
 )
 from hybrid.rules.base import Context, Evidence, Fix, FixInputs, Inputs, Report, Rule
 from hybrid.rules.common import batch_row_loop
-from hybrid.rules.switches import COMPILE_REDUCE_OVERHEAD
+from hybrid.rules.switches import COMPILE_ACROSS_SYNCS, COMPILE_REDUCE_OVERHEAD
 
 # Half the kernels under 20 us (SMALL_KERNEL_NS in metrics) is the launch-bound signature.
 SMALL_KERNEL_SHARE_PCT = 50.0
@@ -281,7 +281,18 @@ HOST_WORK_CAUSES = (
 
 def launch_bound_fix(inputs: FixInputs) -> Fix:
     """CUDA graphs remove the launch calls and their gaps; a captured step also loses the longer dispatch
-    gaps this finding claims, as the same share of the step's long host gaps."""
+    gaps this finding claims, as the same share of the step's long host gaps. Where the step syncs on
+    data-dependent shapes no graph is captured, and the advice is the default compile: its fusion of the
+    elementwise chains is what is replayed (the finding's pool bounds it beside a fusion finding)."""
+    syncs = inputs.metrics.get("data_dependent_sync_ops")
+    if syncs:
+        return Fix(
+            "fused_elementwise",
+            "torch.compile (default mode: elementwise chains fused, no CUDA graphs)",
+            {},
+            f"the step's measured elementwise chains; no CUDA graph is captured across its syncs on "
+            f"data-dependent shapes ({syncs})",
+        )
     launch = inputs.number("idle_launch_gap_ms") or 0.0
     host_work = sum(inputs.number(f"idle_{cause}_ms") or 0.0 for cause in HOST_WORK_CAUSES)
     dispatch = max(0.0, inputs.lost_ms - launch)
@@ -305,7 +316,7 @@ RULES = [
         pool=DISPATCH_POOL,
         floor_pct=MIN_LOST_PCT,
         fix=launch_bound_fix,
-        switches=(COMPILE_REDUCE_OVERHEAD,),
+        switches=(COMPILE_REDUCE_OVERHEAD, COMPILE_ACROSS_SYNCS),
     ),
     Rule(
         "launch.bound",
@@ -317,7 +328,7 @@ RULES = [
         pool=("launch_gap",),
         floor_pct=MIN_LOST_PCT,
         fix=launch_bound_fix,
-        switches=(COMPILE_REDUCE_OVERHEAD,),
+        switches=(COMPILE_REDUCE_OVERHEAD, COMPILE_ACROSS_SYNCS),
     ),
     Rule(
         "batch.headroom",

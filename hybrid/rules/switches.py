@@ -111,6 +111,26 @@ COMPILE_REDUCE_OVERHEAD = Switch(
     _graphs_cannot_hold,
     min_warmup=COMPILED_WARMUP,
 )
+
+
+def _graphs_can_hold(config: RunConfig) -> str | None:
+    """The default compile is the launch findings' fix only where the step syncs on data-dependent shapes:
+    elsewhere their advice and their replay are CUDA graphs (COMPILE_REDUCE_OVERHEAD)."""
+    if config.data_dependent_syncs:
+        return None
+    return "its advice is CUDA graphs (mode='reduce-overhead'), not the default compile"
+
+
+# What the launch findings advise where no CUDA graph holds the step (torchvision's Faster R-CNN eval syncs
+# on nonzero and masked_select): the default compile, which fuses the small ops but keeps their launches.
+COMPILE_ACROSS_SYNCS = Switch(
+    COMPILE.name,
+    COMPILE.description,
+    COMPILE.is_on,
+    _graphs_can_hold,
+    min_warmup=COMPILED_WARMUP,
+    paired=True,
+)
 LOADER_WORKERS = Switch(
     "loader_workers",
     "DataLoader workers (num_workers, persistent_workers; pin_memory on CUDA)",
