@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hybrid.rules.base import SEVERITY_RANK
+from hybrid.provenance import Metric
+from hybrid.rules.base import SEVERITY_RANK, Context, Finding
+from hybrid.rules.data_pipeline import jitter_is_theirs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN_DIRS = sorted(
@@ -474,6 +476,43 @@ def test_jitter_advice_follows_where_the_slow_steps_time_goes(analyzed):
     # torchaudio: the first steps after warm-up wait longer for the single-process DataLoader.
     cause, texts = advised["unmarked_runs/torchaudio_frontend_train/run"]
     assert cause == "dataloader_fetch" and "num_workers" in texts[0]
+
+
+def test_jitter_in_time_other_findings_claim_is_their_alternative(analyzed):
+    """Slow steps whose extra time lies in causes other findings claimed, with no change of the jitter
+    finding's own, are one cause: the jitter finding is shown as their alternative, never the primary."""
+    # torchaudio: 1.6 of the slow steps' 2.1 extra ms in the fetch, host work and copies the loader,
+    # dispatch and pageable-copy findings claim, and the loader's own DataLoader change.
+    audio = analyzed["unmarked_runs/torchaudio_frontend_train/run"]
+    jitter = _finding(audio, "steps.jitter")
+    assert jitter["alternative_to"] == ["copy.pageable", "data.loader_stall", "launch.dispatch"]
+    assert jitter["advice"][0]["text"] == _finding(audio, "data.loader_stall")["advice"][0]["text"]
+    # sentence-transformers: 2.9 of 3.5 ms in the host work of the preprocessing finding.
+    encode = analyzed["unmarked_runs/sentence_transformers_encode/run"]
+    jitter = _finding(encode, "steps.jitter")
+    assert jitter["alternative_to"] == ["cpu.preprocessing"]
+    assert all(a["locates_code"] for a in jitter["advice"])
+    for results in (audio, encode):
+        assert results["diagnosis"]["primary_bottleneck"]["id"] != "steps.jitter"
+
+
+def test_jitter_with_a_change_of_its_own_stays_its_own_finding(analyzed):
+    """The same measured slow steps, with a change no other finding advises (the collector frozen), keep
+    their finding: the decision reads the advice, not the time alone."""
+    audio = analyzed["unmarked_runs/torchaudio_frontend_train/run"]
+    others = [
+        Finding(**{k: v for k, v in f.items() if k in Finding.__dataclass_fields__})
+        for f in audio["diagnosis"]["bottlenecks"]
+        if f["id"] != "steps.jitter"
+    ]
+    metrics = {name: Metric(m["value"], m["unit"], m["source"]) for name, m in audio["metrics"].items()}
+    ctx = Context(metrics=metrics)
+    jitter = Finding(
+        **{k: v for k, v in _finding(audio, "steps.jitter").items() if k in Finding.__dataclass_fields__}
+    )
+    assert jitter_is_theirs(ctx, jitter, others) == ["copy.pageable", "data.loader_stall", "launch.dispatch"]
+    jitter.advice = [*jitter.advice, {"text": "gc.freeze() once the model is built", "locates_code": False}]
+    assert jitter_is_theirs(ctx, jitter, others) == []
 
 
 def test_a_dataloader_that_neither_pins_nor_has_workers_is_one_change(analyzed):

@@ -138,6 +138,11 @@ def slow_step_metrics(
                 float(kernels.reindex(typical, fill_value=0).mean()), "kernels", src
             ),
         }
+        # Each named cause's share, for the rules: time another finding claims is its (engine.run).
+        out |= {
+            f"slow_step_extra_{cause}_ms": Metric(float(ms), "ms", src)
+            for cause, ms in _grown(by_cause, extra_ms).items()
+        }
     out.update(_slow_step_ops(profile, steps, ops_src))
     return out
 

@@ -288,3 +288,7 @@ class Rule:
     # The fix as settings hybrid can switch on itself, in order of preference: `hybrid run --verify` re-runs
     # the plain window with the first one the run did not already have (hybrid.collect.verify).
     switches: tuple[Switch, ...] = ()
+    # For a finding that draws on no pool: the findings it is, on this run, another view of (its time lies in
+    # what they claimed and its changes are theirs), given its context, itself and every other finding; it
+    # is then shown as their alternative (hybrid.rules.engine.run).
+    alternative_when: Callable[[Context, Finding, list[Finding]], list[str]] | None = None

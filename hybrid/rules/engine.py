@@ -6,7 +6,7 @@ evaluating another. Rules run in the order given (the registry lists the specifi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.base import SEVERITY_RANK, Context, Evidence, Finding, Inputs, NotMeasured, Report, Rule
@@ -99,6 +99,8 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
     drawn_by: dict[str, list[str]] = {}  # ledger cause -> ids of the findings that drew on it
     findings: list[Finding] = []
     alternatives: list[tuple[Rule, Finding]] = []
+    # Findings whose rule decides on this run whether they are another finding's alternative, with that test.
+    views: list[tuple[Callable[[Context, Finding, list[Finding]], list[str]], Finding]] = []
     step = ctx.value("step_time_ms") or 0.0
     for rule in rules:
         if not all(_present(ctx, name) for name in rule.requires):
@@ -138,11 +140,16 @@ def run(rules: Iterable[Rule], ctx: Context) -> list[Finding]:
             finding.claimed = _draw(left, rule.pool, lost)
             for cause in rule.pool:
                 drawn_by.setdefault(cause, []).append(rule.id)
+        if rule.alternative_when is not None:
+            views.append((rule.alternative_when, finding))
         findings.append(finding)
     for rule, finding in alternatives:
         finding.alternative_to = sorted(
             {rule_id for cause in rule.pool for rule_id in drawn_by.get(cause, [])}
         )
+    for alternative_when, finding in views:
+        others = [f for f in findings if f is not finding and not f.alternative]
+        finding.alternative_to = alternative_when(ctx, finding, others)
     return findings
 
 
