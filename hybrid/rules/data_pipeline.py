@@ -46,6 +46,25 @@ def exposed_copy_lost_ms(exposed_pinned_ms: float, kernel_ms: float) -> float:
     return max(0.0, min(exposed_pinned_ms, kernel_ms))
 
 
+def _workers_for_the_fetch(ctx: Context, condition: str, *, pin: bool = True) -> list[Suggestion]:
+    """The DataLoader change for a loader that fetches in the training process: the workers the run's
+    evidence gives it (advised_workers), why that many in the condition."""
+    workers = advised_workers(ctx.value)
+    return loader_workers(
+        ctx.config,
+        condition=condition + (f"; {workers.why}" if workers else ""),
+        pin=pin,
+        workers=workers.count if workers else None,
+    )
+
+
+def _workers_fall_behind(condition: str) -> Suggestion:
+    return Suggestion(
+        "Raise num_workers (up to the free CPU cores) and prefetch_factor; keep persistent_workers=True",
+        condition + " from worker processes that fall behind",
+    )
+
+
 def loader_stall_model(inp: Inputs) -> float | None:
     """Device idle time inside DataLoader.__next__ (the torch pass's ranges, carried onto the analyzed
     timeline by the ledger): the host neither launched nor waited on the GPU."""
@@ -59,26 +78,13 @@ def loader_stall_report(ctx: Context, lost_ms: float) -> Report:
             "The DataLoader has num_workers=0: every batch is read, decoded, augmented and collated in "
             "the training process, between steps, while the GPU waits."
         )
-        workers = advised_workers(ctx.value)
-        advice = loader_workers(
-            ctx.config,
-            condition=condition
-            + " in the training process (num_workers=0)"
-            + (f"; {workers.why}" if workers else ""),
-            workers=workers.count if workers else None,
-        )
+        advice = _workers_for_the_fetch(ctx, condition + " in the training process (num_workers=0)")
     else:
         cause = (
             "The DataLoader's workers do not keep up: the training process waits in __next__ for the next "
             "batch while the GPU has nothing to run."
         )
-        advice = [
-            Suggestion(
-                "Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
-                "persistent_workers=True",
-                condition + " from worker processes that fall behind",
-            )
-        ]
+        advice = [_workers_fall_behind(condition)]
     advice += per_item_work(ctx, condition)
     return Report(
         title="The GPU waits for the DataLoader",
@@ -260,22 +266,9 @@ def loader_in_step_report(ctx: Context, lost_ms: float) -> Report:
     )
     single = ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR
     workers = advised_workers(ctx.value)
-    advice = loader_workers(
-        ctx.config,
-        condition=condition
-        + (" (num_workers=0)" if single else "")
-        + (f"; {workers.why}" if workers else ""),
-        pin=False,
-        workers=workers.count if workers else None,
-    )
+    advice = _workers_for_the_fetch(ctx, condition + (" (num_workers=0)" if single else ""), pin=False)
     if not single:
-        advice.append(
-            Suggestion(
-                "Raise num_workers (up to the free CPU cores) and prefetch_factor; keep "
-                "persistent_workers=True",
-                condition + " from worker processes that fall behind",
-            )
-        )
+        advice.append(_workers_fall_behind(condition))
     advice.append(
         Suggestion(
             "Make per-item work cheaper (vectorized transforms instead of Python loops over "
