@@ -120,10 +120,11 @@ def test_a_finding_without_a_callsite_says_why(tmp_path):
         for f in _analyzed(SAMPLED / "cpu_numpy_augment" / "run", tmp_path)["diagnosis"]["bottlenecks"]
     }
     assert sampled["tensor.not_measured"]["callsite_reason"].startswith("no callsite: a note on counters")
-    # Step-to-step variation is no pool of the ledger (sentence-transformers' encode() loop varies by 12%).
+    # sentence-transformers' encode() loop varies by 12%, in host work the preprocessing finding claims: the
+    # variation is that finding's alternative, placed by its callsites.
     varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run", tmp_path)
     jitter = next(f for f in varying["diagnosis"]["bottlenecks"] if f["id"] == "steps.jitter")
-    assert "claims no time" in jitter["callsite_reason"]
+    assert jitter["callsites"] == [] and "alternative to own; their callsites" in jitter["callsite_reason"]
 
 
 def test_the_terminal_and_html_show_gpu_callsites_and_reasons(tmp_path):
@@ -135,10 +136,12 @@ def test_the_terminal_and_html_show_gpu_callsites_and_reasons(tmp_path):
     top = gemm["callsites"][0]
     text = render_terminal(sampled, color=False, verbose=True)
     assert f"at cpu_numpy_augment.py:{top['line']}  {top['source_line']}" in text
-    # steps.jitter's reason, under its fixes in the verbose view (wrapped at the report's width)
+    # steps.jitter's reason (an alternative), under its fixes in the verbose view (wrapped at the report's width)
     varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run", tmp_path)
     varying_text = render_terminal(varying, color=False, verbose=True)
-    assert "no callsite: the finding claims no time of the step's ledger" in " ".join(varying_text.split())
+    assert "no callsite: another remedy for time the findings it is an alternative to own" in " ".join(
+        varying_text.split()
+    )
     modules = analyze_run_dir(_copy(FIXTURES / "runs" / "h200-simple_cnn", tmp_path))
     module = next(f for f in modules["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")[
         "callsites"
