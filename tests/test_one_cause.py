@@ -4,10 +4,14 @@ unmarked runs kept whole, the --verify runs and the bare Nsight exports."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from hybrid.pipeline import analyze_run_dir
 from hybrid.provenance import Metric
 from hybrid.rules.base import SEVERITY_RANK, Context, Finding
 from hybrid.rules.data_pipeline import jitter_is_theirs
@@ -526,6 +530,32 @@ def test_a_dataloader_that_neither_pins_nor_has_workers_is_one_change(analyzed):
         == ("DataLoader(num_workers=N>0, pin_memory=True)")
     )
     assert any("non_blocking=True" in s["text"] for s in pageable["advice"][1:])
+
+
+def test_with_the_cores_and_fetch_recorded_every_dataloader_finding_words_one_change(tmp_path):
+    """The torchaudio capture with the facts a current injector adds (16 usable cores, a fetch that ran on a
+    CPU 95% of its time, 1.1 cores busy): the stall chooses a count of workers, and the pageable copies and
+    the slow steps in the fetch ask for the same change in the same words, so the variation is the stall's
+    alternative and the report lists the change once."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "unmarked_runs" / "torchaudio_frontend_train" / "run", run)
+    inject_path = run / "torch" / "inject.json"
+    inject = json.loads(inject_path.read_text())
+    fetch_ms = 20 * 4.61
+    inject |= {
+        "host_cpus": 16,
+        "data_loader": {"fetches": 20, "wall_ms": fetch_ms, "cpu_ms": 0.95 * fetch_ms, "runnable_ms": 0.0},
+        "window_cpu_ns": int(1.1 * inject["window_ns"]),
+    }
+    inject_path.write_text(json.dumps(inject))
+    results = analyze_run_dir(run)
+    stall, pageable, jitter = (
+        _finding(results, name) for name in ("data.loader_stall", "copy.pageable", "steps.jitter")
+    )
+    change = stall["advice"][0]["text"]
+    assert re.fullmatch(r"DataLoader\(num_workers=\d+, pin_memory=True\)", change), change
+    assert pageable["advice"][0]["text"] == jitter["advice"][0]["text"] == change
+    assert "data.loader_stall" in jitter["alternative_to"]
 
 
 @pytest.mark.parametrize(

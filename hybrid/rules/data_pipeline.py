@@ -317,7 +317,7 @@ def pageable_advice(ctx: Context) -> list[Suggestion]:
                 f"{condition}; its DataLoaders have pin_memory=False and num_workers=0: pin together with "
                 "workers, which pin off the main thread (pinning in the training process runs in the step)"
             )
-            out += loader_workers(ctx.config, condition=pinned)
+            out += _workers_for_the_fetch(ctx, pinned)
             out.append(Suggestion("batch.to('cuda', non_blocking=True) on the pinned batches", pinned))
         else:
             state = (
@@ -417,7 +417,9 @@ def exposed_copies_report(ctx: Context, lost_ms: float) -> Report:
 
 def _loader_advice(ctx: Context, condition: str) -> list[Suggestion]:
     if ctx.value("data_loader_iterator") == SINGLE_PROCESS_ITERATOR or ctx.config.data_loaders == []:
-        return loader_workers(ctx.config, condition=condition)
+        # The loader findings' change in their words (the count, pinning only with a device timeline), so
+        # that a variation in their time is their alternative (jitter_is_theirs).
+        return _workers_for_the_fetch(ctx, condition, pin=ctx.value("gpu_busy_ms") is not None)
     return [
         Suggestion(
             "Raise the DataLoader's prefetch_factor (and num_workers, up to the free CPU cores), so the "
