@@ -136,7 +136,7 @@ def test_the_terminal_and_html_show_gpu_callsites_and_reasons(tmp_path):
     top = gemm["callsites"][0]
     text = render_terminal(sampled, color=False, verbose=True)
     assert f"at cpu_numpy_augment.py:{top['line']}  {top['source_line']}" in text
-    # steps.jitter's reason (an alternative), under its fixes in the verbose view (wrapped at the report's width)
+    # steps.jitter's reason (an alternative), under its fixes in the verbose view (wrapped to the width)
     varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run", tmp_path)
     varying_text = render_terminal(varying, color=False, verbose=True)
     assert "no callsite: another remedy for time the findings it is an alternative to own" in " ".join(

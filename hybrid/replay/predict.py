@@ -97,6 +97,26 @@ def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
     return rule.fix(replace(run_inputs, lost_ms=float(finding.time_lost_ms or 0.0)))
 
 
+def _one_saving_per_fix(chosen: list[tuple[Finding, Fix]]) -> list[tuple[Finding, Fix]]:
+    """One transformation of the step is one saving: of the findings that replay the same fix, the one it
+    saves most for keeps it and the others are shown as its alternatives (across data-dependent syncs the
+    launch findings replay the default compile's fused chains, as the fusion finding does: PyG's GCN read
+    0.95 and 1.35 ms from one replay). The fixes that stay, in order."""
+    kept: dict[tuple, Finding] = {}
+    for finding, fix in chosen:
+        key = (fix.kind, tuple(sorted(fix.params.items())))
+        if key not in kept or finding.time_lost_ms > kept[key].time_lost_ms:
+            kept[key] = finding
+    out = []
+    for finding, fix in chosen:
+        owner = kept[(fix.kind, tuple(sorted(fix.params.items())))]
+        if owner is finding:
+            out.append((finding, fix))
+        else:
+            finding.alternative_to = sorted({*finding.alternative_to, owner.id})
+    return out
+
+
 def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     """The replay's figures for every finding whose rule has a fix (after weigh_at_plain_step)."""
     timing = diagnosis.timing
@@ -179,6 +199,7 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         }
         finding.evidence.append(Evidence("replayed fix", f"{fix.description} ({fix.basis})", "", ESTIMATED))
         chosen.append((finding, fix))
+    chosen = _one_saving_per_fix(chosen)
     if chosen:
         combined = graph
         for _, fix in chosen:
