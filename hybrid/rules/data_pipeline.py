@@ -595,18 +595,18 @@ def jitter_is_theirs(ctx: Context, finding: Finding, others: list[Finding]) -> l
     extra_ms = ctx.value("slow_step_extra_ms")
     if not extra_ms:
         return []
-    held = {
-        other.id: sum(
-            ctx.value(f"slow_step_extra_{cause}_ms", 0.0) for cause, ms in other.claimed.items() if ms > 0
-        )
-        for other in others
-    }
-    owners = [finding_id for finding_id, ms in held.items() if ms > 0]
-    if sum(held.values()) < JITTER_THEIRS_SHARE * extra_ms:
+    claimed_by: dict[str, list[str]] = {}  # cause -> the findings that drew on it
+    for other in others:
+        for cause, ms in other.claimed.items():
+            if ms > 0 and ctx.value(f"slow_step_extra_{cause}_ms", 0.0) > 0:
+                claimed_by.setdefault(cause, []).append(other.id)
+    # Each cause once, however many findings drew on it.
+    if sum(ctx.value(f"slow_step_extra_{cause}_ms") for cause in claimed_by) < JITTER_THEIRS_SHARE * extra_ms:
         return []
+    owners = sorted({finding_id for ids in claimed_by.values() for finding_id in ids})
     theirs = {advice["text"] for other in others if other.id in owners for advice in other.advice}
     own_changes = [advice["text"] for advice in finding.advice if not advice.get("locates_code")]
-    return sorted(owners) if all(text in theirs for text in own_changes) else []
+    return owners if all(text in theirs for text in own_changes) else []
 
 
 RULES = [
