@@ -500,6 +500,20 @@ def test_jitter_in_time_other_findings_claim_is_their_alternative(analyzed):
         assert results["diagnosis"]["primary_bottleneck"]["id"] != "steps.jitter"
 
 
+def test_an_alternative_says_whose_time_it_is_in_the_terminal_and_the_html(analyzed):
+    from hybrid.report.html_report import render_html
+    from hybrid.report.terminal import render_terminal
+
+    results = analyzed["unmarked_runs/torchaudio_frontend_train/run"]
+    text = " ".join(render_terminal(results, color=False).split())
+    assert (
+        "Step time varies from step to step (instead of #1, #2, #3: the same time, not added to it)" in text
+    )
+    page = render_html(results)
+    assert "Step time varies from step to step" in page
+    assert "(instead of #1, #2, #3: the same time, not added to it)</span></h3>" in page
+
+
 def test_jitter_with_a_change_of_its_own_stays_its_own_finding(analyzed):
     """The same measured slow steps, with a change no other finding advises (the collector frozen), keep
     their finding: the decision reads the advice, not the time alone."""

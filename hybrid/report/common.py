@@ -37,6 +37,15 @@ def findings_by_impact(results: dict) -> list[dict]:
     return [f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")]
 
 
+def instead_of(finding: dict, numbers: dict[str, int]) -> str | None:
+    """'instead of #1, #3: the same time, not added to it' for a finding shown as the alternative of the
+    numbered findings (`numbers`: id -> its number in the list), else None."""
+    shown = sorted(numbers[i] for i in finding.get("alternative_to") or [] if i in numbers)
+    if not shown:
+        return None
+    return f"instead of {', '.join(f'#{n}' for n in shown)}: the same time, not added to it"
+
+
 def weighed_lost_ms(finding: dict, timing: dict) -> float:
     """The time the finding's fix saves per step, on the step the diagnosis weighed it at; in a results.json
     written before findings carried that figure, read as the diagnosis weighed it then."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hybrid.report import waterfall
 from hybrid.report.common import (
     findings_by_impact,
+    instead_of,
     metric_source_counts,
     overhead_noise,
 )
@@ -146,8 +147,9 @@ def _lost(finding: dict, timing: dict, w: HtmlWriter) -> str:
     )
 
 
-def _card(index: int, finding: dict, w: HtmlWriter, timing: dict) -> str:
+def _card(index: int, finding: dict, w: HtmlWriter, timing: dict, numbers: dict[str, int]) -> str:
     severity = w.text(finding.get("severity"))
+    alternative = instead_of(finding, numbers)
     # Numbers align right and stay on one line; text values (operator lists, the replayed fix) wrap.
     evidence = "".join(
         f"<tr><td>{w.text(e.get('label'))}</td>"
@@ -159,7 +161,9 @@ def _card(index: int, finding: dict, w: HtmlWriter, timing: dict) -> str:
     fixes = "".join(f"<li>{w.text(fix)}</li>" for fix in finding.get("suggestions") or [])
     return (
         f'<div class="card {severity}"><h3>{index}. <span class="badge">{severity}</span> '
-        f"{w.text(finding.get('category'))}: {w.text(finding.get('title'))}</h3>"
+        f"{w.text(finding.get('category'))}: {w.text(finding.get('title'))}"
+        + (f' <span class="muted">({w.text(alternative)})</span>' if alternative else "")
+        + "</h3>"
         + _verified(finding, w)
         + f"<p>time lost: {_lost(finding, timing, w)} · id <code>{w.text(finding.get('id'))}</code>"
         + (
@@ -212,9 +216,10 @@ def _findings(results: dict, w: HtmlWriter) -> str:
             + _below_floor(results, w)
         )
     timing = results.get("timing") or {}
+    numbers = {str(f.get("id")): n for n, f in enumerate(findings, start=1)}
     return (
         f"<h2>Bottlenecks ({len(findings)})</h2>"
-        + "".join(_card(i, f, w, timing) for i, f in enumerate(findings, 1))
+        + "".join(_card(i, f, w, timing, numbers) for i, f in enumerate(findings, 1))
         + _below_floor(results, w)
         + "".join(
             f"<p>{w.text(line)}</p>" for line in (replay_error_line(results), skipped_line(results)) if line

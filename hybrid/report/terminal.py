@@ -28,6 +28,7 @@ from hybrid.report import waterfall
 from hybrid.report.common import (
     findings_by_impact,
     format_value,
+    instead_of,
     metric_source_counts,
     overhead_noise,
     roofline_vs_peaks,
@@ -287,12 +288,10 @@ def _finding_title(finding: dict, *, marked_primary: bool, verbose: bool, number
         title = Text.assemble((str(finding.get("category", "")), "bold"), "  ") + title
     if marked_primary:
         title.append("  (primary)", style="bold")
-    # An alternative remedy claims time other findings own: its saving is instead of theirs, not on top.
-    instead_of = [
-        f"#{n}" for n in sorted(numbers[i] for i in finding.get("alternative_to") or [] if i in numbers)
-    ]
-    if instead_of:
-        title.append(f"  (instead of {', '.join(instead_of)}: the same time, another remedy)", style="dim")
+    # An alternative claims time other findings own: its saving is instead of theirs, not on top.
+    alternative = instead_of(finding, numbers)
+    if alternative:
+        title.append(f"  ({alternative})", style="dim")
     return title
 
 
