@@ -138,7 +138,8 @@ def slow_step_metrics(
                 float(kernels.reindex(typical, fill_value=0).mean()), "kernels", src
             ),
         }
-        # Each named cause's share, for the rules: time another finding claims is its (engine.run).
+        # Each named cause's extra ms: where other findings claim those causes, the variation is theirs
+        # (hybrid.rules.data_pipeline.jitter_is_theirs).
         out |= {
             f"slow_step_extra_{cause}_ms": Metric(float(ms), "ms", src)
             for cause, ms in _grown(by_cause, extra_ms).items()

@@ -102,14 +102,14 @@ def _one_saving_per_fix(chosen: list[tuple[Finding, Fix]]) -> list[tuple[Finding
     saves most for keeps it and the others are shown as its alternatives (across data-dependent syncs the
     launch findings replay the default compile's fused chains, as the fusion finding does: PyG's GCN read
     0.95 and 1.35 ms from one replay). The fixes that stay, in order."""
+    keys = [(fix.kind, tuple(sorted(fix.params.items()))) for _, fix in chosen]
     kept: dict[tuple, Finding] = {}
-    for finding, fix in chosen:
-        key = (fix.kind, tuple(sorted(fix.params.items())))
+    for (finding, _), key in zip(chosen, keys, strict=True):
         if key not in kept or finding.time_lost_ms > kept[key].time_lost_ms:
             kept[key] = finding
     out = []
-    for finding, fix in chosen:
-        owner = kept[(fix.kind, tuple(sorted(fix.params.items())))]
+    for (finding, fix), key in zip(chosen, keys, strict=True):
+        owner = kept[key]
         if owner is finding:
             out.append((finding, fix))
         else:

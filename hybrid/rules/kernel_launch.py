@@ -283,7 +283,8 @@ def launch_bound_fix(inputs: FixInputs) -> Fix:
     """CUDA graphs remove the launch calls and their gaps; a captured step also loses the longer dispatch
     gaps this finding claims, as the same share of the step's long host gaps. Where the step syncs on
     data-dependent shapes no graph is captured, and the advice is the default compile: its fusion of the
-    elementwise chains is what is replayed (the finding's pool bounds it beside a fusion finding)."""
+    elementwise chains is what is replayed (beside a fusion finding, which replays the same, the replay keeps
+    one saving: hybrid.replay.predict)."""
     syncs = inputs.metrics.get("data_dependent_sync_ops")
     if syncs:
         return Fix(
