@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hybrid import host_cpus
 from hybrid.analysis.verified import plain_reference, realized, relative_error
 from hybrid.errors import HybridError
 from hybrid.inject.apply_fix import paired_steps
@@ -123,7 +124,7 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
     metrics = results.get("metrics") or {}
     for item in planned:
         limit_s = max(MIN_LIMIT_S, 2 * torch_wall)
-        record = _run_fix(orchestrator, item, reference, limit_s, _fix_options(item.switch, metrics))
+        record = _run_fix(orchestrator, item, reference, limit_s, _loader_workers(item.switch, metrics))
         block["fixes"].append(record)
         run.update_run_json(verify=block)
         outcome = realized(run, record, reference)
@@ -150,25 +151,41 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
     run.update_run_json(verify=block)
 
 
-def _fix_options(switch: Switch, metrics: dict) -> list[str]:
-    """What the fix's run takes from this run's evidence: for DataLoader workers, the count the finding
-    advised (hybrid.rules.data_pipeline.advised_workers), so the run realizes the advice as written."""
+def _loader_workers(switch: Switch, metrics: dict) -> int | None:
+    """The DataLoader workers the fix's run gives each loader built without: the count the finding advised
+    (hybrid.rules.data_pipeline.advised_workers), so the run realizes the advice as written, else the fix's
+    own default for this machine. None for any other fix."""
     if switch is not LOADER_WORKERS:
-        return []
+        return None
     workers = advised_workers(lambda name: (metrics.get(name) or {}).get("value"))
-    return ["--loader-workers", str(workers.count)] if workers else []
+    return workers.count if workers else host_cpus.loader_worker_count(host_cpus.usable_cpus())
+
+
+def _window(switch: Switch, reference: dict, workers: int | None) -> tuple[int, int]:
+    """The warmup and steps of a fix's run: the plain step's (so its last step is the same step of the
+    script), more warmup where the fix needs it to settle (the numerics then read the fix's loss at the plain
+    step's last step, inside this run's warmup: hybrid.inject.numerics keeps the first steps' losses).
+
+    With `workers` DataLoader workers, each fetching whole batches in turn, a step bound by the fetch is
+    periodic: the steps end in bursts of `workers`, one round apart. The first round (the workers' start) is
+    warmup and the window holds whole rounds: on the CPU loop of 16 items of 10 ms a batch with 4 workers,
+    steps ended in bursts of 4, 170 ms apart, and 10 steps held two or three of the waits (41 or 58 ms a
+    step by phase alone)."""
+    warmup = max(reference["warmup"], switch.min_warmup)
+    steps = reference["steps"]
+    if workers:
+        warmup = max(warmup, workers)
+        steps = -(-steps // workers) * workers
+    return warmup, steps
 
 
 def _run_fix(
-    orchestrator: Runner, item: Planned, reference: dict, limit_s: float, fix_options: list[str]
+    orchestrator: Runner, item: Planned, reference: dict, limit_s: float, workers: int | None
 ) -> dict:
-    """One plain run of the script with the fix on (and `fix_options`): the plain step's warmup (or the
-    fix's own minimum) and step count, stopped after `limit_s`."""
+    """One plain run of the script with the fix on (`workers` for the DataLoader fix) over its window
+    (_window), stopped after `limit_s`."""
     name = PASS_PREFIX + item.switch.name
-    # More warmup where the fix needs it to settle: the numerics then read the fix's loss at the plain step's
-    # last step, inside this run's warmup (hybrid.inject.numerics keeps the first steps' losses).
-    warmup = max(reference["warmup"], item.switch.min_warmup)
-    steps = reference["steps"]
+    warmup, steps = _window(item.switch, reference, workers)
     # A flag is timed off and on in its own process, windows as long as the plain one (hybrid.inject.apply_fix
     # PAIRED_ORDER: on, off, on, and a step to settle after each switch).
     paired = ["--paired", str(steps)] if item.switch.paired else []
@@ -185,7 +202,7 @@ def _run_fix(
         str(steps),
         "--apply-fix",
         item.switch.name,
-        *fix_options,
+        *(["--loader-workers", str(workers)] if workers else []),
         *paired,
         "--capture-loss",
     ]
