@@ -77,12 +77,13 @@ def test_the_dataloader_fix_is_realized_in_a_plain_run_of_its_own(verified_run):
     assert verify["realized_ms"] == pytest.approx(verify["step_before_ms"] - verify["step_after_ms"])
     assert verify["realized_ms"] > verify["step_before_ms"] / 5
     assert verify["predicted_ms"] == pytest.approx(primary["time_lost_baseline_ms"])
-    # The prediction keeps what the workers still take, a batch of 160 ms in each of 4 (the whole fetch, once
-    # predicted, was 80% over what 1 and 2 cores realized). How close it comes is not asserted here: under
-    # CI's -n 2 load the 4 workers' sleeps took 2.5 times as long as the plain run's (82 ms realized of 159
-    # predicted, where this box realized 125 of 133); the GPU verify table (issue 23) scores the predictions.
+    # The prediction keeps at least what the workers still take, a batch of 160 ms in each of 4 (or what the
+    # cores cannot run at once, where that is more); the whole fetch, once predicted, was 80% over what 1 and
+    # 2 cores realized. How close it comes is not asserted here: under CI's -n 2 load the 4 workers' sleeps
+    # took 2.5 times as long as the plain run's (82 ms realized of 159 predicted, where this box realized 125
+    # of 133); the GPU verify table (issue 23) scores the predictions.
     step_ms, fetch_ms = (results["metrics"][name]["value"] for name in ("step_time_ms", "data_loader_ms"))
-    assert primary["time_lost_ms"] == pytest.approx(step_ms - fetch_ms / 4)
+    assert 0 < primary["time_lost_ms"] <= step_ms - fetch_ms / 4 + 1e-6
     # The same items in the same order reach the same seeded model: the loss of the last plain step is the
     # loss without workers.
     numerics = verify["numerics"]

@@ -142,7 +142,7 @@ def test_only_flags_are_paired_and_their_runs_cover_every_window(tmp_path):
     reference = {"warmup": 2, "steps": 10}
     for switch in (TF32, CUDNN_BENCHMARK, COMPILE, LOADER_WORKERS):
         runner = _CommandOnly(RunDir(tmp_path / switch.name))
-        _run_fix(runner, Planned(switch), reference, limit_s=60, fix_options=[])
+        _run_fix(runner, Planned(switch), reference, limit_s=60, workers=None)
         steps = int(runner.argv[runner.argv.index("--steps") + 1])
         if switch.paired:
             assert runner.argv[runner.argv.index("--paired") + 1] == "10"
