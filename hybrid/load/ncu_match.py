@@ -150,12 +150,14 @@ def _renamed_counters(
     renamed = counters.copy()
     ncu_names: dict[str, str] = {}
     unmatched = 0
+    # The kernel rows each counter row took by launch or configuration, gathered in one pass: a scan of every
+    # kernel per counter row cost 1.2 ms a row on the committed captures, minutes on a 1M-kernel export.
+    strong_rows: dict[int, list[int]] = {}
+    for i, (r, lvl) in enumerate(zip(rows, levels, strict=True)):
+        if lvl in (MATCH_LAUNCH, MATCH_CONFIG):
+            strong_rows.setdefault(r, []).append(i)
     for counter_row in range(len(counters)):
-        strong = [
-            i
-            for i, (r, lvl) in enumerate(zip(rows, levels, strict=False))
-            if r == counter_row and lvl in (MATCH_LAUNCH, MATCH_CONFIG)
-        ]
+        strong = strong_rows.get(counter_row)
         if not strong:
             unmatched += 1
             continue
