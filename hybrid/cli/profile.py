@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -254,7 +255,26 @@ def diagnose(
             raise UsageError(
                 f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example"
             )
+    if device is not None:
+        _check_device_name(device)
     from hybrid.collect.orchestrate import RunOptions, Target
+
+    # Every option is checked before the built-in models are imported (torch: 2.4 s of a mistyped
+    # --ncu-kernels) and before the CPU notice says what will run; the CPU's sizes replace the defaults after.
+    options = RunOptions(
+        out_dir=out or _default_out(model),
+        unique_out_dir=out is None,
+        mode=mode.value,
+        nvtx_modules=nvtx_modules,
+        baseline=baseline,
+        verify=verify,
+        ncu_kernels=ncu_kernels,
+        ncu_budget_s=ncu_budget_s,
+        calibrate=calibrate,
+    )
+    if warmup is not None:
+        options.warmup = warmup
+    options.validate()
     from hybrid.models import MODEL_NAMES, cpu_defaults
 
     if model not in MODEL_NAMES:
@@ -277,8 +297,8 @@ def diagnose(
                 "no CUDA device: GPU analysis is not possible here; running a small CPU version "
                 f"({', '.join(f'{k}={v}' for k, v in applied.items())}{settle})"
             )
-    steps = steps or 20
-    warmup = warmup if warmup is not None else 5
+    steps = steps or options.steps
+    warmup = warmup if warmup is not None else options.warmup
     # Room for the warmup to grow until step times settle; the injector stops the loop after the
     # measured steps.
     from hybrid.collect.orchestrate import SHORT_PLAIN_STEPS
@@ -297,19 +317,7 @@ def diagnose(
     if batch_size:
         model_args += ["--batch-size", str(batch_size)]
     target = Target(argv=["hybrid.models", *model_args], is_module=True)
-    options = RunOptions(
-        out_dir=out or _default_out(model),
-        unique_out_dir=out is None,
-        mode=mode.value,
-        warmup=warmup,
-        steps=steps,
-        nvtx_modules=nvtx_modules,
-        baseline=baseline,
-        verify=verify,
-        ncu_kernels=ncu_kernels,
-        ncu_budget_s=ncu_budget_s,
-        calibrate=calibrate,
-    )
+    options = dataclasses.replace(options, warmup=warmup, steps=steps)
     _profile_and_report(
         target,
         options,
@@ -323,11 +331,15 @@ def diagnose(
     )
 
 
-def _check_device(device: str) -> None:
+def _check_device_name(device: str) -> None:
     kind, _, index = device.partition(":")
     if kind not in ("cuda", "cpu") or (index and (kind == "cpu" or not index.isdigit())):
         raise UsageError(f"unsupported device {device!r}", "use --device cuda (or cuda:N) or --device cpu")
-    if kind == "cuda" and not _cuda_available():
+
+
+def _check_device(device: str) -> None:
+    _check_device_name(device)
+    if device.startswith("cuda") and not _cuda_available():
         raise UsageError(
             f"--device {device} was asked for but torch sees no CUDA device on this machine",
             "run on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu",
