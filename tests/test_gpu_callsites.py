@@ -4,7 +4,6 @@ committed H200 captures."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from hybrid.analysis.callsites import _launch_order
@@ -17,10 +16,10 @@ GPU_CATEGORIES = ("TENSOR_CORE", "OCCUPANCY", "MEMORY_HIERARCHY", "ROOFLINE")
 LAUNCH_CONFIG = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 
 
-def _analyzed(run: Path, tmp_path: Path) -> dict:
-    copy = tmp_path / run.parent.name / "run"
-    shutil.copytree(run, copy)
-    return analyze_run_dir(copy)
+def _analyzed(run: Path) -> dict:
+    """The analysis of a committed capture where it lies (it writes nothing there): the suite analyzes each
+    once and shares it (tests/conftest.py)."""
+    return analyze_run_dir(run)
 
 
 def _line(script: Path, text: str) -> int:
@@ -51,13 +50,12 @@ def test_the_torch_pass_kernels_match_the_nsys_kernels_by_name_and_order():
     assert matched / kernels > 0.99 and same_config / matched > 0.99
 
 
-def test_gpu_findings_name_the_lines_that_launched_their_kernels(tmp_path):
+def test_gpu_findings_name_the_lines_that_launched_their_kernels():
     """cpu_numpy_augment spends 71% of its host time in the numpy loop, but its GEMMs and small-grid kernels
     are launched by the model's forward and backward: those lines, never the loop's."""
     script = PLANTED_SCRIPTS / "cpu_numpy_augment.py"
     findings = {
-        f["id"]: f
-        for f in _analyzed(SAMPLED / "cpu_numpy_augment" / "run", tmp_path)["diagnosis"]["bottlenecks"]
+        f["id"]: f for f in _analyzed(SAMPLED / "cpu_numpy_augment" / "run")["diagnosis"]["bottlenecks"]
     }
     forward = _line(script, "loss = F.cross_entropy(model(images), labels)")
     backward = _line(script, "loss.backward()")
@@ -81,11 +79,11 @@ def test_gpu_findings_name_the_lines_that_launched_their_kernels(tmp_path):
         assert "callsite_reason" not in findings[finding_id]
 
 
-def test_module_ranges_name_the_modules_whose_kernels_a_finding_is_made_of(tmp_path):
+def test_module_ranges_name_the_modules_whose_kernels_a_finding_is_made_of():
     """simple_cnn was captured with --nvtx-modules and without Python sampling: its FP32-GEMM finding names
     the modules its kernels ran in, each a module that launched GEMMs, by their share of the finding."""
     run = FIXTURES / "runs" / "h200-simple_cnn"
-    results = analyze_run_dir(_copy(run, tmp_path))
+    results = _analyzed(run)
     finding = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
     sites = finding["callsites"]
     assert 1 <= len(sites) <= 3 and all(s["file"] is None and s["line"] is None for s in sites)
@@ -102,47 +100,40 @@ def test_module_ranges_name_the_modules_whose_kernels_a_finding_is_made_of(tmp_p
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 100.1
 
 
-def _copy(run: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
-    return copy
-
-
-def test_a_finding_without_a_callsite_says_why(tmp_path):
+def test_a_finding_without_a_callsite_says_why():
     """The planted captures have no Python samples and no module ranges: each GPU finding says what to
     record; the notes on counters that were not measured and findings that claim no ledger time say why
     none applies."""
-    results = analyze_run_dir(_copy(FIXTURES / "planted" / "tc_fp32_no_tf32" / "run", tmp_path))
+    results = _analyzed(FIXTURES / "planted" / "tc_fp32_no_tf32" / "run")
     gemm = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
     assert gemm["callsites"] == [] and "--callsites python" in gemm["callsite_reason"]
     sampled = {
-        f["id"]: f
-        for f in _analyzed(SAMPLED / "cpu_numpy_augment" / "run", tmp_path)["diagnosis"]["bottlenecks"]
+        f["id"]: f for f in _analyzed(SAMPLED / "cpu_numpy_augment" / "run")["diagnosis"]["bottlenecks"]
     }
     assert sampled["tensor.not_measured"]["callsite_reason"].startswith("no callsite: a note on counters")
     # sentence-transformers' encode() loop varies by 12%, in host work the preprocessing finding claims: the
     # variation is that finding's alternative, placed by its callsites.
-    varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run", tmp_path)
+    varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run")
     jitter = next(f for f in varying["diagnosis"]["bottlenecks"] if f["id"] == "steps.jitter")
     assert jitter["callsites"] == [] and "alternative to own; their callsites" in jitter["callsite_reason"]
 
 
-def test_the_terminal_and_html_show_gpu_callsites_and_reasons(tmp_path):
+def test_the_terminal_and_html_show_gpu_callsites_and_reasons():
     from hybrid.report.html_report import render_html
     from hybrid.report.terminal import render_terminal
 
-    sampled = _analyzed(SAMPLED / "cpu_numpy_augment" / "run", tmp_path)
+    sampled = _analyzed(SAMPLED / "cpu_numpy_augment" / "run")
     gemm = next(f for f in sampled["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
     top = gemm["callsites"][0]
     text = render_terminal(sampled, color=False, verbose=True)
     assert f"at cpu_numpy_augment.py:{top['line']}  {top['source_line']}" in text
     # steps.jitter's reason (an alternative), under its fixes in the verbose view (wrapped to the width)
-    varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run", tmp_path)
+    varying = _analyzed(FIXTURES / "unmarked_runs" / "sentence_transformers_encode" / "run")
     varying_text = render_terminal(varying, color=False, verbose=True)
     assert "no callsite: another remedy for time the findings it is an alternative to own" in " ".join(
         varying_text.split()
     )
-    modules = analyze_run_dir(_copy(FIXTURES / "runs" / "h200-simple_cnn", tmp_path))
+    modules = _analyzed(FIXTURES / "runs" / "h200-simple_cnn")
     module = next(f for f in modules["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")[
         "callsites"
     ][0]
