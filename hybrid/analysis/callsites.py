@@ -56,8 +56,9 @@ TOP_CALLSITES = 3
 MODULE_SHARE_PCT = 20.0
 # Why a finding has no callsite, where no capture setting would give it one.
 NOT_MEASURED_REASON = "no callsite: a note on counters this run did not measure, not time found in its steps"
+# An alternative's time is its owners' (the same time by another remedy, or by the same fix as theirs).
 ALTERNATIVE_REASON = (
-    "no callsite: another remedy for time the findings it is an alternative to own; their callsites place it"
+    "no callsite: its time is that of the findings it is an alternative to; their callsites place it"
 )
 NO_CLAIM_REASON = (
     "no callsite: the finding claims no time of the step's ledger (its figure is not made of kernels, "
