@@ -86,9 +86,11 @@ def test_a_flag_is_timed_off_and_on_again_in_one_process(tmp_path):
     ]
     outcome = _realized(run)
     assert outcome["status"] == "realized", outcome
-    # Each window's steps waited 30 ms (off) or 10 ms (on) each, plus the step's own work.
-    assert outcome["step_before_ms"] == pytest.approx(30.0, abs=8.0)
-    assert outcome["step_after_ms"] == pytest.approx(10.0, abs=8.0)
+    # Each window's steps waited 30 ms (off) or 10 ms (on) each, plus the step's own work. A sleep only ends
+    # late, under load by much more (CI's load stretched a DataLoader worker's sleeps 2.5 times:
+    # tests/test_verify.py): each window is bounded below; their difference, where the lateness of both
+    # windows of one process cancels, on both sides.
+    assert outcome["step_before_ms"] >= 30.0 - 0.5 and outcome["step_after_ms"] >= 10.0 - 0.5
     assert outcome["realized_ms"] == pytest.approx(outcome["step_before_ms"] - outcome["step_after_ms"])
     assert outcome["realized_ms"] == pytest.approx(20.0, abs=6.0)
     paired = outcome["paired"]
