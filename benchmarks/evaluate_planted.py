@@ -41,8 +41,10 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
     return {entry["name"]: entry for entry in json.loads(path.read_text())["scripts"]}
 
 
-def analyze_modes(run_path: Path, baseline_step_ms: float | None = None) -> dict[str, dict]:
-    """results.json documents for every mode the run dir's artifacts allow, loading each once;
+def analyze_modes(
+    run_path: Path, baseline_step_ms: float | None = None, modes: tuple[str, ...] = MODES
+) -> dict[str, dict]:
+    """results.json documents for each of `modes` the run dir's artifacts allow, loading each once;
     `baseline_step_ms` is the script's plain step time (a plain pass captured beside the run)."""
     from hybrid.load.nsys_export import load_nsys_export
     from hybrid.load.torch_trace import load_torch_trace
@@ -59,7 +61,8 @@ def analyze_modes(run_path: Path, baseline_step_ms: float | None = None) -> dict
     out = {}
     for mode, (tp, npf, with_ncu) in plans.items():
         if (
-            (mode == "torch-only" and tp is None)
+            mode not in modes
+            or (mode == "torch-only" and tp is None)
             or (mode != "torch-only" and npf is None)
             or (with_ncu and csv is None)
         ):
