@@ -24,6 +24,7 @@ import pandas as pd
 from hybrid.errors import InputError
 from hybrid.files import gunzip_limited
 from hybrid.jsontypes import typed_fields
+from hybrid.load.gc_paused import gc_paused
 from hybrid.load.torch_stacks import op_callsites, stack_samples
 from hybrid.markers import OP_FLOPS_FILE, TORCH_STEP_NAME, TORCH_STEP_PREFIX
 from hybrid.profile import (
@@ -132,7 +133,11 @@ FIX = "pass the trace.json that torch.profiler wrote (export_chrome_trace), e.g.
 
 def load_torch_trace(path: str | Path) -> Profile:
     """Read a torch.profiler Chrome trace (plain or gzipped JSON) into a Profile."""
-    path = Path(path)
+    with gc_paused():
+        return _load_torch_trace(Path(path))
+
+
+def _load_torch_trace(path: Path) -> Profile:
     raw = _read_trace(path)
     events = _complete_events(raw["traceEvents"])
     warnings: list[str] = []
