@@ -548,6 +548,7 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     # Each change once, as the highest-ranked finding that asks for it words it, with every finding
     # whose first suggestion it is (the same change proposed for two reasons is one thing to do).
     picks: dict[str, tuple[str, list[int]]] = {}
+    includes: dict[str, list[str]] = {}
     for number, finding in enumerate(findings_by_impact(results), start=1):
         if not finding.get("suggestions"):
             continue
@@ -556,6 +557,8 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
         # kernels it is about in full (7 of verify/hf_trainer_tf32_paired's 12 lines here): verbose's.
         said = str(finding["suggestions"][0]) if verbose else change
         picks.setdefault(change, (said, []))[1].append(number)
+        includes.setdefault(change, _included(finding))
+    picks = _folded(picks, includes, verbose)
     shown = list(picks.values()) if verbose else list(picks.values())[:RECOMMENDATIONS_DEFAULT]
     if not shown:
         return []
@@ -569,6 +572,30 @@ def _recommendations(results: dict, verbose: bool) -> list[RenderableType]:
     if not verbose:
         heading.append(" (why each applies: --verbose)", style="dim")
     return [heading, grid]
+
+
+def _included(finding: dict) -> list[str]:
+    """The other changes its first suggestion makes too (hybrid.rules.advice.Suggestion.includes)."""
+    advice = finding.get("advice") or []
+    first = advice[0] if advice and isinstance(advice[0], dict) else {}
+    included = first.get("includes")
+    return [text for text in included if isinstance(text, str)] if isinstance(included, list) else []
+
+
+def _folded(
+    picks: dict[str, tuple[str, list[int]]], includes: dict[str, list[str]], verbose: bool
+) -> dict[str, tuple[str, list[int]]]:
+    """A change another listed change makes too is listed once, as that change, at the rank of the first
+    of the two, for the findings of both: the default compile inside the reduce-overhead compile (resnet50:
+    #1 asks for the one, #2 for the other; one edit does both). Verbose says why each applies."""
+    into = {inner: outer for outer in picks for inner in includes.get(outer, []) if inner in picks}
+    folded: dict[str, tuple[str, list[int]]] = {}
+    for change, (said, numbers) in picks.items():
+        outer = into.get(change, change)
+        entry = folded.get(outer, (picks[outer][0], []))
+        text = entry[0] + (f"; it includes {said}" if verbose and outer != change else "")
+        folded[outer] = (text, entry[1] + numbers)
+    return {change: (said, sorted(numbers)) for change, (said, numbers) in folded.items()}
 
 
 def _change(finding: dict) -> str:

@@ -29,9 +29,12 @@ class Suggestion:
     # The call in the user's code the change moves ("gc.collect()"): the finding is placed at the lines
     # the run recorded for it (hybrid.analysis.callsites).
     moves_call: str = ""
+    # The texts of other changes this one makes too (a compile in reduce-overhead mode fuses as the default
+    # compile does): the report's list of changes names it once for the findings asking for either.
+    includes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "applies_to": list(self.applies_to)}
+        return {**asdict(self), "applies_to": list(self.applies_to), "includes": list(self.includes)}
 
     def render(self) -> str:
         """One line for the `suggestions` list: the change, then why, then what it is about (the first
@@ -371,7 +374,7 @@ def use_compile(
     "compiling would ..."."""
     if config.compiled and (mode is None or mode in config.compile_modes):
         return []
-    call = f"torch.compile(model, mode='{mode}')" if mode else "torch.compile(model)"
+    call, default_call = _compile_call(config, mode), _compile_call(config, None)
     if config.compiled:
         state = f"the model is compiled with mode {', '.join(config.compile_modes) or 'default'}"
     else:
@@ -380,15 +383,26 @@ def use_compile(
             if config.compiled is False
             else "torch.compile use was not recorded and no compiled region ran"
         )
+    # The change alone as its text, what it would do in its condition: two findings that both ask for
+    # the compile (fusion, launch overhead) then list it once (pyg's GCN: #1 and #3).
+    return [
+        Suggestion(
+            call,
+            f"{condition}; {state}; compiling would {why}",
+            applies_to,
+            includes=(default_call,) if mode else (),
+        )
+    ]
+
+
+def _compile_call(config: RunConfig, mode: str | None) -> str:
     if config.framework == "transformers":
-        call = (
+        return (
             f"TrainingArguments(torch_compile=True, torch_compile_mode='{mode}')"
             if mode
             else "TrainingArguments(torch_compile=True)"
         )
-    # The change alone as its text, what it would do in its condition: two findings that both ask for
-    # the compile (fusion, launch overhead) then list it once (pyg's GCN: #1 and #3).
-    return [Suggestion(call, f"{condition}; {state}; compiling would {why}", applies_to)]
+    return f"torch.compile(model, mode='{mode}')" if mode else "torch.compile(model)"
 
 
 def use_cuda_graphs(
