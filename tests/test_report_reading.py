@@ -297,3 +297,28 @@ def test_verbose_shows_what_the_default_report_folds(read):
     assert all(f"{n.kind}: {_flat(n.text)}" in verbose for n in reading_notes(read))
     if folded:
         assert re.search(rf"\+ {len(folded)} more notes? \(--verbose\)", default)
+
+
+def _changes(text: str) -> list[str]:
+    """The numbered lines of the terminal's 'What to change first' (COLUMNS wide enough not to wrap)."""
+    listed = text.split("What to change first", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in listed.splitlines()[1:] if re.match(r"\s*\d+\. ", line)]
+
+
+def test_a_change_another_listed_change_includes_is_listed_once(monkeypatch):
+    """resnet50 (default precision): the dispatch finding asks for the reduce-overhead compile, the fusion
+    finding for the default compile, which the former includes: one line, one edit, for both; a received
+    document whose `includes` is not a list renders the two lines."""
+    monkeypatch.setenv("COLUMNS", "200")
+    results = analyze_run_dir(FIXTURES / "runs" / "h200-resnet50-default")
+    first = {f["id"]: f["advice"][0] for f in results["diagnosis"]["bottlenecks"]}
+    assert first["launch.dispatch"]["includes"] == ["torch.compile(model)"]
+    assert first["compile.fusible_elementwise"]["text"] == "torch.compile(model)"
+    changes = _changes(render_terminal(results, color=False))
+    assert changes == ["1. torch.compile(model, mode='reduce-overhead')  (#1, #2, #3)"]
+    verbose = " ".join(render_terminal(results, color=False, verbose=True).split())
+    assert "; it includes torch.compile(model) (why: 31 chains of 62 back-to-back elementwise" in verbose
+    received = copy.deepcopy(results)
+    for finding in received["diagnosis"]["bottlenecks"]:
+        finding["advice"][0]["includes"] = "torch.compile(model)"
+    assert len(_changes(render_terminal(received, color=False))) == 2
