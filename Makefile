@@ -37,16 +37,17 @@ diagnose: setup
 # (tests/conftest.py HEAVY_FIRST); a committed trace's parse and a committed capture's analysis are made once
 # per session and shared by both workers (tests/conftest.py). Most of the CPU is subprocesses that each import
 # torch (1.6 to 2.1 s of CPU) to run a script or the CLI, so the default suite leaves out the end-to-end runs
-# marked slow. On the 2-core, 24 GiB box (2026-12-06), a fresh clone's .ci/run: 1319 passed in 4 min 53 s
-# (5 min 43 s in another run: the box's noise), where the same suite before the bytecode cache and 27 more
-# tests marked slow took 6 min 9 s to 6 min 37 s warm.
+# marked slow. On the 2-core, 24 GiB box (2026-12-07), a fresh clone's .ci/run: 1327 passed in 4 min 23 s
+# (4:32 at another commit; one run beside other work took 5:50), about 550 s of CPU, 93% of both cores:
+# 215 s of analysis in the workers, the rest subprocesses (44 injected scripts 102 s, 95 `hybrid report`
+# runs 80 s).
 test: setup
 	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not gpu and not slow" -n auto --dist loadfile --no-loadscope-reorder
 
 # The end-to-end runs `make test` leaves out (marked slow): each runs whole workloads again for one more case
 # (four verified runs of one loop, a CPU torch.compile in every pass, a second signal, a straggling or
 # crashing rank, a script too short for its windows, the workload stopped or killed, a stuck tool) or times
-# 1M synthetic kernels. .ci/run runs both (121 passed in 4 min 53 s on that box).
+# 1M synthetic kernels. .ci/run runs both (125 passed in 5 min 30 s on that box).
 test-slow: setup
 	$(TEST_ENV) $(BIN)/python -m pytest -q -m "slow and not gpu" -n auto --dist loadfile --no-loadscope-reorder
 
