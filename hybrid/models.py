@@ -21,8 +21,8 @@ from torch import nn
 
 from hybrid.errors import HybridError, UsageError
 from hybrid.inject.stepping import name_modules, set_batch_size
+from hybrid.model_names import MODEL_NAMES
 
-MODEL_NAMES = ("resnet50", "transformer", "simple_cnn")
 PRECISIONS = ("default", "fp32", "tf32", "bf16-amp", "fp16-amp")
 # What each --precision sets, in the words the CLI and the workload's first line use.
 PRECISION_MEANING = {

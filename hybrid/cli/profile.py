@@ -255,6 +255,10 @@ def diagnose(
             raise UsageError(
                 f"{flag} must be at least 1 (got {value})", f"pass {flag} {example}, for example"
             )
+    from hybrid.model_names import MODEL_NAMES
+
+    if model not in MODEL_NAMES:
+        raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")
     if device is not None:
         _check_device_name(device)
     from hybrid.collect.orchestrate import RunOptions, Target
@@ -275,10 +279,8 @@ def diagnose(
     if warmup is not None:
         options.warmup = warmup
     options.validate()
-    from hybrid.models import MODEL_NAMES, cpu_defaults
+    from hybrid.models import cpu_defaults
 
-    if model not in MODEL_NAMES:
-        raise UsageError(f"unknown model {model!r}", f"choose one of: {', '.join(MODEL_NAMES)}")
     if device is None:
         device = "cuda" if _cuda_available() else "cpu"
     _check_device(device)
