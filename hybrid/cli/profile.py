@@ -283,7 +283,7 @@ def diagnose(
 
     if device is None:
         device = "cuda" if _cuda_available() else "cpu"
-    _check_device(device)
+    _check_cuda_present(device)
     if device == "cpu":
         shrunk = cpu_defaults(model)
         given = {"batch_size": batch_size, "steps": steps, "warmup": warmup}
@@ -339,8 +339,7 @@ def _check_device_name(device: str) -> None:
         raise UsageError(f"unsupported device {device!r}", "use --device cuda (or cuda:N) or --device cpu")
 
 
-def _check_device(device: str) -> None:
-    _check_device_name(device)
+def _check_cuda_present(device: str) -> None:
     if device.startswith("cuda") and not _cuda_available():
         raise UsageError(
             f"--device {device} was asked for but torch sees no CUDA device on this machine",
