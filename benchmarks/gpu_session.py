@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import shlex
 import sqlite3
 import subprocess
@@ -67,21 +68,26 @@ def run_jobs(jobs: list[tuple[str, str]], root: Path, budget_s: float, job_timeo
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, RUN=str(run_dir), NO_COLOR="1")
         t0 = time.monotonic()
-        timeout = max(30.0, min(job_timeout_s, budget_s - elapsed + 60))
+        # Within the budget, so the pack is written before the device call's own limit: a job allowed 60 s past
+        # it (session 21) held a 600 s call to its end and nothing came back.
+        timeout = max(30.0, min(job_timeout_s, budget_s - elapsed))
+        # Its own process group, killed whole on timeout: killing bash alone left the workload it started
+        # holding the output pipe, and the wait for that pipe outlasted the device call.
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout, check=False
-            )
-            status, rc, out = (
-                "ok" if done.returncode == 0 else "failed",
-                done.returncode,
-                done.stdout + done.stderr,
-            )
-        except subprocess.TimeoutExpired as expired:
+            out, _ = proc.communicate(timeout=timeout)
+            status, rc = ("ok" if proc.returncode == 0 else "failed"), proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
             status, rc = "timeout", None
-            out = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(
-                errors="replace"
-            )
         wall = round(time.monotonic() - t0, 2)
         (run_dir / "job.log").write_text(f"$ {command}\n{out}")
         summary.append({"name": name, "command": command, "status": status, "rc": rc, "wall_s": wall})
