@@ -284,6 +284,9 @@ def _syncs(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         "sync_count": Metric(per_step(len(s), n), "syncs", src),
         "sync_blocked_ms": Metric(per_step((s["end_ns"] - s["start_ns"]).sum(), n) / NS_PER_MS, "ms", src),
     }
+    if "kind" in s:
+        # cudaDeviceSynchronize: what torch.cuda.synchronize() calls; no tensor operation syncs the device.
+        out["device_sync_count"] = Metric(per_step(int(s["kind"].eq("device").sum()), n), "syncs", src)
     # A step that syncs and runs ops of data-dependent shape: no CUDA graph is captured across them
     # (torchvision's Faster R-CNN eval: nonzero and masked_select, 22 syncs a step).
     ran = set(in_steps(profile.ops, steps)["name"].unique()) if len(s) else set()

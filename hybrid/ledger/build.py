@@ -104,12 +104,14 @@ def _device_layers(profile: Profile, peaks: Peaks) -> list[Layer]:
     return layers
 
 
-def _gaps(idle: Pieces) -> pd.DataFrame:
-    """Maximal runs of adjacent idle pieces within one step."""
+def _gaps(idle: Pieces, *, within_steps: bool = True) -> pd.DataFrame:
+    """Maximal runs of adjacent idle pieces, within one step or across step boundaries."""
     if not len(idle.start):
         return pd.DataFrame({"step": [], "start_ns": [], "end_ns": []}, dtype="int64")
     new = np.ones(len(idle.start), bool)
-    new[1:] = (idle.start[1:] != idle.end[:-1]) | (idle.step[1:] != idle.step[:-1])
+    new[1:] = idle.start[1:] != idle.end[:-1]
+    if within_steps:
+        new[1:] |= idle.step[1:] != idle.step[:-1]
     first = np.flatnonzero(new)
     return pd.DataFrame(
         {
@@ -142,7 +144,12 @@ def build_ledger(profile: Profile, peaks: Peaks) -> Ledger:
     own(pieces, device, CAUSES, REF_FRAMES)
     idle_mask = pieces.cause == NO_RANGE
     idle_pieces = pieces.subset(idle_mask)
-    layers = [*host_layers, *idle.gap_layers(profile, _gaps(idle_pieces)), heavy]
+    layers = [
+        *host_layers,
+        idle.after_sync_layer(profile, _gaps(idle_pieces, within_steps=False)),
+        idle.launch_gap_layer(profile, _gaps(idle_pieces)),
+        heavy,
+    ]
     own(idle_pieces, layers, CAUSES, REF_FRAMES, "host_other")
     # Written back in place: the pieces stay in time order (no concatenation, no sort).
     for name in ("cause", "frame", "row"):

@@ -56,7 +56,21 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
             out.insert(0, read_back)
         else:
             out.append(read_back)
-    out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
+    device_syncs = ctx.value("device_sync_count", 0.0)
+    if device_syncs >= 1:
+        # torch.cuda.set_sync_debug_mode flags the syncs tensor operations make, not these.
+        out.insert(
+            0,
+            Suggestion(
+                "Remove the torch.cuda.synchronize() calls from the step (where they time its phases, record "
+                "torch.cuda.Event(enable_timing=True) pairs and read their elapsed_time() once per log "
+                "interval)",
+                f"{condition}; {device_syncs:.0f} a step are device-wide (cudaDeviceSynchronize, which "
+                "torch.cuda.synchronize() calls)",
+            ),
+        )
+    if ctx.value("sync_count", 0.0) - device_syncs >= 1 or not out:
+        out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
     return out
 
 
