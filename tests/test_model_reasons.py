@@ -14,6 +14,7 @@ from hybrid.analysis.job_metrics import is_job_dir
 from hybrid.pipeline import analyze_export, analyze_job, analyze_run_dir
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
+from hybrid.rundir import RunDir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -26,8 +27,8 @@ def _captures() -> list[Path]:
             continue  # analyzed with its job
         if (
             is_job_dir(folder)
-            or (folder / "nsys" / "profile.sqlite").is_file()
-            or (folder / "torch").is_dir()
+            or RunDir(folder).nsys_export() is not None
+            or RunDir(folder).torch_trace() is not None
         ):
             found.append(folder)
     return found

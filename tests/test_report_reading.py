@@ -25,6 +25,7 @@ from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
 from hybrid.report.html_report import render_html
 from hybrid.report.terminal import render_terminal
+from hybrid.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -197,7 +198,10 @@ def _report_inputs() -> list[Path]:
 
 
 def _has_artifacts(folder: Path) -> bool:
-    return (folder / "torch").is_dir() or (folder / "nsys" / "profile.sqlite").is_file()
+    """A trace or an export, as hybrid.rundir finds them: a folder holding only a pass's records (a verify
+    record's torch/inject.json) is not a capture."""
+    run = RunDir(folder)
+    return run.torch_trace() is not None or run.nsys_export() is not None
 
 
 def _reported(capture: Path) -> dict:
