@@ -279,12 +279,14 @@ def diagnose(
     if warmup is not None:
         options.warmup = warmup
     options.validate()
-    from hybrid.models import cpu_defaults
+    from hybrid.cuda_presence import cuda_available
 
     if device is None:
-        device = "cuda" if _cuda_available() else "cpu"
+        device = "cuda" if cuda_available() else "cpu"
     _check_cuda_present(device)
     if device == "cpu":
+        from hybrid.models import cpu_defaults  # torch: the CPU run imports it anyway
+
         shrunk = cpu_defaults(model)
         given = {"batch_size": batch_size, "steps": steps, "warmup": warmup}
         applied = {k: v for k, v in shrunk.items() if given.get(k) is None}
@@ -340,14 +342,10 @@ def _check_device_name(device: str) -> None:
 
 
 def _check_cuda_present(device: str) -> None:
-    if device.startswith("cuda") and not _cuda_available():
+    from hybrid.cuda_presence import cuda_available
+
+    if device.startswith("cuda") and not cuda_available():
         raise UsageError(
             f"--device {device} was asked for but torch sees no CUDA device on this machine",
             "run on a machine with an NVIDIA GPU and a CUDA build of torch, or pass --device cpu",
         )
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
