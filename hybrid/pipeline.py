@@ -328,12 +328,14 @@ def load_run_dir(
     peer_counters: Path | None = None,
     ncu_csv: Path | None = None,
     notes: list[str] | None = None,
+    load_torch: Callable[[Path], Profile] | None = None,
 ) -> tuple[RunDir, Profile | None, Profile | None, Path | None]:
     """A run directory's torch and nsys profiles (None for a pass that left nothing to analyze) and its
     ncu CSV. `ncu_csv`: counters to use instead of the folder's own (`hybrid report DIR --ncu CSV`);
     `peer_counters`: an ncu CSV measured in another process running the same kernels (a job's ncu rank),
-    used when the folder has none of its own. A damaged artifact is left out, with a line in `notes`,
-    while another one is intact; InputError when none is."""
+    used when the folder has none of its own; `load_torch`: how the torch trace is read (default
+    hybrid.load.torch_trace; the orchestrator's reads it while the nsys pass runs). A damaged artifact is
+    left out, with a line in `notes`, while another one is intact; InputError when none is."""
     notes = notes if notes is not None else []
     run = RunDir.open(path)
     trace, export = run.torch_trace(), run.nsys_export()
@@ -346,9 +348,10 @@ def load_run_dir(
     damaged: list[InputError] = []
     torch_profile = nsys_profile = None
     if trace is not None:
-        from hybrid.load.torch_trace import load_torch_trace
+        if load_torch is None:
+            from hybrid.load.torch_trace import load_torch_trace as load_torch
 
-        torch_profile = _load_intact("torch trace", lambda: load_torch_trace(trace), damaged)
+        torch_profile = _load_intact("torch trace", lambda: load_torch(trace), damaged)
     if export is not None:
         from hybrid.load.nsys_export import load_nsys_export
 

@@ -43,6 +43,7 @@ from nsight.nsys import CALLSITE_LEVELS
 
 if TYPE_CHECKING:
     from hybrid.collect.ncu_plan import NcuPlan
+    from hybrid.collect.preload import TracePreload
     from hybrid.profile import Profile
 
 MODES = ("auto", "hybrid", "nsys", "torch")
@@ -251,6 +252,8 @@ class Orchestrator:
         self._ncu_warmup: int | None = None
         # The torch and nsys profiles (and load notes) the ncu plan analyzed, for results() to reuse.
         self._loaded: tuple[Profile | None, Profile, list[str]] | None = None
+        # The torch trace read while the nsys pass runs, for the ncu plan's analysis (hybrid.collect.preload).
+        self._trace_preload: TracePreload | None = None
         # The findings (kept and below their floor) of the analysis the ncu plan made, where it made one.
         self._planned_finding_ids: list[str] | None = None
         self._child: subprocess.Popen | None = None
@@ -611,6 +614,10 @@ class Orchestrator:
             self._no_step_found(inject, can_capture=want_nsys)
             want_ncu = False
         if want_nsys and not self._ran_once:
+            if want_ncu and opts.mode != "hybrid" and not stepless:
+                from hybrid.collect.preload import preload_trace
+
+                self._trace_preload = preload_trace(self.run_dir.torch_trace())
             self._nsys_pass(tools, stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
@@ -895,7 +902,10 @@ class Orchestrator:
         self.progress("ncu", "start", "deciding whether counters can change the diagnosis")
         try:
             notes: list[str] = []
-            run, torch_profile, nsys_profile, _ = load_run_dir(self.run_dir.path, notes=notes)
+            preload, self._trace_preload = self._trace_preload, None
+            run, torch_profile, nsys_profile, _ = load_run_dir(
+                self.run_dir.path, notes=notes, load_torch=preload.loader() if preload else None
+            )
             if nsys_profile is None:
                 raise ProfilerError("the nsys export has no kernels", "")
             analysis = analyze_artifacts(

@@ -70,7 +70,9 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
             ),
         )
     if ctx.value("sync_count", 0.0) - device_syncs >= 1 or not out:
-        out.append(Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition))
+        out.append(
+            Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition)
+        )
     return out
 
 
