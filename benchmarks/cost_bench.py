@@ -27,6 +27,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,13 +35,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _timed(command: str, log: Path, timeout_s: float) -> tuple[float, int | None]:
+    """The command's wall time and exit code (None: timed out); its output goes to `log`, each line after
+    the seconds since the start at which it came, so the log shows where the time between passes went."""
     started = time.monotonic()
     with log.open("w") as out:
+        child = subprocess.Popen(
+            ["bash", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        timer = threading.Timer(timeout_s, child.kill)
+        timer.start()
         try:
-            code: int | None = subprocess.run(
-                ["bash", "-c", command], stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
-            ).returncode
-        except subprocess.TimeoutExpired:
+            for line in child.stdout:
+                out.write(f"[{time.monotonic() - started:7.2f}] {line}")
+            code: int | None = child.wait()
+        finally:
+            timer.cancel()
+        if code is not None and code < 0 and time.monotonic() - started >= timeout_s:
             code = None
     return round(time.monotonic() - started, 2), code
 
