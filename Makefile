@@ -38,7 +38,8 @@ diagnose: setup
 # per session and shared by both workers (tests/conftest.py). Most of the CPU is subprocesses that each import
 # torch (1.6 to 2.1 s of CPU) to run a script or the CLI, so the default suite leaves out the end-to-end runs
 # marked slow. On the 2-core, 24 GiB box (2026-12-07), a fresh clone's .ci/run: 1327 passed in 4 min 23 s
-# (5:27 an hour later at a62352a, the box as quiet: its noise), about 550 s of CPU, 93% of both cores:
+# (5:27 an hour later at a62352a, the box as quiet: its noise; 1341 passed in 3:08 at 16f04b2, then 126 slow
+# in 3:45, the whole .ci/run with its install in about 8 minutes), about 550 s of CPU, 93% of both cores:
 # 215 s of analysis in the workers, the rest subprocesses (44 injected scripts 102 s, 95 `hybrid report`
 # runs 80 s).
 test: setup
