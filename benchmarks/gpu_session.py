@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -68,8 +68,8 @@ def run_jobs(jobs: list[tuple[str, str]], root: Path, budget_s: float, job_timeo
         run_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, RUN=str(run_dir), NO_COLOR="1")
         t0 = time.monotonic()
-        # Within the budget, so the pack is written before the device call's own limit: a job allowed 60 s past
-        # it (session 21) held a 600 s call to its end and nothing came back.
+        # Within the budget, so the pack is written before the device call's own limit: a job allowed 60 s
+        # past it (session 21) held a 600 s call to its end and nothing came back.
         timeout = max(30.0, min(job_timeout_s, budget_s - elapsed))
         # Its own process group, killed whole on timeout: killing bash alone left the workload it started
         # holding the output pipe, and the wait for that pipe outlasted the device call.

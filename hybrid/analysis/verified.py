@@ -196,9 +196,10 @@ UNSETTLED_OFF_SHARE = 0.2
 def _unsettled_reason(off_ms: float, plain_ms: float) -> str:
     direction = "slower" if off_ms > plain_ms else "faster"
     return (
-        f"the window with the fix off ran {abs(off_ms - plain_ms):.3g} ms a step {direction} than the plain pass "
-        f"with the same setting ({off_ms:.3g} vs {plain_ms:.3g} ms, over {UNSETTLED_OFF_SHARE:.0%} apart): the "
-        "difference between the windows is not read as the fix's saving"
+        f"the window with the fix off ran {abs(off_ms - plain_ms):.3g} ms a step {direction} than the "
+        f"plain pass with the same setting ({off_ms:.3g} vs {plain_ms:.3g} ms, over "
+        f"{UNSETTLED_OFF_SHARE:.0%} apart): the difference between the windows is not read as the fix's "
+        "saving"
     )
 
 

@@ -123,8 +123,8 @@ class Dispatch:
 
 def framework_dispatch(ctx: Context) -> Dispatch | None:
     """The framework's dispatch when it holds most (FRAMEWORK_SHARE) of the host-only operators' time and
-    more than a sliver (FRAMEWORK_SHARE_OF_IDLE_HOST) of the host work the GPU waits for, and the step brings in no
-    data made on the host; None otherwise (the host time is the script's)."""
+    more than a sliver (FRAMEWORK_SHARE_OF_IDLE_HOST) of the host work the GPU waits for, and the step
+    brings in no data made on the host; None otherwise (the host time is the script's)."""
     autograd, optimizer = ctx.value("dispatch_autograd_ms", 0.0), ctx.value("dispatch_optimizer_ms", 0.0)
     host_only = ctx.value("cpu_only_ops_ms", 0.0)
     idle_host = ctx.value("idle_host_other_ms", 0.0) + ctx.value("idle_host_after_sync_ms", 0.0)
