@@ -27,20 +27,17 @@ NSYS_GLOBS = (
     "/opt/nvidia/nsight-compute/*/target-linux-x64/nsys",
 )
 
-# Every flag build_nsys_command passes (--cuda-graph-trace, --capture-range-end, --osrt-threshold,
-# --osrt-backtrace-threshold, --cpuctxsw) is in the CLI of 2023.1 and later; the oldest release we
+# Every flag build_nsys_command passes (--cuda-graph-trace, --capture-range-end, --cpuctxsw) is in the
+# CLI of 2023.1 and later; the oldest release we
 # have seen take all of them together. Older ones fail with "unrecognised option", which says
 # nothing useful, so we refuse them up front with a message naming the fix.
 MIN_NSYS_VERSION = (2023, 1)
 
-# OS-runtime tracing is what shows a data loader blocked in read()/poll() or a futex held by the
-# GIL; only calls long enough to matter are worth their trace cost. nsys records every call longer
-# than --osrt-threshold (default 1 us, which on a busy loader thread means hundreds of thousands of
-# events) and unwinds a backtrace for every call longer than --osrt-backtrace-threshold (default
-# 80 us). A call under 10 us cannot explain a millisecond-scale step gap, and nothing here reads the
-# backtraces (OSRT_CALLCHAINS), so unwinding is pushed out to calls over one second.
-OSRT_THRESHOLD_NS = 10_000
-OSRT_BACKTRACE_THRESHOLD_NS = 1_000_000_000
+# What the pass traces: CUDA API calls and device activity, and NVTX ranges (the injector's steps and
+# modules). Not OS-runtime calls (osrt): nothing in the analysis reads them, and tracing them cost 3.0 and
+# 6.1 s of the nsys pass on resnet50 b64 in two runs on an H100 (19.7 -> 13.5 s, 16.4 -> 13.4 s,
+# benchmarks/probe/nsys_pass_options.sh, session 22).
+TRACE = "cuda,nvtx"
 
 # Python callsites (which line of the user's script a host-side finding happens on). Python
 # sampling records the interpreter's stack of every thread that runs Python at this rate; 1 kHz puts
@@ -193,7 +190,6 @@ def build_nsys_command(
     target_argv: list[str],
     *,
     capture_range: bool,
-    trace: str = "cuda,nvtx,osrt",
     sampling: CallsiteSampling | None = None,
 ) -> list[str]:
     """The argv of one nsys pass. `out_base` has no extension: nsys adds .nsys-rep and .sqlite.
@@ -207,7 +203,7 @@ def build_nsys_command(
         str(nsys),
         "profile",
         "-t",
-        trace,
+        TRACE,
         # CPU IP sampling costs overhead; only the Python backtraces of CUDA calls need it.
         "-s",
         "process-tree" if cpu_sampling else "none",
@@ -221,11 +217,6 @@ def build_nsys_command(
         "--force-overwrite",
         "true",
     ]
-    if "osrt" in trace.split(","):
-        argv += [
-            f"--osrt-threshold={OSRT_THRESHOLD_NS}",
-            f"--osrt-backtrace-threshold={OSRT_BACKTRACE_THRESHOLD_NS}",
-        ]
     if capture_range:
         argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     if sampling is not None:

@@ -30,7 +30,7 @@ def test_command_with_capture_range():
         "/opt/nsys",
         "profile",
         "-t",
-        "cuda,nvtx,osrt",
+        "cuda,nvtx",
         "-s",
         "none",
         "--cpuctxsw=none",
@@ -41,8 +41,6 @@ def test_command_with_capture_range():
         "/run/nsys/profile",
         "--force-overwrite",
         "true",
-        "--osrt-threshold=10000",
-        "--osrt-backtrace-threshold=1000000000",
         "--capture-range=cudaProfilerApi",
         "--capture-range-end=stop",
         "python",
@@ -52,10 +50,8 @@ def test_command_with_capture_range():
     ]
 
 
-def test_command_for_the_whole_run_without_osrt():
-    argv = nsys.build_nsys_command(
-        Path("nsys"), Path("out"), ["python", "x.py"], capture_range=False, trace="cuda,nvtx"
-    )
+def test_command_for_the_whole_run():
+    argv = nsys.build_nsys_command(Path("nsys"), Path("out"), ["python", "x.py"], capture_range=False)
     assert not any(a.startswith(("--capture-range", "--osrt")) for a in argv)
     assert argv[argv.index("-t") + 1] == "cuda,nvtx" and argv[-2:] == ["python", "x.py"]
 

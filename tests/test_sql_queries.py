@@ -23,7 +23,6 @@ PARAMS = {
     **dict.fromkeys(("kernels", "runtime_calls", "memcpys", "memsets", "sync_targets", "nvtx_ranges"), WHOLE),
     "kernel_span": {"first_row": 1, "last_row": 10},
     "strings": {"ids": [708, 756]},
-    "osrt_blocking": {"min_ns": 100_000, "limit": 5, "start_ns": 0, "end_ns": 2**62},
     "profiler_overhead": {"start_ns": 0, "end_ns": 2**62},
     "python_samples": {"start_ns": 0, "end_ns": 2**62},
 }
@@ -38,7 +37,6 @@ def test_every_query_is_found():
         "sync_events",
         "nvtx_ranges",
         "gpu_info",
-        "osrt_blocking",
         "profiler_overhead",
         "export_meta",
         "strings",

@@ -41,11 +41,6 @@ from nsight.intervals import depths, nesting_parents, stab_innermost
 from nsight.python_samples import read_python_samples
 from nsight.sqlite_export import WHOLE_CAPTURE, NsysExport, open_export
 
-# OS-runtime calls at least this long count as blocking in the summary: below 100 us a call cannot
-# explain a visible gap in a millisecond-scale step (and nsys was told to skip calls under 10 us).
-OSRT_BLOCKING_MIN_NS = 100_000
-OSRT_SUMMARY_TOP = 10
-
 # A Python sample stands for the time until its thread's next sample, at most this many sampling
 # periods (the median time between a thread's samples): past that the thread ran no Python, or the
 # sampler missed it, and the sample says nothing about that time.
@@ -356,23 +351,12 @@ def _capture_bounds(raw_kernels: Columns | None, runtime: Runtime) -> tuple[int,
 def _extras(export: NsysExport, steps: pd.DataFrame, unlaunched: int) -> dict:
     window = (int(steps["start_ns"].min()), int(steps["end_ns"].max())) if not steps.empty else (0, 0)
     overhead = export.frame("profiler_overhead", {"start_ns": window[0], "end_ns": window[1]})
-    osrt = export.frame(
-        "osrt_blocking",
-        {
-            "min_ns": OSRT_BLOCKING_MIN_NS,
-            "limit": OSRT_SUMMARY_TOP,
-            "start_ns": window[0],
-            "end_ns": window[1],
-        },
-    )
     sync_events = export.frame("sync_events")
     return {
         "schema_version": export.schema_version,
         "product_version": export.product_version,
         "profiler_overhead_ns": None if overhead is None else int(overhead["total_ns"].iloc[0]),
         "profiler_overhead_in_steps_ns": None if overhead is None else int(overhead["in_window_ns"].iloc[0]),
-        "osrt_blocking_min_ns": OSRT_BLOCKING_MIN_NS,
-        "osrt_blocking": [] if osrt is None else osrt.to_dict("records"),
         # As the exporter labels them; nsys 2025.3 files cudaStreamSynchronize under syncType 2
         # ("Stream wait sync"), so the Profile's syncs come from the host API calls instead.
         "sync_events": [] if sync_events is None else sync_events.to_dict("records"),
