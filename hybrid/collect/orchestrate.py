@@ -614,11 +614,7 @@ class Orchestrator:
             self._no_step_found(inject, can_capture=want_nsys)
             want_ncu = False
         if want_nsys and not self._ran_once:
-            if want_ncu and opts.mode != "hybrid" and not stepless:
-                from hybrid.collect.preload import preload_trace
-
-                self._trace_preload = preload_trace(self.run_dir.torch_trace())
-            self._nsys_pass(tools, stepless)
+            self._nsys_pass(tools, stepless, preload=want_ncu and opts.mode != "hybrid" and not stepless)
             if want_ncu and self._ok("nsys"):
                 self._ncu_pass(tools, stepless)
         from hybrid.collect.calibration_pass import pass_row
@@ -835,8 +831,10 @@ class Orchestrator:
             raise error
         self.mode_reasons.append(f"{name} pass failed, falling back: {error.cause}")
 
-    def _nsys_pass(self, tools: dict, stepless: bool) -> None:
+    def _nsys_pass(self, tools: dict, stepless: bool, preload: bool = False) -> None:
+        """The nsys pass; with `preload`, the torch trace the ncu plan will analyze is read meanwhile."""
         from hybrid.collect import nsys_tool as nsys
+        from hybrid.collect.preload import preload_trace
 
         out_base = self.run_dir.pass_dir("nsys") / "profile"
         # With no step found by the torch pass, nsys records the whole run (no capture range) while
@@ -852,6 +850,8 @@ class Orchestrator:
         argv = nsys.build_nsys_command(
             Path(tools["nsys"]), out_base, inner, capture_range=not stepless, sampling=sampling
         )
+        if preload:
+            self._trace_preload = preload_trace(self.run_dir.torch_trace())
         result = self._run_child("nsys", argv)
         self._record(result)
         failure = self._workload_failure(result)
