@@ -29,11 +29,14 @@ def torch_cuda_build(package_dir: Path | None = None) -> str | None:
     except (OSError, SyntaxError, ValueError):
         return None
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(node.value, ast.Constant):
-            return str(node.value.value) if node.value.value else None
+        target: ast.expr | None = None
+        value: ast.expr | None = None
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(value, ast.Constant):
+            return str(value.value) if value.value else None
     return None
 
 

@@ -348,10 +348,10 @@ def load_run_dir(
     damaged: list[InputError] = []
     torch_profile = nsys_profile = None
     if trace is not None:
-        if load_torch is None:
-            from hybrid.load.torch_trace import load_torch_trace as load_torch
+        from hybrid.load.torch_trace import load_torch_trace
 
-        torch_profile = _load_intact("torch trace", lambda: load_torch(trace), damaged)
+        read_trace = load_torch or load_torch_trace
+        torch_profile = _load_intact("torch trace", lambda: read_trace(trace), damaged)
     if export is not None:
         from hybrid.load.nsys_export import load_nsys_export
 

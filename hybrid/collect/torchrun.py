@@ -232,7 +232,8 @@ class JobOrchestrator(Orchestrator):
             f"{name}/wrap.json", json.dumps({"ranks": ranks, "argv": argv}, indent=1)
         )
 
-    def _nsys_pass(self, tools: dict, stepless: bool) -> None:
+    def _nsys_pass(self, tools: dict, stepless: bool, preload: bool = False) -> None:
+        """Every rank's nsys pass; `preload` is the single process's (a job's traces are read with it)."""
         from hybrid.collect import nsys_tool as nsys
 
         out_base = Path(RANK_DIR_PLACEHOLDER) / "nsys" / "profile"
