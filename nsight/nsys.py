@@ -28,9 +28,8 @@ NSYS_GLOBS = (
 )
 
 # Every flag build_nsys_command passes (--cuda-graph-trace, --capture-range-end, --cpuctxsw) is in the
-# CLI of 2023.1 and later; the oldest release we
-# have seen take all of them together. Older ones fail with "unrecognised option", which says
-# nothing useful, so we refuse them up front with a message naming the fix.
+# CLI of 2023.1 and later; the oldest release we have seen take all of them together. Older ones fail with
+# "unrecognised option", which says nothing useful, so we refuse them up front with a message naming the fix.
 MIN_NSYS_VERSION = (2023, 1)
 
 # What the pass traces: CUDA API calls and device activity, and NVTX ranges (the injector's steps and

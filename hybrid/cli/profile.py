@@ -283,7 +283,8 @@ def diagnose(
 
     if device is None:
         device = "cuda" if cuda_available() else "cpu"
-    _check_cuda_present(device)
+    else:
+        _check_cuda_present(device)
     if device == "cpu":
         from hybrid.models import cpu_defaults  # torch: the CPU run imports it anyway
 
