@@ -166,7 +166,7 @@ CASES = [
         GELU,
         "compile.fusible_elementwise",
         _config(),
-        says=("torch.compile(model)", "the model runs eager; compiling would fuse the elementwise chains"),
+        says=("torch.compile(model)", "the model runs eager; compiling would fuse these kernels"),
     ),
     Case(
         "compiled model: never torch.compile again",

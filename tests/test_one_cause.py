@@ -279,8 +279,7 @@ def test_the_scripts_own_host_work_is_not_called_dispatch(analyzed):
 
 
 def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
-    """gpt2 generate: 15 chains a decode step run 112 µs of kernels; the replayed fusion also dropped their
-    launches (1.37 ms), which the dispatch finding owns."""
+    """A fusion claims device time only: the launches it removes are the dispatch finding's."""
     for name, results in analyzed.items():
         for f in _kept(results):
             if f["id"] == "compile.fusible_elementwise":
@@ -291,9 +290,12 @@ def test_a_fusion_saves_at_most_its_chains_kernel_time(analyzed):
     assert not fusion["claimed"].get("uncoalesced") and loads["claimed"] == {
         "uncoalesced": loads["time_lost_ms"]
     }
+    # Decoding is host-bound: the fused kernels' device time saves no step time, and their launches are the
+    # dispatch finding's, so the fusion is under its floor.
     gpt2 = analyzed["bare/hf_generate_gpt2.sqlite"]
-    fusion = next(f for f in _kept(gpt2) if f["id"] == "compile.fusible_elementwise")
-    assert fusion["time_lost_ms"] < 0.12 and fusion["severity"] == "LOW"
+    assert "compile.fusible_elementwise" not in {f["id"] for f in _kept(gpt2)}
+    assert "compile.fusible_elementwise" in {f["id"] for f in gpt2["diagnosis"]["below_floor"]}
+    assert gpt2["diagnosis"]["primary_bottleneck"]["id"] == "launch.dispatch"
 
 
 def test_gemm_advice_is_about_gemms(analyzed):
@@ -312,14 +314,14 @@ def test_gemm_advice_is_about_gemms(analyzed):
     assert any("batch_norm" in " ".join(a["applies_to"]) for a in roofline["advice"])
 
 
-def test_a_fusion_primary_lights_its_elementwise_kernels(analyzed):
+def test_a_fusion_primary_lights_its_fusible_kernels(analyzed):
     """The fusion draws on generic kernel causes (kernel_unprofiled on the bare elementwise loop); the HTML
-    timeline still lights the elementwise kernels it is about."""
+    timeline still lights the kernels a compile would fuse, which it is about."""
     from hybrid.report.html_timeline import highlighted_segments
 
     primary = analyzed["bare/raw_elementwise_loop.sqlite"]["diagnosis"]["primary_bottleneck"]
     assert primary["id"] == "compile.fusible_elementwise" and primary["claimed"]
-    assert highlighted_segments(primary) == "elementwise"
+    assert highlighted_segments(primary) == "fusible"
 
 
 def test_every_finding_names_the_users_code_or_says_why(analyzed, jobs):
@@ -403,7 +405,10 @@ def test_cpu_heavy_ops_are_batched_only_where_a_row_loop_was_found(analyzed):
 STRANGERS = {
     # eager Faster R-CNN: ~650 kernels a step, 89% under 20 µs, 364 of them on grids that fill 14% of the
     # SMs. It syncs on nonzero/masked_select, so no CUDA graph holds it: the dispatch finding's fix is the
-    # default compile, whose fused chains replay at 1.78 ms a step; the small grids' 3.36 ms lead.
+    # default compile, which replays at 3.43 ms of the 18.1 ms plain step, MODERATE: its runs hold batch
+    # norms, whose fusion no run measured. The small grids' 3.36 ms (SEVERE) lead the list. Measured on the
+    # H100 at the same plain step: the compile realized 2.43 and 2.80 ms (benchmarks/results/s21_h100,
+    # s22_h100).
     "torchvision_detection_eval": ("occupancy.small_grid", "torchvision_detection_eval.py", 15),
     # two-layer GCN with Adam: 6 elementwise chains a step, the fusion finding at the backward pass
     "pyg_gcn_train": ("compile.fusible_elementwise", "pyg_gcn_train.py", 33),
@@ -565,11 +570,11 @@ def test_one_replayed_fix_is_one_saving(analyzed, jobs):
         replayed = [
             f for f in results["diagnosis"]["bottlenecks"] if f.get("replay") and not f.get("alternative_to")
         ]
-        fixes = [f["replay"]["fix"] for f in replayed if f["replay"]["fix"] == "fused_elementwise"]
+        fixes = [f["replay"]["fix"] for f in replayed if f["replay"]["fix"] == "fused_kernels"]
         assert len(fixes) <= 1, name
     pyg = analyzed["unmarked_runs/pyg_gcn_train/run"]
     dispatch, fusion = _finding(pyg, "launch.dispatch"), _finding(pyg, "compile.fusible_elementwise")
-    assert dispatch["replay"]["fix"] == fusion["replay"]["fix"] == "fused_elementwise"
+    assert dispatch["replay"]["fix"] == fusion["replay"]["fix"] == "fused_kernels"
     assert dispatch["alternative_to"] == ["compile.fusible_elementwise"] and not fusion["alternative_to"]
     assert "launch.dispatch" not in pyg["diagnosis"]["replay_all_fixes"]["findings"]
 

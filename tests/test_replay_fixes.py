@@ -125,7 +125,7 @@ def test_faster_gemms_shrink_only_fp32_gemm_kernels_and_a_device_bound_step_foll
 
 def test_fused_chains_lose_their_extra_kernels_and_launch_gaps():
     graph = _graph("roofline_unfused_gelu")
-    fixed = apply(graph, Fix("fused_elementwise", ""))
+    fixed = apply(graph, Fix("fused_kernels", ""))
     assert (fixed.d_dur == 0).sum() > 0 and fixed.d_dur.sum() < graph.d_dur.sum()
     saved = replay_step(graph).step_time_ms - replay_step(fixed).step_time_ms
     realized = _plain_ms("roofline_unfused_gelu", "plain_script") - _plain_ms(

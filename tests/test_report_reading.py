@@ -310,19 +310,25 @@ def _changes(text: str) -> list[str]:
 
 
 def test_a_change_another_listed_change_includes_is_listed_once(monkeypatch):
-    """resnet50 (default precision): the dispatch finding asks for the reduce-overhead compile, the fusion
-    finding for the default compile, which the former includes: one line, one edit, for both; a received
-    document whose `includes` is not a list renders the two lines."""
+    """HF Trainer in fp32: the launch-bound finding (and the heavy-ops one) ask for the reduce-overhead
+    compile, the fusion finding for the default compile, which the former includes: one line, one edit, for
+    all three; a received document whose `includes` is not a list renders the two lines."""
     monkeypatch.setenv("COLUMNS", "200")
-    results = analyze_run_dir(FIXTURES / "runs" / "h200-resnet50-default")
+    results = analyze_run_dir(FIXTURES / "verify" / "hf_trainer_tf32_paired" / "run")
     first = {f["id"]: f["advice"][0] for f in results["diagnosis"]["bottlenecks"]}
-    assert first["launch.dispatch"]["includes"] == ["torch.compile(model)"]
-    assert first["compile.fusible_elementwise"]["text"] == "torch.compile(model)"
+    assert first["launch.bound"]["includes"] == ["TrainingArguments(torch_compile=True)"]
+    assert first["compile.fusible_elementwise"]["text"] == "TrainingArguments(torch_compile=True)"
     changes = _changes(render_terminal(results, color=False))
-    assert changes == ["1. torch.compile(model, mode='reduce-overhead')  (#1, #2, #3)"]
+    compiles = [line for line in changes if "torch_compile=True" in line]
+    assert compiles == [
+        "2. TrainingArguments(torch_compile=True, torch_compile_mode='reduce-overhead')  (#2, #3, #6)"
+    ]
     verbose = " ".join(render_terminal(results, color=False, verbose=True).split())
-    assert "; it includes torch.compile(model) (why: 31 chains of 62 back-to-back elementwise" in verbose
+    assert "; it includes TrainingArguments(torch_compile=True) (why: 35 runs of 226 back-to-back" in verbose
     received = copy.deepcopy(results)
     for finding in received["diagnosis"]["bottlenecks"]:
-        finding["advice"][0]["includes"] = "torch.compile(model)"
-    assert len(_changes(render_terminal(received, color=False))) == 2
+        finding["advice"][0]["includes"] = "TrainingArguments(torch_compile=True)"
+    assert (
+        len([line for line in _changes(render_terminal(received, color=False)) if "torch_compile" in line])
+        == 2
+    )

@@ -395,7 +395,7 @@ def test_across_data_dependent_syncs_the_default_compile_is_verified_and_replaye
     assert results["metrics"]["data_dependent_sync_ops"]["value"] == "aten::nonzero, aten::masked_select"
     (dispatch,) = [f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "launch.dispatch"]
     assert dispatch["advice"][0]["text"] == "torch.compile(model)"
-    assert dispatch["replay"]["fix"] == "fused_elementwise"
+    assert dispatch["replay"]["fix"] == "fused_kernels"
     assert "aten::nonzero, aten::masked_select" in dispatch["replay"]["basis"]
     planned, skipped = plan(results, 5, _capture_config(run, results))
     by_switch = {p.switch.name: p for p in planned}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.analysis.kernel_classes import elementwise_mask, matmul_precision
+from hybrid.analysis.fusion import fusible_mask
+from hybrid.analysis.kernel_classes import matmul_precision
 from hybrid.analysis.steps import frame_source, steady_steps
 from hybrid.numbers import NS_PER_US
 from hybrid.profile import Profile
@@ -111,8 +112,8 @@ def step_timeline(profile: Profile) -> dict | None:
         "lanes": lanes,
         "names": names,
         "precisions": {str(name_index[n]): p for n, p in precisions.items() if n in name_index},
-        # Indices of the elementwise kernels' names (the fusion finding is about them).
-        "elementwise": [int(i) for i in np.flatnonzero(elementwise_mask(pd.Series(names, dtype=object)))],
+        # Indices of the names of the kernels a compile would fuse (the fusion finding is about them).
+        "fusible": [int(i) for i in np.flatnonzero(fusible_mask(pd.Series(names, dtype=object)))],
         "columns": list(COLUMNS),
         "events": events,
         "events_total": total,

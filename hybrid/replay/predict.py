@@ -13,7 +13,7 @@ from hybrid.provenance import ESTIMATED
 from hybrid.replay.choose import calibrated_speedup, calibration_status, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
-from hybrid.replay.transforms import apply, host_scaled
+from hybrid.replay.transforms import REACH_PARAMS, apply, host_scaled
 from hybrid.rules.base import SEVERITY_RANK, Evidence, Finding, Fix, FixInputs, NoFix
 from hybrid.rules.registry import RULE_BY_ID
 
@@ -100,9 +100,13 @@ def fix_for(finding: Finding, run_inputs: FixInputs) -> Fix | NoFix:
 def _one_saving_per_fix(chosen: list[tuple[Finding, Fix]]) -> list[tuple[Finding, Fix]]:
     """One transformation of the step is one saving: of the findings that replay the same fix, the one it
     saves most for keeps it and the others are shown as its alternatives (across data-dependent syncs the
-    launch findings replay the default compile's fused chains, as the fusion finding does: PyG's GCN read
+    launch findings replay the default compile's fused kernels, as the fusion finding does: PyG's GCN read
     0.95 and 1.35 ms from one replay). The fixes that stay, in order."""
-    keys = [(fix.kind, tuple(sorted(fix.params.items()))) for _, fix in chosen]
+    # The fusion with its launches contains the fusion without them: one transformation of the kernels.
+    keys = [
+        (fix.kind, tuple(sorted((k, v) for k, v in fix.params.items() if k not in REACH_PARAMS)))
+        for _, fix in chosen
+    ]
     kept: dict[tuple, Finding] = {}
     for (finding, _), key in zip(chosen, keys, strict=True):
         if key not in kept or finding.time_lost_ms > kept[key].time_lost_ms:

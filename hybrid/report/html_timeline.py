@@ -29,8 +29,8 @@ HOVER_NAME_WIDTH = 90
 
 # What the primary finding is about: the events of the ledger cause it claimed most time from
 # (`claimed`, results.json's ledger causes), else, for a finding that draws on no cause (fusible
-# elementwise chains, step jitter) or a file written before findings said, its category: a kind of event,
-# the GEMM or elementwise kernels, the kernels ncu profiled, or the GPU's idle gaps.
+# kernels, step jitter) or a file written before findings said, its category: a kind of event, the GEMM
+# kernels or those a compile would fuse, the kernels ncu profiled, or the GPU's idle gaps.
 SEGMENTS_BY_CAUSE = {
     "sync_wait": "sync",
     "blocking_copy": "sync",
@@ -54,7 +54,7 @@ SEGMENTS_BY_CATEGORY = {
     "TENSOR_CORE": "gemm",
     "CPU_RESIDENCY": "idle",
     "DATA_PIPELINE": "idle",
-    "COMPILER_GRAPH": "elementwise",
+    "COMPILER_GRAPH": "fusible",
     "ROOFLINE": "profiled",
     "OCCUPANCY": "profiled",
     "MEMORY_HIERARCHY": "profiled",
@@ -63,7 +63,7 @@ SEGMENTS_BY_CATEGORY = {
 SEGMENT_WORDS = {
     "memcpy": "the copies",
     "memset": "the memsets",
-    "elementwise": "the elementwise kernels",
+    "fusible": "the kernels a compile would fuse",
     "launch": "the launch calls",
     "sync": "the synchronizations",
     "gemm": "the GEMM and convolution kernels",
@@ -103,8 +103,8 @@ def highlighted_segments(primary: dict | None) -> str | None:
     if drawn:
         # Idle causes not listed (host work, a DataLoader fetch, compiled regions) are the GPU's idle gaps.
         kind = SEGMENTS_BY_CAUSE.get(max(drawn, key=drawn.__getitem__), "idle")
-        # A fusion draws on the generic kernel causes; what it is about is its elementwise chains.
-        return "elementwise" if kind == "profiled" and primary.get("category") == "COMPILER_GRAPH" else kind
+        # A fusion draws on the generic kernel causes; what it is about is its runs of fusible kernels.
+        return "fusible" if kind == "profiled" and primary.get("category") == "COMPILER_GRAPH" else kind
     return SEGMENTS_BY_CATEGORY.get(str(primary.get("category")))
 
 
@@ -127,7 +127,8 @@ def idle_gaps(timeline: dict) -> list[tuple[float, float]]:
 def _selector(timeline: dict, results: dict, segments: str | None) -> Callable[[list], bool]:
     names = timeline.get("names") or []
     precisions = timeline.get("precisions") or {}
-    elementwise = set(timeline.get("elementwise") or [])
+    # "elementwise": the same indices in results written before fusion counted more than elementwise kernels.
+    fusible = set(timeline.get("fusible", timeline.get("elementwise")) or [])
     profiled = {str(k.get("name")) for k in (results.get("roofline") or {}).get("kernels") or []}
 
     def selected(event: list) -> bool:
@@ -138,8 +139,8 @@ def _selector(timeline: dict, results: dict, segments: str | None) -> Callable[[
             return False
         if segments == "gemm":
             return str(name) in precisions
-        if segments == "elementwise":
-            return name in elementwise
+        if segments == "fusible":
+            return name in fusible
         if segments == "profiled":
             return names[name] in profiled
         if segments == "communication":

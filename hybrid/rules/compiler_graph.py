@@ -1,15 +1,15 @@
-"""What a compiler would fix: unfused elementwise chains, torch.compile graph breaks."""
+"""What a compiler would fix: unfused memory-bound kernels, torch.compile graph breaks."""
 
 from __future__ import annotations
 
-from hybrid.analysis.kernel_classes import elementwise_mask
+from hybrid.analysis.fusion import fusible_mask, unmeasured_fusion_premise
 from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import rule_saving
 from hybrid.rules.switches import COMPILE, FUSED_OPTIMIZER
 
 MIN_LOST_PCT = 1.0
-# The kernel time an elementwise chain can be in (not GEMMs: their causes are the tensor-core findings'):
+# The kernel time a fusible run can be in (not GEMMs: their causes are the tensor-core findings'):
 # a fusion draws its saving from what the kernel findings before it left, the generic causes first, so
 # no kernel nanosecond is claimed by it and by, say, the uncoalesced-load finding on the same chain
 # (roofline_unfused_gelu: 0.25 ms of the chain's 2.25 ms is uncoalesced).
@@ -24,7 +24,7 @@ FUSION_POOL = (
 
 
 def fusion_lost_ms(fusible_saving_ms: float) -> float:
-    """Computed in metrics: each n-kernel elementwise chain keeps 1/n of its time once fused."""
+    """Computed in metrics: each run of fusible kernels keeps its longest kernel's time once fused."""
     return max(0.0, fusible_saving_ms)
 
 
@@ -38,23 +38,22 @@ def graph_break_lost_ms(breaks: int, idle_launch_ms: float) -> float:
 
 
 def fusion_advice(ctx: Context) -> list[Suggestion]:
+    kinds = ctx.value("fusible_chain_kinds")
     condition = (
-        f"{ctx.value('fusible_chains_per_step', 0.0):.0f} chains of "
-        f"{ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} back-to-back elementwise "
-        f"kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms)"
+        f"{ctx.value('fusible_chains_per_step', 0.0):.0f} runs of "
+        f"{ctx.value('fusible_chain_kernels_per_step', 0.0):.0f} back-to-back memory-bound "
+        f"kernels a step ({ctx.value('fusible_chain_ms', 0.0):.3g} ms" + (f": {kinds})" if kinds else ")")
     )
-    out = use_compile(ctx.config, why="fuse the elementwise chains", condition=condition)
+    out = use_compile(ctx.config, why="fuse these kernels", condition=condition)
     if ctx.config.compiled:
         out.append(
             Suggestion(
-                "Look for the chains outside the compiled regions (the optimizer step, the loss, "
+                "Look for the runs outside the compiled regions (the optimizer step, the loss, "
                 "code after a graph break) and compile or fuse those too",
-                f"{condition}; the model is compiled, so these chains run in eager code",
+                f"{condition}; the model is compiled, so these kernels run in eager code",
             )
         )
-    out += fused_optimizer(
-        ctx.config, condition=condition + "; an optimizer step is such a chain unless fused"
-    )
+    out += fused_optimizer(ctx.config, condition=condition + "; an optimizer step is such a run unless fused")
     return out
 
 
@@ -66,19 +65,23 @@ def fusion_model(inp: Inputs) -> float | None:
 
 def fusion_report(ctx: Context, lost_ms: float) -> Report:
     return Report(
-        title="Chains of elementwise kernels could be fused",
+        title="Back-to-back memory-bound kernels could be fused",
         pairs=[
-            ("chains per step", "fusible_chains_per_step"),
-            ("kernels in chains", "fusible_chain_kernels_per_step"),
-            ("time in chains", "fusible_chain_ms"),
+            ("runs per step", "fusible_chains_per_step"),
+            ("kernels in runs", "fusible_chain_kernels_per_step"),
+            ("time in runs", "fusible_chain_ms"),
+            ("what the runs hold", "fusible_chain_kinds"),
             ("estimated saving", "fusible_saving_ms"),
             ("distinct kernels per step", "distinct_kernels_per_step"),
         ],
+        assumes=unmeasured_fusion_premise(ctx.value("fusible_chain_elementwise_pct")),
         explanation=(
-            "Back-to-back elementwise kernels over the same number of elements each read and write the "
-            "whole tensor from DRAM; fused, the data is read once and written once. The saving "
-            "is bounded by the chains' own kernel time: the launches and dispatch gaps between them "
-            "are launch overhead, the launch findings' time."
+            "Each elementwise, normalization, softmax, reduction or layout-copy kernel reads its inputs "
+            "from DRAM and writes its output back, so a run of them passes over the same tensors again "
+            "and again. torch.compile generates these kernels itself and fuses each run into as few "
+            "passes as its reductions need (a batch norm and its ReLU: one reduction, one pointwise "
+            "pass), and runs convolutions channels-last, so cuDNN's layout transposes go. The estimate "
+            "keeps each run's longest kernel; the launches between them are the launch findings' time."
         ),
         suggestions=fusion_advice(ctx),
     )
@@ -129,10 +132,13 @@ def graph_breaks_report(ctx: Context, lost_ms: float) -> Report:
 
 def fusion_fix(inputs: FixInputs) -> Fix:
     return Fix(
-        "fused_elementwise",
-        "elementwise chains fused (torch.compile)",
-        {},
-        "the step's measured elementwise chains",
+        "fused_kernels",
+        "memory-bound kernels fused (torch.compile)",
+        # The device side alone: the launches the fusion removes are the launch findings' host time
+        # (planted cpu_numpy_augment: a host-bound step whose conv net's launches, dropped with the
+        # fused kernels, replayed 2.4 ms of the CPU work's time as this finding's).
+        {"host_launches": 0.0},
+        "the step's measured runs of fusible kernels",
     )
 
 
@@ -158,7 +164,7 @@ RULES = [
         fix=fusion_fix,
         switches=(COMPILE, FUSED_OPTIMIZER),
         bound="fusible_chain_ms",
-        callsite_kernels=elementwise_mask,
+        callsite_kernels=fusible_mask,
     ),
     # Idle time inside the compiled regions, else launch gaps; the graph pieces' gaps come before
     # launch.bound's.

@@ -3,6 +3,7 @@ gaps of the same dispatch (autograd's backward, the optimizer step) in a step do
 
 from __future__ import annotations
 
+from hybrid.analysis.fusion import unmeasured_fusion_premise
 from hybrid.provenance import ESTIMATED
 from hybrid.rules.advice import (
     LAUNCHES_PER_CLIPPED_GRADIENT,
@@ -206,6 +207,10 @@ def _launch_report(ctx: Context, lost_ms: float, dispatch_ms: float) -> Report:
         ),
         pairs=pairs,
         extra=extra,
+        # Across data-dependent syncs the fix replayed is the default compile's fusion (launch_bound_fix).
+        assumes=unmeasured_fusion_premise(ctx.value("fusible_chain_elementwise_pct"))
+        if ctx.value("data_dependent_sync_ops")
+        else None,
         explanation=(
             "Most kernels finish faster than the host can issue the next one (eager PyTorch spends "
             "roughly 5-20 µs of host time per op), so the GPU idles between them. "
@@ -283,15 +288,15 @@ def launch_bound_fix(inputs: FixInputs) -> Fix:
     """CUDA graphs remove the launch calls and their gaps; a captured step also loses the longer dispatch
     gaps this finding claims, as the same share of the step's long host gaps. Where the step syncs on
     data-dependent shapes no graph is captured, and the advice is the default compile: its fusion of the
-    elementwise chains is what is replayed (beside a fusion finding, which replays the same, the replay keeps
-    one saving: hybrid.replay.predict)."""
+    memory-bound kernels (hybrid.analysis.fusion) is what is replayed (beside a fusion finding, which
+    replays the same, the replay keeps one saving: hybrid.replay.predict)."""
     syncs = inputs.metrics.get("data_dependent_sync_ops")
     if syncs:
         return Fix(
-            "fused_elementwise",
-            "torch.compile (default mode: elementwise chains fused, no CUDA graphs)",
+            "fused_kernels",
+            "torch.compile (default mode: memory-bound kernels fused, no CUDA graphs)",
             {},
-            f"the step's measured elementwise chains; no CUDA graph is captured across its syncs on "
+            f"the step's measured runs of fusible kernels; no CUDA graph is captured across its syncs on "
             f"data-dependent shapes ({syncs})",
         )
     launch = inputs.number("idle_launch_gap_ms") or 0.0

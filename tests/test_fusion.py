@@ -1,0 +1,93 @@
+"""What torch.compile fuses (hybrid.analysis.fusion), on the kernel names of the committed captures and on
+their timelines: which kernels may join a run, what a run saves, and what the fusion finding claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.analysis.fusion import fusible_mask, fusion_groups
+from hybrid.analysis.kernel_classes import MATMUL_KINDS, kernel_kind
+from hybrid.load.nsys_export import load_nsys_export
+from hybrid.pipeline import analyze_run_dir
+from hybrid.replay.graph import build_graph
+from hybrid.replay.simulate import replay_step
+from hybrid.replay.transforms import apply
+from hybrid.rules.base import SEVERITY_RANK, Fix
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RESNET50 = FIXTURES / "runs" / "h200-resnet50"  # fp32, batch 32: 9.4 ms of its kernels a step are in runs
+
+
+def _names() -> pd.Series:
+    """Every kernel name of the committed captures (tests/fixtures/kernel_classes.tsv, third column)."""
+    rows = [
+        line.split("\t")
+        for line in (FIXTURES / "kernel_classes.tsv").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    return pd.Series([row[2] for row in rows if len(row) == 3])
+
+
+def test_the_kernels_inductor_generates_may_fuse_and_library_calls_may_not():
+    names = _names()
+    fusible = pd.Series(fusible_mask(names), index=names)
+    kinds = names.map(kernel_kind)
+    # GEMMs, convolutions, attention and collectives stay library calls.
+    assert not fusible[kinds.isin([*MATMUL_KINDS, "communication", "gemv"]).to_numpy()].any()
+    for part in ("bn_fw_tr_1C11", "bn_bw_1C11", "nchwToNhwcKernel", "nhwcToNchwKernel", "max_pool_forward"):
+        chosen = names[names.str.contains(part)]
+        assert len(chosen) and fusible[chosen].all(), part
+    # The parts of a library call that only finish it: split-K reductions, cuDNN's weight-gradient
+    # reduction, its padding and filter flips.
+    for part in ("splitKreduce", "reduce_wgrad", "nhwcAddPadding", "flip_filter"):
+        chosen = names[names.str.contains(part)]
+        assert len(chosen) and not fusible[chosen].any(), part
+
+
+def test_runs_are_back_to_back_fusible_kernels_of_one_stream_and_step():
+    fusible = np.array([True, True, False, True, True, True, True])
+    stream = np.array([7, 7, 7, 7, 7, 8, 8])
+    step = np.array([0, 0, 0, 0, 1, 1, 1])
+    groups = fusion_groups(fusible, stream, step)
+    assert groups[2] == -1
+    assert groups[0] == groups[1] != groups[3]  # a GEMM between them ends the run
+    assert groups[3] != groups[4]  # a new step
+    assert groups[4] != groups[5] == groups[6]  # another stream
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> dict:
+    return analyze_run_dir(RESNET50)
+
+
+def test_resnet50s_batch_norms_are_what_a_compile_fuses(resnet50):
+    metrics = resnet50["metrics"]
+    # The cuDNN batch norms hold the largest share of the runs; the elementwise ReLUs and adds come next.
+    assert metrics["fusible_chain_kinds"]["value"].startswith("normalization ")
+    assert metrics["fusible_chain_elementwise_pct"]["value"] < 50
+    # A fused run keeps its longest kernel, so it saves less than the runs take.
+    assert 0 < metrics["fusible_saving_ms"]["value"] < metrics["fusible_chain_ms"]["value"]
+
+
+def test_the_fusion_of_batch_norms_is_a_stated_premise_until_verified(resnet50):
+    fusion = next(f for f in resnet50["diagnosis"]["bottlenecks"] if f["id"] == "compile.fusible_elementwise")
+    assumes = [e["value"] for e in fusion["evidence"] if e["label"] == "time lost assumes"]
+    assert len(assumes) == 1 and "other than elementwise kernels" in assumes[0]
+    assert SEVERITY_RANK[fusion["severity"]] <= SEVERITY_RANK["MODERATE"]
+    assert fusion["time_lost_ms"] <= resnet50["metrics"]["fusible_chain_ms"]["value"] + 1e-9
+    # Runs of elementwise kernels alone were measured: no premise to state.
+    gelu = analyze_run_dir(FIXTURES / "planted" / "roofline_unfused_gelu" / "run")
+    fusion = next(f for f in gelu["diagnosis"]["bottlenecks"] if f["id"] == "compile.fusible_elementwise")
+    assert not [e for e in fusion["evidence"] if e["label"] == "time lost assumes"]
+
+
+def test_the_fusion_with_its_launches_saves_at_least_the_device_side_alone():
+    graph = build_graph(load_nsys_export(RESNET50 / "nsys" / "profile.sqlite"))
+    base = replay_step(graph).step_time_ms
+    device = base - replay_step(apply(graph, Fix("fused_kernels", "", {"host_launches": 0.0}))).step_time_ms
+    whole = base - replay_step(apply(graph, Fix("fused_kernels", ""))).step_time_ms
+    assert 0 < device <= whole + 1e-9
