@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.analysis.fusion import fusible_mask, fusion_groups
+from hybrid.analysis.fusion import fused_run_ns, fusible_mask, fusion_runs
 from hybrid.analysis.kernel_classes import MATMUL_KINDS, kernel_kind
 from hybrid.load.nsys_export import load_nsys_export
 from hybrid.pipeline import analyze_run_dir
@@ -49,14 +49,16 @@ def test_the_kernels_inductor_generates_may_fuse_and_library_calls_may_not():
 
 
 def test_runs_are_back_to_back_fusible_kernels_of_one_stream_and_step():
-    fusible = np.array([True, True, False, True, True, True, True])
-    stream = np.array([7, 7, 7, 7, 7, 8, 8])
-    step = np.array([0, 0, 0, 0, 1, 1, 1])
-    groups = fusion_groups(fusible, stream, step)
-    assert groups[2] == -1
-    assert groups[0] == groups[1] != groups[3]  # a GEMM between them ends the run
-    assert groups[3] != groups[4]  # a new step
-    assert groups[4] != groups[5] == groups[6]  # another stream
+    fusible = np.array([True, True, False, True, True, True, True, True, False, True])
+    stream = np.array([7, 7, 7, 7, 7, 8, 8, 8, 8, 8])
+    step = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    positions, starts = fusion_runs(fusible, stream, step)
+    # A GEMM ends the first run; the kernels at 3 and 4 are in different steps, 4 and 5 on different
+    # streams, and 9 runs alone: none of those is a run.
+    assert positions.tolist() == [0, 1, 5, 6, 7] and starts.tolist() == [0, 2]
+    durations = np.array([5.0, 3.0, 1.0, 4.0, 2.0])
+    assert fused_run_ns(durations, starts).tolist() == [5.0, 4.0]
+    assert fused_run_ns(durations[:0], starts[:0]).size == 0
 
 
 @pytest.fixture(scope="module")

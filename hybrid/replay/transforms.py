@@ -162,32 +162,26 @@ def fused_kernels(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     go, as when this replay was measured (the torchvision detector's default compile on the H100: 2.27 ms
     replayed, 2.43 realized): dropping every fused member's launch replays 7.6 ms on the detector's H200
     capture where this replays 5.7 ms."""
-    from hybrid.analysis.fusion import fused_durations, fusible_mask, fusion_groups
+    from hybrid.analysis.fusion import fused_run_ns, fusible_mask, fusion_runs
     from hybrid.analysis.kernel_classes import elementwise_mask
 
     names = pd.Series(graph.d_name, dtype="category")
     fusible = fusible_mask(names) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
-    elementwise = elementwise_mask(names)
-    drop_launches = bool(fix.params.get("host_launches", 1.0))
+    order = np.argsort(graph.d_stream, kind="stable")  # each stream's device events in their order
+    positions, starts = fusion_runs(fusible[order], graph.d_stream[order], graph.d_step[order])
+    members = order[positions]
     out = graph.copy(copy_arrays=("d_dur", "d_lat", "d_sgap", "h_gap", "h_cost"))
-    for s in range(graph.n_streams):
-        idx = np.flatnonzero(graph.d_stream == s)
-        groups = fusion_groups(fusible[idx], graph.d_stream[idx], graph.d_step[idx])
-        for g in np.unique(groups[groups >= 0]):
-            members = idx[groups == g]
-            if len(members) < 2:
-                continue
-            out.d_dur[members[0]] = fused_durations(graph.d_dur[members])
-            rest = members[1:]
-            out.d_dur[rest] = 0.0
-            out.d_sgap[rest] = 0.0
-            rest = rest[elementwise[rest]]
-            if not drop_launches or not len(rest):
-                continue
-            calls = graph.d_host[rest]
-            short = graph.h_gap[calls] < LAUNCH_GAP_MAX_NS
-            out.h_gap[calls[short]] = 0.0
-            out.h_cost[calls] = 0.0
+    first = np.zeros(len(members), bool)
+    first[starts] = True
+    rest = members[~first]
+    out.d_dur[members[first]] = fused_run_ns(graph.d_dur[members], starts)
+    out.d_dur[rest] = 0.0
+    out.d_sgap[rest] = 0.0
+    if fix.params.get("host_launches", 1.0):
+        calls = graph.d_host[rest[elementwise_mask(names)[rest]]]
+        short = graph.h_gap[calls] < LAUNCH_GAP_MAX_NS
+        out.h_gap[calls[short]] = 0.0
+        out.h_cost[calls] = 0.0
     return out
 
 
