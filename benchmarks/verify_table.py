@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             f"- listed fixes realized: {statuses.count('realized')} of {len(statuses)} (not applied "
-            f"{statuses.count('not applied')}, unsettled {statuses.count('unsettled')}, failed "
-            f"{statuses.count('failed')}; goal: all)"
+            f"{statuses.count('not applied')}, unsettled {statuses.count('unsettled')}, beyond reach "
+            f"{statuses.count('beyond reach')}, failed {statuses.count('failed')}; goal: all)"
         ),
         "",
         "Runs whose primary was not verified (its rule declares no switch, or the run already had it on): "

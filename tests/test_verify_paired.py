@@ -19,6 +19,7 @@ from hybrid_cli import inject_argv
 from hybrid.analysis import verified
 from hybrid.collect.verify import Planned, _run_fix
 from hybrid.inject.apply_fix import PAIRED_ORDER, TOGGLES, paired_steps
+from hybrid.pipeline import analyze_run_dir
 from hybrid.report.verified import verify_line
 from hybrid.rules.switches import COMPILE, COMPILED_WARMUP, CUDNN_BENCHMARK, LOADER_WORKERS, SWITCHES, TF32
 from hybrid.rundir import RunDir
@@ -225,3 +226,27 @@ def test_an_off_window_that_strays_from_the_plain_step_is_no_saving():
     assert "unsettled" in line and "not read as the fix's saving" in line and "realized" not in line
     assert compile_["status"] == "realized"
     assert compile_["realized_ms"] == pytest.approx(2.43, abs=0.01)
+
+
+def test_a_saving_beyond_what_the_fix_can_change_is_no_saving():
+    """TF32 changes only the FP32 GEMMs and convolutions. On an H100 (session 22) it "saved" the torchvision
+    detector 3.94 ms a step (off 20.0 -> on 16.1 ms, the on windows 48.6 µs apart), whose FP32 GEMMs and
+    convolutions took 3.65 ms a step: its off window ran 1.9 ms slower than the plain pass."""
+    outcome = {"fix": "tf32", "status": "realized", "realized_ms": 3.94, "paired": {"spread_ms": 0.0486}}
+    tf32_reach = verified.reach_ms("tf32", {"gemm_fp32_ms": 3.65}.get)
+    assert tf32_reach == 3.65
+    beyond = verified.within_reach(outcome, tf32_reach)
+    assert beyond["status"] == "beyond reach" and beyond["reach_ms"] == 3.65
+    line = verify_line({"id": "tensor.fp32_gemm", "verify": beyond})
+    assert "beyond reach" in line and "more than the 3.65 ms a step" in line and "realized" not in line
+    # Within the on windows' spread of its reach, a saving stands; a compile reaches further than any kernels.
+    assert verified.within_reach({**outcome, "realized_ms": 3.69}, tf32_reach)["status"] == "realized"
+    assert verified.reach_ms("compile", {"fusible_chain_ms": 1.0}.get) is None
+
+
+def test_a_saving_within_the_fixs_reach_stands():
+    """HF Trainer in fp32 on the H200: TF32 realized 4.49 ms a step of the 8.68 ms its FP32 GEMMs take."""
+    results = analyze_run_dir(ROOT / "tests" / "fixtures" / "verify" / "hf_trainer_tf32_paired" / "run")
+    tf32 = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "tensor.fp32_gemm")
+    assert tf32["verify"]["status"] == "realized"
+    assert tf32["verify"]["realized_ms"] < results["metrics"]["gemm_fp32_ms"]["value"]

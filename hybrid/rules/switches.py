@@ -26,6 +26,11 @@ class Switch:
     # the step with and without it in one process (--paired) rather than against the run's plain step, timed
     # in another process.
     paired: bool = False
+    # The metric holding the time a step spends in every kernel the switch can change, where it changes
+    # nothing else (TF32: the FP32 GEMMs and convolutions); None where it reaches further (a compile also
+    # cuts host dispatch). A realized saving beyond it is the windows' own difference
+    # (hybrid.analysis.verified.within_reach).
+    reach: str | None = None
 
     def blocked(self, config: RunConfig) -> str | None:
         """Why this switch is not verified on a run with `config`, or None when it can be."""
@@ -61,6 +66,7 @@ TF32 = Switch(
     "TF32 for FP32 matmuls and cuDNN convolutions",
     lambda c: None if c.tf32_matmul is None else bool(c.tf32_matmul and c.tf32_conv),
     paired=True,
+    reach="gemm_fp32_ms",
 )
 CUDNN_BENCHMARK = Switch(
     "cudnn_benchmark", "torch.backends.cudnn.benchmark = True", lambda c: c.cudnn_benchmark, paired=True
