@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from reviewed_kernels import reviewed_kernels
 
 from hybrid.analysis.fusion import fused_run_ns, fusible_mask, fusion_runs
 from hybrid.analysis.kernel_classes import MATMUL_KINDS, kernel_kind
@@ -22,18 +23,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RESNET50 = FIXTURES / "runs" / "h200-resnet50"  # fp32, batch 32: 9.4 ms of its kernels a step are in runs
 
 
-def _names() -> pd.Series:
-    """Every kernel name of the committed captures (tests/fixtures/kernel_classes.tsv, third column)."""
-    rows = [
-        line.split("\t")
-        for line in (FIXTURES / "kernel_classes.tsv").read_text().splitlines()
-        if line and not line.startswith("#")
-    ]
-    return pd.Series([row[2] for row in rows if len(row) == 3])
-
-
 def test_the_kernels_inductor_generates_may_fuse_and_library_calls_may_not():
-    names = _names()
+    names = pd.Series(list(reviewed_kernels()))
     fusible = pd.Series(fusible_mask(names), index=names)
     kinds = names.map(kernel_kind)
     # GEMMs, convolutions, attention and collectives stay library calls.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from reviewed_kernels import reviewed_kernels
 
 from hybrid.analysis.kernel_classes import (
     FROM_NAME,
@@ -32,21 +33,10 @@ from nsight.ncu_csv import parse_ncu_csv
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
-REVIEWED = FIXTURES / "kernel_classes.tsv"
 H200 = peaks_for(DeviceInfo(name="NVIDIA H200"))
 # Kernel events in a torch.profiler Chrome trace: read with a regex, as parsing 25 traces of up to 80 MB
 # as JSON would take most of this test's time.
 TRACE_KERNEL = re.compile(rb'"cat": ?"kernel", ?"name": ?"((?:[^"\\]|\\.)*)"')
-
-
-def _reviewed() -> dict[str, tuple[str, str | None]]:
-    out = {}
-    for line in REVIEWED.read_text().splitlines():
-        if line.startswith("#"):
-            continue
-        kind, precision, name = line.split("\t", 2)
-        out[name] = (kind, None if precision == "-" else precision)
-    return out
 
 
 @cache
@@ -100,7 +90,7 @@ def fixture_kernel_names() -> frozenset[str]:
 
 
 def test_every_kernel_name_in_the_fixtures_has_its_reviewed_class():
-    reviewed, names = _reviewed(), fixture_kernel_names()
+    reviewed, names = reviewed_kernels(), fixture_kernel_names()
     assert len(names) > 400
     assert names == set(reviewed), "regenerate tests/fixtures/kernel_classes.tsv and review the new names"
     wrong = {

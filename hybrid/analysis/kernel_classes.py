@@ -345,9 +345,3 @@ def matmul_precision(names: pd.Series) -> pd.Series:
     matmul = classes["kind"].isin(MATMUL_KINDS)
     labels = classes["precision"].where(~matmul | classes["precision"].notna(), "unknown").where(matmul, None)
     return pd.Series(per_kernel(names, labels.to_frame("precision"), "precision"), index=names.index)
-
-
-def elementwise_mask(names: pd.Series) -> np.ndarray:
-    """True for each elementwise kernel (not reductions, copies or normalizations)."""
-    classes = classify_kernels(names)
-    return per_kernel(names, classes, "kind") == "elementwise"

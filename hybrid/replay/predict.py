@@ -13,7 +13,7 @@ from hybrid.provenance import ESTIMATED
 from hybrid.replay.choose import calibrated_speedup, calibration_status, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
 from hybrid.replay.simulate import replay_step
-from hybrid.replay.transforms import REACH_PARAMS, apply, host_scaled
+from hybrid.replay.transforms import SCOPE_PARAMS, apply, host_scaled
 from hybrid.rules.base import SEVERITY_RANK, Evidence, Finding, Fix, FixInputs, NoFix
 from hybrid.rules.registry import RULE_BY_ID
 
@@ -104,7 +104,7 @@ def _one_saving_per_fix(chosen: list[tuple[Finding, Fix]]) -> list[tuple[Finding
     0.95 and 1.35 ms from one replay). The fixes that stay, in order."""
     # The fusion with its launches contains the fusion without them: one transformation of the kernels.
     keys = [
-        (fix.kind, tuple(sorted((k, v) for k, v in fix.params.items() if k not in REACH_PARAMS)))
+        (fix.kind, tuple(sorted((k, v) for k, v in fix.params.items() if k not in SCOPE_PARAMS)))
         for _, fix in chosen
     ]
     kept: dict[tuple, Finding] = {}

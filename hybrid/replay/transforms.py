@@ -151,7 +151,7 @@ def graph_launch(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
 
 # Parameters that widen how far a fix reaches without changing what it transforms: two findings whose
 # fixes differ only in these replay one change of the step (hybrid.replay.predict keeps one saving).
-REACH_PARAMS = ("host_launches",)
+SCOPE_PARAMS = ("host_launches",)
 
 
 def fused_kernels(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
@@ -163,10 +163,11 @@ def fused_kernels(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     replayed, 2.43 realized): dropping every fused member's launch replays 7.6 ms on the detector's H200
     capture where this replays 5.7 ms."""
     from hybrid.analysis.fusion import fused_run_ns, fusible_mask, fusion_runs
-    from hybrid.analysis.kernel_classes import elementwise_mask
+    from hybrid.analysis.kernel_classes import classify_kernels, per_kernel
 
     names = pd.Series(graph.d_name, dtype="category")
-    fusible = fusible_mask(names) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
+    classes = classify_kernels(names)  # once, for both masks
+    fusible = fusible_mask(names, classes) & (graph.d_kind == KERNEL) & _in_steps(graph, graph.d_step)
     order = np.argsort(graph.d_stream, kind="stable")  # each stream's device events in their order
     positions, starts = fusion_runs(fusible[order], graph.d_stream[order], graph.d_step[order])
     members = order[positions]
@@ -178,7 +179,8 @@ def fused_kernels(graph: ReplayGraph, fix: Fix) -> ReplayGraph:
     out.d_dur[rest] = 0.0
     out.d_sgap[rest] = 0.0
     if fix.params.get("host_launches", 1.0):
-        calls = graph.d_host[rest[elementwise_mask(names)[rest]]]
+        elementwise = per_kernel(names, classes, "kind") == "elementwise"
+        calls = graph.d_host[rest[elementwise[rest]]]
         short = graph.h_gap[calls] < LAUNCH_GAP_MAX_NS
         out.h_gap[calls[short]] = 0.0
         out.h_cost[calls] = 0.0
