@@ -132,7 +132,13 @@ def pack(root: Path, target: Path) -> None:
             target.with_name(f"{target.name.removesuffix('.tar.gz')}-{index}.tar.gz"), "w:gz"
         ) as tar:
             for entry in group:
-                tar.add(entry, arcname=f"{root.name}/{entry.name}")
+                tar.add(entry, arcname=f"{root.name}/{entry.name}", filter=_without_compile_cache)
+
+
+def _without_compile_cache(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """A run's private Inductor cache is no input to any analysis, and a job killed at its limit leaves
+    compile workers deleting in it while the pack reads it: one such file made the pack fail (session 24)."""
+    return None if Path(member.name).name == "compile-cache" else member
 
 
 def main() -> int:
