@@ -45,6 +45,7 @@ from hybrid.analysis.op_ranges import (
     top_level_ops,
 )
 from hybrid.analysis.row_loop import row_loop
+from hybrid.analysis.step_shapes import step_shape_metrics
 from hybrid.analysis.steps import (
     frame_source,
     in_steps,
@@ -346,6 +347,7 @@ def _ops(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
     if len(heavy):
         out["cpu_heavy_op_calls"] = Metric(ops_text(top[top["name"].isin(heavy.index)], n), "", src)
 
+    out.update(step_shape_metrics(top, src))
     loop = row_loop(top, n)
     if loop is not None:
         out["row_loop_rows"] = Metric(loop.rows, "rows", src)

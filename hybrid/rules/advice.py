@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from hybrid.analysis.host_dispatch import AUTOGRAD_NODE_PREFIX
+from hybrid.analysis.step_shapes import shapes_change_per_step
 from hybrid.numbers import significant
 
 APPLIES_TO_SHOWN = 3
@@ -164,6 +165,13 @@ class RunConfig:
         return tuple(self.observed.get("data_dependent_syncs") or ())
 
     @property
+    def step_shape_sets(self) -> tuple[int, int] | None:
+        """(sets of input shapes, steps) where the step runs new shapes every few steps
+        (hybrid.analysis.step_shapes): a batch padded to its own longest sequence; else None."""
+        shapes = self.observed.get("step_shape_sets")
+        return (int(shapes[0]), int(shapes[1])) if shapes else None
+
+    @property
     def graphs_stop_at_syncs(self) -> str | None:
         """Why no CUDA graph holds the step, where data-dependent syncs stop it; else None."""
         syncs = self.data_dependent_syncs
@@ -288,6 +296,9 @@ def observed_config(metrics: dict) -> dict:
         out["ddp"] = value("ddp_ops_per_step") > 0
     if value("row_loop_rows") > 0:
         out["row_loop_rows"] = int(value("row_loop_rows"))
+    signatures, shaped_steps = value("step_shape_signatures"), value("step_shape_steps")
+    if shapes_change_per_step(signatures, shaped_steps):
+        out["step_shape_sets"] = [int(signatures), int(shaped_steps)]
     shaped = raw("data_dependent_sync_ops")
     if isinstance(shaped, str) and shaped:
         out["data_dependent_syncs"] = shaped.split(", ")
@@ -435,6 +446,18 @@ def use_cuda_graphs(
                 "leave model.forward uncompiled)"
             )
         return [Suggestion(text, dynamic, applies_to)]
+    if config.step_shape_sets:
+        sets, steps = config.step_shape_sets
+        return [
+            Suggestion(
+                "Pad the step's inputs to a few fixed sizes (the longest length, or buckets such as "
+                "multiples of 64) so the step repeats its shapes, then "
+                + _compile_call(config, "reduce-overhead"),
+                f"{condition}; the step ran {sets} different sets of input shapes in {steps} steps, and CUDA "
+                "graphs record one graph per set (each new one compiles and records again)",
+                applies_to,
+            )
+        ]
     return use_compile(
         config,
         why="capture the step as CUDA graphs (no host dispatch per kernel)",
