@@ -33,8 +33,18 @@ def test_the_kernels_inductor_generates_may_fuse_and_library_calls_may_not():
         chosen = names[names.str.contains(part)]
         assert len(chosen) and fusible[chosen].all(), part
     # The parts of a library call that only finish it: split-K reductions, cuDNN's weight-gradient
-    # reduction, its padding and filter flips.
-    for part in ("splitKreduce", "reduce_wgrad", "nhwcAddPadding", "flip_filter"):
+    # reduction, its padding and filter flips; and CUB's device-wide primitives, which nonzero, unique,
+    # sort and top-k run (the torchvision detector's select, scan and single-tile reduce kernels).
+    for part in (
+        "splitKreduce",
+        "reduce_wgrad",
+        "nhwcAddPadding",
+        "flip_filter",
+        "DeviceSelectSweepKernel",
+        "DeviceCompactInitKernel",
+        "DeviceReduceSingleTileKernel",
+        "DeviceRadixSort",
+    ):
         chosen = names[names.str.contains(part)]
         assert len(chosen) and not fusible[chosen].any(), part
 
