@@ -112,8 +112,9 @@ def numerics(run: RunDir, reference: dict, folder: str, last_step: int) -> dict:
 def realized(run: RunDir, record: dict, reference: dict) -> dict:
     """One verified fix: its plain step against the run's, the saving that makes, the numerics, and what
     the fix did; status "realized", "unsettled" (paired windows whose fix-off window strays from the plain
-    step: its figures and the reason, not a saving), "failed" (the run failed: its reason) or "not applied"
-    (the fix found nothing to act on, or the script switched it off again)."""
+    step, or whose fix-on windows differ by more than the saving: its figures and the reason, not a
+    saving), "failed" (the run failed: its reason) or "not applied" (the fix found nothing to act on, or the
+    script switched it off again)."""
     folder = str(record.get("pass"))
     out = {
         "fix": record.get("fix"),
@@ -161,12 +162,11 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
         return {**out, "status": "not applied", "reason": why, "step_after_ms": float(after_ms)}
     last_step = reference["warmup"] + reference["steps"] - 1
     if timed is not None:
-        drift = timed["off_ms"] - reference["step_ms"]
-        settled = abs(drift) <= UNSETTLED_OFF_SHARE * reference["step_ms"]
+        reason = _unsettled_reason(timed, reference["step_ms"])
         return {
             **out,
-            "status": "realized" if settled else "unsettled",
-            **({} if settled else {"reason": _unsettled_reason(timed["off_ms"], reference["step_ms"])}),
+            "status": "unsettled" if reason else "realized",
+            **({"reason": reason} if reason else {}),
             "step_before_ms": timed["off_ms"],
             "step_after_ms": timed["on_ms"],
             "realized_ms": timed["off_ms"] - timed["on_ms"],
@@ -194,14 +194,26 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
 UNSETTLED_OFF_SHARE = 0.2
 
 
-def _unsettled_reason(off_ms: float, plain_ms: float) -> str:
-    direction = "slower" if off_ms > plain_ms else "faster"
-    return (
-        f"the window with the fix off ran {abs(off_ms - plain_ms):.3g} ms a step {direction} than the "
-        f"plain pass with the same setting ({off_ms:.3g} vs {plain_ms:.3g} ms, over "
-        f"{UNSETTLED_OFF_SHARE:.0%} apart): the difference between the windows is not read as the fix's "
-        "saving"
-    )
+def _unsettled_reason(timed: dict, plain_ms: float) -> str | None:
+    """Why a paired reading is not the fix's saving, or None: its window with the fix off strays over
+    UNSETTLED_OFF_SHARE from the plain step, or its two windows with the fix on differ by more than the
+    saving read between off and on (resnet50's compile on an H100: on 35.1 and 29.3 ms, off 37.7: a 5.45 ms
+    saving inside 5.78 ms of noise, benchmarks/results/s24_h100)."""
+    off_ms, saving_ms, spread_ms = timed["off_ms"], timed["off_ms"] - timed["on_ms"], timed["spread_ms"]
+    if abs(off_ms - plain_ms) > UNSETTLED_OFF_SHARE * plain_ms:
+        direction = "slower" if off_ms > plain_ms else "faster"
+        return (
+            f"the window with the fix off ran {abs(off_ms - plain_ms):.3g} ms a step {direction} than the "
+            f"plain pass with the same setting ({off_ms:.3g} vs {plain_ms:.3g} ms, over "
+            f"{UNSETTLED_OFF_SHARE:.0%} apart): the difference between the windows is not read as the fix's "
+            "saving"
+        )
+    if spread_ms > abs(saving_ms):
+        return (
+            f"the two windows with the fix on ran {spread_ms:.3g} ms a step apart, more than the "
+            f"{saving_ms:.3g} ms between the windows off and on: the saving is inside the run's noise"
+        )
+    return None
 
 
 def paired_windows(paired: dict) -> dict | None:
