@@ -324,7 +324,7 @@ def test_a_change_another_listed_change_includes_is_listed_once(monkeypatch):
         "2. TrainingArguments(torch_compile=True, torch_compile_mode='reduce-overhead')  (#2, #3, #6)"
     ]
     verbose = " ".join(render_terminal(results, color=False, verbose=True).split())
-    assert "; it includes TrainingArguments(torch_compile=True) (why: 35 runs of 226 back-to-back" in verbose
+    assert "; it includes TrainingArguments(torch_compile=True) (why: 33 runs of 221 back-to-back" in verbose
     received = copy.deepcopy(results)
     for finding in received["diagnosis"]["bottlenecks"]:
         finding["advice"][0]["includes"] = "TrainingArguments(torch_compile=True)"
