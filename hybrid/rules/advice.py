@@ -604,6 +604,19 @@ def loader_workers(
     return [Suggestion(f"DataLoader({', '.join(missing)})", f"{condition}; {state}")]
 
 
+def same_inputs_every_step(ops: str, shapes: str | None, *, condition: str) -> Suggestion:
+    """Padding the inputs whose size varies, where the host time of `ops` grows on the steps that ran input
+    shapes no typical step ran (`shapes`, hybrid.analysis.jitter): one text for the findings that claim that
+    time (the step-time variation and the host work it lies in), so the report lists the change once and
+    the variation is shown as the host finding's alternative."""
+    return Suggestion(
+        "Give those ops the same inputs every step: pad or bucket the inputs whose size varies, and move "
+        "what they do per sample into DataLoader workers",
+        f"{condition}; the slow steps spend more host time in {ops}"
+        + (f", with input shapes no typical step ran: {shapes}" if shapes else ""),
+    )
+
+
 # What the model reads a batch made on the host with tells what the host made: ids looked up in an embedding
 # table (token ids: text tokenized in the step), or images through convolutions. torch.profiler names the ops.
 TOKEN_INPUT_OPS = frozenset({"aten::embedding", "aten::embedding_bag", "aten::_embedding_bag"})

@@ -14,6 +14,7 @@ from hybrid.rules.advice import (
     fused_optimizer,
     host_batch_work,
     loader_workers,
+    same_inputs_every_step,
     use_compile,
     use_cuda_graphs,
 )
@@ -44,6 +45,8 @@ EXCESSIVE_COPIES_PER_STEP = 10
 EXPECTED_COPIES_PER_STEP = 2
 # A DataLoader fetch that takes this share of the host gap is a cause worth its own advice (workers).
 LOADER_SHARE_OF_HOST_GAP = 0.25
+# Where the steps with new input shapes add this share of the host gap, padding the inputs leads its advice.
+NEW_SHAPES_SHARE = 0.25
 # Host compute with no launch that leaves the GPU idle for 5% of the step is worth moving.
 HOST_GAP_MIN_PCT = 5.0
 # Host work while the device idles, outside syncs, DataLoader fetches, compiled regions, launch gaps and
@@ -220,14 +223,43 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
     launches is to be found (a host profiler, or the finding's callsites) and taken off the critical path.
     Every case ends with a change to make, not only a way to look."""
     condition = f"the GPU waits {lost_ms:.3g} ms a step while the host runs code that launches nothing"
-    htod = ctx.value("htod_count", 0.0)
-    created = str(ctx.value("created_on_cpu_op_names") or "")
-    cpu_ops = tuple(part for part in str(ctx.value("cpu_only_op_names") or "").split(", ") if part)
     dispatch = framework_dispatch(ctx)
     if dispatch is not None:
         out = dispatch_advice(ctx, condition, dispatch)
         if out:
             return out
+    new_shapes_ms = host_time_of_new_shapes_ms(ctx)
+    if new_shapes_ms >= NEW_SHAPES_SHARE * lost_ms:
+        return [
+            same_inputs_every_step(
+                str(ctx.value("slow_step_extra_ops")),
+                ctx.value("slow_step_new_shapes"),
+                condition=f"{condition}, {new_shapes_ms:.3g} ms of it on the steps that ran new input shapes",
+            ),
+            *preprocessing_elsewhere(ctx, condition, lost_ms),
+        ]
+    return preprocessing_elsewhere(ctx, condition, lost_ms)
+
+
+def host_time_of_new_shapes_ms(ctx: Context) -> float:
+    """The host work without launches that the steps running input shapes no typical step ran add, as ms a
+    step (hybrid.analysis.jitter: the slow steps' extra time in that cause, spread over all steps); 0 where
+    the slow steps ran no new shapes. The HF course's BERT fine-tune, padding each batch to its longest
+    sentence, spent 93 of its slow steps' 122 extra ms there, in cuDNN attention building a plan per new
+    length: 22 of the 45.6 ms a step (H100, benchmarks/results/s24_h100)."""
+    shapes = ctx.value("slow_step_new_shapes")
+    extra_ms = ctx.value("slow_step_extra_ms", 0.0)
+    if not shapes or shapes == "none" or not extra_ms:
+        return 0.0
+    grown_ms = ctx.value("slow_step_extra_host_other_ms", 0.0)
+    return ctx.value("later_steps_mean_over_median_ms", 0.0) * grown_ms / extra_ms
+
+
+def preprocessing_elsewhere(ctx: Context, condition: str, lost_ms: float) -> list[Suggestion]:
+    """The host work's changes where it is neither the framework's dispatch nor per-shape work."""
+    htod = ctx.value("htod_count", 0.0)
+    created = str(ctx.value("created_on_cpu_op_names") or "")
+    cpu_ops = tuple(part for part in str(ctx.value("cpu_only_op_names") or "").split(", ") if part)
     out = [
         Suggestion(
             "Find the host code first: py-spy record -o profile.svg -- python train.py (or "
@@ -250,20 +282,10 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
         feed = f"{condition}; {htod:.0f} host->device copies a step bring data made on the host" + (
             f" (created by {created})" if created else ""
         )
-        batch_work = host_batch_work(ctx.op_names, condition=feed)
-        if fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
-            # The batch is made inside a DataLoader fetched in the training process: workers are the change
-            # to the loop as written (a BERT fine-tune whose collate_fn tokenizes: 15.2 of 45.6 ms, H100).
-            workers = loader_workers(
-                ctx.config,
-                condition=f"{feed}; {fetch_ms:.3g} ms of it is spent fetching batches from the DataLoader in "
-                "the training process, where its dataset and collate_fn run",
-            )
-            out += workers + batch_work
-        else:
-            out += batch_work + loader_workers(
-                ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU"
-            )
+        out += host_batch_work(ctx.op_names, condition=feed)
+        out += loader_workers(
+            ctx.config, condition=feed + "; worker processes can prepare batches ahead of the GPU"
+        )
     elif fetch_ms >= LOADER_SHARE_OF_HOST_GAP * lost_ms:
         out += loader_workers(
             ctx.config,
@@ -349,7 +371,7 @@ def preprocessing_report(ctx: Context, lost_ms: float) -> Report:
     pairs = [
         ("GPU idle, other host work", "idle_host_other_ms"),
         ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
-        ("of which fetching from a DataLoader", "data_loader_idle_ms"),
+        ("besides, GPU idle in DataLoader fetches (not counted here)", "data_loader_idle_ms"),
         ("CPU-only top-level ops", "cpu_only_ops_ms"),
         ("of which autograd's backward nodes", "dispatch_autograd_ms"),
         ("of which in the optimizer's range", "dispatch_optimizer_ms"),

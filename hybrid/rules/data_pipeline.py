@@ -10,7 +10,14 @@ from hybrid.analysis.op_ranges import COMPILED_REGION_PREFIX
 from hybrid.host_cpus import MAX_LOADER_WORKERS, WAITING_CPU_PCT, loader_worker_count
 from hybrid.ledger.causes import BUSY_ORDER
 from hybrid.numbers import NS_PER_MS, significant
-from hybrid.rules.advice import Suggestion, batch_inputs, freeze_gc, loader_workers, use_cuda_graphs
+from hybrid.rules.advice import (
+    Suggestion,
+    batch_inputs,
+    freeze_gc,
+    loader_workers,
+    same_inputs_every_step,
+    use_cuda_graphs,
+)
 from hybrid.rules.base import Context, CopyFilter, Finding, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import gc_collect_site
 from hybrid.rules.switches import LOADER_PIN_MEMORY, LOADER_WORKERS
@@ -487,15 +494,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                 )
             )
         else:
-            shapes = ctx.value("slow_step_new_shapes")
-            out.append(
-                Suggestion(
-                    "Give those ops the same inputs every step: pad or bucket the inputs whose size "
-                    "varies, and move what they do per sample into DataLoader workers",
-                    f"{condition}; the slow steps spend more host time in {ops}"
-                    + (f", with input shapes no typical step ran: {shapes}" if shapes else ""),
-                )
-            )
+            out.append(same_inputs_every_step(ops, ctx.value("slow_step_new_shapes"), condition=condition))
     elif ctx.value("slow_step_extra_cause") == "launch_gap":
         # The device waits on launches the host issues slower on some steps: launches replayed from a
         # CUDA graph no longer follow the host's pace.
