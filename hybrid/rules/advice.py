@@ -165,11 +165,13 @@ class RunConfig:
         return tuple(self.observed.get("data_dependent_syncs") or ())
 
     @property
-    def step_shape_sets(self) -> tuple[int, int] | None:
-        """(sets of input shapes, steps) where the step runs new shapes every few steps
-        (hybrid.analysis.step_shapes): a batch padded to its own longest sequence; else None."""
+    def shapes_change(self) -> str | None:
+        """How the step's input shapes change, where it runs new ones every few steps
+        (hybrid.analysis.step_shapes: a batch padded to its own longest sequence); else None."""
         shapes = self.observed.get("step_shape_sets")
-        return (int(shapes[0]), int(shapes[1])) if shapes else None
+        if not shapes:
+            return None
+        return f"the step ran {int(shapes[0])} different sets of input shapes in {int(shapes[1])} steps"
 
     @property
     def graphs_stop_at_syncs(self) -> str | None:
@@ -446,15 +448,14 @@ def use_cuda_graphs(
                 "leave model.forward uncompiled)"
             )
         return [Suggestion(text, dynamic, applies_to)]
-    if config.step_shape_sets:
-        sets, steps = config.step_shape_sets
+    if config.shapes_change:
         return [
             Suggestion(
                 "Pad the step's inputs to a few fixed sizes (the longest length, or buckets such as "
                 "multiples of 64) so the step repeats its shapes, then "
                 + _compile_call(config, "reduce-overhead"),
-                f"{condition}; the step ran {sets} different sets of input shapes in {steps} steps, and CUDA "
-                "graphs record one graph per set (each new one compiles and records again)",
+                f"{condition}; {config.shapes_change}, and CUDA graphs record one graph per set (each new "
+                "one compiles and records again)",
                 applies_to,
             )
         ]

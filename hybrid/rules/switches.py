@@ -95,7 +95,7 @@ def _graphs_cannot_hold(config: RunConfig) -> str | None:
     """Graphs of the stepped module leave a Python loop over rows in the script: on the H200 the per-sample
     loss's compiled model ran 11.4 ms a step slower while its replay, which captures every launch, predicted
     52.9 ms saved. Nor can they hold generate()'s dynamic KV cache (RunConfig.decodes_with_dynamic_cache), nor
-    settle where the step's shapes change every few steps (RunConfig.step_shape_sets), nor capture across the
+    settle where the step's shapes change every few steps (RunConfig.shapes_change), nor capture across the
     syncs of data-dependent shapes (RunConfig.data_dependent_syncs)."""
     rows = config.row_loop_rows
     if rows:
@@ -108,13 +108,12 @@ def _graphs_cannot_hold(config: RunConfig) -> str | None:
             "each step is a forward of generate() with the dynamic KV cache, which CUDA graphs of the model "
             "cannot hold (a static cache is the fix; --verify does not switch it)"
         )
-    if config.step_shape_sets:
-        sets, steps = config.step_shape_sets
+    if config.shapes_change:
         # A BERT fine-tune padding each batch to its longest sequence compiled and recorded through a
         # 240 s limit on the H100 without a steady window (benchmarks/results/s24_h100).
         return (
-            f"the step ran {sets} different sets of input shapes in {steps} steps: CUDA graphs would compile "
-            "and record again for each, and no window would settle (padding to fixed sizes comes first)"
+            f"{config.shapes_change}: CUDA graphs would compile and record again for each, and no window "
+            "would settle (padding to fixed sizes comes first)"
         )
     return config.graphs_stop_at_syncs
 
