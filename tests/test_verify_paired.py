@@ -233,7 +233,7 @@ def test_a_saving_beyond_what_the_fix_can_change_is_no_saving():
     detector 3.94 ms a step (off 20.0 -> on 16.1 ms, the on windows 48.6 µs apart), whose FP32 GEMMs and
     convolutions took 3.65 ms a step: its off window ran 1.9 ms slower than the plain pass."""
     outcome = {"fix": "tf32", "status": "realized", "realized_ms": 3.94, "paired": {"spread_ms": 0.0486}}
-    tf32_reach = verified.reach_ms("tf32", {"gemm_fp32_ms": 3.65}.get)
+    tf32_reach = verified.reach_ms("tf32", {"gemm_fp32_ms": {"value": 3.65}})
     assert tf32_reach == 3.65
     beyond = verified.within_reach(outcome, tf32_reach)
     assert beyond["status"] == "beyond reach" and beyond["reach_ms"] == 3.65
@@ -241,7 +241,7 @@ def test_a_saving_beyond_what_the_fix_can_change_is_no_saving():
     assert "beyond reach" in line and "more than the 3.65 ms a step" in line and "realized" not in line
     # Within the on windows' spread of its reach, a saving stands; a compile reaches further than any kernels.
     assert verified.within_reach({**outcome, "realized_ms": 3.69}, tf32_reach)["status"] == "realized"
-    assert verified.reach_ms("compile", {"fusible_chain_ms": 1.0}.get) is None
+    assert verified.reach_ms("compile", {"fusible_chain_ms": {"value": 1.0}}) is None
 
 
 def test_a_saving_within_the_fixs_reach_stands():

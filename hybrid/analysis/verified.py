@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Mapping
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.files import read_regular_text
@@ -279,11 +279,16 @@ def within_reach(outcome: dict, reach_ms: float | None) -> dict:
     }
 
 
-def reach_ms(fix_name: str | None, value: Callable[[str], float | None]) -> float | None:
-    """The time a step spends in the kernels the named fix can change (its switch's `reach`, read with
-    `value`), None where the switch reaches further or the metric is missing."""
+def reach_ms(fix_name: str | None, metrics: Mapping[str, object]) -> float | None:
+    """The time a step spends in the kernels the named fix can change (its switch's `reach` metric, from
+    `metrics` as the analysis holds them or as results.json writes them), None where the switch reaches
+    further or the metric is missing."""
     switch = SWITCH_BY_NAME.get(str(fix_name))
-    return value(switch.reach) if switch is not None and switch.reach else None
+    if switch is None or not switch.reach:
+        return None
+    metric = metrics.get(switch.reach)
+    value = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def relative_error(predicted_ms: float, realized_ms: float, step_ms: float) -> float:
@@ -306,15 +311,11 @@ def attach_verified(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
     if not block:
         return
     errors: list[float] = []
-    metrics = analyzed.metrics
-
-    def value(name: str) -> float | None:
-        metric = metrics.get(name)
-        return None if metric is None or metric.value is None else float(metric.value)
-
     block = {
         **block,
-        "fixes": [within_reach(fix, reach_ms(fix.get("fix"), value)) for fix in block.get("fixes") or []],
+        "fixes": [
+            within_reach(fix, reach_ms(fix.get("fix"), analyzed.metrics)) for fix in block.get("fixes") or []
+        ],
     }
     for fix in block.get("fixes") or []:
         verified = [f for f in diagnosis.findings if f.id in fix.get("findings", [])]

@@ -129,7 +129,7 @@ def verify_fixes(orchestrator: Runner, top: int) -> None:
         run.update_run_json(verify=block)
         outcome = within_reach(
             realized(run, record, reference),
-            reach_ms(item.switch.name, lambda name: (metrics.get(name) or {}).get("value")),
+            reach_ms(item.switch.name, metrics),
         )
         # A switch shared by several findings realizes their savings together: each is credited its share
         # of what was realized, in proportion to the predictions.
