@@ -41,7 +41,9 @@ def test_inputs_of_other_shapes_on_the_slow_steps_are_named_and_padding_is_the_a
     # The op that grows most first; the model's Linear, fed the same rows, may follow (it did under load).
     assert shapes.startswith("uneven::work [[2048, 64], []] (typical: [[256, 64], []])")
     (advice,) = _jitter(run)["suggestions"]
-    assert advice.startswith("Give those ops the same inputs every step: pad or bucket")
+    assert advice.startswith(
+        "Give the ops that grew on the slow steps the same inputs every step: pad or bucket"
+    )
     assert shapes in advice
 
 

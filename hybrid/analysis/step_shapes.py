@@ -6,6 +6,8 @@ on the slow steps of an H100 BERT-base fine-tune, benchmarks/results/s24_h100) r
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from hybrid.provenance import Metric
@@ -26,10 +28,76 @@ def step_shape_metrics(top: pd.DataFrame, src: str) -> dict[str, Metric]:
     ordered = shaped.sort_values(["step", "start_ns"])
     calls = ordered["name"].astype(str) + ordered["shapes"].map(repr)
     signatures = calls.groupby(ordered["step"], sort=False).agg(tuple)
-    return {
+    out = {
         "step_shape_signatures": Metric(int(signatures.nunique()), "shape sets", src),
         "step_shape_steps": Metric(len(signatures), "steps", src),
     }
+    varying = varying_input(ordered)
+    if varying is not None:
+        out["step_varying_input"] = Metric(varying[0], "", src)
+        out["step_varying_sizes"] = Metric(", ".join(map(str, varying[1])), "sizes", src)
+    return out
+
+
+def varying_input(ordered: pd.DataFrame) -> tuple[str, list[int]] | None:
+    """The first operator of the step whose input shape changes from step to step, written with its
+    varying dimension as L ("aten::to [32, L]": a batch of token ids padded to its longest sentence), and
+    the sizes L took, smallest first; None where the steps run different operators (then the shapes are
+    not comparable position by position) or the same shapes. Of several varying dimensions, the one of
+    most sizes (the others show as *)."""
+    steps = [
+        list(zip(group["name"].astype(str), group["shapes"], strict=True))
+        for _, group in ordered.groupby("step", sort=False)
+    ]
+    if len(steps) < 2 or any([n for n, _ in s] != [n for n, _ in steps[0]] for s in steps[1:]):
+        return None
+    for position, (name, first) in enumerate(steps[0]):
+        shapes = [s[position][1] for s in steps]
+        if all(shape == first for shape in shapes):
+            continue
+        dims = _varying_dims(shapes)
+        if not dims:
+            return None
+        sizes = {dim: sorted({shape[dim[0]][dim[1]] for shape in shapes}) for dim in dims}
+        chosen = max(dims, key=lambda dim: len(sizes[dim]))
+        template = [list(arg) if isinstance(arg, list) else arg for arg in first]
+        for arg, axis in dims:
+            template[arg][axis] = "L" if (arg, axis) == chosen else "*"
+        arg = template[chosen[0]]
+        return f"{name} [{', '.join(map(str, arg))}]", [int(size) for size in sizes[chosen]]
+    return None
+
+
+def _varying_dims(shapes: list) -> list[tuple[int, int]]:
+    """(argument, axis) of every tensor dimension that differs between the shapes, where each shape has
+    the same arguments of the same ranks (else [])."""
+    first = shapes[0]
+    ranks = [len(arg) if isinstance(arg, list) else -1 for arg in first]
+    for shape in shapes[1:]:
+        if len(shape) != len(first) or [len(a) if isinstance(a, list) else -1 for a in shape] != ranks:
+            return []
+    return [
+        (arg, axis)
+        for arg, rank in enumerate(ranks)
+        for axis in range(max(rank, 0))
+        if isinstance(first[arg][axis], int) and len({shape[arg][axis] for shape in shapes}) > 1
+    ]
+
+
+# The padding multiples offered, and how many sizes padding may leave: a few shapes each compiled, recorded
+# and planned once (cuDNN attention planned each new sequence length: +61 ms a slow step on the H100 BERT).
+PAD_MULTIPLES = (8, 16, 32, 64, 128, 256, 512, 1024)
+MAX_PADDED_SIZES = 4
+
+
+def padding_buckets(sizes: list[int]) -> tuple[int, list[int]]:
+    """The smallest multiple of PAD_MULTIPLES that pads `sizes` into at most MAX_PADDED_SIZES sizes (8, the
+    tensor cores' alignment, where it already does; the largest where none does), and the sizes it leaves."""
+    for multiple in PAD_MULTIPLES:
+        padded = sorted({multiple * math.ceil(size / multiple) for size in sizes})
+        if len(padded) <= MAX_PADDED_SIZES:
+            break
+    return multiple, padded
 
 
 def shapes_change_per_step(signatures: float, steps: float) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from hybrid.analysis.host_dispatch import AUTOGRAD_NODE_PREFIX
-from hybrid.analysis.step_shapes import shapes_change_per_step
+from hybrid.analysis.step_shapes import padding_buckets, shapes_change_per_step
 from hybrid.numbers import significant
 
 APPLIES_TO_SHOWN = 3
@@ -174,6 +174,16 @@ class RunConfig:
         return f"the step ran {int(shapes[0])} different sets of input shapes in {int(shapes[1])} steps"
 
     @property
+    def varying_sizes(self) -> tuple[str, list[int]] | None:
+        """Where the step's input shapes change every few steps and one input's dimension carries the change
+        (hybrid.analysis.step_shapes.varying_input): that input ("aten::to [32, L]") and the sizes L took;
+        else None."""
+        name, sizes = self.observed.get("step_varying_input"), self.observed.get("step_varying_sizes")
+        if not (self.shapes_change and name and sizes):
+            return None
+        return str(name), [int(size) for size in sizes]
+
+    @property
     def graphs_stop_at_syncs(self) -> str | None:
         """Why no CUDA graph holds the step, where data-dependent syncs stop it; else None."""
         syncs = self.data_dependent_syncs
@@ -301,6 +311,10 @@ def observed_config(metrics: dict) -> dict:
     signatures, shaped_steps = value("step_shape_signatures"), value("step_shape_steps")
     if shapes_change_per_step(signatures, shaped_steps):
         out["step_shape_sets"] = [int(signatures), int(shaped_steps)]
+        varying, sizes = raw("step_varying_input"), raw("step_varying_sizes")
+        if isinstance(varying, str) and isinstance(sizes, str) and sizes:
+            out["step_varying_input"] = varying
+            out["step_varying_sizes"] = [int(size) for size in sizes.split(", ")]
     shaped = raw("data_dependent_sync_ops")
     if isinstance(shaped, str) and shaped:
         out["data_dependent_syncs"] = shaped.split(", ")
@@ -449,13 +463,19 @@ def use_cuda_graphs(
             )
         return [Suggestion(text, dynamic, applies_to)]
     if config.shapes_change:
+        target = pad_target(config)
+        pad = (
+            f"a multiple of {target.multiple} so the step repeats its shapes ({target.sizes})"
+            if target
+            else "a few fixed sizes (the longest length, or buckets such as multiples of 64) so the step "
+            "repeats its shapes"
+        )
         return [
             Suggestion(
-                "Pad the step's inputs to a few fixed sizes (the longest length, or buckets such as "
-                "multiples of 64) so the step repeats its shapes, then "
-                + _compile_call(config, "reduce-overhead"),
-                f"{condition}; {config.shapes_change}, and CUDA graphs record one graph per set (each new "
-                "one compiles and records again)",
+                f"Pad the step's inputs to {pad}, then " + _compile_call(config, "reduce-overhead"),
+                f"{condition}; {config.shapes_change}"
+                + (f" ({target.evidence})" if target else "")
+                + ", and CUDA graphs record one graph per set (each new one compiles and records again)",
                 applies_to,
             )
         ]
@@ -605,16 +625,54 @@ def loader_workers(
     return [Suggestion(f"DataLoader({', '.join(missing)})", f"{condition}; {state}")]
 
 
-def same_inputs_every_step(ops: str, shapes: str | None, *, condition: str) -> Suggestion:
+@dataclass(frozen=True)
+class PadTarget:
+    """What to pad the step's inputs to, from the sizes its varying input took (RunConfig.varying_sizes)."""
+
+    multiple: int
+    padded: list[int]
+    evidence: str  # "aten::to [32, L] took 11 sizes of L, 182 to 201"
+
+    @property
+    def sizes(self) -> str:
+        return f"{len(self.padded)} sizes: {', '.join(map(str, self.padded))}"
+
+
+def pad_target(config: RunConfig) -> PadTarget | None:
+    """The padding that leaves the step's varying input a few sizes; None where no one input carries the
+    change."""
+    varying = config.varying_sizes
+    if varying is None:
+        return None
+    name, sizes = varying
+    multiple, padded = padding_buckets(sizes)
+    return PadTarget(multiple, padded, f"{name} took {len(sizes)} sizes of L, {sizes[0]} to {sizes[-1]}")
+
+
+def same_inputs_every_step(
+    ops: str, shapes: str | None, config: RunConfig, *, condition: str, token_ids: bool = False
+) -> Suggestion:
     """Padding the inputs whose size varies, where the host time of `ops` grows on the steps that ran input
     shapes no typical step ran (`shapes`, hybrid.analysis.jitter): one text for the findings that claim that
     time (the step-time variation and the host work it lies in), so the report lists the change once and
-    the variation is shown as the host finding's alternative."""
+    the variation is shown as the host finding's alternative. Where one input's dimension carries the
+    change, the text gives its sizes and the multiple to pad to (`token_ids`: the model reads token ids,
+    which a tokenizer pads)."""
+    evidence = f"{condition}; the slow steps spend more host time in {ops}" + (
+        f", with input shapes no typical step ran: {shapes}" if shapes else ""
+    )
+    target = pad_target(config)
+    if target is None:
+        return Suggestion(
+            "Give the ops that grew on the slow steps the same inputs every step: pad or bucket the inputs "
+            "whose size varies, and move what they do per sample into DataLoader workers",
+            evidence,
+        )
+    tokenizer = f"; tokenizer(..., pad_to_multiple_of={target.multiple})" if token_ids else ""
     return Suggestion(
-        "Give those ops the same inputs every step: pad or bucket the inputs whose size varies, and move "
-        "what they do per sample into DataLoader workers",
-        f"{condition}; the slow steps spend more host time in {ops}"
-        + (f", with input shapes no typical step ran: {shapes}" if shapes else ""),
+        f"Pad the step's inputs to a multiple of {target.multiple} so the work each new size costs runs once "
+        f"per size ({target.sizes}){tokenizer}",
+        f"{evidence}; {config.shapes_change}: {target.evidence}",
     )
 
 

@@ -9,6 +9,7 @@ from hybrid.analysis.op_ranges import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import (
     Suggestion,
+    batch_inputs,
     capture_whole_step,
     freeze_gc,
     fused_optimizer,
@@ -234,7 +235,9 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
             same_inputs_every_step(
                 str(ctx.value("slow_step_extra_ops")),
                 ctx.value("slow_step_new_shapes"),
+                ctx.config,
                 condition=f"{condition}, {new_shapes_ms:.3g} ms of it on the steps that ran new input shapes",
+                token_ids="token ids" in batch_inputs(ctx.op_names),
             ),
             *preprocessing_elsewhere(ctx, condition, lost_ms),
         ]

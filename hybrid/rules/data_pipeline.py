@@ -494,7 +494,15 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                 )
             )
         else:
-            out.append(same_inputs_every_step(ops, ctx.value("slow_step_new_shapes"), condition=condition))
+            out.append(
+                same_inputs_every_step(
+                    ops,
+                    ctx.value("slow_step_new_shapes"),
+                    ctx.config,
+                    condition=condition,
+                    token_ids="token ids" in batch_inputs(ctx.op_names),
+                )
+            )
     elif ctx.value("slow_step_extra_cause") == "launch_gap":
         # The device waits on launches the host issues slower on some steps: launches replayed from a
         # CUDA graph no longer follow the host's pace.
