@@ -40,18 +40,24 @@ def test_each_finding_gives_its_time_at_the_plain_step(results):
 
 def test_renderers_show_it(results):
     primary = results["diagnosis"]["primary_bottleneck"]
-    text = render_terminal(results, verbose=False, color=False)
-    assert (
-        " plain "
-        in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if "lost/step" in line)]
-    )
-    assert f"{primary['time_lost_baseline_ms']:.3g} ms at the plain step" in render_html(results)
+    lines = render_terminal(results, verbose=False, color=False).splitlines()
+    header = next(i for i, line in enumerate(lines) if "lost/step" in line)
+    assert "(plain)" in lines[header + 1] and "profiled" in lines[header + 1]
+    assert f"{primary['time_lost_baseline_ms']:.3g} ms/step at the plain step" in render_html(results)
 
 
-def test_a_collector_under_10_percent_is_no_distortion(results):
+def test_a_collector_under_10_percent_still_weighs_at_the_plain_step_the_replay_fits(results):
+    # The step hid the collector (under 10%), so the headline does not say it slowed the step; the replay
+    # fitted to the plain step runs the host faster than nsys traced it, and the findings are weighed there:
+    # on resnet50 (H100) the compile replayed 3.31 ms on the profiled step, 11.4 ms on the plain one, and
+    # --verify realized 12.4 ms (benchmarks/results/s25_h100).
     timing = results["timing"]
-    assert abs(timing["collector_overhead_pct"]) < 10 and timing["weighed_at_plain_step"] is False
-    assert "the collector slowed the step" not in render_terminal(results, verbose=False, color=False)
+    assert abs(timing["collector_overhead_pct"]) < 10 and timing["collector_distorted"] is False
+    assert timing["weighed_at_plain_step"] is True and 0 < timing["replay_host_scale"] < 1
+    headline = " ".join(render_terminal(results, verbose=False, color=False).split("Roofline")[0].split())
+    assert "the collector slowed the step" not in headline
+    assert f"replayed with the host at {timing['replay_host_scale']:.2f} of its profiled time" in headline
+    assert "findings are weighed at the plain step" in headline
 
 
 def test_a_collector_that_slowed_the_step_is_named_in_the_headline():

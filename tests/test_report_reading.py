@@ -277,7 +277,7 @@ def test_the_default_report_keeps_what_a_reader_acts_on(read):
     assert f"at {top['file']}:{top['line']}" in text  # on one line, never cut
     assert "What to change first" in text and primary["advice"][0]["text"] in words
     if timing.get("weighed_at_plain_step"):
-        assert "the collector slowed the step by" in words
+        assert "findings are weighed at the plain step" in words
 
 
 def test_verbose_shows_what_the_default_report_folds(read):

@@ -185,12 +185,23 @@ def _step(results: dict, verbose: bool) -> Text:
         measured = [
             f for f in (results.get("diagnosis") or {}).get("bottlenecks") or [] if not f.get("not_measured")
         ]
-        line.append(
-            f"\n  the collector slowed the step by {timing['collector_overhead_pct']:+.0f}% "
-            f"over the plain pass ({format_value(timing.get('baseline_step_time_ms'), 'ms')})"
-            + (": findings are weighed at the plain step (the first column)" if measured else ""),
-            style="yellow",
-        )
+        weighed = ": findings are weighed at the plain step (the first column)" if measured else ""
+        plain = format_value(timing.get("baseline_step_time_ms"), "ms")
+        overhead = timing.get("collector_overhead_pct") or 0.0
+        # A document written before `collector_distorted` was weighed at the plain step only for that.
+        if timing.get("collector_distorted", True):
+            line.append(
+                f"\n  the collector slowed the step by {overhead:+.0f}% over the plain pass "
+                f"({plain}){weighed}",
+                style="yellow",
+            )
+        elif measured and timing.get("replay_host_scale"):
+            # The step hid the collector; its host did not (hybrid.replay.predict.replay_findings).
+            line.append(
+                f"\n  plain pass {plain} (the collector {overhead:+.0f}%; replayed with the host at "
+                f"{timing['replay_host_scale']:.2f} of its profiled time){weighed}",
+                style="dim",
+            )
     return line
 
 
