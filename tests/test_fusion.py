@@ -71,21 +71,29 @@ def test_resnet50s_batch_norms_are_what_a_compile_fuses(resnet50):
     metrics = resnet50["metrics"]
     # The cuDNN batch norms hold the largest share of the runs; the elementwise ReLUs and adds come next.
     assert metrics["fusible_chain_kinds"]["value"].startswith("normalization ")
-    assert metrics["fusible_chain_elementwise_pct"]["value"] < 50
+    # Batch norms, elementwise kernels and layout copies: the kinds two settled --verify readings measured.
+    assert metrics["fusible_chain_measured_pct"]["value"] >= 95
     # A fused run keeps its longest kernel, so it saves less than the runs take.
     assert 0 < metrics["fusible_saving_ms"]["value"] < metrics["fusible_chain_ms"]["value"]
 
 
-def test_the_fusion_of_batch_norms_is_a_stated_premise_until_verified(resnet50):
-    fusion = next(f for f in resnet50["diagnosis"]["bottlenecks"] if f["id"] == "compile.fusible_elementwise")
-    assumes = [e["value"] for e in fusion["evidence"] if e["label"] == "time lost assumes"]
-    assert len(assumes) == 1 and "other than elementwise kernels" in assumes[0]
-    assert SEVERITY_RANK[fusion["severity"]] <= SEVERITY_RANK["MODERATE"]
+def _premises(results: dict) -> tuple[dict, list[str]]:
+    fusion = next(f for f in results["diagnosis"]["bottlenecks"] if f["id"] == "compile.fusible_elementwise")
+    return fusion, [e["value"] for e in fusion["evidence"] if e["label"] == "time lost assumes"]
+
+
+def test_the_fusion_premise_is_stated_only_for_kinds_no_verified_run_measured(resnet50):
+    # resnet50's runs (batch norms, ReLUs, adds, layout copies; 4% pooling): the compile realized 12.8 and
+    # 12.4 ms on two H100s against 10.3 and 11.4 ms replayed (benchmarks/results/s25_h100): no premise.
+    fusion, assumes = _premises(resnet50)
+    assert not assumes
     assert fusion["time_lost_ms"] <= resnet50["metrics"]["fusible_chain_ms"]["value"] + 1e-9
-    # Runs of elementwise kernels alone were measured: no premise to state.
-    gelu = analyze_run_dir(FIXTURES / "planted" / "roofline_unfused_gelu" / "run")
-    fusion = next(f for f in gelu["diagnosis"]["bottlenecks"] if f["id"] == "compile.fusible_elementwise")
-    assert not [e for e in fusion["evidence"] if e["label"] == "time lost assumes"]
+    # Runs of elementwise kernels alone were measured too (roofline_unfused_gelu).
+    assert not _premises(analyze_run_dir(FIXTURES / "planted" / "roofline_unfused_gelu" / "run"))[1]
+    # Conv blocks with max-pool: 38% of the runs' time in pooling, whose fusion no verified run measured.
+    pooled, assumes = _premises(analyze_run_dir(FIXTURES / "planted" / "healthy_pipelined_input" / "run"))
+    assert len(assumes) == 1 and "is in pooling kernels" in assumes[0]
+    assert SEVERITY_RANK[pooled["severity"]] <= SEVERITY_RANK["MODERATE"]
 
 
 def test_the_fusion_with_its_launches_saves_at_least_the_device_side_alone():

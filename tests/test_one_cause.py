@@ -622,3 +622,9 @@ def test_no_cuda_graphs_across_data_dependent_syncs(analyzed, name):
     dispatch = _finding(results, "launch.dispatch")
     compile_ = next(s for s in dispatch["advice"] if s["text"] == "torch.compile(model)")
     assert "syncs on data-dependent shapes (aten::" in compile_["condition"]
+    # The saving replayed is the compile's fusion at no host cost per compiled graph; the detector's compile
+    # realized 4.89 ms against 7.47 ms replayed on an H100 (benchmarks/results/s24_h100): said, and capped.
+    assumes = [e["value"] for e in dispatch["evidence"] if e["label"] == "time lost assumes"]
+    assert len(assumes) == 1
+    assert assumes[0].startswith("the compiled graphs between the syncs add no host time")
+    assert dispatch["severity"] in ("LOW", "MODERATE")

@@ -74,7 +74,9 @@ def fusion_report(ctx: Context, lost_ms: float) -> Report:
             ("estimated saving", "fusible_saving_ms"),
             ("distinct kernels per step", "distinct_kernels_per_step"),
         ],
-        assumes=unmeasured_fusion_premise(ctx.value("fusible_chain_elementwise_pct")),
+        assumes=unmeasured_fusion_premise(
+            ctx.value("fusible_chain_measured_pct"), ctx.value("fusible_chain_kinds")
+        ),
         explanation=(
             "Each elementwise, normalization, softmax, reduction or layout-copy kernel reads its inputs "
             "from DRAM and writes its output back, so a run of them passes over the same tensors again "
