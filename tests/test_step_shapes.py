@@ -63,13 +63,13 @@ def test_steps_whose_shapes_change_are_told_from_steps_that_repeat(capture, chan
             "aten::to [32, L]",
             (11, 182, 201),
             (8, [184, 192, 200, 208]),
-        ),  # noqa: E501
+        ),
         (
             "unmarked_runs/sentence_transformers_encode/run",
             "aten::to [64, L]",
             (9, 109, 117),
             (8, [112, 120]),
-        ),  # noqa: E501
+        ),
         # generate() grows its input by one token a step (its advice is the static KV cache).
         ("unmarked_runs/hf_generate_gpt2/run", "aten::slice [1, L]", (10, 22, 31), (8, [24, 32])),
         ("unmarked_runs/torchaudio_frontend_train/run", None, None, None),  # the same inputs but a last batch
@@ -90,7 +90,8 @@ def test_the_input_whose_size_changes_is_named_with_the_sizes_padding_leaves(cap
 def test_padding_takes_the_smallest_multiple_that_leaves_a_few_sizes():
     # Every length from 70 to 330: a multiple of 8 leaves 33 sizes, of 64 five, of 128 three.
     assert padding_buckets(list(range(70, 331))) == (128, [128, 256, 384])
-    assert padding_buckets([16, 24, 32]) == (8, [16, 24, 32])
+    # Sizes already few: the multiple leaves fewer of them.
+    assert padding_buckets([16, 24, 32]) == (16, [16, 32])
 
 
 def test_graphs_are_advised_after_padding_to_fixed_sizes(bert):

@@ -12,7 +12,7 @@ import pytest
 from hybrid_cli import ROOT, run_hybrid
 
 SCRIPT = ROOT / "tests" / "scripts" / "uneven_steps.py"
-MODES = ("shapes", "same")
+MODES = ("shapes", "same", "first")
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +55,18 @@ def test_the_same_inputs_taking_longer_get_no_padding_advice(results):
     assert "pad" not in advice
     assert advice.startswith("Look for what slowed the host on the slow steps")
     assert "with the input shapes the typical steps ran" in advice
+
+
+def test_a_size_met_for_the_first_time_is_a_new_shape_though_later_steps_reuse_it(results):
+    # Every 4th step brings a size the op plans once; the typical steps after it run that size at no cost.
+    run = results["first"]
+    assert "uneven::work" in run["metrics"]["slow_step_extra_ops"]["value"]
+    shapes = run["metrics"]["slow_step_new_shapes"]["value"]
+    assert shapes.startswith("uneven::work [[") and shapes != "none"
+    (advice,) = _jitter(run)["suggestions"]
+    assert "Look for what slowed the host" not in advice
+    # The op's rows are the input whose size changes (296, 304, 312, 320 on the CPU box): padded to a
+    # multiple that leaves fewer sizes, each planned once.
+    assert run["metrics"]["step_varying_input"]["value"] == "uneven::work [L, 64]"
+    assert advice.startswith("Pad the step's inputs to a multiple of ")
+    assert "so the work each new size costs runs once per size" in advice

@@ -174,19 +174,24 @@ def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[
 def _new_shapes(ops: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> str | None:
     """Whether the ops whose host time grows ran inputs of other shapes on the slow steps: 'aten::linear
     [[2048, 512], ...] (typical: [[256, 512], ...]), ...' for those whose slow-step shapes no typical step
-    ran; 'none' where each slow-step call of those that took tensors had shapes a typical step also ran
-    (the same work took longer: the host was slower then); None where none of them took tensors whose
-    shapes the trace keeps. An op sized by numbers (aten::randn) or given a tensor list (aten::stack)
-    records no shapes to compare; the ops fed its output show them."""
+    ran, or no earlier step (a size met for the first time, which the typical steps after it reuse: cuDNN
+    plans a new sequence length once, and the BERT loop padded to multiples of 8 was slow on the first
+    step of each of its three lengths, benchmarks/results/s25_h100); 'none' where each slow-step call of
+    those that took tensors had shapes an earlier typical step also ran (the same work took longer: the
+    host was slower then); None where none of them took tensors whose shapes the trace keeps. An op sized
+    by numbers (aten::randn) or given a tensor list (aten::stack) records no shapes to compare; the ops fed
+    its output show them."""
     signature = ops["shapes"].map(repr)
     parts, compared = [], False
     for name, calls in ops.groupby("name", sort=False):
         if not any(isinstance(d, list) and d for s in calls["shapes"] if isinstance(s, list) for d in s):
             continue
         compared = True
+        ordered = calls.sort_values("start_ns")
+        first_step = ordered["step"].groupby(signature[ordered.index]).first()  # where each shape first ran
         on_slow = set(signature[calls.index[calls["step"].isin(slow)]])
         on_typical = set(signature[calls.index[calls["step"].isin(typical)]])
-        new = sorted(on_slow - on_typical)
+        new = sorted(shape for shape in on_slow if shape not in on_typical or first_step[shape] in slow)
         if new:
             seen = f" (typical: {min(on_typical)})" if on_typical else ""
             parts.append(f"{name} {new[0]}{seen}" + (f" and {len(new) - 1} more" if len(new) > 1 else ""))

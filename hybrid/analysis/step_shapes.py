@@ -60,11 +60,12 @@ def varying_input(ordered: pd.DataFrame) -> tuple[str, list[int]] | None:
             return None
         sizes = {dim: sorted({shape[dim[0]][dim[1]] for shape in shapes}) for dim in dims}
         chosen = max(dims, key=lambda dim: len(sizes[dim]))
-        template = [list(arg) if isinstance(arg, list) else arg for arg in first]
-        for arg, axis in dims:
-            template[arg][axis] = "L" if (arg, axis) == chosen else "*"
-        arg = template[chosen[0]]
-        return f"{name} [{', '.join(map(str, arg))}]", [int(size) for size in sizes[chosen]]
+        varied = {axis for arg, axis in dims if arg == chosen[0]}
+        shown = [
+            "L" if axis == chosen[1] else "*" if axis in varied else str(size)
+            for axis, size in enumerate(first[chosen[0]])
+        ]
+        return f"{name} [{', '.join(shown)}]", [int(size) for size in sizes[chosen]]
     return None
 
 
@@ -91,11 +92,12 @@ MAX_PADDED_SIZES = 4
 
 
 def padding_buckets(sizes: list[int]) -> tuple[int, list[int]]:
-    """The smallest multiple of PAD_MULTIPLES that pads `sizes` into at most MAX_PADDED_SIZES sizes (8, the
-    tensor cores' alignment, where it already does; the largest where none does), and the sizes it leaves."""
+    """The smallest multiple of PAD_MULTIPLES that pads `sizes` into at most MAX_PADDED_SIZES sizes, and
+    fewer than they are (8, the tensor cores' alignment, where it does; the largest where none does), and
+    the sizes it leaves."""
     for multiple in PAD_MULTIPLES:
         padded = sorted({multiple * math.ceil(size / multiple) for size in sizes})
-        if len(padded) <= MAX_PADDED_SIZES:
+        if len(padded) <= MAX_PADDED_SIZES and len(padded) < len(set(sizes)):
             break
     return multiple, padded
 
