@@ -653,13 +653,13 @@ def same_inputs_every_step(
     ops: str, shapes: str | None, config: RunConfig, *, condition: str, token_ids: bool = False
 ) -> Suggestion:
     """Padding the inputs whose size varies, where the host time of `ops` grows on the steps that ran input
-    shapes no typical step ran (`shapes`, hybrid.analysis.jitter): one text for the findings that claim that
-    time (the step-time variation and the host work it lies in), so the report lists the change once and
-    the variation is shown as the host finding's alternative. Where one input's dimension carries the
-    change, the text gives its sizes and the multiple to pad to (`token_ids`: the model reads token ids,
-    which a tokenizer pads)."""
+    shapes no typical or earlier step ran (`shapes`, hybrid.analysis.jitter): one text for the findings
+    that claim that time (the step-time variation and the host work it lies in), so the report lists the
+    change once and the variation is shown as the host finding's alternative. Where one input's dimension
+    carries the change, the text gives its sizes and the multiple to pad to (`token_ids`: the model reads
+    token ids, which a tokenizer pads)."""
     evidence = f"{condition}; the slow steps spend more host time in {ops}" + (
-        f", with input shapes no typical step ran: {shapes}" if shapes else ""
+        f", with input shapes no typical or earlier step ran: {shapes}" if shapes else ""
     )
     target = pad_target(config)
     if target is None:
