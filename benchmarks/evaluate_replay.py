@@ -121,14 +121,14 @@ def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
     if calibration is None or "fp32" not in plain:
         return []
     graph = build_graph(load_nsys_export(RunDir.open(run_path).nsys_export()))
-    scale, fitted = fit_host_scale(graph, plain["fp32"])
+    fit = fit_host_scale(graph, plain["fp32"])
     rows = []
     for precision, variant in PRECISION_FIXES.items():
         found = calibrated_speedup(calibration, "fp32", variant)
         if found is None or precision not in plain:
             continue
         fix = Fix("faster_gemms", precision, {"speedup": found[0], "precisions": ("fp32",)}, found[1])
-        predicted = fitted - replay_step(apply(host_scaled(graph, scale), fix)).step_time_ms
+        predicted = fit.step_ms - replay_step(apply(host_scaled(graph, fit.scale), fix)).step_time_ms
         realized = plain["fp32"] - plain[precision]
         rows.append(
             {
@@ -137,7 +137,7 @@ def precision_rows(run_path: Path, data_path: Path) -> list[dict]:
                 "speedup": found[0],
                 "basis": found[1],
                 "plain_fp32_ms": plain["fp32"],
-                "fitted_ms": fitted,
+                "fitted_ms": fit.step_ms,
                 "plain_fixed_ms": plain[precision],
                 "predicted_ms": predicted,
                 "realized_ms": realized,

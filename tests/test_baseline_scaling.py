@@ -58,6 +58,10 @@ def test_a_collector_under_10_percent_still_weighs_at_the_plain_step_the_replay_
     assert "the collector slowed the step" not in headline
     assert f"replayed with the host at {timing['replay_host_scale']:.2f} of its profiled time" in headline
     assert "findings are weighed at the plain step" in headline
+    # A device-bound step bounds its host's speed only from above: the range that fits is said beside it.
+    lower, upper = timing["replay_host_scale_range"]
+    assert lower <= timing["replay_host_scale"] <= upper
+    assert (f"the plain step fits {lower:.2f}-{upper:.2f}" in headline) is (upper > 1.1 * lower)
 
 
 def test_a_collector_that_slowed_the_step_is_named_in_the_headline():

@@ -41,10 +41,11 @@ def _rules_findings(name: str):
 def _predicted_and_realized(name: str, fix: Fix) -> tuple[float, float]:
     graph = _graph(name)
     plain = _plain_ms(name, "plain_script")
-    scale, fitted = fit_host_scale(graph, plain)
-    assert fitted == pytest.approx(plain, rel=0.03)
-    fixed = replay_step(apply(host_scaled(graph, scale), fix)).step_time_ms
-    return fitted - fixed, plain - _plain_ms(name, "plain_twin")
+    fit = fit_host_scale(graph, plain)
+    assert fit.step_ms == pytest.approx(plain, rel=0.03)
+    assert fit.lower <= fit.scale <= fit.upper
+    fixed = replay_step(apply(host_scaled(graph, fit.scale), fix)).step_time_ms
+    return fit.step_ms - fixed, plain - _plain_ms(name, "plain_twin")
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from typing import NamedTuple
 
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
 from hybrid.provenance import ESTIMATED
@@ -41,7 +42,17 @@ def _edge(graph: ReplayGraph, lo: float, hi: float, inside) -> float:
     return hi
 
 
-def fit_host_scale(graph: ReplayGraph, target_step_ms: float) -> tuple[float, float]:
+class HostFit(NamedTuple):
+    """A host scale fitted to a step time: the scale taken, its replay's step time, and the range of
+    scales that replay the step as well (lower == upper where the host bounds the step)."""
+
+    scale: float
+    step_ms: float
+    lower: float
+    upper: float
+
+
+def fit_host_scale(graph: ReplayGraph, target_step_ms: float) -> HostFit:
     """The factor on host time (gaps, call costs) whose replay takes `target_step_ms` per step, and
     that replay's step time. Collectors slow the host far more than the device (nsys ran
     launch_batch1_deep_mlp at 123.7 ms a step, 50.5 ms plain, with the same kernels), so the fit
@@ -57,11 +68,16 @@ def fit_host_scale(graph: ReplayGraph, target_step_ms: float) -> tuple[float, fl
 
     if at(lo) > target_step_ms + tolerance or at(hi) < target_step_ms - tolerance:
         # No host scale reaches the plain step: return the closest end.
-        return min(((s, at(s)) for s in (lo, 1.0, hi)), key=lambda pair: abs(pair[1] - target_step_ms))
+        scale, step_ms = min(
+            ((s, at(s)) for s in (lo, 1.0, hi)), key=lambda pair: abs(pair[1] - target_step_ms)
+        )
+        return HostFit(scale, step_ms, scale, scale)
     upper = _edge(graph, lo, hi, lambda ms: ms > target_step_ms + tolerance)
-    lower = max(HOST_SCALE_FLOOR, _edge(graph, lo, hi, lambda ms: ms >= target_step_ms - tolerance))
-    scale = (min(lower, upper) + upper) / 2
-    return scale, at(scale)
+    lower = min(
+        upper, max(HOST_SCALE_FLOOR, _edge(graph, lo, hi, lambda ms: ms >= target_step_ms - tolerance))
+    )
+    scale = (lower + upper) / 2
+    return HostFit(scale, at(scale), lower, upper)
 
 
 def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
@@ -145,10 +161,11 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
         None  # the graph fitted to the plain step, its step, scale
     )
     if baseline_step_ms:
-        host_scale, plain_base_ms = fit_host_scale(graph, baseline_step_ms)
+        host_scale, plain_base_ms, lower, upper = fit_host_scale(graph, baseline_step_ms)
         if abs(plain_base_ms / baseline_step_ms - 1) <= FIT_TOLERANCE:
             plain = host_scaled(graph, host_scale), plain_base_ms, host_scale
             timing["replay_host_scale"] = host_scale
+            timing["replay_host_scale_range"] = [lower, upper]
             timing["replay_baseline_step_time_ms"] = plain_base_ms
             # A collector that barely moves a device-bound step still slows its host (nsys traces every
             # launch), and a fix that shortens the device work meets that host: on resnet50 (H100, the

@@ -199,10 +199,20 @@ def _step(results: dict, verbose: bool) -> Text:
             # The step hid the collector; its host did not (hybrid.replay.predict.replay_findings).
             line.append(
                 f"\n  plain pass {plain} (the collector {overhead:+.0f}%; replayed with the host at "
-                f"{timing['replay_host_scale']:.2f} of its profiled time){weighed}",
+                f"{timing['replay_host_scale']:.2f} of its profiled time{_fitted_range(timing)}){weighed}",
                 style="dim",
             )
     return line
+
+
+def _fitted_range(timing: dict) -> str:
+    """'; the plain step fits 0.40-0.95' where the device bounds the step, so the plain step time only
+    bounds the host's speed and the plain-step savings rest on the middle of that range; '' where the
+    range is narrow (under 10% wide) or not recorded."""
+    fitted = timing.get("replay_host_scale_range")
+    if not (isinstance(fitted, list) and len(fitted) == 2 and fitted[0] and fitted[1] > 1.1 * fitted[0]):
+        return ""
+    return f"; the plain step fits {fitted[0]:.2f}-{fitted[1]:.2f}"
 
 
 def _sources(results: dict) -> Text:
