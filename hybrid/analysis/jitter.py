@@ -176,12 +176,11 @@ def _new_shapes(ops: pd.DataFrame, slow: pd.Index, typical: pd.Index) -> str | N
     [[2048, 512], ...] (typical: [[256, 512], ...]), ...' for those whose slow-step shapes no typical step
     ran, or no earlier step (a size met for the first time, which the typical steps after it reuse: cuDNN
     plans a new sequence length once; the BERT loop padded to multiples of 8 ran three lengths, each also on
-    typical steps, and its two slow steps were read as a slower host, benchmarks/results/s25_h100);
-    'none' where each slow-step call of
-    those that took tensors had shapes an earlier typical step also ran (the same work took longer: the
-    host was slower then); None where none of them took tensors whose shapes the trace keeps. An op sized
-    by numbers (aten::randn) or given a tensor list (aten::stack) records no shapes to compare; the ops fed
-    its output show them."""
+    typical steps, and its two slow steps were read as a slower host, benchmarks/results/s25_h100); 'none'
+    where each slow-step call of those that took tensors had shapes an earlier typical step also ran (the
+    same work took longer: the host was slower then); None where none of them took tensors whose shapes
+    the trace keeps. An op sized by numbers (aten::randn) or given a tensor list (aten::stack) records no
+    shapes to compare; the ops fed its output show them."""
     signature = ops["shapes"].map(repr)
     parts, compared = [], False
     for name, calls in ops.groupby("name", sort=False):

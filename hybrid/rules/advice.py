@@ -650,14 +650,14 @@ def pad_target(config: RunConfig) -> PadTarget | None:
 
 
 def same_inputs_every_step(
-    ops: str, shapes: str | None, config: RunConfig, *, condition: str, token_ids: bool = False
+    ops: str, shapes: str | None, config: RunConfig, op_names: frozenset[str], *, condition: str
 ) -> Suggestion:
     """Padding the inputs whose size varies, where the host time of `ops` grows on the steps that ran input
     shapes no typical or earlier step ran (`shapes`, hybrid.analysis.jitter): one text for the findings
     that claim that time (the step-time variation and the host work it lies in), so the report lists the
     change once and the variation is shown as the host finding's alternative. Where one input's dimension
-    carries the change, the text gives its sizes and the multiple to pad to (`token_ids`: the model reads
-    token ids, which a tokenizer pads)."""
+    carries the change, the text gives its sizes and the multiple to pad to, and the tokenizer's argument
+    where the model reads token ids (batch_inputs of the run's `op_names`)."""
     evidence = f"{condition}; the slow steps spend more host time in {ops}" + (
         f", with input shapes no typical or earlier step ran: {shapes}" if shapes else ""
     )
@@ -668,7 +668,11 @@ def same_inputs_every_step(
             "whose size varies, and move what they do per sample into DataLoader workers",
             evidence,
         )
-    tokenizer = f"; tokenizer(..., pad_to_multiple_of={target.multiple})" if token_ids else ""
+    tokenizer = (
+        f"; tokenizer(..., pad_to_multiple_of={target.multiple})"
+        if "token ids" in batch_inputs(op_names)
+        else ""
+    )
     return Suggestion(
         f"Pad the step's inputs to a multiple of {target.multiple} so the work each new size costs runs once "
         f"per size ({target.sizes}){tokenizer}",

@@ -9,7 +9,6 @@ from hybrid.analysis.op_ranges import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
 from hybrid.rules.advice import (
     Suggestion,
-    batch_inputs,
     capture_whole_step,
     freeze_gc,
     fused_optimizer,
@@ -236,8 +235,8 @@ def preprocessing_advice(ctx: Context, lost_ms: float) -> list[Suggestion]:
                 str(ctx.value("slow_step_extra_ops")),
                 ctx.value("slow_step_new_shapes"),
                 ctx.config,
+                ctx.op_names,
                 condition=f"{condition}, {new_shapes_ms:.3g} ms of it on the steps that ran new input shapes",
-                token_ids="token ids" in batch_inputs(ctx.op_names),
             ),
             *preprocessing_elsewhere(ctx, condition, lost_ms),
         ]

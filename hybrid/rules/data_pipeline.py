@@ -499,8 +499,8 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     ops,
                     ctx.value("slow_step_new_shapes"),
                     ctx.config,
+                    ctx.op_names,
                     condition=condition,
-                    token_ids="token ids" in batch_inputs(ctx.op_names),
                 )
             )
     elif ctx.value("slow_step_extra_cause") == "launch_gap":
