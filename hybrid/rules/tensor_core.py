@@ -323,6 +323,7 @@ RULES = [
         misaligned_report,
         optional=MISALIGNED_INPUTS,
         pool=("misaligned_gemm",),
+        floor_pct=MIN_LOST_PCT,
         fix=misaligned_fix,
         calibrated=True,
         switches=(COMPILE,),
