@@ -71,6 +71,7 @@ def _correct(
         "ratios": list(correction.ratios),
         "time_lost_ms": finding.time_lost_ms,
         "time_lost_baseline_ms": finding.time_lost_baseline_ms,
+        "time_lost_baseline_range_ms": finding.time_lost_baseline_range_ms,
         "replay_reason": finding.replay_reason,
     }
     finding.correction = before
@@ -80,6 +81,10 @@ def _correct(
         finding.time_lost_baseline_ms = min(
             finding.time_lost_baseline_ms * scale, baseline_ms or float("inf")
         )
+    if finding.time_lost_baseline_range_ms is not None:
+        finding.time_lost_baseline_range_ms = [
+            min(edge * scale, baseline_ms or float("inf")) for edge in finding.time_lost_baseline_range_ms
+        ]
     predicted = before["time_lost_baseline_ms"] or before["time_lost_ms"]
     made = "the replay" if before["method"] == "replay" else "the rule's closed form"
     finding.time_lost_method = METHOD

@@ -21,7 +21,7 @@ from hybrid.report.kernel_labels import launch_text
 from hybrid.report.notes import reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
-from hybrid.report.verified import figure_note, replay_error_line, skipped_line, verify_line
+from hybrid.report.verified import figure_note, range_note, replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Second line of defence behind escaping: should a name ever reach the page as markup, the browser still
@@ -166,10 +166,10 @@ def _card(index: int, finding: dict, w: HtmlWriter, timing: dict, numbers: dict[
         + "</h3>"
         + _verified(finding, w)
         + f"<p>time lost: {_lost(finding, timing, w)} · id <code>{w.text(finding.get('id'))}</code>"
-        + (
+        + "".join(
             f'<br><span class="muted">{note[0]}: {w.text(note[1])}</span>'
-            if (note := figure_note(finding)) is not None
-            else ""
+            for note in (figure_note(finding), range_note(finding, timing))
+            if note is not None
         )
         + "</p>"
         + (f"<table>{evidence}</table>" if evidence else "")

@@ -41,7 +41,7 @@ from hybrid.report.kernel_labels import distinct_labels, launch_text
 from hybrid.report.notes import NO_COUNTERS, Note, reading_notes
 from hybrid.report.safe_text import escape_strings
 from hybrid.report.units import format_change_pct, noun
-from hybrid.report.verified import figure_note, replay_error_line, skipped_line, verify_line
+from hybrid.report.verified import figure_note, range_note, replay_error_line, skipped_line, verify_line
 from hybrid.report.views import artifact_views
 
 # Caps that keep the default report on one screen with the nine findings of the busiest real document.
@@ -317,7 +317,7 @@ def _finding_title(finding: dict, *, marked_primary: bool, verbose: bool, number
 
 
 def _finding_details(
-    finding: dict, *, expanded: bool, verbose: bool, callsite_said: bool
+    finding: dict, timing: dict, *, expanded: bool, verbose: bool, callsite_said: bool
 ) -> list[RenderableType]:
     """What goes under a finding's row, at full width: what --verify realized (a measured saving outranks
     every predicted figure beside it), the user's line, then for an expanded finding why its figure is not
@@ -332,9 +332,11 @@ def _finding_details(
         details.append(_callsite_line(top, "", verbose))
     if not expanded:
         return details
-    note = figure_note(finding)
-    if note is not None:  # the figure beside it is not the replay's own (a closed form, or corrected)
-        details.append(Text.assemble((f"{note[0]}: ", "bold"), note[1]))
+    # Beside the figure: where it is not the replay's own (a closed form, or corrected), and how far the
+    # host's plain speed moves it.
+    for note in (figure_note(finding), range_note(finding, timing)):
+        if note is not None:
+            details.append(Text.assemble((f"{note[0]}: ", "bold"), note[1]))
     evidence = finding.get("evidence") or []
     shown = evidence if verbose else evidence[:EVIDENCE_DEFAULT]
     details += [_evidence(item, verbose) for item in shown]  # the rest: --verbose, as the table's title says
@@ -541,7 +543,7 @@ def _finding_rows(
         table.add_row(*cells, title)
         blocks.append(table)
         details = _finding_details(
-            finding, expanded=number <= expanded, verbose=verbose, callsite_said=callsite_said
+            finding, timing, expanded=number <= expanded, verbose=verbose, callsite_said=callsite_said
         )
         if details:
             blocks.append(Padding(Group(*details), (0, 0, 0, widths[0] + 1)))

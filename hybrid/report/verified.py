@@ -48,6 +48,32 @@ def figure_note(finding: dict) -> tuple[str, str] | None:
     return (label, str(reason)) if label and reason else None
 
 
+# A saving range is said where an edge lies further from the figure than the ±20% the predictions are
+# scored at (issue 23's goal): the host's plain speed alone could then decide whether the figure holds.
+RANGE_SHOWN_PCT = 20.0
+
+
+def range_note(finding: dict, timing: dict) -> tuple[str, str] | None:
+    """("range", "803 µs to 1.44 ms at the host speeds that replay the plain step (0.67-0.84 of the
+    profiled host's time)") where the fitted host range moves the finding's plain-step saving more than
+    RANGE_SHOWN_PCT; None elsewhere."""
+    edges = finding.get("time_lost_baseline_range_ms")
+    figure = finding.get("time_lost_baseline_ms")
+    if not (isinstance(edges, list) and len(edges) == 2 and all(map(is_number, [figure, *edges]))):
+        return None
+    low, high, figure = float(edges[0]), float(edges[1]), float(figure or 0.0)
+    if figure <= 0 or max(figure - low, high - figure) <= RANGE_SHOWN_PCT / 100 * figure:
+        return None
+    hosts = timing.get("replay_host_scale_range")
+    of_host = (
+        f" ({hosts[0]:.2f}-{hosts[1]:.2f} of the profiled host's time)"
+        if isinstance(hosts, list) and len(hosts) == 2 and all(is_number(h) for h in hosts)
+        else ""
+    )
+    span = f"{format_value(low, 'ms')} to {format_value(high, 'ms')}"
+    return "range", f"{span} at the host speeds that replay the plain step{of_host}"
+
+
 def _numerics(numerics: dict) -> str:
     status = numerics.get("status") or "not measured"
     change = numerics.get("relative_change")

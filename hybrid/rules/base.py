@@ -80,6 +80,10 @@ class Finding:
     # The time lost as a share of the step without a collector, and its share of that step:
     time_lost_baseline_ms: float | None = None
     time_lost_baseline_pct: float | None = None
+    # [low, high] of that saving over the host speeds that replay the plain step, where those span over
+    # 10% (hybrid.replay.predict.WIDE_HOST_RANGE): the device bounds the plain step, which leaves the
+    # host's speed open.
+    time_lost_baseline_range_ms: list[float] | None = None
     # "replay" where the replay measured the fix (then the model's figure is kept), else "model" and why:
     time_lost_method: str | None = None
     time_lost_model_ms: float | None = None
@@ -122,6 +126,7 @@ STAGE_FIELDS = (
     "callsite_reason",
     "time_lost_baseline_ms",
     "time_lost_baseline_pct",
+    "time_lost_baseline_range_ms",
     "time_lost_method",
     "time_lost_model_ms",
     "replay_reason",
