@@ -38,6 +38,15 @@ def _ms(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, (int, float)) else "-"
 
 
+def _range(finding: dict) -> str:
+    """', 0.803-1.44 over the host range' where the plain step left the host's speed open (the saving
+    replayed at both edges of the host speeds that replay it)."""
+    edges = finding.get("time_lost_baseline_range_ms")
+    if not (isinstance(edges, list) and len(edges) == 2):
+        return ""
+    return f", {_ms(edges[0])}-{_ms(edges[1])} over the host range"
+
+
 def _rows(name: str, results: dict) -> tuple[list[str], dict]:
     diagnosis = results.get("diagnosis") or {}
     primary = (diagnosis.get("primary_bottleneck") or {}).get("id")
@@ -77,6 +86,7 @@ def _rows(name: str, results: dict) -> tuple[list[str], dict]:
             str(verify.get("fix")),
             str(verify.get("status")),
             f"{_ms(predicted)} ({finding.get('time_lost_method') or '-'})"
+            + _range(finding)
             + (f"; {_ms(shared)} with {', '.join(verify.get('fix_findings') or [])}" if shared else ""),
             _ms(uncorrected),
             _ms(saved),

@@ -91,3 +91,18 @@ def test_a_verified_correction_scales_the_range_with_the_figure(mlp):
         [edge / 2 for edge in fusion["time_lost_baseline_range_ms"]]
     )
     assert finding.correction["time_lost_baseline_range_ms"] == fusion["time_lost_baseline_range_ms"]
+
+
+def test_a_verified_finding_says_its_range_beside_the_prediction(mlp, analyzed_copy):
+    """The verify line of tc_fp16_unaligned_compile's compile, on compiled_train_mlp's fusion finding: the
+    range goes beside the predicted figure the realized saving is read against."""
+    from hybrid.report.verified import verify_line
+
+    verified = analyzed_copy(
+        Path(__file__).parent / "fixtures" / "verify" / "tc_fp16_unaligned_compile" / "run"
+    )
+    block = _finding(verified, "compile.fusible_elementwise")["verify"]
+    fusion = _finding(mlp, "compile.fusible_elementwise")
+    line = verify_line({**fusion, "verify": {**block, "predicted_ms": fusion["time_lost_baseline_ms"]}})
+    low, high = fusion["time_lost_baseline_range_ms"]
+    assert f"predicted 1.22 ms ({low * 1000:.0f} µs to {high:.3g} ms at the host speeds" in line

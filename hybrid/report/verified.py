@@ -27,7 +27,8 @@ def verify_line(finding: dict) -> str | None:
         else f"plain runs {before} -> {after}/step"
     )
     shared = verify.get("fix_predicted_ms")
-    predicted = format_value(verify.get("predicted_ms"), "ms") + (
+    spread = range_note(finding, {})
+    predicted = format_value(verify.get("predicted_ms"), "ms") + (f" ({spread[1]})" if spread else "") + (
         f" ({format_value(shared, 'ms')} with the other findings it fixes: "
         f"{', '.join(f for f in verify.get('fix_findings') or [] if f != finding.get('id'))})"
         if is_number(shared)
