@@ -28,11 +28,15 @@ def verify_line(finding: dict) -> str | None:
     )
     shared = verify.get("fix_predicted_ms")
     spread = range_note(finding, {})
-    predicted = format_value(verify.get("predicted_ms"), "ms") + (f" ({spread[1]})" if spread else "") + (
-        f" ({format_value(shared, 'ms')} with the other findings it fixes: "
-        f"{', '.join(f for f in verify.get('fix_findings') or [] if f != finding.get('id'))})"
-        if is_number(shared)
-        else ""
+    predicted = (
+        format_value(verify.get("predicted_ms"), "ms")
+        + (f" ({spread[1]})" if spread else "")
+        + (
+            f" ({format_value(shared, 'ms')} with the other findings it fixes: "
+            f"{', '.join(f for f in verify.get('fix_findings') or [] if f != finding.get('id'))})"
+            if is_number(shared)
+            else ""
+        )
     )
     line = (
         f"realized {format_value(verify.get('realized_ms'), 'ms')}/step with {what} [measured: {measured}]; "
