@@ -62,7 +62,14 @@ MEMSET_COLUMNS = {
 
 # Host time blocked waiting for the device. kind: stream, device, event, memcpy (a synchronous copy
 # API such as cudaMemcpy DtoH), other. start/end are the *host* blocked interval.
-SYNC_COLUMNS = {"kind": "object", "api": "object", "start_ns": "int64", "end_ns": "int64", "step": "int64"}
+SYNC_COLUMNS = {
+    "kind": "object",
+    "api": "object",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "tid": "int64",  # the OS thread that blocked, as in `launches` and `samples`
+    "step": "int64",
+}
 
 # Host-side launch API calls (cudaLaunchKernel, cuLaunchKernelEx, ...).
 LAUNCH_COLUMNS = {
@@ -200,7 +207,8 @@ MEASURED_MATCHES = (MATCH_LAUNCH, MATCH_CONFIG)
 
 # Python stacks sampled on the host (nsys --python-sampling), one row per sample, reduced to the
 # sample's first frame in the user's own code, leaf first (nsight.python_frames): file, line and
-# function, file None and line -1 when the stack has no such frame. A sample stands for
+# function, file None and line -1 when the stack has no such frame; and its library frame (the torch
+# pass's stacks give none). A sample stands for
 # [start_ns, end_ns), up to the thread's next sample. tid is the OS thread id, as in `launches`.
 SAMPLE_COLUMNS = {
     "start_ns": "int64",
@@ -209,6 +217,11 @@ SAMPLE_COLUMNS = {
     "file": "object",
     "line": "int64",
     "function": "object",
+    # The library frame the user's line made its call through (nsight.python_frames.first_library_frame):
+    # torchvision's remove_small_boxes under `model(images)`; None / -1 where the user's line made it.
+    "library_file": "object",
+    "library_line": "int64",
+    "library_function": "object",
 }
 
 # Where the user's code called each torch operator (torch pass with Python stacks): host time of the

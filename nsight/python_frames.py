@@ -1,11 +1,13 @@
-"""Which frames of a Python stack are the user's own code.
+"""Which frames of a Python stack are the user's own code, and which a library's.
 
 A callsite is the first frame of a stack, leaf first, that lies in the user's files: not in the
 standard library, not in an installed package (site-packages, dist-packages: torch, numpy, ...),
-not in an interpreter pseudo-file (`<frozen runpy>`, `<string>`), and not in the part of hybrid that
-runs inside the profiled process (its injector starts the script through runpy and wraps the
-optimizer's step). Decided from the path alone, so an export recorded on another machine reads the
-same way here.
+not in an interpreter pseudo-file (`<frozen runpy>`, `<string>`), not in source a library generated
+(GENERATED_MODULE), and not in the part of hybrid that runs inside the profiled process (its injector
+starts the script through runpy and wraps the optimizer's step). A library frame is one in a package
+other than PyTorch's own, installed or generated: the code (torchvision's detection heads,
+torch_geometric's convolutions) a user line reached a call through. Decided from the path alone, so an
+export recorded on another machine reads the same way here.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import re
 # site-packages), any site-packages or dist-packages folder (virtual environments, user installs),
 # and <...> pseudo-files.
 LIBRARY_PATH = re.compile(r"^<|/lib(64)?/python\d+(\.\d+)?/|[/\\](site|dist)-packages[/\\]|^$")
+# Source a library generated and imported from a file of its own, named by its dotted module path:
+# torch_geometric writes each convolution's propagate to
+# /tmp/torch_geometric.nn.conv.gcn_conv_GCNConv_propagate_<random>.py.
+GENERATED_MODULE = re.compile(r"(?:^|[/\\])([A-Za-z_]\w*)(?:\.\w+){2,}\.py$")
 # hybrid's modules on the profiled process's stack: everything under hybrid/inject/ (the injector, its
 # step markers, NVTX ranges, the rank shim), and their flat names in captures made before the package
 # moved into folders (hybrid/inject.py, stepping.py, rank_inject.py, nvtx_ranges.py: the committed
@@ -23,6 +29,22 @@ LIBRARY_PATH = re.compile(r"^<|/lib(64)?/python\d+(\.\d+)?/|[/\\](site|dist)-pac
 HYBRID_IN_PROCESS = re.compile(
     r"[/\\]hybrid[/\\](?:inject[/\\]\w+|inject|stepping|rank_inject|nvtx_ranges|__init__|__main__)\.py$"
 )
+
+
+# An installed package's top-level folder: .../site-packages/torchvision/ops/boxes.py -> torchvision.
+INSTALLED_PACKAGE = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)[/\\]")
+# PyTorch's own packages: their frames (nn.Module's call wrappers, torch.nn.functional, torch._ops) lie
+# between any caller and its operators, so they never say whose code made a call.
+FRAMEWORK_PACKAGES = frozenset({"torch", "torchgen", "functorch", "triton", "typing_extensions", "nvtx"})
+
+
+def library_package(path: str | None) -> str | None:
+    """The top-level package of an installed library file, or of source a library generated, other than
+    PyTorch's own; else None."""
+    match = INSTALLED_PACKAGE.search(path or "") or GENERATED_MODULE.search(path or "")
+    if match is None or match.group(1) in FRAMEWORK_PACKAGES:
+        return None
+    return match.group(1)
 
 
 def is_hybrid_file(path: str | None) -> bool:
@@ -34,7 +56,11 @@ def is_user_file(path: str | None) -> bool:
     """True for a source file of the user's own code (see the module docstring)."""
     if not path:
         return False
-    return LIBRARY_PATH.search(path) is None and not is_hybrid_file(path)
+    return (
+        LIBRARY_PATH.search(path) is None
+        and GENERATED_MODULE.search(path) is None
+        and not is_hybrid_file(path)
+    )
 
 
 Frame = tuple[str, int, str]  # (file, line, function)
@@ -48,5 +74,17 @@ def first_user_frame(frames: list[Frame]) -> Frame | None:
         if is_hybrid_file(frame[0]):
             return None
         if is_user_file(frame[0]):
+            return frame
+    return None
+
+
+def first_library_frame(frames: list[Frame]) -> Frame | None:
+    """The first of `frames` (leaf first) in a library (library_package), where it comes before any user
+    frame and hybrid's: the library code a user line made the call through (torchvision's
+    remove_small_boxes under `model(images)`). None where the user's own line, or hybrid, made it."""
+    for frame in frames:
+        if is_hybrid_file(frame[0]) or is_user_file(frame[0]):
+            return None
+        if library_package(frame[0]) is not None:
             return frame
     return None

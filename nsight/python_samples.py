@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsight.python_frames import Frame, first_user_frame
+from nsight.python_frames import Frame, first_library_frame, first_user_frame
 from nsight.sqlite_export import NsysExport
 
 ENVELOPE_COUNT = struct.Struct("<Q")
@@ -45,8 +45,9 @@ LAYOUT = {
 
 @dataclass
 class PythonSamples:
-    """One row per sample with a readable stack: time, sampled globalTid, and its first user frame
-    (file None, line -1 when the stack has none). `marks` counts every sample nsys recorded;
+    """One row per sample with a readable stack: time, sampled globalTid, its first user frame (file
+    None, line -1 when the stack has none) and its library frame (python_frames.first_library_frame, None
+    where the user's line made the call). `marks` counts every sample nsys recorded;
     `without_stack` those whose payload the export left out (`nsys profile --export sqlite` does),
     `unreadable` those whose payload has another layout."""
 
@@ -55,6 +56,7 @@ class PythonSamples:
     file: list
     line: np.ndarray
     function: list
+    library: list  # (file, line, function) or None, one per sample
     marks: int = 0
     without_stack: int = 0
     unreadable: int = 0
@@ -123,8 +125,8 @@ def read_python_samples(
     pick: Callable[[list[Frame]], Frame | None] = first_user_frame,
 ) -> PythonSamples | None:
     """The export's Python samples in [start_ns, end_ns], each reduced to the frame `pick` chooses
-    from its stack (leaf first); None when nsys recorded none (sampling was off, or an nsys without
-    it)."""
+    from its stack (leaf first) and its library frame; None when nsys recorded none (sampling was off,
+    or an nsys without it)."""
     rows = export.frame("python_samples", {"start_ns": start_ns, "end_ns": end_ns})
     if rows is None or rows.empty:
         return None
@@ -135,7 +137,7 @@ def read_python_samples(
     ids = np.array(sorted({i for s in stacks if s for f in s for i in f[:2]}), dtype=np.int64)
     strings = {i: html.unescape(v) for i, v in export.strings(ids).items()}
     cache: dict[tuple, tuple] = {}
-    files, lines, functions = [], [], []
+    files, lines, functions, library = [], [], [], []
     for stack in (s for s in stacks if s is not None):
         key = tuple(stack)
         if key not in cache:
@@ -143,11 +145,12 @@ def read_python_samples(
                 (strings.get(int(file_id), ""), int(line), strings.get(int(function_id), ""))
                 for function_id, file_id, line in key
             ]
-            cache[key] = pick(named) or (None, -1, None)
-        file, line, function = cache[key]
+            cache[key] = (pick(named) or (None, -1, None), first_library_frame(named))
+        (file, line, function), called_in = cache[key]
         files.append(file)
         lines.append(line)
         functions.append(function)
+        library.append(called_in)
     without = sum(p is None for p in payloads)
     return PythonSamples(
         rows["start_ns"].to_numpy(np.int64)[keep],
@@ -155,6 +158,7 @@ def read_python_samples(
         files,
         np.array(lines, dtype=np.int64),
         functions,
+        library,
         marks=len(rows),
         without_stack=without,
         unreadable=len(rows) - without - int(keep.sum()),

@@ -53,6 +53,7 @@ from hybrid.analysis.steps import (
     steady_steps,
     step_windows,
 )
+from hybrid.analysis.sync_sites import sync_site_metrics
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS, NS_PER_US
 from hybrid.profile import Profile, by_name, is_communication
@@ -559,6 +560,7 @@ def compute_metrics(profile: Profile, peaks: Peaks) -> dict[str, Metric]:
         out.update(_kernels(profile, steps, peaks, frame_source(profile, "kernels")))
         out.update(_copies(profile, steps, peaks, frame_source(profile, "memcpys")))
     out.update(_syncs(profile, steps))
+    out.update(sync_site_metrics(profile, steps))
     out.update(_ops(profile, steps))
     out.update(_compiled_regions(profile, steps))
     out.update(_data_loader(profile, steps))

@@ -267,6 +267,7 @@ def _syncs(runtime: Runtime, steps_for) -> pd.DataFrame:
         "api": apis,
         "start_ns": calls["start_ns"],
         "end_ns": calls["end_ns"],
+        "tid": calls["global_tid"] & TID_MASK,
         "step": steps_for(calls["start_ns"], calls["global_tid"]),
     }
     return _contract_frame(frame, SYNC_COLUMNS)
@@ -308,8 +309,18 @@ def _samples(export: NsysExport, steps: pd.DataFrame, warnings: list[str], facts
         "file": np.array(found.file, dtype=object)[order],
         "line": found.line[order],
         "function": np.array(found.function, dtype=object)[order],
+        **_library_columns([found.library[i] for i in order]),
     }
     return _contract_frame(frame, SAMPLE_COLUMNS)
+
+
+def _library_columns(frames: list) -> dict[str, np.ndarray]:
+    """SAMPLE_COLUMNS' library_* columns from each sample's library frame (None: the user's line)."""
+    return {
+        "library_file": np.array([f[0] if f else None for f in frames], dtype=object),
+        "library_line": np.array([f[1] if f else -1 for f in frames], dtype=np.int64),
+        "library_function": np.array([f[2] if f else None for f in frames], dtype=object),
+    }
 
 
 def _device_info(export: NsysExport, kernels: pd.DataFrame) -> DeviceInfo:

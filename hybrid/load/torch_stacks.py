@@ -116,6 +116,10 @@ def stack_samples(events: pd.DataFrame, period_ns: int = STACK_SAMPLE_PERIOD_NS)
                     "file": np.array(files, dtype=object)[pick],
                     "line": np.array(lines, dtype=np.int64)[pick],
                     "function": np.array(functions, dtype=object)[pick],
+                    # The recorded calls name each function's first line, not the line running in it.
+                    "library_file": None,
+                    "library_line": -1,
+                    "library_function": None,
                 }
             )
         )

@@ -453,6 +453,7 @@ def _sync_frame(runtime: pd.DataFrame, memcpys: pd.DataFrame, steps: pd.DataFram
             "api": syncs["api"],
             "start_ns": syncs["start_ns"],
             "end_ns": syncs["end_ns"],
+            "tid": syncs["tid"],
             "step": _step_of(syncs["start_ns"].to_numpy(), steps),
         }
     )

@@ -12,6 +12,12 @@ MIN_LOST_PCT = 1.0
 # The device idle the syncs caused: the waits themselves, and the host work that followed a sync
 # while the drained device waited for it (hybrid.ledger.causes).
 POOL = ("sync_wait", "blocking_copy", "host_after_sync")
+# Where most of the time the host sat in syncs shows one library's frames (hybrid.analysis.sync_sites),
+# the syncs are that library's to remove: torchvision's Faster R-CNN eval, 100% in its nms, box decoding
+# and RoI pooling; torch_geometric's GCN, 96% in add_remaining_self_loops. Over LIBRARY_ONLY_PCT, the
+# loop's own lines hold too little to advise editing them.
+LIBRARY_SHARE_PCT = 50.0
+LIBRARY_ONLY_PCT = 80.0
 
 
 def sync_stall_lost_ms(step_ms: float, gpu_busy_ms: float, sync_blocked_ms: float) -> float:
@@ -30,8 +36,13 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
     )
     names = ctx.op_names
     out = []
-    reads = [n for n in SCALAR_READ_OPS if n in names]
-    shaped = [n for n in DATA_DEPENDENT_OPS if n in names]
+    library_pct = ctx.value("sync_library_pct", 0.0) or 0.0
+    library = library_pct >= LIBRARY_SHARE_PCT
+    if library:
+        out.append(_library_advice(ctx, condition, library_pct))
+    loops_own = library_pct < LIBRARY_ONLY_PCT
+    reads = [n for n in SCALAR_READ_OPS if n in names] if loops_own else []
+    shaped = [n for n in DATA_DEPENDENT_OPS if n in names] if loops_own else []
     if shaped:
         out.append(
             Suggestion(
@@ -41,7 +52,7 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
                 tuple(shaped),
             )
         )
-    if reads or ctx.value("dtoh_count", 0.0) > 0:
+    if reads or (loops_own and ctx.value("dtoh_count", 0.0) > 0):
         what = ", ".join(reads) if reads else f"{ctx.value('dtoh_count', 0.0):.0f} device->host copies a step"
         read_back = Suggestion(
             "Remove .item()/.cpu()/print(loss) from the loop: accumulate metrics on the GPU and read them "
@@ -52,7 +63,7 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
         # Each data-dependent op copies its result's size to the host: without a scalar read in the step,
         # those are the copies (torchvision's detection eval: 22 copies a step, no .item(), nonzero and
         # masked_select in its post-processing), and reshaping comes first.
-        if reads:
+        if reads and not library:
             out.insert(0, read_back)
         else:
             out.append(read_back)
@@ -69,11 +80,27 @@ def sync_advice(ctx: Context) -> list[Suggestion]:
                 "torch.cuda.synchronize() calls)",
             ),
         )
-    if ctx.value("sync_count", 0.0) - device_syncs >= 1 or not out:
+    # The samples already place a library's syncs; set_sync_debug_mode would list the same calls.
+    if (ctx.value("sync_count", 0.0) - device_syncs >= 1 and not library) or not out:
         out.append(
             Suggestion("Find each sync's source with torch.cuda.set_sync_debug_mode('warn')", condition)
         )
     return out
+
+
+def _library_advice(ctx: Context, condition: str, library_pct: float) -> Suggestion:
+    """The syncs are a library's: where they are, and the two ways a caller removes a library's host read
+    (supply what it reads back, or call it less often), not a rewrite of the loop."""
+    package = str(ctx.value("sync_library_package"))
+    owner = f"{package}'" if package.endswith("s") else f"{package}'s"
+    return Suggestion(
+        f"The syncs are in {owner} code, not in a line of the loop: look at those functions for an "
+        "argument that supplies what they read back from the GPU (sizes, counts, a result cached across "
+        "steps whose inputs do not change), or call them on more data at a time so each sync is paid once "
+        "for more of it",
+        f"{condition}; {library_pct:.0f}% of the Python samples taken while the host sat in them are in "
+        f"{package}: {ctx.value('sync_library_sites')}",
+    )
 
 
 def model(inp: Inputs) -> float | None:
@@ -92,6 +119,7 @@ def report(ctx: Context, lost_ms: float) -> Report:
             ("GPU idle while the host sat in a sync", "idle_sync_wait_ms"),
             ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
             ("device->host copies per step", "dtoh_count"),
+            ("where the host sat in them", "sync_library_sites"),
         ],
         explanation=(
             "Each synchronization empties the GPU's work queue: the host blocks until the device "
