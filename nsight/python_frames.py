@@ -47,6 +47,18 @@ def library_package(path: str | None) -> str | None:
     return match.group(1)
 
 
+# Where an installed package's path begins: .../site-packages/ or .../dist-packages/.
+INSTALLED_ROOT = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+
+
+def library_site(file: str, line: int, function: str | None) -> str:
+    """'torchvision/ops/boxes.py:48 nms': a library frame by its path from the package's folder on (a
+    generated file by its name)."""
+    parts = INSTALLED_ROOT.split(file, maxsplit=1)
+    shown = parts[1] if len(parts) == 2 else re.split(r"[/\\]", file)[-1]
+    return f"{shown}:{line}" + (f" {function}" if function else "")
+
+
 def is_hybrid_file(path: str | None) -> bool:
     """True for hybrid's own code in the profiled process (its injector and step markers)."""
     return bool(path) and HYBRID_IN_PROCESS.search(path) is not None

@@ -46,7 +46,7 @@ from hybrid.rules.advice import GC_COLLECT_CALL
 from hybrid.rules.base import CopyFilter, Finding, Rule
 from hybrid.rules.registry import RULE_BY_ID
 from nsight.ncu import function_base_name
-from nsight.python_frames import is_user_file
+from nsight.python_frames import is_user_file, library_site
 
 NO_SAMPLES_NOTE = "no callsites: the capture has no Python samples"
 NO_STACKS_NOTE = "no callsites: the export left out the stacks of its Python samples"
@@ -205,16 +205,33 @@ def _launches_at(profile: Profile, rows: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 class _Samples:
-    """The steady steps' samples of each thread, in time order, with frame codes."""
+    """The steady steps' samples of each thread, in time order, with frame codes: a code is a user line and
+    the library frame it made its call through (nsight.python_frames.first_library_frame), so a line's
+    time can also say which library code it went to; `line_of` maps each code to its user line
+    (`lines`), `library` to its library site (None where the line made the call itself)."""
 
     def __init__(self, profile: Profile) -> None:
         samples = _inside(profile.samples, *_steady_window(profile))
         self.frames = samples.sort_values(["tid", "start_ns"], kind="stable").reset_index(drop=True)
-        keys = self.frames["file"].astype(object).where(self.frames["file"].notna(), None)
+        files = self.frames["file"].astype(object).where(self.frames["file"].notna(), None)
+        library = self.frames["library_file"].astype(object).where(self.frames["library_file"].notna(), None)
         codes, self.keys = pd.factorize(
-            pd.Series(list(zip(keys, self.frames["line"], strict=False))), use_na_sentinel=True
+            pd.Series(
+                list(zip(files, self.frames["line"], library, self.frames["library_line"], strict=False))
+            ),
+            use_na_sentinel=True,
         )
-        self.code = np.where(keys.isna().to_numpy(), -1, codes)
+        self.code = np.where(files.isna().to_numpy(), -1, codes)
+        line_codes, self.lines = pd.factorize(pd.Series([key[:2] for key in self.keys], dtype=object))
+        self.line_of = np.asarray(line_codes, dtype=np.int64)
+        first = pd.Series(np.arange(len(self.frames))).groupby(self.code).first()
+        functions = self.frames["library_function"].to_numpy(object)
+        self.library = [
+            None
+            if key[2] is None
+            else library_site(str(key[2]), int(key[3]), functions[first[code]] if code in first else None)
+            for code, key in enumerate(self.keys)
+        ]
         launch_tids = set(profile.launches["tid"].unique().tolist())
         self.tids = self.frames["tid"].unique().tolist()
         self.launching = [t for t in self.tids if t in launch_tids]
@@ -296,8 +313,8 @@ class _Samples:
         np.add.at(out, code[sample][user], (w[segment] * share)[user])
         return out
 
-    def function(self, code: int) -> str | None:
-        file, line = self.keys[code]
+    def function(self, line_index: int) -> str | None:
+        file, line = self.lines[line_index]
         rows = self.frames[(self.frames["file"] == file) & (self.frames["line"] == line)]
         return None if rows.empty else rows["function"].iloc[0]
 
@@ -382,19 +399,39 @@ class _Paths:
 def _ranked(
     weights: np.ndarray, total: float, samples: _Samples, paths: _Paths, modules: dict[int, str]
 ) -> list[dict]:
+    """The user lines with the most of the finding's weight (per frame code), each with its share, the
+    module of its heaviest code's kernels and the library code its time went to (`inside`)."""
     if total <= 0 or not weights.any():
         return []
-    top = [int(c) for c in np.argsort(-weights, kind="stable")[:TOP_CALLSITES] if weights[c] > 0]
-    return [
-        paths.callsite(
-            samples.keys[c][0],
-            samples.keys[c][1],
-            samples.function(c),
-            100 * weights[c] / total,
-            modules.get(c),
+    by_line = np.bincount(samples.line_of, weights=weights, minlength=len(samples.lines))
+    top = [int(i) for i in np.argsort(-by_line, kind="stable")[:TOP_CALLSITES] if by_line[i] > 0]
+    placed = []
+    for index in top:
+        codes = np.flatnonzero((samples.line_of == index) & (weights > 0))
+        codes = codes[np.argsort(-weights[codes], kind="stable")]
+        site = paths.callsite(
+            samples.lines[index][0],
+            samples.lines[index][1],
+            samples.function(index),
+            100 * by_line[index] / total,
+            next((modules[int(c)] for c in codes if int(c) in modules), None),
         )
-        for c in top
-    ]
+        inside = _inside_libraries(samples, codes, weights, total)
+        if inside:
+            site["inside"] = inside
+        placed.append(site)
+    return placed
+
+
+def _inside_libraries(samples: _Samples, codes: np.ndarray, weights: np.ndarray, total: float) -> list[dict]:
+    """The library sites a line's codes went to, top three by their share of the finding."""
+    by_site: dict[str, float] = {}
+    for code in codes.tolist():
+        site = samples.library[code]
+        if site is not None:
+            by_site[site] = by_site.get(site, 0.0) + float(weights[code])
+    ranked = sorted(by_site.items(), key=lambda item: -item[1])[:TOP_CALLSITES]
+    return [{"site": site, "share_pct": round(100 * w / total, 1)} for site, w in ranked]
 
 
 def _module_callsites(layers: np.ndarray, ns: np.ndarray, total: float) -> list[dict]:

@@ -5,7 +5,6 @@ graph normalization), the sync advice names that code instead of telling the use
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import numpy as np
@@ -15,18 +14,12 @@ from hybrid.analysis.steps import frame_source, in_steps
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
 from nsight.intervals import interval_union
-from nsight.python_frames import library_package
+from nsight.python_frames import library_package, library_site
 
 # Fewer samples inside the syncs than this say nothing of whose code they are (nsys samples the host at
 # 1 kHz: torch_geometric's GCN, 1.63 ms a step in syncs over 20 steps, gave 26).
 MIN_SYNC_SAMPLES = 10
 TOP_SITES = 3
-INSTALLED_ROOT = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-
-
-def _site(file: str, line: int, function: str) -> str:
-    """'torchvision/ops/boxes.py:143 remove_small_boxes': the path from the package's folder on."""
-    return f"{INSTALLED_ROOT.split(file, maxsplit=1)[-1]}:{line} {function}"
 
 
 def sync_site_metrics(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
@@ -60,7 +53,7 @@ def sync_site_metrics(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     own = library[[p == package for p in packages]]
     out["sync_library_pct"] = Metric(100.0 * len(own) / len(sampled), "%", src)
     sites = Counter(
-        _site(str(f), int(line), str(fn))
+        library_site(str(f), int(line), str(fn))
         for f, line, fn in zip(own["library_file"], own["library_line"], own["library_function"], strict=True)
     )
     out["sync_library_package"] = Metric(str(package), "", src)

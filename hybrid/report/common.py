@@ -203,3 +203,17 @@ def overhead_noise(pass_row: dict) -> str:
     if not (isinstance(interval, list) and len(interval) == 2 and all(map(is_number, interval))):
         return ""
     return " within step noise" if interval[0] <= 0 <= interval[1] else ""
+
+
+def through_text(callsite: dict) -> str | None:
+    """'through accelerate/accelerator.py:2861 backward (66%), transformers/activations.py:66 forward
+    (5.5%)': the library code a callsite's time went to, each with its share of the finding; None where
+    the line made its calls itself."""
+    inside = callsite.get("inside")
+    if not isinstance(inside, list) or not inside:
+        return None
+    return "through " + ", ".join(
+        f"{item.get('site')} ({format_value(item.get('share_pct'), '%')})"
+        for item in inside
+        if isinstance(item, dict)
+    )

@@ -12,6 +12,7 @@ from hybrid.report.common import (
     instead_of,
     metric_source_counts,
     overhead_noise,
+    through_text,
 )
 from hybrid.report.compare import compare_lines
 from hybrid.report.html_roofline import roofline_section
@@ -202,9 +203,12 @@ def _callsite_item(site: dict, w: HtmlWriter) -> str:
         return f"<li>in module <code>{w.text(site.get('module'))}</code> {share}</li>"
     file = site.get("path") if w.include_paths and site.get("path") else site.get("file")
     module = f" in module <code>{w.text(site['module'])}</code>" if site.get("module") else ""
+    through = through_text(site)
     return (
         f"<li>at <code>{w.text(file)}:{w.text(site.get('line'))}</code> {share} "
-        f"<code>{w.text(site.get('source_line') or site.get('function') or '')}</code>{module}</li>"
+        f"<code>{w.text(site.get('source_line') or site.get('function') or '')}</code>{module}"
+        + (f'<br><span class="muted">{w.text(through)}</span>' if through else "")
+        + "</li>"
     )
 
 

@@ -35,6 +35,7 @@ from hybrid.report.common import (
     short_name,
     short_source,
     source_label,
+    through_text,
     weighed_lost_ms,
 )
 from hybrid.report.kernel_labels import distinct_labels, launch_text
@@ -332,6 +333,12 @@ def _finding_details(
         details.append(_callsite_line(top, "", verbose))
     if not expanded:
         return details
+    through = through_text(top) if top is not None and _through_shown(top) else None
+    if through is not None:  # the library code the line's time went to (a Trainer's `.train()`)
+        line = Text(through, style="dim")
+        if not verbose:
+            line.no_wrap, line.overflow = True, "ellipsis"
+        details.append(line)
     # Beside the figure: where it is not the replay's own (a closed form, or corrected), and how far the
     # host's plain speed moves it.
     for note in (figure_note(finding), range_note(finding, timing)):
@@ -347,6 +354,18 @@ def _finding_details(
         if finding.get("callsite_reason"):
             details.append(Text(str(finding["callsite_reason"]), style="dim"))
     return details
+
+
+# A callsite's library code is said under it where the first library site holds this share of the finding:
+# the Trainer's FP32 GEMMs went 66% through accelerate's backward; its launch-bound finding's first site held
+# 7%, a line that would say little (hybrid.report.common.through_text; HTML and JSON keep every one).
+THROUGH_SHOWN_PCT = 20.0
+
+
+def _through_shown(callsite: dict) -> bool:
+    inside = callsite.get("inside") or []
+    share = inside[0].get("share_pct") if inside and isinstance(inside[0], dict) else None
+    return isinstance(share, (int, float)) and share >= THROUGH_SHOWN_PCT
 
 
 def _top_callsite(finding: dict) -> dict | None:
