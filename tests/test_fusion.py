@@ -73,6 +73,7 @@ def test_resnet50s_batch_norms_are_what_a_compile_fuses(resnet50):
     assert metrics["fusible_chain_kinds"]["value"].startswith("normalization ")
     # Batch norms, elementwise kernels and layout copies: the kinds two settled --verify readings measured.
     assert metrics["fusible_chain_measured_pct"]["value"] >= 95
+    assert "normalization" not in metrics["fusible_chain_unmeasured_kinds"]["value"]
     # A fused run keeps its longest kernel, so it saves less than the runs take.
     assert 0 < metrics["fusible_saving_ms"]["value"] < metrics["fusible_chain_ms"]["value"]
 
@@ -91,8 +92,10 @@ def test_the_fusion_premise_is_stated_only_for_kinds_no_verified_run_measured(re
     # Runs of elementwise kernels alone were measured too (roofline_unfused_gelu).
     assert not _premises(analyze_run_dir(FIXTURES / "planted" / "roofline_unfused_gelu" / "run"))[1]
     # Conv blocks with max-pool: 38% of the runs' time in pooling, whose fusion no verified run measured.
-    pooled, assumes = _premises(analyze_run_dir(FIXTURES / "planted" / "healthy_pipelined_input" / "run"))
+    pooled_run = analyze_run_dir(FIXTURES / "planted" / "healthy_pipelined_input" / "run")
+    pooled, assumes = _premises(pooled_run)
     assert len(assumes) == 1 and "is in pooling kernels" in assumes[0]
+    assert pooled_run["metrics"]["fusible_chain_unmeasured_kinds"]["value"] == "pooling"
     assert SEVERITY_RANK[pooled["severity"]] <= SEVERITY_RANK["MODERATE"]
 
 

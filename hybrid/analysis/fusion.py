@@ -74,14 +74,13 @@ def fused_run_ns(durations: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.maximum.reduceat(durations, starts) if len(starts) else np.zeros(0, durations.dtype)
 
 
-def unmeasured_fusion_premise(measured_pct: float | None, kinds: str | None) -> str | None:
+def unmeasured_fusion_premise(measured_pct: float | None, unmeasured_kinds: str | None) -> str | None:
     """The premise a saving replayed from these runs rests on, where no verified run measured it: None where
-    the runs' time is in MEASURED_KINDS (fusible_chain_measured_pct and fusible_chain_kinds, from the
-    step's metrics)."""
+    the runs' time is in MEASURED_KINDS (fusible_chain_measured_pct and fusible_chain_unmeasured_kinds,
+    from the step's metrics)."""
     if measured_pct is None or measured_pct >= MEASURED_RUNS_PCT:
         return None
-    names = [part.split()[0] for part in (kinds or "").split(", ") if part]
-    others = " and ".join(kind for kind in names if kind not in MEASURED_KINDS) or "other"
+    others = " and ".join(kind for kind in (unmeasured_kinds or "").split(", ") if kind) or "other"
     return (
         "each run of fusible kernels fuses down to its longest kernel's time, as Inductor's kernels would "
         f"({100 - measured_pct:.0f}% of the runs' time is in {others} kernels, whose "

@@ -75,7 +75,7 @@ def fusion_report(ctx: Context, lost_ms: float) -> Report:
             ("distinct kernels per step", "distinct_kernels_per_step"),
         ],
         assumes=unmeasured_fusion_premise(
-            ctx.value("fusible_chain_measured_pct"), ctx.value("fusible_chain_kinds")
+            ctx.value("fusible_chain_measured_pct"), ctx.value("fusible_chain_unmeasured_kinds")
         ),
         explanation=(
             "Each elementwise, normalization, softmax, reduction or layout-copy kernel reads its inputs "

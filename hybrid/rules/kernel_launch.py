@@ -186,7 +186,7 @@ def _across_syncs_premise(ctx: Context) -> str:
     benchmarks/results/s24_h100), and the fusion premise where the runs hold kinds no verified run
     measured."""
     fusion = unmeasured_fusion_premise(
-        ctx.value("fusible_chain_measured_pct"), ctx.value("fusible_chain_kinds")
+        ctx.value("fusible_chain_measured_pct"), ctx.value("fusible_chain_unmeasured_kinds")
     )
     return "the compiled graphs between the syncs add no host time of their own" + (
         f"; {fusion}" if fusion else ""
