@@ -61,3 +61,12 @@ def test_a_model_zoo_call_goes_through_the_zoos_code(analyzed_copy):
     forward = next(site for site in dispatch["callsites"] if site.get("inside"))
     assert all(part["site"].startswith("torchvision/models/resnet.py:") for part in forward["inside"])
     assert "inside" not in dispatch["callsites"][0]  # hybrid/models.py:263, loss.backward()
+
+
+def test_inductors_output_code_is_no_users_line(analyzed_copy):
+    """compiled_train_mlp (H200) ran Inductor's output code from the run's compile cache
+    (.../compile-cache/inductor/ce/ccem2ox7...py): its `call` had taken 6.8% of the CPU-heavy ops as a user
+    line; the script's line that called the compiled model has it."""
+    doc = analyzed_copy(FIXTURES / "unmarked_runs" / "compiled_train_mlp" / "run")
+    sites = [site for f in doc["diagnosis"]["bottlenecks"] for site in f.get("callsites") or []]
+    assert sites and {site["file"] for site in sites} == {"compiled_train_mlp.py"}
