@@ -200,3 +200,19 @@ def test_sectors_per_request_no_load_width_explains_is_measured_the_rest_is_an_a
     # Only the kernel launches whose own counters read 16 sectors a request are its time (this capture's
     # other kernels matched a profiled launch by name only): the step-wide figure is not extrapolated.
     assert 0 < _model_ms(gelu) <= doc["ledger"]["ms_per_step"]["uncoalesced"] * (1 + 1e-9)
+
+
+def test_uncoalesced_gathers_are_advised_to_order_their_indices_not_their_layout():
+    """mem_random_gather's uncoalesced time is all in index_select's _scatter_gather_elementwise_kernel (its
+    twin sorts each index batch); mem_transposed_operand's is an elementwise kernel reading a transposed
+    operand, whose layout is the fix."""
+    gather = findings(run(PLANTED / "mem_random_gather" / "run"))["memory.uncoalesced"]
+    texts = [a["text"] for a in gather["advice"]]
+    assert texts[0].startswith("Order the indices these kernels load through: sort each index batch")
+    assert "_scatter_gather_elementwise_kernel 100%" in gather["advice"][0]["condition"]
+    assert not any(".contiguous()" in t or t.startswith("torch.compile") for t in texts)
+    transposed = findings(run(PLANTED / "mem_transposed_operand" / "run"))["memory.uncoalesced"]
+    texts = [a["text"] for a in transposed["advice"]]
+    assert texts[0].startswith("Make tensors contiguous") and not any(
+        t.startswith("Order the") for t in texts
+    )

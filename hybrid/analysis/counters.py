@@ -5,6 +5,8 @@ stand for. Each figure is tagged measured:ncu.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -12,6 +14,7 @@ from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel, profile_ker
 from hybrid.hardware import Peaks
 from hybrid.profile import MEASURED_MATCHES, Profile
 from hybrid.provenance import MEASURED_NCU, Metric
+from nsight.ncu import function_base_name
 
 
 def _weighted(values: pd.Series, weights: pd.Series) -> float | None:
@@ -66,6 +69,41 @@ COUNTER_AVERAGES = (
 )
 
 
+# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that means half of every
+# fetched sector is wasted (hopper-metrics.md; hybrid.ledger.shortfall classes kernels so).
+UNCOALESCED_SECTORS_PER_REQUEST = 8.0
+# Kernels that load through an index tensor (index_select, gather, scatter, embedding, take): their loads are
+# as coalesced as the indices are ordered, whatever the tensors' layout (mem_random_gather's
+# _scatter_gather_elementwise_kernel: 20 sectors a request).
+INDEXED_LOADS = re.compile(r"gather|scatter|index|embedding|take", re.IGNORECASE)
+
+
+def _uncoalesced(c: pd.DataFrame, weights: pd.Series, classes: pd.DataFrame) -> dict[str, Metric]:
+    """The memory-bound kernels whose loads are uncoalesced, by their step time (`ncu_uncoalesced_kernels`),
+    and the share of that time in kernels that load through an index (`ncu_uncoalesced_indexed_pct`).
+    GEMMs are left out: their tiles load 16-byte vectors (a coalesced warp reads 16 sectors a request), and
+    the ledger gives their time to the GEMM causes first (sync_cuda_synchronize's TF32 GEMM read 66% of
+    such a list)."""
+    kinds = per_kernel(c["name"].astype(str), classes, "kind")
+    mask = (c["global_load_sectors_per_request"].fillna(0.0) >= UNCOALESCED_SECTORS_PER_REQUEST) & ~np.isin(
+        kinds, (*MATMUL_KINDS, "gemv")
+    )
+    time = weights[mask].astype(float)
+    total = float(time.sum())
+    if total <= 0:
+        return {}
+    names = c.loc[mask, "name"].astype(str).map(function_base_name)
+    by_name = time.groupby(names.to_numpy()).sum().sort_values(ascending=False)
+    listed = ", ".join(f"{name} {100 * ns / total:.0f}%" for name, ns in by_name.iloc[:3].items())
+    indexed = float(by_name[by_name.index.str.contains(INDEXED_LOADS)].sum())
+    return {
+        "ncu_uncoalesced_kernels": Metric(
+            listed + (f" (+{len(by_name) - 3} more)" if len(by_name) > 3 else ""), "", MEASURED_NCU
+        ),
+        "ncu_uncoalesced_indexed_pct": Metric(100 * indexed / total, "%", MEASURED_NCU),
+    }
+
+
 def _counter_average(c: pd.DataFrame, col: str, weights: pd.Series) -> float | None:
     return _weighted(c[col].clip(upper=100) if col.endswith("_pct") else c[col], weights)
 
@@ -107,7 +145,9 @@ def counter_metrics(profile: Profile, steps: pd.DataFrame, peaks: Peaks) -> dict
         value = _counter_average(c, col, weights)
         if value is not None:
             out[name] = Metric(value, unit, src)
-    out.update(_gemm_tensor_pipe(c, weights, profile_kernel_classes(profile, c["name"], peaks)))
+    classes = profile_kernel_classes(profile, c["name"], peaks)
+    out.update(_gemm_tensor_pipe(c, weights, classes))
+    out.update(_uncoalesced(c, weights, classes))
     dram = c["dram_read_bytes"] + c["dram_write_bytes"]
     # A kernel's n/a read as 0 bytes would pass a partial sum off as the measured total.
     if dram.notna().all() and c["duration_ns"].notna().all():

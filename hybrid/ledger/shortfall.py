@@ -13,15 +13,13 @@ import re
 import numpy as np
 import pandas as pd
 
+from hybrid.analysis.counters import UNCOALESCED_SECTORS_PER_REQUEST
 from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel, profile_kernel_classes
 from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
 from hybrid.ledger.causes import KERNEL_SHORTFALLS
 from hybrid.profile import MEASURED_MATCHES, Profile, by_name, counters_per_kernel, is_communication
 
-# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads; twice that wastes half
-# of every fetched sector (hopper-metrics.md).
-UNCOALESCED_SECTORS_PER_REQUEST = 8.0
 # Below a quarter of the warp slots busy, latency hiding usually suffers (CUDA best-practices guide),
 # except in wgmma GEMMs, which run at ~15% occupancy with a busy tensor pipe (hopper-metrics.md).
 LOW_OCCUPANCY_PCT = 25.0

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from hybrid.analysis.counters import UNCOALESCED_SECTORS_PER_REQUEST
 from hybrid.rules.advice import Suggestion, use_compile
 from hybrid.rules.base import Context, Inputs, NotMeasured, Report, Rule
 from hybrid.rules.common import faster_kernels_fix
 
-# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads (hopper-metrics.md);
-# twice that means half of every fetched sector is wasted (hybrid.ledger.shortfall classes kernels so).
+# 4 sectors (32 B each) per request is a fully coalesced warp of 4-byte loads (hopper-metrics.md).
 IDEAL_SECTORS_PER_REQUEST = 4.0
-UNCOALESCED_SECTORS_PER_REQUEST = 8.0
 # The widest load a thread issues is 16 bytes: a fully coalesced warp request then covers 512 B, 16
 # sectors. Above that no access width explains the figure; at or below it, vectorized loads could.
 MAX_COALESCED_SECTORS_PER_REQUEST = 16.0
 MIN_LOST_PCT = 2.0
+# Where most of the uncoalesced kernels' time loads through an index, the order of the indices decides the
+# coalescing (mem_random_gather: 100%); over INDEXED_ONLY_PCT a layout change has nothing to act on.
+INDEXED_SHARE_PCT = 50.0
+INDEXED_ONLY_PCT = 80.0
 
 
 def uncoalesced_lost_ms(memory_bound_ms: float, sectors_per_request: float) -> float:
@@ -28,13 +31,28 @@ def coalescing_advice(ctx: Context, sectors_per_request: float) -> list[Suggesti
         f"global loads fetch {sectors_per_request:.1f} sectors a request "
         f"({IDEAL_SECTORS_PER_REQUEST:.0f} is ideal)"
     )
-    out = [
+    indexed = ctx.value("ncu_uncoalesced_indexed_pct", 0.0) or 0.0
+    out = []
+    if indexed >= INDEXED_SHARE_PCT:
+        out.append(
+            Suggestion(
+                "Order the indices these kernels load through: sort each index batch once where it is built "
+                "(or group lookups of the same rows) so neighbouring threads read neighbouring rows, and "
+                "each fetched sector serves several of them",
+                f"{condition}; {indexed:.0f}% of the uncoalesced kernels' time loads through an index "
+                f"({ctx.value('ncu_uncoalesced_kernels')}), L2 hit rate "
+                f"{ctx.value('ncu_l2_hit_pct', 0.0):.0f}%",
+            )
+        )
+    if indexed >= INDEXED_ONLY_PCT:
+        return out  # layouts, channels_last and a compiler's layout choice leave the indices' order as it is
+    out.append(
         Suggestion(
             "Make tensors contiguous in the dimension kernels read (.contiguous()); avoid permute/transpose "
             "feeding elementwise ops",
             condition,
         )
-    ]
+    )
     if ctx.value("conv_kernel_ms", 0.0) > 0 and ctx.config.channels_last is not True:
         out.append(
             Suggestion(
@@ -72,9 +90,11 @@ def report(ctx: Context, lost_ms: float) -> Report:
             ("L1 hit rate", "ncu_l1_hit_pct"),
             ("L2 hit rate", "ncu_l2_hit_pct"),
             ("kernel time covered by ncu", "ncu_coverage_pct"),
+            ("uncoalesced kernels", "ncu_uncoalesced_kernels"),
         ],
         explanation=(
-            "Warps fetch many more 32-byte sectors per load than needed: strided or transposed access."
+            "Warps fetch many more 32-byte sectors per load than needed: strided or transposed access, or "
+            "loads through an index whose neighbouring entries point far apart (a gather by random ids)."
         ),
         suggestions=coalescing_advice(ctx, spr),
     )
