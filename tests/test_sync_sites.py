@@ -90,7 +90,9 @@ def test_another_threads_samples_do_not_place_the_syncs():
 def test_the_sync_finding_shows_where_the_host_sat(analyzed_copy, name):
     doc = analyzed_copy(UNMARKED / name / "run")
     finding = next(f for f in doc["diagnosis"]["bottlenecks"] if f["id"] == "sync.per_step")
-    where = next(e for e in finding["evidence"] if e["label"] == "where the host sat in them")
+    where = next(
+        e for e in finding["evidence"] if e["label"] == "where the host sat in them, by share of the samples"
+    )
     assert (
         where["source"] == "measured:nsys" and where["value"] == doc["metrics"]["sync_library_sites"]["value"]
     )

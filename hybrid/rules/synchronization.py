@@ -119,7 +119,7 @@ def report(ctx: Context, lost_ms: float) -> Report:
             ("GPU idle while the host sat in a sync", "idle_sync_wait_ms"),
             ("GPU idle while the host worked after a sync", "idle_host_after_sync_ms"),
             ("device->host copies per step", "dtoh_count"),
-            ("where the host sat in them", "sync_library_sites"),
+            ("where the host sat in them, by share of the samples", "sync_library_sites"),
         ],
         explanation=(
             "Each synchronization empties the GPU's work queue: the host blocks until the device "
