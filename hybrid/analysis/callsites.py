@@ -400,7 +400,8 @@ def _ranked(
     weights: np.ndarray, total: float, samples: _Samples, paths: _Paths, modules: dict[int, str]
 ) -> list[dict]:
     """The user lines with the most of the finding's weight (per frame code), each with its share, the
-    module of its heaviest code's kernels and the library code its time went to (`inside`)."""
+    module most of its kernels ran in (`modules`, by line) and the library code its time went to
+    (`inside`)."""
     if total <= 0 or not weights.any():
         return []
     by_line = np.bincount(samples.line_of, weights=weights, minlength=len(samples.lines))
@@ -414,7 +415,7 @@ def _ranked(
             samples.lines[index][1],
             samples.function(index),
             100 * by_line[index] / total,
-            next((modules[int(c)] for c in codes if int(c) in modules), None),
+            modules.get(index),
         )
         inside = _inside_libraries(samples, codes, weights, total)
         if inside:
@@ -627,8 +628,8 @@ def _evidence_ops(finding: Finding) -> set[str]:
 @dataclass(frozen=True)
 class _KernelPart:
     """A finding's kernel time by the samples at the launches: weight (ns) per frame code, the kernels' total
-    ns, the module most of each code's kernels ran in, each kernel's module and ns (None without kernels),
-    and whether any matched a kernel of the sampled pass."""
+    ns, the module most of each user line's kernels ran in, each kernel's module and ns (None without
+    kernels), and whether any matched a kernel of the sampled pass."""
 
     weights: np.ndarray
     total: float
@@ -718,9 +719,10 @@ class _Placer:
         codes = self.samples.at(*_launches_at(self.sampled, theirs))
         user = codes >= 0
         np.add.at(weights, codes[user], share[user])
-        frame = pd.DataFrame({"code": codes[user], "layer": layer_of[mine[user]], "ns": share[user]}).dropna()
+        lines = self.samples.line_of[codes[user]]
+        frame = pd.DataFrame({"line": lines, "layer": layer_of[mine[user]], "ns": share[user]}).dropna()
         modules = {
-            int(code): str(group.groupby("layer")["ns"].sum().idxmax())
-            for code, group in frame.groupby("code")
+            int(line): str(group.groupby("layer")["ns"].sum().idxmax())
+            for line, group in frame.groupby("line")
         }
         return _KernelPart(weights, total, modules, layers, len(theirs) > 0)
