@@ -17,7 +17,7 @@ from nsight.intervals import interval_union
 from nsight.python_frames import library_package, library_site
 
 # Fewer samples inside the syncs than this say nothing of whose code they are (nsys samples the host at
-# 1 kHz: torch_geometric's GCN, 1.63 ms a step in syncs over 20 steps, gave 26).
+# 1 kHz: torch_geometric's GCN, 1.63 ms a step in syncs over 20 steps, gave 28 on its syncing thread).
 MIN_SYNC_SAMPLES = 10
 TOP_SITES = 3
 
