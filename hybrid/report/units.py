@@ -6,6 +6,7 @@ renderers all call `format_value`, so one reading looks the same in each of them
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 from hybrid.numbers import SIGNIFICANT_DIGITS, significant
 
@@ -20,7 +21,7 @@ _PERCENT_UNITS = ("%", "% of peak")
 _IRREGULAR_SINGULAR = {"copies": "copy"}
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
