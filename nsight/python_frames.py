@@ -64,7 +64,7 @@ def library_site(file: str, line: int, function: str | None) -> str:
 
 def is_hybrid_file(path: str | None) -> bool:
     """True for hybrid's own code in the profiled process (its injector and step markers)."""
-    return bool(path) and HYBRID_IN_PROCESS.search(path) is not None
+    return path is not None and HYBRID_IN_PROCESS.search(path) is not None
 
 
 def is_user_file(path: str | None) -> bool:

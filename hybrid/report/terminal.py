@@ -146,9 +146,9 @@ def _header(results: dict) -> Text:
     if workload.get("step_unit"):
         # What one step is and how it was found (workload.step_*); a guess is a warning, not a footnote.
         low = workload.get("step_confidence") == "low"
+        found_by = STEP_FOUND_BY.get(str(workload.get("step_source")), "found")
         text.append(
-            f"\nstep = {workload['step_unit']} · {STEP_FOUND_BY.get(workload.get('step_source'), 'found')}, "
-            f"{workload.get('step_confidence')} confidence",
+            f"\nstep = {workload['step_unit']} · {found_by}, {workload.get('step_confidence')} confidence",
             style="yellow" if low else None,
         )
         if low and workload.get("step_reason"):

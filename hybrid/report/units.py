@@ -59,7 +59,7 @@ def format_scaled(value: float, unit: str) -> str:
     return f"{format_count(value) if unit == 'B' else significant(value)} {unit}"
 
 
-def noun(unit: str, value: float) -> str:
+def noun(unit: str, value: object) -> str:
     """A count noun agreeing with its number: 1 break, 2 breaks, 1 copy."""
     if value != 1 or not unit.isalpha() or not unit.endswith("s") or len(unit) < 3:
         return unit
