@@ -9,16 +9,25 @@ vary by 8%)."""
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 import numpy as np
 import pandas as pd
 
 from hybrid.analysis.op_ranges import top_level_ops
-from hybrid.analysis.steps import OUTLIER_STEP_FACTOR, RECURRING_OUTLIERS, in_steps, steady_mask
+from hybrid.analysis.steps import (
+    OUTLIER_STEP_FACTOR,
+    RECURRING_OUTLIERS,
+    frame_source,
+    in_steps,
+    steady_mask,
+)
 from hybrid.ledger import Ledger
 from hybrid.ledger.causes import LABELS
 from hybrid.numbers import NS_PER_MS
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
+from nsight.python_frames import library_site
 
 # A step 10% over the median is slow: steady loops vary by a few % (data_pipeline.STEP_CV_PCT).
 SLOW_STEP_FACTOR = 1.1
@@ -145,7 +154,48 @@ def slow_step_metrics(
             for cause, ms in _grown(by_cause, extra_ms).items()
         }
     out.update(_slow_step_ops(profile, steps, ops_src))
+    out.update(_slow_step_lines(profile, steps, slow, typical, extra_ms))
     return out
+
+
+def _slow_step_lines(
+    profile: Profile, steps: pd.DataFrame, slow: pd.Index, typical: pd.Index, extra_ms: float
+) -> dict[str, Metric]:
+    """The script's lines whose sampled host time grows on the slow steps, each with the library code it went
+    through: 'sentence_transformers_encode.py:23 through transformers/tokenization_utils_base.py:90 flatten
+    (+0.84 ms)'. The Python samples of the thread that ran the user's code, on the analyzed timeline's
+    clock (nsys's samples and steps); nothing without samples."""
+    samples = profile.samples
+    user = samples[samples["file"].notna()]
+    if user.empty:
+        return {}
+    main = samples[samples["tid"] == user["tid"].value_counts().idxmax()]
+    ordered = steps.sort_values("start_ns")
+    starts, ends = ordered["start_ns"].to_numpy(np.int64), ordered["end_ns"].to_numpy(np.int64)
+    at = main["start_ns"].to_numpy(np.int64)
+    slot = np.searchsorted(starts, at, side="right") - 1
+    inside = (slot >= 0) & (at < ends[np.clip(slot, 0, None)])
+    main = main[inside]
+    if main.empty:
+        return {}
+    lines = [
+        "no line of the script"
+        if file is None or (isinstance(file, float) and np.isnan(file))
+        else f"{PurePosixPath(str(file)).name}:{line}"
+        + (f" through {library_site(str(lib), int(lib_line), lib_fn)}" if isinstance(lib, str) else "")
+        for file, line, lib, lib_line, lib_fn in zip(
+            main["file"],
+            main["line"],
+            main["library_file"],
+            main["library_line"],
+            main["library_function"],
+            strict=True,
+        )
+    ]
+    sampled_ms = ((main["end_ns"] - main["start_ns"]) / NS_PER_MS).to_numpy()
+    by_step = pd.Series(sampled_ms).groupby([ordered["step"].to_numpy()[slot[inside]], lines]).sum()
+    named = _named(_extra_per(by_step.unstack(fill_value=0.0), slow, typical), extra_ms)
+    return {"slow_step_extra_lines": Metric(named, "", frame_source(profile, "samples"))} if named else {}
 
 
 def _slow_step_ops(profile: Profile, steps: pd.DataFrame, ops_src: str) -> dict[str, Metric]:

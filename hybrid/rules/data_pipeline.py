@@ -520,6 +520,19 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                 f"{condition}; the slow steps come at a fixed stride, and no torch op grows on them",
             )
         )
+    lines = ctx.value("slow_step_extra_lines")
+    if not out and lines:
+        # The samples already say where: the lines to look at rather than how to find them. It names no
+        # change of its own, so the variation stays the finding's whose host work those lines are.
+        out.append(
+            Suggestion(
+                f"Look at {lines.split(' (+')[0]} first: the slow steps' extra host time is there; work "
+                "whose size or path varies from step to step (tokenizing or decoding inputs of varying "
+                "size, Python loops over them) is typical",
+                f"{condition}; the Python samples put it at {lines}",
+                locates_code=True,
+            )
+        )
     if not out:
         gc = (
             f"Python's collector took {significant(gc_ms, 2)} ms a step"
@@ -578,6 +591,7 @@ def jitter_report(ctx: Context, lost_ms: float) -> Report:
             ("a slow step's extra time", "slow_step_extra_ms"),
             ("where it goes", "slow_step_extra_causes"),
             ("ops whose host time grows", "slow_step_extra_ops"),
+            ("lines whose sampled host time grows", "slow_step_extra_lines"),
             ("their input shapes only slow steps ran", "slow_step_new_shapes"),
             ("kernels a step, slow / typical", "slow_step_kernels"),
             ("Python GC time a step", "gc_ms_per_step"),
