@@ -484,9 +484,9 @@ def test_jitter_advice_follows_where_the_slow_steps_time_goes(analyzed):
             gc_named = "gc.freeze" in suggestion["text"]
             assert not gc_named or "garbage collector ran" in suggestion["condition"], name
     # sentence-transformers encode(): 6 of 19 steps are slow at no stride, by 3.5 ms of Python outside
-    # any torch op (tokenizing each batch), on the same 98 kernels.
+    # any torch op (tokenizing each batch), on the same 98 kernels: the samples name the line to look at.
     cause, texts = advised["unmarked_runs/sentence_transformers_encode/run"]
-    assert cause == "host_other" and texts[0].startswith("Sample the script's Python")
+    assert cause == "host_other" and texts[0].startswith("Look at sentence_transformers_encode.py:23")
     # torchaudio: the first steps after warm-up wait longer for the single-process DataLoader.
     cause, texts = advised["unmarked_runs/torchaudio_frontend_train/run"]
     assert cause == "dataloader_fetch" and "num_workers" in texts[0]
