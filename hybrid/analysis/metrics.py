@@ -15,6 +15,7 @@ import pandas as pd
 
 from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.fusion import MEASURED_KINDS, fused_run_ns, fusible_mask, fusion_runs
+from hybrid.analysis.graph_breaks import graph_break_metrics
 from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text, optimizer_ranges
 from hybrid.analysis.jitter import later_step_metrics
 from hybrid.analysis.kernel_classes import (
@@ -471,13 +472,7 @@ def _extras(profile: Profile) -> dict[str, Metric]:
         out["peak_memory_bytes"] = Metric(int(peak), "B", src)
         if capacity:
             out["peak_memory_pct"] = Metric(100 * float(peak) / float(capacity), "%", src)
-    breaks = extras.get("graph_breaks")
-    if breaks is not None:
-        reasons = breaks if isinstance(breaks, list) else []
-        count = len(reasons) if isinstance(breaks, list) else int(breaks)
-        out["graph_breaks"] = Metric(count, "breaks", src)
-        text = [r.get("reason", str(r)) if isinstance(r, dict) else str(r) for r in reasons[:3]]
-        out["graph_break_reasons"] = Metric("; ".join(text), "", src)
+    out.update(graph_break_metrics(extras.get("graph_breaks")))
     if extras.get(OPS_CLOCK_STEP_NS):
         out["torch_pass_step_time_ms"] = Metric(
             float(extras[OPS_CLOCK_STEP_NS]) / NS_PER_MS, "ms", MEASURED_TORCH

@@ -177,10 +177,12 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
         breaks = ctx.value("graph_breaks", 0)
         if breaks and COMPILED_BACKWARD_NODE in dispatch.autograd_ops:
             # Each piece a graph break leaves is its own autograd node: graph_breaks runs 8 a step.
+            reasons = ctx.value("graph_break_reasons")
             found.append(
                 Suggestion(
-                    "Remove the graph breaks (TORCH_LOGS=graph_breaks lists them): every compiled piece "
-                    "runs its own backward node, so one graph runs one",
+                    "Remove the graph breaks"
+                    + (f" ({reasons})" if reasons else " (TORCH_LOGS=graph_breaks lists them)")
+                    + ": every compiled piece runs its own backward node, so one graph runs one",
                     f"{evidence}; torch.compile recorded {breaks:.0f} graph break(s), and each "
                     f"{COMPILED_BACKWARD_NODE} node is one piece's backward",
                     ("autograd::engine::evaluate_function: " + COMPILED_BACKWARD_NODE,),
