@@ -284,7 +284,7 @@ CASES = [
         says=(
             "torch.optim.AdamW(..., fused=True)",
             "Optimizer.step#AdamW.step runs aten::item ×64",
-            "Remove the graph breaks",
+            "Remove what breaks the graph",
             "AccumulateGrad ×32",
             "torch.cuda.graph around forward",
         ),
@@ -317,7 +317,7 @@ CASES = [
                 {"class": "AdamW", "fused": True, "supports_fused": True, "foreach_effective": False}
             ],
         ),
-        says=("Remove the graph breaks", "torch.cuda.graph around forward"),
+        says=("Remove what breaks the graph", "torch.cuda.graph around forward"),
         never=("fused=True", "foreach=True", "compiled_autograd"),
     ),
     Case(

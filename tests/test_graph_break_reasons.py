@@ -45,3 +45,19 @@ def test_the_advice_is_the_recorded_reason_and_hint_not_how_to_list_them(analyze
         for f in doc["diagnosis"]["bottlenecks"]
         for text in f["suggestions"]
     )
+
+
+def test_one_change_for_every_finding_the_breaks_cause(analyzed_copy):
+    """The framework-dispatch finding's pieces (one CompiledFunctionBackward node a piece) come from the same
+    breaks: it advises the same change in the same words, so What to change first says it once for both."""
+    from hybrid.report.terminal import render_terminal
+
+    doc = analyzed_copy(PLANTED)
+    first = {f["id"]: f["suggestions"][0] for f in doc["diagnosis"]["bottlenecks"] if f["suggestions"]}
+    host = next(f for f in doc["diagnosis"]["bottlenecks"] if f["id"] == "cpu.preprocessing")
+    same = [a for a in host["advice"] if a["text"].startswith("Remove what breaks the graph")]
+    assert len(same) == 1 and "CompiledFunctionBackward ×8" in same[0]["condition"]
+    text = " ".join(render_terminal(doc, verbose=False, color=False).split())
+    changes = text.split("What to change first")[1]
+    assert changes.count("Remove what breaks the graph") == 1
+    assert first["compile.graph_breaks"].startswith("Remove what breaks the graph")

@@ -222,7 +222,7 @@ def test_the_frameworks_own_dispatch_is_said_and_advised_op_by_op(analyzed):
     assert not [t for t in texts if "Take that host work off" in t]
     fused, pieces, graphs = (
         next(a for a in host["advice"] if key in a["text"])
-        for key in ("fused=True", "Remove the graph breaks", "torch.cuda.graph around")
+        for key in ("fused=True", "Remove what breaks the graph", "torch.cuda.graph around")
     )
     assert "Optimizer.step#AdamW.step runs aten::item ×64" in fused["condition"]
     # Its compiled backward runs as 8 nodes a step, one per piece the graph breaks leave, beside the

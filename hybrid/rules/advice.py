@@ -394,6 +394,28 @@ def use_autocast(config: RunConfig, *, condition: str, applies_to: tuple[str, ..
     ]
 
 
+def remove_graph_breaks(reasons: str | None, hints: str | None, condition: str) -> Suggestion:
+    """The breaks' own reasons and dynamo's hints where the run recorded them (hybrid.analysis.graph_breaks);
+    how to list them where it recorded only a count. One text for every finding a graph break causes, so
+    What to change first says it once."""
+    if not reasons:
+        return Suggestion(
+            "List the graph breaks with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); "
+            "remove data-dependent Python control flow, .item() and print() from compiled code",
+            condition,
+        )
+    # A value read to the host inside compiled code breaks it wherever it is; kept on the device, it does not
+    # (the planted graph_breaks' twin keeps its logged maximum as a tensor).
+    scalar = "Tensor.item()" in reasons
+    return Suggestion(
+        f"Remove what breaks the graph: {reasons}"
+        + (" (or keep the value as a device tensor and read it outside the compiled code)" if scalar else "")
+        + (f"; dynamo's own hint: {hints}" if hints else ""),
+        condition,
+        tuple(reasons.split("; ")),
+    )
+
+
 def use_compile(
     config: RunConfig, *, why: str, condition: str, mode: str | None = None, applies_to: tuple[str, ...] = ()
 ) -> list[Suggestion]:

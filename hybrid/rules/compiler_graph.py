@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hybrid.analysis.fusion import fusible_mask, unmeasured_fusion_premise
-from hybrid.rules.advice import Suggestion, fused_optimizer, use_compile
+from hybrid.rules.advice import Suggestion, fused_optimizer, remove_graph_breaks, use_compile
 from hybrid.rules.base import Context, Fix, FixInputs, Inputs, NoFix, Report, Rule
 from hybrid.rules.common import rule_saving
 from hybrid.rules.switches import COMPILE, FUSED_OPTIMIZER
@@ -121,40 +121,14 @@ def graph_breaks_report(ctx: Context, lost_ms: float) -> Report:
             "CUDA-graph capture across the break; the guard checks, graph switches, eager code and any "
             "sync at the break run on the host while the GPU waits."
         ),
-        suggestions=graph_break_advice(ctx, breaks),
+        suggestions=[
+            remove_graph_breaks(
+                ctx.value("graph_break_reasons"),
+                ctx.value("graph_break_hints"),
+                f"torch.compile recorded {breaks} graph break(s)",
+            )
+        ],
     )
-
-
-def graph_break_advice(ctx: Context, breaks: int) -> list[Suggestion]:
-    """The breaks' own reasons and dynamo's hints where the run recorded them; how to list them where it
-    recorded only a count."""
-    reasons = str(ctx.value("graph_break_reasons") or "")
-    condition = f"torch.compile recorded {breaks} graph break(s)"
-    if not reasons:
-        return [
-            Suggestion(
-                "List them with TORCH_LOGS=graph_breaks or torch._dynamo.explain(model)(inputs); remove "
-                "data-dependent Python control flow, .item() and print() from compiled code",
-                condition,
-            )
-        ]
-    hints = ctx.value("graph_break_hints")
-    # A value read to the host inside compiled code breaks it wherever it is; kept on the device, it does not
-    # (the planted graph_breaks' twin keeps its logged maximum as a tensor).
-    scalar = "Tensor.item()" in reasons
-    return [
-        Suggestion(
-            f"Remove what breaks the graph: {reasons}"
-            + (
-                " (or keep the value as a device tensor and read it outside the compiled code)"
-                if scalar
-                else ""
-            )
-            + (f"; dynamo's own hint: {hints}" if hints else ""),
-            condition,
-            tuple(reasons.split("; ")),
-        )
-    ]
 
 
 def fusion_fix(inputs: FixInputs) -> Fix:

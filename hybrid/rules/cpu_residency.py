@@ -3,7 +3,7 @@ preprocessing while the GPU waits, tensors created on the CPU and moved later.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hybrid.analysis.op_ranges import CREATE_OPS, MOVE_OPS
 from hybrid.numbers import significant
@@ -14,6 +14,7 @@ from hybrid.rules.advice import (
     fused_optimizer,
     host_batch_work,
     loader_workers,
+    remove_graph_breaks,
     same_inputs_every_step,
     use_compile,
     use_cuda_graphs,
@@ -177,15 +178,15 @@ def dispatch_advice(ctx: Context, condition: str, dispatch: Dispatch) -> list[Su
         breaks = ctx.value("graph_breaks", 0)
         if breaks and COMPILED_BACKWARD_NODE in dispatch.autograd_ops:
             # Each piece a graph break leaves is its own autograd node: graph_breaks runs 8 a step.
-            reasons = ctx.value("graph_break_reasons")
             found.append(
-                Suggestion(
-                    "Remove the graph breaks"
-                    + (f" ({reasons})" if reasons else " (TORCH_LOGS=graph_breaks lists them)")
-                    + ": every compiled piece runs its own backward node, so one graph runs one",
-                    f"{evidence}; torch.compile recorded {breaks:.0f} graph break(s), and each "
-                    f"{COMPILED_BACKWARD_NODE} node is one piece's backward",
-                    ("autograd::engine::evaluate_function: " + COMPILED_BACKWARD_NODE,),
+                replace(
+                    remove_graph_breaks(
+                        ctx.value("graph_break_reasons"),
+                        ctx.value("graph_break_hints"),
+                        f"{evidence}; torch.compile recorded {breaks:.0f} graph break(s), and each "
+                        f"{COMPILED_BACKWARD_NODE} node is one piece's backward, so one graph runs one",
+                    ),
+                    applies_to=("autograd::engine::evaluate_function: " + COMPILED_BACKWARD_NODE,),
                 )
             )
         # A compiled model's remaining nodes (AccumulateGrad per parameter) are left to the whole-step
