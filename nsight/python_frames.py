@@ -50,15 +50,11 @@ def library_package(path: str | None) -> str | None:
     return match.group(1)
 
 
-# Where an installed package's path begins: .../site-packages/ or .../dist-packages/.
-INSTALLED_ROOT = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-
-
 def library_site(file: str, line: int, function: str | None) -> str:
     """'torchvision/ops/boxes.py:48 nms': a library frame by its path from the package's folder on (a
     generated file by its name)."""
-    parts = INSTALLED_ROOT.split(file, maxsplit=1)
-    shown = parts[1] if len(parts) == 2 else re.split(r"[/\\]", file)[-1]
+    installed = INSTALLED_PACKAGE.search(file)
+    shown = file[installed.start(1) :] if installed else re.split(r"[/\\]", file)[-1]
     return f"{shown}:{line}" + (f" {function}" if function else "")
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from hybrid.analysis.steps import frame_source, in_steps
 from hybrid.profile import Profile
 from hybrid.provenance import Metric
-from nsight.intervals import interval_union
+from nsight.intervals import NO_RANGE, interval_union, stab_disjoint
 from nsight.python_frames import library_package, library_site
 
 # Fewer samples inside the syncs than this say nothing of whose code they are (nsys samples the host at
@@ -37,9 +37,7 @@ def sync_site_metrics(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     for tid, own in syncs.groupby("tid"):
         starts, ends = interval_union(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
         mine = np.flatnonzero(samples["tid"].to_numpy(np.int64) == tid)
-        at = samples["start_ns"].to_numpy(np.int64)[mine]
-        index = np.searchsorted(starts, at, side="right") - 1
-        inside[mine] = (index >= 0) & (at < ends[np.clip(index, 0, None)])
+        inside[mine] = stab_disjoint(samples["start_ns"].to_numpy(np.int64)[mine], starts, ends) != NO_RANGE
     sampled = samples[inside]
     if len(sampled) < MIN_SYNC_SAMPLES:
         return {}
@@ -53,7 +51,7 @@ def sync_site_metrics(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric
     own = library[[p == package for p in packages]]
     out["sync_library_pct"] = Metric(100.0 * len(own) / len(sampled), "%", src)
     sites = Counter(
-        library_site(str(f), int(line), str(fn))
+        library_site(str(f), int(line), fn if isinstance(fn, str) else None)
         for f, line, fn in zip(own["library_file"], own["library_line"], own["library_function"], strict=True)
     )
     out["sync_library_package"] = Metric(str(package), "", src)

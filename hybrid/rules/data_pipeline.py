@@ -526,9 +526,9 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
         # change of its own, so the variation stays the finding's whose host work those lines are.
         out.append(
             Suggestion(
-                f"Look at {lines.split(' (+')[0]} first: the slow steps' extra host time is there; work "
-                "whose size or path varies from step to step (tokenizing or decoding inputs of varying "
-                "size, Python loops over them) is typical",
+                f"Look at {ctx.value('slow_step_extra_line')} first: the slow steps' extra host time is "
+                "there; work whose size or path varies from step to step (tokenizing or decoding inputs of "
+                "varying size, Python loops over them) is typical",
                 f"{condition}; the Python samples put it at {lines}",
                 locates_code=True,
             )
