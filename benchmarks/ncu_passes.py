@@ -3,11 +3,14 @@ with the metric set and without the groups that cost the most. Runs on a GPU mac
 
     python benchmarks/ncu_passes.py RESULTS.md --work DIR
         [--selected benchmarks/results/resnet50_b32_selected_kernels.json]
+        [--repeats N] [--variant NAME ...] [--no-groups]
 
 Part 1 profiles two small elementwise kernels once per metric group and reads how many replay passes
 each group needs (`profiler__replayer_passes`). Part 2 runs the ncu pass exactly as `hybrid run` does
 (measured window, one launch per launch configuration of the selected kernel names) on resnet50 b32,
-once per metric set, and records wall time, launches and passes.
+once per metric set (N times, the sets taken in turn, with --repeats: one reading of each left the
+profiled window following the passes only loosely, benchmarks/results/s27_h100), and records wall time,
+launches and passes.
 """
 
 from __future__ import annotations
@@ -103,11 +106,14 @@ def group_passes(found: Path, work: Path) -> list[tuple[str, int, int | None]]:
     return rows
 
 
-def resnet50_costs(found: Path, work: Path, selected: list[str]) -> list[dict]:
+def resnet50_costs(
+    found: Path, work: Path, selected: list[str], variants: list[str], repeats: int
+) -> list[dict]:
     rows = []
-    for name, metrics in VARIANTS.items():
+    for repeat, name in ((r, n) for r in range(repeats) for n in variants):
+        metrics = VARIANTS[name]
         slug = name.replace(" ", "_").replace("/", "_").replace("'", "")
-        out = work / f"resnet50_{slug}"
+        out = work / f"resnet50_{slug}_{repeat}"
         started = time.monotonic()
         run = ncu.run_ncu(
             found,
@@ -127,6 +133,7 @@ def resnet50_costs(found: Path, work: Path, selected: list[str]) -> list[dict]:
         rows.append(
             {
                 "variant": name,
+                "repeat": repeat + 1,
                 "metrics": len(metrics),
                 "launches": len(parsed.frame),
                 "passes": parsed.replay_passes,
@@ -146,6 +153,11 @@ def main() -> int:
         type=Path,
         default=Path(__file__).parent / "results" / "resnet50_b32_selected_kernels.json",
     )
+    parser.add_argument("--repeats", type=int, default=1, help="readings of each metric set, taken in turn")
+    parser.add_argument(
+        "--variant", action="append", choices=list(VARIANTS), help="only these metric sets (default: all)"
+    )
+    parser.add_argument("--no-groups", action="store_true", help="skip the passes per metric group")
     args = parser.parse_args()
     found = ncu.find_ncu()
     if found is None:
@@ -159,20 +171,26 @@ def main() -> int:
             f"`python benchmarks/ncu_passes.py {args.out} --work {args.work}`"
         ),
         "",
-        "| metric group | metrics | replay passes |",
-        "|---|---|---|",
     ]
-    lines += [f"| {name} | {count} | {passes} |" for name, count, passes in group_passes(found, args.work)]
+    if not args.no_groups:
+        lines += ["| metric group | metrics | replay passes |", "|---|---|---|"]
+        lines += [
+            f"| {name} | {count} | {passes} |" for name, count, passes in group_passes(found, args.work)
+        ]
+        lines.append("")
     lines += [
-        "",
-        "| resnet50 b32 ncu pass | metrics | launches | passes/launch | wall (s) | profiled window (s) |",
-        "|---|---|---|---|---|---|",
+        (
+            "| resnet50 b32 ncu pass | reading | metrics | launches | passes/launch | wall (s) "
+            "| profiled window (s) |"
+        ),
+        "|---|---|---|---|---|---|---|",
     ]
     selected = json.loads(args.selected.read_text())
+    variants = args.variant or list(VARIANTS)
     lines += [
-        f"| {r['variant']} | {r['metrics']} | {r['launches']} | {r['passes']} | {r['wall_s']} "
-        f"| {r['window_s']} |"
-        for r in resnet50_costs(found, args.work, selected)
+        f"| {r['variant']} | {r['repeat']} | {r['metrics']} | {r['launches']} | {r['passes']} "
+        f"| {r['wall_s']} | {r['window_s']} |"
+        for r in resnet50_costs(found, args.work, selected, variants, args.repeats)
     ]
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())
