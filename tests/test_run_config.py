@@ -225,3 +225,27 @@ def test_a_compiled_function_that_clips_keeps_its_one_graph(tmp_path):
     inject = json.loads((tmp_path / "out" / "inject.json").read_text())
     assert inject["outcome"] == "step_limit" and inject["graph_breaks"] == []
     assert inject["config"]["grad_clipping"] == []
+
+
+def test_inductor_reasons_for_skipping_cuda_graphs_are_recorded():
+    """Inductor warns why it runs a reduce-overhead graph without CUDA graphs only on GPUs; here its own
+    warning function is called as inductor calls it, after the observers are in (a fresh process: the
+    logger is process-wide). The count and the reason reach `config.compile`, each reason once."""
+    code = (
+        "import json, torch\n"
+        "from hybrid.inject import run_config\n"
+        "run_config.install()\n"
+        "from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter as skip\n"
+        "for _ in range(2): skip('skipping cudagraphs due to mutated inputs (1 instances)')\n"
+        "print(json.dumps(run_config.capture()['compile']))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert compiled["cudagraph_skips"] == 2
+    assert compiled["cudagraph_skip_reasons"] == ["skipping cudagraphs due to mutated inputs (1 instances)"]
+    # The warning still reaches the console as it would without hybrid.
+    assert "skipping cudagraphs due to mutated inputs" in done.stderr

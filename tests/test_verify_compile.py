@@ -47,9 +47,15 @@ def test_the_compile_fixes_compile_the_stepped_function_of_a_step_without_module
     """graph_unfused_small_ops (CPU sizes) calls a plain `mlp_layer(h, *weights)` 12 times a step and no
     module: on the H200 both compile fixes read "not applied: the script built nothing the fix acts on". The
     function the step spends most time in is compiled through its module-level name, the window measures it
-    compiled, and the run ends at its step limit without waiting on Inductor's idle compile threads."""
+    compiled, and the run ends at its step limit without waiting on Inductor's idle compile threads. On the
+    CPU inductor runs reduce-overhead's graphs without CUDA graphs, which the reading says instead of a
+    saving."""
     outcome, inject, stderr = _fix_run(tmp_path, fix, PLANTED_UNFUSED, "--device", "cpu")
-    assert outcome["status"] == "realized", outcome
+    if fix == "compile_reduce_overhead":
+        assert outcome["status"] == "not applied", outcome
+        assert "without CUDA graphs: no reason given (graphs off the GPU)" in outcome["reason"]
+    else:
+        assert outcome["status"] == "realized", outcome
     (action,) = outcome["actions"]
     mode = "mode='reduce-overhead'" if fix == "compile_reduce_overhead" else ""
     assert action.startswith(f"mlp_layer() compiled with torch.compile({mode})")
@@ -74,3 +80,41 @@ def test_a_stepped_function_no_module_level_name_holds_is_not_compiled_and_says_
     assert outcome["status"] == "not applied"
     assert "Layers.layer()" in outcome["reason"] and "no module-level name" in outcome["reason"]
     assert inject["config"]["compile"]["used"] is False
+
+
+def test_a_compile_that_compiled_no_graph_is_no_saving(tmp_path):
+    """Two compile fixes on the H100 (Python 3.12) compiled the stepped nn.Sequential and dynamo compiled no
+    graph: their eager windows read as the compile's realized saving (-0.1 and -0.5 ms against 5.6 and 1.8
+    predicted). A forward dynamo must skip (torch.compiler.disable) does the same on the CPU: the fix acts,
+    the run records no graph, and the reading is "not applied" with that reason, not a saving."""
+    script = ROOT / "tests" / "scripts" / "compile_disabled_forward.py"
+    outcome, inject, _stderr = _fix_run(tmp_path, "compile", script)
+    assert outcome["actions"] == ["Model.compile() at its first call"]
+    assert inject["config"]["compile"]["graphs_compiled"] == 0
+    assert outcome["status"] == "not applied"
+    assert "compiled no graph" in outcome["reason"] and "realized_ms" not in outcome
+
+
+def test_cuda_graphs_skipped_for_every_graph_are_no_reduce_overhead_saving():
+    """Where inductor ran every compiled graph without CUDA graphs, the reduce-overhead window timed the
+    default compile: not the fix. Where some graphs kept them, the window timed part of it and stands."""
+    from hybrid.rules.advice import RunConfig
+
+    switch = verified.SWITCH_BY_NAME["compile_reduce_overhead"]
+    reason = "skipping cudagraphs due to mutated inputs (2 instances)"
+    every = {"compile": {"graphs_compiled": 1, "cudagraph_skips": 2, "cudagraph_skip_reasons": [reason]}}
+    assert switch.ineffective(RunConfig(every)).endswith("its 1 graph(s) without CUDA graphs: " + reason)
+    # A training graph's forward kept its CUDA graphs where its backward lost them: one dynamo graph, two
+    # inductor graphs.
+    some = {
+        "compile": {
+            "graphs_compiled": 1,
+            "inductor_graphs": 2,
+            "cudagraph_skips": 1,
+            "cudagraph_skip_reasons": [reason],
+        }
+    }
+    assert switch.ineffective(RunConfig(some)) is None
+    assert "compiled no graph" in switch.ineffective(RunConfig({"compile": {"graphs_compiled": 0}}))
+    # A run recorded before these counters existed says nothing either way.
+    assert switch.ineffective(RunConfig({"compile": {"used": True}})) is None

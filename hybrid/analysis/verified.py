@@ -113,8 +113,8 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
     """One verified fix: its plain step against the run's, the saving that makes, the numerics, and what
     the fix did; status "realized", "unsettled" (paired windows whose fix-off window strays from the plain
     step, or whose fix-on windows differ by more than the saving: its figures and the reason, not a
-    saving), "failed" (the run failed: its reason) or "not applied" (the fix found nothing to act on, or the
-    script switched it off again)."""
+    saving), "failed" (the run failed: its reason) or "not applied" (the fix found nothing to act on, the
+    script switched it off again, or its run shows it changed nothing: Switch.ineffective)."""
     folder = str(record.get("pass"))
     out = {
         "fix": record.get("fix"),
@@ -151,7 +151,8 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
             "reason": "the script ended before the windows with the fix off and on again were timed",
         }
     switch = SWITCH_BY_NAME.get(str(record.get("fix")))
-    held = switch.is_on(RunConfig(inject.get("config") or {})) if switch is not None else None
+    fix_config = RunConfig(inject.get("config") or {})
+    held = switch.is_on(fix_config) if switch is not None else None
     if not actions or held is False:
         if actions:
             why = "the setting was off again at the window's end (the script sets it itself)"
@@ -160,6 +161,9 @@ def realized(run: RunDir, record: dict, reference: dict) -> dict:
         else:
             why = "the script built nothing the fix acts on"
         return {**out, "status": "not applied", "reason": why, "step_after_ms": float(after_ms)}
+    ineffective = switch.ineffective(fix_config) if switch is not None else None
+    if ineffective:
+        return {**out, "status": "not applied", "reason": ineffective, "step_after_ms": float(after_ms)}
     last_step = reference["warmup"] + reference["steps"] - 1
     if timed is not None:
         reason = _unsettled_reason(timed, reference["step_ms"])

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -55,6 +56,12 @@ HF_ARGUMENTS = (
 
 _autocast_entries: dict[tuple[str, str, bool], int] = {}
 _compile_calls: list[dict] = []
+# Inductor's reasons for running a graph without CUDA graphs under mode="reduce-overhead" (mutated inputs,
+# CPU tensors, dynamic shapes): it warns them once a graph on this logger, whatever TORCH_LOGS asks for.
+CUDAGRAPHS_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+CUDAGRAPH_SKIP_PREFIX = "skipping cudagraphs"
+MAX_SKIP_REASONS = 4
+_cudagraph_skip_reasons: list[str] = []
 # clip_grad_norm_ calls by their foreach argument: {foreach: [calls, most gradients in one call]}.
 _clip_calls: dict[bool | None, list[int]] = {}
 _installed = False
@@ -85,6 +92,21 @@ def install() -> None:
     # The script, HF's Accelerate and Lightning call it through torch.nn.utils (bound at the call, or at an
     # import that comes after this); its defining module keeps the original for torch's own callers.
     torch.nn.utils.clip_grad_norm_ = _observed_clip(torch.nn.utils.clip_grad_norm_)
+    logging.getLogger(CUDAGRAPHS_LOGGER).addHandler(_CudagraphSkips())
+
+
+class _CudagraphSkips(logging.Handler):
+    """Keeps the distinct reasons inductor gives for skipping CUDA graphs; adds no output of its own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            message = record.getMessage().strip()
+            if (
+                message.startswith(CUDAGRAPH_SKIP_PREFIX)
+                and message not in _cudagraph_skip_reasons
+                and len(_cudagraph_skip_reasons) < MAX_SKIP_REASONS
+            ):
+                _cudagraph_skip_reasons.append(message[:300])
 
 
 def _note_autocast(context: Any) -> None:
@@ -310,9 +332,17 @@ def _grad_scalers(scalers: list) -> dict:
 
 def _compile(compiled: list) -> dict:
     dynamo_utils = sys.modules.get("torch._dynamo.utils")
-    graphs = 0
+    graphs = lowered = skips = 0
     if dynamo_utils is not None:
         graphs = int(dynamo_utils.counters.get("stats", {}).get("unique_graphs", 0))
+        inductor = dynamo_utils.counters.get("inductor", {})
+        skips = int(inductor.get("cudagraph_skips", 0))
+        # Each graph inductor compiles (a training graph's forward and backward apart) looks the FX graph
+        # cache up once: hit, miss or bypass.
+        lowered = sum(
+            int(inductor.get(k, 0))
+            for k in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
+        )
     modes = sorted({str(call["mode"] or "default") for call in _compile_calls})
     return {
         "used": bool(compiled or _compile_calls or graphs),
@@ -320,6 +350,10 @@ def _compile(compiled: list) -> dict:
         "calls": _compile_calls[:MAX_LISTED],
         "modes": modes,
         "graphs_compiled": graphs,
+        "inductor_graphs": lowered,
+        # Graphs run without CUDA graphs under reduce-overhead, and inductor's reasons (first few).
+        "cudagraph_skips": skips,
+        "cudagraph_skip_reasons": list(_cudagraph_skip_reasons),
         "observed": _installed,
     }
 

@@ -104,6 +104,26 @@ class RunConfig:
         return self._or_observed(self._get("compile", "used"), "compiled")
 
     @property
+    def graphs_compiled(self) -> int | None:
+        """The graphs dynamo compiled in the process (0: torch.compile was called and compiled nothing)."""
+        return self._get("compile", "graphs_compiled")
+
+    @property
+    def inductor_graphs(self) -> int | None:
+        """The graphs inductor compiled (a training graph's forward and backward count apart)."""
+        return self._get("compile", "inductor_graphs")
+
+    @property
+    def cudagraph_skips(self) -> int | None:
+        """Compiled graphs inductor ran without CUDA graphs under reduce-overhead."""
+        return self._get("compile", "cudagraph_skips")
+
+    @property
+    def cudagraph_skip_reasons(self) -> list[str]:
+        """Inductor's reasons for running compiled graphs without CUDA graphs under reduce-overhead."""
+        return list(self._get("compile", "cudagraph_skip_reasons") or [])
+
+    @property
     def compile_modes(self) -> list[str]:
         return list(self._get("compile", "modes") or [])
 

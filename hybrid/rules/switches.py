@@ -31,6 +31,9 @@ class Switch:
     # cuts host dispatch). A realized saving beyond it is the windows' own difference
     # (hybrid.analysis.verified.within_reach).
     reach: str | None = None
+    # Why the fix's own run shows the switch, though applied, changed nothing (a compile that compiled no
+    # graph), from that run's config; its time is then no saving (hybrid.analysis.verified.realized).
+    ineffective: Callable[[RunConfig], str | None] = lambda _config: None
 
     def blocked(self, config: RunConfig) -> str | None:
         """Why this switch is not verified on a run with `config`, or None when it can be."""
@@ -82,12 +85,34 @@ AUTOCAST_BF16 = Switch(
 # compiled after the second step, one step later; the warmup then lasts until step times settle
 # (hybrid.load.settle), which covers it.
 COMPILED_WARMUP = 4
+
+
+def _compiled_nothing(config: RunConfig) -> str | None:
+    """On the H100 (Python 3.12), two compile fixes called nn.Module.compile() on an nn.Sequential and dynamo
+    compiled no graph: their windows ran eager (11.6 against 11.7 ms a step, and a reduce-overhead "saving"
+    of -0.5 ms where the replay predicted 1.8), read as the compile's realized saving."""
+    if config.graphs_compiled == 0:
+        return "torch.compile was applied but compiled no graph in the fix's run: the step ran eager"
+    return None
+
+
+def _graphs_skipped(config: RunConfig) -> str | None:
+    """Every graph compiled ran without CUDA graphs (some kept: the window timed part of the fix)."""
+    graphs, skips = config.inductor_graphs or config.graphs_compiled, config.cudagraph_skips
+    if graphs and skips is not None and skips >= graphs:
+        # Inductor warns its reason only for GPU graphs; a CPU graph, which has none, is counted silently.
+        reasons = "; ".join(config.cudagraph_skip_reasons) or "no reason given (graphs off the GPU)"
+        return f"the step compiled, but inductor ran its {graphs} graph(s) without CUDA graphs: {reasons}"
+    return _compiled_nothing(config)
+
+
 COMPILE = Switch(
     "compile",
     "torch.compile of the stepped module (or function)",
     lambda c: c.compiled,
     min_warmup=COMPILED_WARMUP,
     paired=True,
+    ineffective=_compiled_nothing,
 )
 
 
@@ -124,6 +149,7 @@ COMPILE_REDUCE_OVERHEAD = Switch(
     lambda c: c.cuda_graphs,
     _graphs_cannot_hold,
     min_warmup=COMPILED_WARMUP,
+    ineffective=_graphs_skipped,
 )
 
 
