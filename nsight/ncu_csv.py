@@ -272,7 +272,7 @@ def _parse_text(text: str, source: str, metrics: tuple[str, ...]) -> NcuCounters
                 "block_x": block[0],
                 "block_y": block[1],
                 "block_z": block[2],
-                **counter_columns(inst.values),
+                **counter_columns(inst.values, inst.name),
             }
         )
     frame = pd.DataFrame.from_records(records)

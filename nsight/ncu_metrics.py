@@ -14,6 +14,7 @@ Torch-free and pandas-free: values arrive already converted to base units (bytes
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 # Kernel time as the GPU saw it. With `--clock-control none` it is comparable with nsys durations
@@ -31,7 +32,8 @@ L2_BYTES = "lts__t_bytes.sum"
 L2_HIT_RATE = "lts__t_sector_hit_rate.pct"
 L1_HIT_RATE = "l1tex__t_sector_hit_rate.pct"
 
-# Scalar (non-tensor) FLOPs from executed SASS thread instructions: add + mul + 2*fma per precision.
+# Scalar (non-tensor) FLOPs from executed SASS thread instructions: add + mul + 2*fma per precision
+# (fp16 only in kernels named with a 16-bit type, SIXTEEN_BIT_FLOAT_KERNEL).
 # Trap: PyTorch's fp16 elementwise math mostly runs as fp32 FFMA/FMUL, so fp16 kernels show fp32
 # FLOPs. Nsight Compute's own half-precision roofline uses the same add + mul + 2*fma formula.
 SCALAR_FLOP_OPS = {
@@ -51,6 +53,26 @@ SCALAR_FLOP_OPS = {
         "sm__sass_thread_inst_executed_op_hfma_pred_on.sum",
     ),
 }
+
+# Kernels whose name shows a 16-bit floating type: only their HADD/HMUL/HFMA count as fp16 scalar
+# FLOPs; any other kernel gets 0. Trap: NVCC emits `HFMA2.MMA Rd, -RZ, RZ, imm, imm` (and HFMA2 with RZ
+# operands) to move a register or build a constant in plain float kernels, so the fp16 counters fire
+# with no 16-bit math at all. Measured: in tests/fixtures/unmarked_runs/pyg_gcn_train (fp32, no autocast)
+# `indexFuncLargeIndex<float, ...>` executed 17.6M HFMA beside 8.8M fp32 FLOPs (80% of its FLOPs read
+# as fp16, the run as "mixed precision"); in precision/vit_train_bf16 `CUDAFunctor_add<float>` 4.8M
+# HFMA beside 9.7M fp32 FLOPs; in runs/h200-resnet50-50steps cuDNN's
+# `sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_..._ffma` 38.8M HFMA a launch; in
+# benchmarks/results/ncu_accuracy_h200/copy.csv a float copy 268M HFMA and no FLOP.
+# Spellings: PyTorch `c10::Half`/`c10::BFloat16`, CUDA `__half`/`__nv_bfloat16`, CUTLASS
+# `half_t`/`bfloat16_t`, `float16_copy_kernel`/`bfloat16_copy_kernel`, cuDNN/cuBLAS/CUTLASS
+# `f16`/`bf16`/`fp16` (`bf16bf16_bf16f32`, `tensorop_f16_s16816gemm_f16`, `cudnn_generated_..._f16_`),
+# legacy cuBLAS/cuDNN `h884gemm`/`h1688gemm`/`h16816gemm`/`h884cudnn`/`hgemm`, and nvjet's type code
+# with `h` (fp16) or `t` (bf16): `nvjet_sm90_hsh_`, `nvjet_sm90_tst_`. Not `_h_`: nvjet has it in fp32
+# kernels too (`1x2_h_bz`). Triton kernels name no type and get 0 (Inductor computes 16-bit data in fp32).
+SIXTEEN_BIT_FLOAT_KERNEL = re.compile(
+    r"float16|f16|half|h\d{3,6}(?:gemm|cudnn)|hgemm|nvjet_sm\d+_[a-z]*[ht][a-z]*_",
+    re.IGNORECASE,
+)
 
 # Tensor-core math ops by source precision; one op is one multiply or one add, so the count is
 # FLOPs (checked: exactly 2*4096^3 for a bf16 GEMM, 2*1024^3 for an fp64 GEMM). Trap: the
@@ -137,9 +159,12 @@ DIRECT_COLUMNS = {
 NAN = float("nan")
 
 
-def _scalar_flops(values: Mapping[str, float], precision: str) -> float:
+def _scalar_flops(values: Mapping[str, float], precision: str, kernel_name: str) -> float:
     add, mul, fma = (values.get(name, NAN) for name in SCALAR_FLOP_OPS[precision])
-    return add + mul + 2.0 * fma
+    flops = add + mul + 2.0 * fma
+    if precision == "fp16" and not math.isnan(flops) and not SIXTEEN_BIT_FLOAT_KERNEL.search(kernel_name):
+        return 0.0  # HFMA2 as register moves, not math (SIXTEEN_BIT_FLOAT_KERNEL)
+    return flops
 
 
 def _tensor_flops(values: Mapping[str, float]) -> tuple[float, dict[str, float]]:
@@ -169,14 +194,15 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
-def counter_columns(values: Mapping[str, float]) -> dict[str, object]:
+def counter_columns(values: Mapping[str, float], kernel_name: str) -> dict[str, object]:
     """The counter-frame columns (all but name/grid/block) from one kernel's metric values in base
-    units. A metric absent from `values` gives NaN in the columns that need it."""
+    units; `kernel_name` (ncu's, as the frame's `name`) decides whether its HFMA/HADD/HMUL count as fp16
+    FLOPs. A metric absent from `values` gives NaN in the columns that need it."""
     row: dict[str, object] = {column: values.get(metric, NAN) for column, metric in DIRECT_COLUMNS.items()}
     l2_hit = values.get(L2_HIT_RATE, NAN)
     row["l2_hit_pct"] = min(l2_hit, 100.0) if not math.isnan(l2_hit) else NAN
     for precision in SCALAR_FLOP_OPS:
-        row[f"{precision}_flops"] = _scalar_flops(values, precision)
+        row[f"{precision}_flops"] = _scalar_flops(values, precision, kernel_name)
     row["tensor_flops"], row["tensor_flops_by_precision"] = _tensor_flops(values)
     row["occupancy_limiter"] = _occupancy_limiter(values)
     row["global_load_sectors_per_request"] = _ratio(
