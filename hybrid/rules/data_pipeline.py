@@ -460,6 +460,18 @@ def _device_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
     ]
 
 
+def _slow_steps_ran_typical_shapes(ctx: Context) -> str | None:
+    """How the evidence says the slow steps' inputs were the typical ones, or None: the ops that grew ran
+    shapes earlier typical steps ran, or (where those ops record no shapes) every step's top-level ops ran one
+    set of input shapes. A segmentation loop on fixed 480x480 crops (one shape set in 20 steps, on the H100)
+    was told to pad or bucket inputs whose size varies, as the ops that grew there keep no shapes."""
+    if ctx.value("slow_step_new_shapes") == "none":
+        return "with the input shapes the typical steps ran"
+    if ctx.value("slow_step_new_shapes") is None and ctx.value("step_shape_signatures") == 1:
+        return "and every step ran one set of input shapes"
+    return None
+
+
 def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
     gc_ms = ctx.value("gc_ms_per_step")
     out = freeze_gc(
@@ -469,6 +481,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
         collect_site=gc_collect_site(ctx),
         host_ms=ctx.value("later_steps_mean_over_median_ms", 0.0),
         condition=condition,
+        slow_step_extra_ms=ctx.value("slow_step_extra_ms"),
     )
     ops = ctx.value("slow_step_extra_ops")
     if ops and ops != "none":
@@ -480,7 +493,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     f"{condition}; the extra host time is in the compiled function's calls: {ops}",
                 )
             )
-        elif ctx.value("slow_step_new_shapes") == "none":
+        elif same_shapes := _slow_steps_ran_typical_shapes(ctx):
             # Same ops, same shapes, more time: nothing in the step's inputs varies (the gc.freeze() twin of
             # gc_every_fourth_step on the CPU, 464 us steps, 8 of 19 slower at the run's start and end, was
             # told to pad its inputs).
@@ -489,8 +502,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     "Look for what slowed the host on the slow steps (other processes on its cores, a "
                     "change of torch's thread count, CPU frequency): the same ops took longer on the same "
                     "inputs",
-                    f"{condition}; the slow steps spend more host time in {ops}, with the input shapes "
-                    "the typical steps ran",
+                    f"{condition}; the slow steps spend more host time in {ops}, {same_shapes}",
                 )
             )
         else:
