@@ -16,6 +16,7 @@ import pandas as pd
 from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.fusion import MEASURED_KINDS, fused_run_ns, fusible_mask, fusion_runs
 from hybrid.analysis.graph_breaks import graph_break_metrics
+from hybrid.analysis.grids import small_grid
 from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text, optimizer_ranges
 from hybrid.analysis.jitter import later_step_metrics
 from hybrid.analysis.kernel_classes import (
@@ -155,7 +156,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     sm = peaks.sm_count.value if peaks.sm_count else None
     if sm:
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
-        small = (blocks > 0) & (blocks < sm)
+        small = small_grid(blocks, sm)
         out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
         out["small_grid_ms"] = Metric(per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
         if small.any():
