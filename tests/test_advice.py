@@ -6,6 +6,7 @@ is not suggested. A setting already on is never suggested; a framework's own swi
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -461,3 +462,34 @@ def test_clipping_one_by_one_leads_where_its_launches_are_a_tenth_of_the_step():
     assert texts[32][0].startswith("torch.nn.utils.clip_grad_norm_(..., foreach=True)")
     assert not texts[4][0].startswith("torch.nn.utils.clip_grad_norm_")
     assert any(t.startswith("torch.nn.utils.clip_grad_norm_(..., foreach=True)") for t in texts[4])
+
+
+def test_a_collector_pause_far_shorter_than_a_slow_steps_extra_is_not_what_slows_it():
+    """sentence-transformers' encode loop on the H100 (benchmarks/results/s27_h100): Python's collector ran
+    0.35 times a step for 0.059 ms (longest 0.21 ms), a quarter of the steps' 0.21 ms mean over median, but
+    its slow steps added 3.81 ms each, sampled in tokenization: gc.freeze() could not be what helps. The
+    same collector with a pause as long as the slow steps' extra is still advised."""
+    from hybrid.rules.advice import freeze_gc
+
+    measured = {"gc_ms_per_step": 0.05857205, "gc_collections_per_step": 0.35, "host_ms": 0.21177721}
+    measured["condition"] = "c"
+    assert freeze_gc(gc_longest_ms=0.210576, slow_step_extra_ms=3.8098688, **measured) == []
+    advised = freeze_gc(gc_longest_ms=3.0, slow_step_extra_ms=3.8098688, **measured)
+    assert [s.text.split(" once")[0] for s in advised] == ["Call gc.freeze()"]
+
+
+def test_slow_steps_on_the_one_set_of_input_shapes_are_not_told_to_pad_inputs():
+    """torchvision's segmentation loop on the H100 trains on fixed 480x480 crops: one set of input shapes in
+    20 steps. Its slow steps grew in autograd's backward nodes, which keep no shapes to compare, and it was
+    told to "pad or bucket the inputs whose size varies"; its own metrics (results.json of that run) say
+    the inputs never varied."""
+    from hybrid.provenance import Metric
+    from hybrid.rules.data_pipeline import _host_side_advice
+
+    results = Path(__file__).parents[1] / "benchmarks/results/s27_h100/stranger_torchvision_segmentation_amp"
+    metrics = json.loads(results.with_name(results.name + ".results.json").read_text())["metrics"]
+    ctx = Context(metrics={k: Metric(m["value"], m["unit"], m["source"]) for k, m in metrics.items()})
+    assert ctx.value("step_shape_signatures") == 1 and ctx.value("slow_step_new_shapes") is None
+    said = [s.text for s in _host_side_advice(ctx, "c")]
+    assert said and not any("pad or bucket" in text for text in said)
+    assert said[0].startswith("Look for what slowed the host on the slow steps")

@@ -406,10 +406,11 @@ STRANGERS = {
     # eager Faster R-CNN: ~650 kernels a step, 89% under 20 µs, 364 of them on grids that fill 14% of the
     # SMs. It syncs on nonzero/masked_select, so no CUDA graph holds it: the dispatch finding's fix is the
     # default compile, which replays at 3.01 ms of the 18.1 ms plain step, MODERATE: its runs hold batch
-    # norms, whose fusion no run measured. The small grids' 3.36 ms (SEVERE) lead the list. Measured on the
-    # H100 at the same plain step: the compile realized 2.43 and 2.80 ms (benchmarks/results/s21_h100,
-    # s22_h100).
-    "torchvision_detection_eval": ("occupancy.small_grid", "torchvision_detection_eval.py", 15),
+    # norms, whose fusion no run measured. Measured on the H100 at the same plain step: the compile realized
+    # 2.43 and 2.80 ms (benchmarks/results/s21_h100, s22_h100). The per-step syncs in torchvision's nms
+    # (2.95 ms, SEVERE) lead the list; the small grids' 3.36 ms did until one-block grids (nms's own serial
+    # gather, 68% of them) left the small grids.
+    "torchvision_detection_eval": ("sync.per_step", "torchvision_detection_eval.py", 15),
     # two-layer GCN with Adam: 6 elementwise chains a step, the fusion finding at the backward pass
     "pyg_gcn_train": ("compile.fusible_elementwise", "pyg_gcn_train.py", 33),
     # num_workers=0 DataLoader computing spectrograms in the training process

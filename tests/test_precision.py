@@ -292,3 +292,35 @@ def test_vit_in_bf16_autocast_is_placed_under_its_bf16_mix():
     sdpa = [k for k in roof["kernels"] if "sdpa" in k["name"]]
     assert sdpa and all(k["precision"] == "bf16" and k["precision_source"] == "measured:ncu" for k in sdpa)
     assert doc["metrics"]["gemm_bf16_ms"]["value"] > 0.9 * doc["metrics"]["gemm_time_ms"]["value"]
+
+
+def test_native_depthwise_convolutions_are_no_tensor_core_work():
+    """The torchvision detector's MobileNet backbone (H200 capture, TF32 allowed for cuDNN): PyTorch's
+    conv_depthwise2d kernels ran on CUDA cores and took 32% of the time its FP32 finding said TF32 would speed
+    up; no precision flag moves them to tensor cores. They are no matmul kind, and the finding keeps cuBLAS's
+    FP32 GEMMs (2.39 ms a step), which TF32 does move."""
+    from hybrid.pipeline import analyze_run_dir
+
+    names = pd.Series(["void conv_depthwise2d_forward_kernel<1, float, int>(...)"])
+    assert classify_kernels(names)["kind"].iloc[0] == "other"
+    run = Path(__file__).parent / "fixtures" / "unmarked_runs" / "torchvision_detection_eval" / "run"
+    metrics = {k: m["value"] for k, m in analyze_run_dir(run)["metrics"].items()}
+    assert "conv_depthwise" not in metrics["gemm_fp32_kernels"]
+    assert metrics["gemm_fp32_conv_ms"] < 0.2
+    assert 2.3 < metrics["gemm_fp32_matmul_ms"] < 2.5
+
+
+def test_one_block_grids_are_the_kernels_own_serial_work_not_idle_sms_a_batch_would_fill():
+    """The torchvision detector (H200): 68% of its kernels' time on grids smaller than the GPU was in grids of
+    one block, torchvision nms's gather_keep_from_mask<<<1, 47>>> first, then CUB's single-tile passes. The
+    small-grid finding ranked first (SEVERE), claiming a full grid would run them 132x faster and advising a
+    larger batch, which leaves nms's one block as it is. The rest of the small grids hold 12% of kernel time,
+    under the finding's 20%, and no small-grid finding is left."""
+    from hybrid.pipeline import analyze_run_dir
+
+    run = Path(__file__).parent / "fixtures" / "unmarked_runs" / "torchvision_detection_eval" / "run"
+    results = analyze_run_dir(run)
+    metrics = {k: m["value"] for k, m in results["metrics"].items()}
+    assert 10 < metrics["small_grid_time_pct"] < 20
+    ids = [f["id"] for f in results["diagnosis"]["bottlenecks"]]
+    assert "occupancy.small_grid" not in ids

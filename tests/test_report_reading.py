@@ -332,3 +332,36 @@ def test_a_change_another_listed_change_includes_is_listed_once(monkeypatch):
         len([line for line in _changes(render_terminal(received, color=False)) if "torch_compile" in line])
         == 2
     )
+
+
+def test_the_changes_left_out_of_the_default_report_are_counted(monkeypatch):
+    """The default report lists three changes; the torchvision detection eval has more, and its fourth (TF32
+    for the FP32 GEMMs, one line to add) left no trace there. The count left out says where to look."""
+    monkeypatch.setenv("COLUMNS", "200")
+    results = analyze_run_dir(FIXTURES / "unmarked_runs" / "torchvision_detection_eval" / "run")
+    default = render_terminal(results, color=False)
+    every = _changes(render_terminal(results, color=False, verbose=True))
+    assert len(every) > 3 and len(_changes(default)) == 3
+    left_out = len(every) - 3
+    heading = default.split("What to change first", 1)[1].split("\n", 1)[0]
+    assert (
+        heading
+        == f" (why each applies: --verbose; {left_out} more change{'s' if left_out > 1 else ''} there)"
+    )
+
+
+def test_the_larger_batch_saving_is_said_per_step_of_samples_not_per_sample():
+    """A doubled batch halves the step's fixed host gaps for the samples of one step today: a figure "per
+    sample" would divide by the batch (the BERT loop on the H100 read 60.2 ms a step per sample, over 20 times
+    a sample's 2.9 ms). The PyG GCN's launch finding gives half its host gaps, per step's worth of samples."""
+    results = analyze_run_dir(FIXTURES / "unmarked_runs" / "pyg_gcn_train" / "run")
+    notes = [
+        (e["label"], e["value"])
+        for f in results["diagnosis"]["bottlenecks"]
+        for e in f["evidence"]
+        if "doubled batch" in e["label"]
+    ]
+    ((label, saving_ms),) = notes
+    assert "per step's worth of samples" in label and "per sample" not in label
+    said = [s for f in results["diagnosis"]["bottlenecks"] for s in f["suggestions"] if "doubled batch" in s]
+    assert said and all(f"would save about {saving_ms:.3g} ms per step's worth of samples" in s for s in said)

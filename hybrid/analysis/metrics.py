@@ -16,6 +16,7 @@ import pandas as pd
 from hybrid.analysis.counters import counter_metrics
 from hybrid.analysis.fusion import MEASURED_KINDS, fused_run_ns, fusible_mask, fusion_runs
 from hybrid.analysis.graph_breaks import graph_break_metrics
+from hybrid.analysis.grids import small_grid
 from hybrid.analysis.host_dispatch import dispatch_metrics, ops_text, optimizer_ranges
 from hybrid.analysis.jitter import later_step_metrics
 from hybrid.analysis.kernel_classes import (
@@ -57,7 +58,7 @@ from hybrid.analysis.steps import (
 from hybrid.analysis.sync_sites import sync_site_metrics
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS, NS_PER_US
-from hybrid.profile import Profile, by_name, is_communication
+from hybrid.profile import ANNOTATION_PREFIX, Profile, by_name, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
@@ -155,7 +156,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     sm = peaks.sm_count.value if peaks.sm_count else None
     if sm:
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
-        small = (blocks > 0) & (blocks < sm)
+        small = small_grid(blocks, sm)
         out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
         out["small_grid_ms"] = Metric(per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
         if small.any():
@@ -315,7 +316,91 @@ def _data_loader(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:
         ),
         "data_loader_idle_ms": Metric(per_step(fetches["device_idle_ns"].sum(), n) / NS_PER_MS, "ms", src),
         "data_loader_iterator": Metric(str(iterator.mode().iloc[0]), "", src),
+        **_fetch_one_thread(profile, steps, fetches, n),
     }
+
+
+# at::internal::GRAIN_SIZE: a TensorIterator op splits its elements into tasks of at least this many.
+INTRA_OP_GRAIN = 32768
+# Ops that split no elements over the intra-op threads: views and metadata (their input is the whole
+# tensor they index: aten::select of one sample from a dataset tensor), random scalars, and pinning, which
+# moves to the DataLoader's pin-memory thread of the training process when workers fetch.
+ONE_THREAD_OPS = frozenset(
+    (
+        "aten::select",
+        "aten::slice",
+        "aten::as_strided",
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::reshape",
+        "aten::narrow",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::expand",
+        "aten::permute",
+        "aten::transpose",
+        "aten::t",
+        "aten::unbind",
+        "aten::split",
+        "aten::chunk",
+        "aten::alias",
+        "aten::detach",
+        "aten::detach_",
+        "aten::lift_fresh",
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::randint",
+        "aten::randperm",
+        "aten::random_",
+        "aten::numpy_T",
+        "aten::pin_memory",
+        "aten::_pin_memory",
+    )
+)
+
+
+def _fetch_one_thread(
+    profile: Profile, steps: pd.DataFrame, fetches: pd.DataFrame, n: int
+) -> dict[str, Metric]:
+    """The fetch as a DataLoader worker runs it (torch.set_num_threads(1) in every worker): each top-level op
+    inside __next__ takes its measured time times the intra-op tasks it could split into (its largest
+    input's elements over the grain, at most the cores), the Python between ops as measured."""
+    cpus = profile.extras.get("host_cpus")
+    if type(cpus) is not int or cpus <= 0:
+        return {}
+    ops = in_steps(profile.ops, steps)
+    ops = ops[ops["top_level"].astype(bool) & ~ops["name"].astype(str).str.startswith(ANNOTATION_PREFIX)]
+    starts = ops["start_ns"].to_numpy(np.int64)
+    ends = ops["end_ns"].to_numpy(np.int64)
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    names = ops["name"].astype(str).to_numpy()[order]
+    shapes = ops["shapes"].to_numpy()[order]
+    tids = ops["tid"].to_numpy()[order]
+
+    def tasks(i: int) -> int:
+        if names[i] in ONE_THREAD_OPS:
+            return 1
+        dims = shapes[i] if isinstance(shapes[i], list | tuple) else []
+        numel = max((int(np.prod(d)) for d in dims if isinstance(d, list | tuple) and len(d)), default=0)
+        return max(1, min(cpus, -(-numel // INTRA_OP_GRAIN)))
+
+    total = 0.0
+    for _, fetch in fetches.iterrows():
+        lo = np.searchsorted(starts, fetch["start_ns"], "left")
+        hi = np.searchsorted(starts, fetch["end_ns"], "left")
+        wall = float(fetch["end_ns"] - fetch["start_ns"])
+        extra = 0.0
+        for i in range(lo, hi):
+            if ends[i] <= fetch["end_ns"] and tids[i] == fetch["tid"]:
+                extra += float(ends[i] - starts[i]) * (tasks(i) - 1)
+        total += wall + extra
+    return {"data_loader_one_thread_ms": Metric(per_step(total, n) / NS_PER_MS, "ms", ESTIMATED)}
 
 
 def _compiled_regions(profile: Profile, steps: pd.DataFrame) -> dict[str, Metric]:

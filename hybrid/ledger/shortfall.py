@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.analysis.counters import UNCOALESCED_SECTORS_PER_REQUEST
+from hybrid.analysis.grids import small_grid
 from hybrid.analysis.kernel_classes import MATMUL_KINDS, per_kernel, profile_kernel_classes
 from hybrid.analysis.roofline import counter_row_achieved_pct
 from hybrid.hardware import Peaks
@@ -54,12 +55,6 @@ def fp32_gemm(precision: pd.Series) -> np.ndarray:
 def misaligned_gemm(names: pd.Series, precision: pd.Series) -> np.ndarray:
     narrow = by_name(names, lambda distinct: distinct.str.contains(NARROW_ALIGNMENT).to_numpy(bool))
     return precision.isin(SIXTEEN_BIT).to_numpy(bool) & narrow
-
-
-def small_grid(blocks: np.ndarray, sm_count: int | None) -> np.ndarray:
-    if not sm_count:
-        return np.zeros(len(blocks), bool)
-    return (blocks > 0) & (blocks < sm_count)
 
 
 def uncoalesced(sectors_per_request: np.ndarray) -> np.ndarray:

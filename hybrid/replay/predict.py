@@ -9,11 +9,14 @@ from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
+import numpy as np
+
 from hybrid.analysis.diagnosis import Analyzed, Diagnosis
+from hybrid.numbers import NS_PER_MS
 from hybrid.provenance import ESTIMATED
 from hybrid.replay.choose import calibrated_speedup, calibration_status, pinned_bandwidth
 from hybrid.replay.graph import ReplayGraph, ReplayUnavailable, build_graph
-from hybrid.replay.simulate import replay_step
+from hybrid.replay.simulate import StepReplay, replay_step
 from hybrid.replay.transforms import SCOPE_PARAMS, apply, host_scaled
 from hybrid.rules.base import SEVERITY_RANK, Evidence, Finding, Fix, FixInputs, NoFix
 from hybrid.rules.registry import RULE_BY_ID
@@ -90,18 +93,29 @@ class _Fitted(NamedTuple):
     graph: ReplayGraph
     scale: float
     step_ms: float
+    steady: np.ndarray | None = None  # the steps its mean is over
 
     def saving_ms(self, fix: Fix, bound_ms: float | None, profiled_step_ms: float) -> float:
         """What `fix` saves on this graph, bounded by the finding's pool (`bound_ms`, on the profiled step
         of `profiled_step_ms`) as the same share of this graph's step."""
-        fixed_ms = replay_step(apply(self.graph, _scaled_fix(fix, self.scale))).step_time_ms
+        fixed_ms = _mean_on(replay_step(apply(self.graph, _scaled_fix(fix, self.scale))), self.steady)
         bound = float("inf") if bound_ms is None else bound_ms * self.step_ms / profiled_step_ms
         return min(max(0.0, self.step_ms - fixed_ms), bound)
 
 
+def _mean_on(replay: StepReplay, steady: np.ndarray | None) -> float:
+    """The replay's mean step over the base replay's steady steps: a fix must not also change which steps
+    count. On dataloader_eval_loop (H100) a 95 ms step turned outlier once the fetch was cut and left the
+    mean, and 12.6 ms of host time cut read as 14.7 ms saved."""
+    if steady is None or not steady.any() or len(steady) != len(replay.step_ns):
+        return replay.step_time_ms
+    return float(replay.step_ns[steady].mean() / NS_PER_MS)
+
+
 def _fitted(graph: ReplayGraph, scale: float, step_ms: float | None = None) -> _Fitted:
     scaled = host_scaled(graph, scale)
-    return _Fitted(scaled, scale, replay_step(scaled).step_time_ms if step_ms is None else step_ms)
+    base = replay_step(scaled)
+    return _Fitted(scaled, scale, base.step_time_ms if step_ms is None else step_ms, base.steady)
 
 
 def _scaled_fix(fix: Fix, host_scale: float) -> Fix:
@@ -225,7 +239,7 @@ def replay_findings(diagnosis: Diagnosis, analyzed: Analyzed) -> None:
             finding.time_lost_method = "model"
             finding.replay_reason = fix.reason
             continue
-        fixed_ms = replay_step(apply(graph, fix)).step_time_ms
+        fixed_ms = _mean_on(replay_step(apply(graph, fix)), base.steady)
         finding.time_lost_model_ms = finding.time_lost_ms
         # A fix replayed on the whole step can also remove time the ledger gives other causes (CUDA graphs
         # drop the launch gaps inside compiled regions too): the finding's pool bounds what it saves.

@@ -164,9 +164,25 @@ class Workers:
     cpus: int
     cpu_pct: float | None
     cores_busy: float | None  # the process's CPU time over its wall time in the measured window
+    # A batch's time in one worker over the fetch's in the training process: a worker runs one intra-op
+    # thread (torch.utils.data's worker loop sets torch.set_num_threads(1)), the training process as many as
+    # its ops split into. dataloader_eval_loop's per-item ops on 150-200k elements: 3.25 (estimated from the
+    # ops' sizes); its 4 workers took ~16 ms a step on the H100, not the 6.4 ms of fetch / 4.
+    one_thread: float = 1.0
+    # Where the run has a device timeline, the process's CPU time is no measure of the fetch's work: the
+    # intra-op pool spins between the fetch's small ops (dataloader_eval_loop: 13.6 cores "busy" for a fetch
+    # whose main thread used one, and whose fix run used 1.14), so the cores bound counts the work instead.
+    device_timeline: bool = False
 
     @classmethod
-    def of(cls, cpus: float | None, cpu_pct: float | None, cores_busy: float | None = None) -> Workers | None:
+    def of(
+        cls,
+        cpus: float | None,
+        cpu_pct: float | None,
+        cores_busy: float | None = None,
+        one_thread: float | None = None,
+        device_timeline: bool = False,
+    ) -> Workers | None:
         """None without the core count (a run recorded before it was): the whole fetch is then the saving."""
         if not cpus:
             return None
@@ -183,13 +199,18 @@ class Workers:
         else:
             share = significant(cpu_pct, 2)
             why = f"the fetch computes ({share}% of its time on or waiting for a CPU): {per_core}"
-        return cls(count, why, cores, cpu_pct, cores_busy)
+        return cls(count, why, cores, cpu_pct, cores_busy, max(1.0, one_thread or 1.0), device_timeline)
 
     def step_ms(self, fetch_ms: float, step_ms: float) -> tuple[float, str]:
         """The step with these workers, and what bounds it: 'rest', 'workers' or 'cores'."""
         rest = max(0.0, step_ms - fetch_ms)
-        limits = {"rest": rest, "workers": fetch_ms / self.count}
-        if self.cores_busy is not None:
+        batch = fetch_ms * self.one_thread  # one batch in one worker
+        limits = {"rest": rest, "workers": batch / self.count}
+        if self.device_timeline:
+            # The step's CPU work with workers: the training thread's rest of the step, and the batches.
+            busy_pct = self.cpu_pct if self.cpu_pct is not None else 100.0
+            limits["cores"] = (rest + batch * busy_pct / 100.0) / self.cpus
+        elif self.cores_busy is not None:
             limits["cores"] = self.cores_busy * step_ms / self.cpus
         elif self.cpu_pct is not None:
             limits["cores"] = (rest + fetch_ms * self.cpu_pct / 100.0) / self.cpus
@@ -203,15 +224,21 @@ class Workers:
         """Why the saving is less than the fetch, where the workers or the cores bound the step."""
         after, bound = self.step_ms(fetch_ms, step_ms)
         if bound == "workers":
+            threads = (
+                ": a worker runs one intra-op thread, and a batch there takes "
+                f"{significant(self.one_thread, 2)}x the fetch's time here (estimated from its ops' sizes)"
+                if self.one_thread > 1.0
+                else ""
+            )
             return (
-                f", less the {significant(after)} ms a batch still takes in each of {self.count} workers "
-                "(longer than the rest of the step)"
+                f", less the {significant(after)} ms a batch still takes in each of {self.count} workers, "
+                f"longer than the rest of the step{threads}"
             )
         if bound == "cores":
             work = (
                 f"the process kept {significant(self.cores_busy, 2)} cores busy"
-                if self.cores_busy is not None
-                else "the rest of the step and the fetch's CPU time"
+                if self.cores_busy is not None and not self.device_timeline
+                else "the rest of the step and the batches' CPU time"
             )
             return (
                 f", less what the {self.cpus} cores this process may use cannot run at once: {work}, "
@@ -228,9 +255,23 @@ def advised_workers(value: Callable[[str], object]) -> Workers | None:
         return None
     numbers = {
         name: number if isinstance(number := value(name), int | float) else None
-        for name in ("host_cpus", "data_loader_cpu_pct", "host_cores_busy")
+        for name in (
+            "host_cpus",
+            "data_loader_cpu_pct",
+            "host_cores_busy",
+            "data_loader_ms",
+            "data_loader_one_thread_ms",
+            "gpu_busy_ms",
+        )
     }
-    return Workers.of(numbers["host_cpus"], numbers["data_loader_cpu_pct"], numbers["host_cores_busy"])
+    fetch, one = numbers["data_loader_ms"], numbers["data_loader_one_thread_ms"]
+    return Workers.of(
+        numbers["host_cpus"],
+        numbers["data_loader_cpu_pct"],
+        numbers["host_cores_busy"],
+        one / fetch if fetch and one else None,
+        device_timeline=bool(numbers["gpu_busy_ms"]),  # 0 on a CPU-only run, which has no device work
+    )
 
 
 def loader_stall_fix(inputs: FixInputs) -> Fix | NoFix:
@@ -460,6 +501,18 @@ def _device_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
     ]
 
 
+def _slow_steps_ran_typical_shapes(ctx: Context) -> str | None:
+    """How the evidence says the slow steps' inputs were the typical ones, or None: the ops that grew ran
+    shapes earlier typical steps ran, or (where those ops record no shapes) every step's top-level ops ran one
+    set of input shapes. A segmentation loop on fixed 480x480 crops (one shape set in 20 steps, on the H100)
+    was told to pad or bucket inputs whose size varies, as the ops that grew there keep no shapes."""
+    if ctx.value("slow_step_new_shapes") == "none":
+        return "with the input shapes the typical steps ran"
+    if ctx.value("slow_step_new_shapes") is None and ctx.value("step_shape_signatures") == 1:
+        return "and every step ran one set of input shapes"
+    return None
+
+
 def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
     gc_ms = ctx.value("gc_ms_per_step")
     out = freeze_gc(
@@ -469,6 +522,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
         collect_site=gc_collect_site(ctx),
         host_ms=ctx.value("later_steps_mean_over_median_ms", 0.0),
         condition=condition,
+        slow_step_extra_ms=ctx.value("slow_step_extra_ms"),
     )
     ops = ctx.value("slow_step_extra_ops")
     if ops and ops != "none":
@@ -480,7 +534,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     f"{condition}; the extra host time is in the compiled function's calls: {ops}",
                 )
             )
-        elif ctx.value("slow_step_new_shapes") == "none":
+        elif same_shapes := _slow_steps_ran_typical_shapes(ctx):
             # Same ops, same shapes, more time: nothing in the step's inputs varies (the gc.freeze() twin of
             # gc_every_fourth_step on the CPU, 464 us steps, 8 of 19 slower at the run's start and end, was
             # told to pad its inputs).
@@ -489,8 +543,7 @@ def _host_side_advice(ctx: Context, condition: str) -> list[Suggestion]:
                     "Look for what slowed the host on the slow steps (other processes on its cores, a "
                     "change of torch's thread count, CPU frequency): the same ops took longer on the same "
                     "inputs",
-                    f"{condition}; the slow steps spend more host time in {ops}, with the input shapes "
-                    "the typical steps ran",
+                    f"{condition}; the slow steps spend more host time in {ops}, {same_shapes}",
                 )
             )
         else:
