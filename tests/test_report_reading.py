@@ -365,3 +365,12 @@ def test_the_larger_batch_saving_is_said_per_step_of_samples_not_per_sample():
     assert "per step's worth of samples" in label and "per sample" not in label
     said = [s for f in results["diagnosis"]["bottlenecks"] for s in f["suggestions"] if "doubled batch" in s]
     assert said and all(f"would save about {saving_ms:.3g} ms per step's worth of samples" in s for s in said)
+
+
+def test_mixed_precision_names_narrow_data_not_tf32_beside_fp32():
+    """resnet50 with TF32 (H200): its FLOPs ran tf32 94%, fp32 6%, which the roofline line called 'mixed
+    precision', what a reader takes for 16-bit autocast. A bf16 autocast ViT keeps the words."""
+    tf32 = render_terminal(analyze_run_dir(FIXTURES / "runs" / "h200-resnet50-default"), color=False)
+    assert "Roofline: memory-bound (tf32 + fp32) ·" in tf32
+    bf16 = render_terminal(analyze_run_dir(FIXTURES / "precision" / "vit_train_bf16" / "run"), color=False)
+    assert re.search(r"^Roofline: \S+ \(mixed precision\)", bf16, re.MULTILINE)

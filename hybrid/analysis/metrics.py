@@ -156,7 +156,7 @@ def _kernels(profile: Profile, steps: pd.DataFrame, peaks: Peaks, src: str) -> d
     sm = peaks.sm_count.value if peaks.sm_count else None
     if sm:
         blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy()
-        small = small_grid(blocks, sm)
+        small = small_grid(blocks, int(sm))
         out["small_grid_time_pct"] = Metric(100 * float(dur[small].sum() / dur.sum()), "%", src)
         out["small_grid_ms"] = Metric(per_step(dur[small].sum(), n) / NS_PER_MS, "ms", src)
         if small.any():
