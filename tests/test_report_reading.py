@@ -335,10 +335,11 @@ def test_a_change_another_listed_change_includes_is_listed_once(monkeypatch):
 
 
 def test_the_changes_left_out_of_the_default_report_are_counted(monkeypatch):
-    """The default report lists three changes; the torchvision detection eval has more, and its fourth (TF32
-    for the FP32 GEMMs, one line to add) left no trace there. The count left out says where to look."""
+    """The default report lists three changes; where there are more, the heading says how many more verbose
+    lists (the torchvision detector's fourth, TF32 for its FP32 GEMMs, one line to add, had left no trace).
+    HF Trainer in fp32 has four."""
     monkeypatch.setenv("COLUMNS", "200")
-    results = analyze_run_dir(FIXTURES / "unmarked_runs" / "torchvision_detection_eval" / "run")
+    results = analyze_run_dir(FIXTURES / "verify" / "hf_trainer_tf32_paired" / "run")
     default = render_terminal(results, color=False)
     every = _changes(render_terminal(results, color=False, verbose=True))
     assert len(every) > 3 and len(_changes(default)) == 3

@@ -15,6 +15,7 @@ import pytest
 
 from hybrid.numbers import significant
 from hybrid.replay.realized import SNAPSHOT_FILE, correction
+from hybrid.report.verified import replay_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "waiting_loader.py"
@@ -63,9 +64,16 @@ def test_three_verified_runs_correct_the_next_prediction_of_their_fix_on_this_gp
     assert all(e["method"] == "model" and e["predicted_ms"] == e["shown_ms"] for e in entries)
     ratios = [e["realized_ms"] / e["predicted_ms"] for e in entries]
     ratio = sorted(ratios)[1]
-    # Two runs in its history: the third run's prediction is the closed form's own, and it says why.
+    # Two runs in its history: the third run's prediction is the closed form's own. Its replay error line
+    # counts the fix it verified itself, the third, from which later predictions are corrected; no limitation
+    # repeats the history without it.
     assert _finding(third, "data.loader_in_step")["time_lost_method"] == "model"
-    assert any(line.startswith("No saving corrected by verified runs") for line in third["limitations"])
+    assert not any(line.startswith("No saving corrected by verified runs") for line in third["limitations"])
+    assert "over 3 verified fixes (this run: " in replay_error_line(third)
+    line = replay_error_line(third)
+    assert "; applied to later predictions of loader_workers (model) " in line and line.endswith(
+        " over 3 runs"
+    )
     stall = _finding(later, "data.loader_in_step")
     before = stall["correction"]
     assert stall["time_lost_method"] == "corrected" and before["method"] == "model"

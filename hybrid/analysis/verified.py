@@ -95,7 +95,7 @@ def numerics(run: RunDir, reference: dict, folder: str, last_step: int) -> dict:
         return {
             **out,
             "status": "not measured",
-            "reason": "no .backward() call in the plain steps: an inference loop has no loss to compare",
+            "reason": "inference",  # no .backward() call in the plain steps: no loss to compare
         }
     if before is None or after is None:
         return {
