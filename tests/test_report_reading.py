@@ -375,3 +375,18 @@ def test_mixed_precision_names_narrow_data_not_tf32_beside_fp32():
     assert "Roofline: memory-bound (tf32 + fp32) ·" in tf32
     bf16 = render_terminal(analyze_run_dir(FIXTURES / "precision" / "vit_train_bf16" / "run"), color=False)
     assert re.search(r"^Roofline: \S+ \(mixed precision\)", bf16, re.MULTILINE)
+
+
+def test_a_users_line_holding_under_half_its_finding_says_its_share(monkeypatch):
+    """The H100 torchaudio run's DataLoader stall read "at ...:27 optimizer.step()" for 8.9% of its time, the
+    rest in no line of the script. On the committed H200 capture the launch finding's first line holds 31%
+    of it and says so; the stall's line 21 (the `for` over the loader) holds 83% and is said plainly."""
+    monkeypatch.setenv("COLUMNS", "200")
+    text = render_terminal(
+        analyze_run_dir(FIXTURES / "unmarked_runs" / "torchaudio_frontend_train" / "run"), color=False
+    )
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("at torchaudio")]
+    assert "at torchaudio_frontend_train.py:24 (31% of it)  loss = " in "\n".join(lines)
+    assert any(
+        line.startswith("at torchaudio_frontend_train.py:21  for wave, label in loader") for line in lines
+    )
