@@ -249,3 +249,26 @@ def test_inductor_reasons_for_skipping_cuda_graphs_are_recorded():
     assert compiled["cudagraph_skip_reasons"] == ["skipping cudagraphs due to mutated inputs (1 instances)"]
     # The warning still reaches the console as it would without hybrid.
     assert "skipping cudagraphs due to mutated inputs" in done.stderr
+
+
+def test_a_raw_tensor_loop_builds_no_model_and_is_not_told_to_compile_one(tmp_path, configs):
+    """raw_elementwise_loop (eight elementwise ops on one tensor a step, no nn.Module) was told
+    "torch.compile(model)" for its fusion finding on the H100. Its recorded config says it holds no module
+    with parameters, and the compile advice then names the step's own code; the probe's model keeps
+    torch.compile(model)."""
+    from hybrid.rules.advice import RunConfig, use_compile
+
+    script = REPO / "benchmarks" / "unmarked" / "raw_elementwise_loop.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = inject_argv(tmp_path / "raw", "plain", str(script), "--device", "cpu", flags=["--fixed-warmup"])
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    raw = json.loads((tmp_path / "raw" / "inject.json").read_text())["config"]
+    assert raw["modules"] == {"with_parameters": False}
+    (advice,) = use_compile(RunConfig(raw), why="fuse these kernels", condition="c")
+    assert advice.text.startswith("Move the step's tensor code into a function decorated with @torch.compile")
+    assert advice.text.endswith("(the script builds no model)")
+    assert "; the step runs eager; compiling would fuse these kernels" in advice.condition
+    assert configs["plain"]["modules"] == {"with_parameters": True}
+    (modelled,) = use_compile(RunConfig(configs["plain"]), why="fuse these kernels", condition="c")
+    assert modelled.text == "torch.compile(model)"

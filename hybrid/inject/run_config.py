@@ -190,6 +190,7 @@ def capture() -> dict:
         ("distributed", lambda: _distributed(instances)),
         ("channels_last", lambda: _channels_last(instances.get("conv", []))),
         ("cuda_graphs", lambda: {"graphs": len(instances.get("cuda_graph", []))}),
+        ("modules", lambda: _modules(instances)),
         ("grad_clipping", _grad_clipping),
         ("generation", lambda: _generation(instances.get("hf_generator", []))),
         ("framework", lambda: _framework(instances)),
@@ -294,6 +295,7 @@ def _target_classes() -> dict[str, tuple[type, ...]]:
     add("hf_generator", "transformers.generation.utils", "GenerationMixin")
     for module in ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer"):
         add("lightning_trainer", module, "Trainer")
+    targets["module"] = [torch.nn.Module]  # last: every other kind above that is a module is its own
     return {kind: tuple(classes) for kind, classes in targets.items()}
 
 
@@ -302,7 +304,11 @@ def _live_instances() -> dict[str, list]:
     with the kind of each type looked up once."""
     targets = _target_classes()
     caps = {
-        kind: MAX_CONVS_CHECKED if kind == "conv" else MAX_FSDP_UNITS if kind == "fsdp" else MAX_LISTED
+        kind: MAX_CONVS_CHECKED
+        if kind in ("conv", "module")
+        else MAX_FSDP_UNITS
+        if kind == "fsdp"
+        else MAX_LISTED
         for kind in targets
     }
     found: dict[str, list] = {kind: [] for kind in targets}
@@ -323,6 +329,14 @@ def _kind_of(cls: type, targets: dict[str, tuple[type, ...]]) -> str | None:
         return next((kind for kind, classes in targets.items() if issubclass(cls, classes)), None)
     except Exception:  # noqa: BLE001
         return None
+
+
+def _modules(instances: dict[str, list]) -> dict:
+    """Whether the process holds an nn.Module with parameters: a raw tensor loop builds none, and
+    torch.compile(model) is then no change it can make (raw_elementwise_loop was told to compile a model)."""
+    kinds = ("module", "conv", "ddp", "fsdp", "compiled", "hf_generator")
+    held = any(getattr(m, "_parameters", None) for kind in kinds for m in instances.get(kind, []))
+    return {"with_parameters": held or bool(instances.get("conv"))}
 
 
 def _grad_scalers(scalers: list) -> dict:

@@ -104,6 +104,11 @@ class RunConfig:
         return self._or_observed(self._get("compile", "used"), "compiled")
 
     @property
+    def builds_modules(self) -> bool | None:
+        """Whether the process held an nn.Module with parameters (None: not recorded)."""
+        return self._get("modules", "with_parameters")
+
+    @property
     def graphs_compiled(self) -> int | None:
         """The graphs dynamo compiled in the process (0: torch.compile was called and compiled nothing)."""
         return self._get("compile", "graphs_compiled")
@@ -448,7 +453,7 @@ def use_compile(
         state = f"the model is compiled with mode {', '.join(config.compile_modes) or 'default'}"
     else:
         state = (
-            "the model runs eager"
+            ("the step runs eager" if config.builds_modules is False else "the model runs eager")
             if config.compiled is False
             else "torch.compile use was not recorded and no compiled region ran"
         )
@@ -465,6 +470,12 @@ def use_compile(
 
 
 def _compile_call(config: RunConfig, mode: str | None) -> str:
+    if config.builds_modules is False:
+        # No model to compile: the step's tensor code is the script's own (a raw tensor loop).
+        how = f"@torch.compile(mode='{mode}')" if mode else "@torch.compile"
+        return (
+            f"Move the step's tensor code into a function decorated with {how} (the script builds no model)"
+        )
     if config.framework == "transformers":
         return (
             f"TrainingArguments(torch_compile=True, torch_compile_mode='{mode}')"
