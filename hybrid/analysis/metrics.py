@@ -58,7 +58,7 @@ from hybrid.analysis.steps import (
 from hybrid.analysis.sync_sites import sync_site_metrics
 from hybrid.hardware import Peaks
 from hybrid.numbers import NS_PER_MS, NS_PER_US
-from hybrid.profile import ANNOTATION_PREFIX, Profile, by_name, is_communication
+from hybrid.profile import Profile, by_name, is_communication
 from hybrid.provenance import ESTIMATED, MEASURED_NCU, MEASURED_TORCH, Metric
 from nsight.intervals import covered, interval_union
 
@@ -374,7 +374,7 @@ def _fetch_one_thread(
     if type(cpus) is not int or cpus <= 0:
         return {}
     ops = in_steps(profile.ops, steps)
-    ops = ops[ops["top_level"].astype(bool) & ~ops["name"].astype(str).str.startswith(ANNOTATION_PREFIX)]
+    ops = ops[ops["top_level"].astype(bool) & ~is_annotation(ops["name"])]
     starts = ops["start_ns"].to_numpy(np.int64)
     ends = ops["end_ns"].to_numpy(np.int64)
     order = np.argsort(starts, kind="stable")

@@ -62,6 +62,9 @@ CUDAGRAPHS_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
 CUDAGRAPH_SKIP_PREFIX = "skipping cudagraphs"
 MAX_SKIP_REASONS = 4
 _cudagraph_skip_reasons: list[str] = []
+# Inductor's FX graph cache counters: each graph inductor compiles (a training graph's forward and backward
+# apart) looks the cache up once, a hit, a miss or a bypass.
+FX_GRAPH_CACHE_COUNTERS = ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
 # clip_grad_norm_ calls by their foreach argument: {foreach: [calls, most gradients in one call]}.
 _clip_calls: dict[bool | None, list[int]] = {}
 _installed = False
@@ -335,8 +338,9 @@ def _modules(instances: dict[str, list]) -> dict:
     """Whether the process holds an nn.Module with parameters: a raw tensor loop builds none, and
     torch.compile(model) is then no change it can make (raw_elementwise_loop was told to compile a model)."""
     kinds = ("module", "conv", "ddp", "fsdp", "compiled", "hf_generator")
-    held = any(getattr(m, "_parameters", None) for kind in kinds for m in instances.get(kind, []))
-    return {"with_parameters": held or bool(instances.get("conv"))}
+    return {
+        "with_parameters": any(getattr(m, "_parameters", None) for k in kinds for m in instances.get(k, []))
+    }
 
 
 def _grad_scalers(scalers: list) -> dict:
@@ -351,12 +355,7 @@ def _compile(compiled: list) -> dict:
         graphs = int(dynamo_utils.counters.get("stats", {}).get("unique_graphs", 0))
         inductor = dynamo_utils.counters.get("inductor", {})
         skips = int(inductor.get("cudagraph_skips", 0))
-        # Each graph inductor compiles (a training graph's forward and backward apart) looks the FX graph
-        # cache up once: hit, miss or bypass.
-        lowered = sum(
-            int(inductor.get(k, 0))
-            for k in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")
-        )
+        lowered = sum(int(inductor.get(k, 0)) for k in FX_GRAPH_CACHE_COUNTERS)
     modes = sorted({str(call["mode"] or "default") for call in _compile_calls})
     return {
         "used": bool(compiled or _compile_calls or graphs),

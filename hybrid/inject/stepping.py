@@ -789,7 +789,7 @@ class StepSession:
 # torch._dynamo's counters of the compile caches that let a later pass of the same run skip compiling
 # (hybrid.collect.orchestrate points every pass at one run-private cache).
 COMPILE_CACHE_COUNTERS = {
-    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    "inductor": run_config.FX_GRAPH_CACHE_COUNTERS,
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
 }
 
